@@ -1,0 +1,1 @@
+"""rooflinekit's built-in plugins, registered through the `rooflinekit` entry-point group."""

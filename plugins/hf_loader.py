@@ -1,0 +1,214 @@
+"""Prototype loader: a transformers `config.json` as a rooflinekit model source.
+
+    source = load_hf_config("examples/configs/llama-3.1-8b.json", {})
+    model = source.build_model()                      # under torch.device("meta") + default dtype
+    kwargs = source.make_inputs(batch, context, phase)
+
+Standalone on purpose (imports nothing from rooflinekit); it follows the model-file contract:
+`build_model()` and `make_inputs()` are called with the target device (meta by default) and the
+default dtype already in effect, so every tensor here is created without an explicit device.
+
+Options (the `options` dict of `load_hf_config`):
+    attn_implementation   "sdpa" (default) or "eager"
+    experts_implementation
+                          MoE experts kernel: "grouped_mm" (default; runs on meta), "batched_mm"
+                          (runs on meta, but gathers one weight copy per token-expert pair),
+                          "eager" (transformers' loop over hit experts: data-dependent, fails on meta)
+    cache                 decode KV cache: "dynamic" (default, DynamicCache: the step's
+                          `torch.cat` copies the whole cache) or "static" (StaticCache with exactly
+                          `context` slots: the new K/V is written in place with index_copy_)
+    logits                "last" (default: lm_head on the last position only, as serving does)
+                          or "all"
+    layers                int: override num_hidden_layers (quick runs)
+    config                dict of further config overrides
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from typing import Any
+
+import torch
+
+INSTALL_HINT = "transformers is not installed: pip install 'rooflinekit[hf]'"
+
+#: Keys of a hub config.json that would make transformers run remote code or quantize.
+DROPPED_KEYS = ("auto_map", "quantization_config")
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
+CACHES = ("dynamic", "static")
+LOGITS = ("last", "all")
+OPTIONS = ("attn_implementation", "experts_implementation", "cache", "logits", "layers", "config")
+
+
+def _transformers():
+    try:
+        import transformers  # noqa: F401
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError as exc:  # also a broken install (missing dependency)
+        raise ImportError(INSTALL_HINT) from exc
+    return transformers, AutoConfig, AutoModelForCausalLM, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def supported_model_types() -> list[str]:
+    """Model types AutoModelForCausalLM can build natively (no remote code)."""
+    return sorted(_transformers()[3])
+
+
+def _read_config(path: str) -> tuple[dict, str]:
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no transformers config at {path}")
+    with open(file, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{file} does not hold a JSON object")
+    return data, file
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"option {name}={value!r}: use one of {', '.join(choices)}")
+    return value
+
+
+class HFModelSource:
+    """A causal LM described by a transformers config, built without weights."""
+
+    def __init__(self, config, file: str, options: dict, notes: list[str]):
+        self.config = config
+        self.path = file
+        self.notes = notes
+        self.model_type = config.model_type
+        self.attn_implementation = _check_choice(
+            "attn_implementation", options.get("attn_implementation", "sdpa"), ATTN_IMPLEMENTATIONS
+        )
+        self.experts_implementation = _check_choice(
+            "experts_implementation", options.get("experts_implementation", "grouped_mm"),
+            EXPERTS_IMPLEMENTATIONS,
+        )
+        self.cache = _check_choice("cache", options.get("cache", "dynamic"), CACHES)
+        self.logits = _check_choice("logits", options.get("logits", "last"), LOGITS)
+        _, _, auto_cls, _ = _transformers()
+        self._model_class = auto_cls._model_mapping[type(config)]
+        params = inspect.signature(self._model_class.forward).parameters
+        # transformers 5.x renamed `past_key_values` to `cache` (the old name still works, with a warning)
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._has_logits_to_keep = "logits_to_keep" in params
+
+    @property
+    def name(self) -> str:
+        return os.path.splitext(os.path.basename(self.path))[0]
+
+    # -- the model-file contract ------------------------------------------------------------
+
+    def build_model(self) -> torch.nn.Module:
+        _, _, auto_cls, _ = _transformers()
+        kwargs = {}
+        can_set = getattr(self._model_class, "_can_set_experts_implementation", None)
+        if can_set is not None and can_set():
+            # only MoE classes (@use_experts_implementation) accept it; dense ones raise on it
+            kwargs["experts_implementation"] = self.experts_implementation
+        model = auto_cls.from_config(
+            self.config,
+            attn_implementation=self.attn_implementation,
+            # the caller's default dtype wins over the config's "dtype"/"torch_dtype"
+            dtype=torch.get_default_dtype(),
+            **kwargs,
+        )
+        model.eval()
+        return model
+
+    def make_inputs(self, batch: int, context: int, phase: str) -> dict:
+        if phase not in ("prefill", "decode"):
+            raise ValueError(f"unknown phase {phase!r}: use prefill or decode")
+        if batch < 1 or context < 1:
+            raise ValueError(f"batch and context must be at least 1, got {batch}, {context}")
+        q_len = context if phase == "prefill" else 1
+        past = context - q_len
+        kwargs: dict[str, Any] = {
+            "input_ids": torch.zeros(batch, q_len, dtype=torch.long),
+            # explicit positions: the model would otherwise derive them from the cache length
+            "position_ids": torch.arange(past, context, dtype=torch.long).unsqueeze(0).expand(batch, -1),
+            # A cache is passed in both phases: without one, transformers' mask code inspects
+            # position_ids for packed sequences ((mask == 0).all() -> data-dependent on meta).
+            self._cache_kwarg: self._make_cache(batch, past, context),
+            "use_cache": True,
+            # no attention_mask: a 2D mask makes the sdpa mask path read it (padding_mask.sum())
+        }
+        if self._has_logits_to_keep and self.logits == "last":
+            kwargs["logits_to_keep"] = 1
+        return kwargs
+
+    # -- KV cache -----------------------------------------------------------------------------
+
+    def kv_shapes(self, batch: int, length: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Shapes of what each attention layer passes to `cache.update(k, v, layer_idx)`."""
+        c = self.config.get_text_config(decoder=True)
+        if getattr(c, "kv_lora_rank", None) and getattr(c, "qk_rope_head_dim", None):
+            # MLA (deepseek_v2/v3): the compressed latent and the shared rotary key are cached,
+            # one "head" each; kv_b_proj expands them to per-head K/V after the update.
+            return (batch, 1, length, c.kv_lora_rank), (batch, 1, length, c.qk_rope_head_dim)
+        heads = c.num_attention_heads
+        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+        return (batch, kv_heads, length, head_dim), (batch, kv_heads, length, head_dim)
+
+    def _make_cache(self, batch: int, past: int, context: int):
+        from transformers import DynamicCache, StaticCache
+
+        if self.cache == "static":
+            cache = StaticCache(config=self.config, max_cache_len=context)
+        else:
+            cache = DynamicCache(config=self.config)
+        if past == 0:
+            return cache
+        k_shape, v_shape = self.kv_shapes(batch, past)
+        dtype = torch.get_default_dtype()
+        n_layers = self.config.get_text_config(decoder=True).num_hidden_layers
+        for layer_idx in range(n_layers):
+            # On meta these allocate nothing; the layer classes handle sliding windows themselves
+            k = torch.empty(k_shape, dtype=dtype)
+            v = torch.empty(v_shape, dtype=dtype)
+            cache.update(k, v, layer_idx)
+        return cache
+
+
+def load_hf_config(path: str, options: dict | None = None) -> HFModelSource:
+    """A transformers config.json (file, or directory holding one) as a model source."""
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"unknown option {', '.join(unknown)}: accepted are {', '.join(OPTIONS)}")
+    _, auto_config, _, causal_lm = _transformers()
+
+    data, file = _read_config(path)
+    notes = []
+    for key in DROPPED_KEYS:
+        if key in data:
+            data.pop(key)
+            notes.append(f"ignored {key} from {os.path.basename(file)}")
+    model_type = data.get("model_type")
+    if not model_type:
+        raise ValueError(f"{file} has no model_type")
+    if model_type not in causal_lm:
+        raise ValueError(
+            f"model_type {model_type!r} is not supported by transformers' AutoModelForCausalLM; "
+            f"supported: {', '.join(sorted(causal_lm))}"
+        )
+    overrides = options.get("config") or {}
+    if not isinstance(overrides, dict):
+        raise ValueError("option config must be a dict of config overrides")
+    data.update(overrides)
+    if options.get("layers") is not None:
+        data["num_hidden_layers"] = int(options["layers"])
+    data.pop("model_type")
+    config = auto_config.for_model(model_type, **data)  # no file or network access
+    return HFModelSource(config, file, options, notes)

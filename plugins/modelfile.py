@@ -1,0 +1,11 @@
+"""Built-in plugin: load a Python model file that defines build_model() and make_inputs()."""
+
+from rooflinekit.hookspecs import hookimpl
+from rooflinekit.workload import load_model_file
+
+
+@hookimpl(trylast=True)
+def rooflinekit_workload_loader(path, options):
+    if str(path).endswith(".py"):
+        return load_model_file(path)
+    return None

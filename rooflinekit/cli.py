@@ -1,0 +1,236 @@
+"""The `rooflinekit` command: wires the stages together and turns UserError into one clear line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from rooflinekit import __version__
+from rooflinekit.errors import UserError
+from rooflinekit.render import FORMATS, check_writable, render, write_atomic
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"rooflinekit: error: {message}", err=True)
+    sys.exit(code)
+
+
+class Command(click.Command):
+    """Click command that reports UserError (and unexpected errors) as one line unless --debug."""
+
+    def invoke(self, ctx):
+        debug = ctx.params.get("debug", False) or ctx.obj and ctx.obj.get("debug")
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            if debug:
+                raise
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if debug:
+                raise
+            _fail(f"{type(exc).__name__}: {exc} (run again with --debug for the traceback)", 1)
+
+
+class Group(click.Group):
+    command_class = Command
+
+
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, prog_name="rooflinekit")
+def cli():
+    """Roofline profiling for PyTorch LLMs: where decode time goes, and why.
+
+    \b
+    rooflinekit profile examples/llama_gqa.py --phase decode --batch 4 --context 32768
+    rooflinekit hardware list
+    rooflinekit plugins
+    """
+
+
+def _emit(report_text: str, output: str | None) -> None:
+    if output:
+        write_atomic(output, report_text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(report_text, nl=False)
+
+
+def debug_option(f):
+    return click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")(f)
+
+
+def workload_options(f):
+    opts = [
+        click.option("--phase", default="decode", show_default=True, help="prefill or decode."),
+        click.option("--batch", "-b", default=1, show_default=True, type=int, help="Sequences per step."),
+        click.option("--context", "-s", default=4096, show_default=True, type=int,
+                     help="Positions each new token attends to (decode: cache of context-1 plus itself)."),
+        click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32 (default dtype in effect)."),
+        click.option("--device", default="meta", show_default=True,
+                     help="meta (no memory, default), cpu or cuda."),
+        click.option("--hardware", "-H", default=None,
+                     help="Hardware entry (name, alias or .toml path); default H800 SXM5."),
+        click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
+                     help="Passed to build_model()/make_inputs() when they accept KEY (repeatable)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+PROFILE_HELP = """Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place on a roofline.
+
+\b
+MODEL is a Python file that defines:
+  build_model(**options) -> torch.nn.Module
+  make_inputs(batch, context, phase, **options) -> tuple (positional args) or dict (kwargs)
+Both are called with the target device (meta by default) and the default dtype already in
+effect, so they must not pass device=/dtype= for floating tensors; on meta nothing is allocated.
+Options given with -O KEY=VALUE reach whichever of the two accepts KEY.
+
+\b
+CONTEXT is the number of key/value positions each new token attends to:
+  prefill: CONTEXT new tokens per sequence, causal among themselves;
+  decode:  one new token per sequence; its KV cache has CONTEXT slots, CONTEXT-1 earlier
+           tokens plus the new token's own K/V written into the last slot.
+
+MODEL may also be a transformers config.json (needs the hf extra) or anything a plugin loads.
+"""
+
+
+def _workload(phase, batch, context, dtype, device, options):
+    from rooflinekit.workload import Workload, parse_options, validate
+
+    validate(phase, batch, context, dtype, device)
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("--device cuda: no CUDA device is available here (use --device meta or cpu)")
+    opts = parse_options(options)
+    return Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items()))), opts
+
+
+@cli.command(help=PROFILE_HELP, context_settings=CONTEXT_SETTINGS)
+@click.argument("model", metavar="MODEL")
+@workload_options
+@click.option("--depth", default=3, show_default=True, type=int, help="Roll modules up to this many path components.")
+@click.option("--group-layers", is_flag=True, help="Merge repeated layers (layers.*.mlp) in the module table.")
+@click.option("--top", default=25, show_default=True, type=int, help="Modules shown in the table (0: all).")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
+@debug_option
+def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug):
+    from rooflinekit.pipeline import DEFAULT_HARDWARE, load_source
+    from rooflinekit.pipeline import profile as run_profile
+
+    workload, opts = _workload(phase, batch, context, dtype, device, options)
+    if output:
+        check_writable(output)
+    if depth < 1:
+        raise UserError(f"--depth must be at least 1, got {depth}")
+    source = load_source(model, opts)
+    result = run_profile(source, workload, hardware or DEFAULT_HARDWARE, depth=depth, group_layers=group_layers)
+    for w in result.report["warnings"]:
+        click.echo(f"rooflinekit: warning: {w}", err=True)
+    _emit(render(result.report, fmt, top or None), output)
+
+
+@cli.group(cls=Group, context_settings=CONTEXT_SETTINGS)
+def hardware():
+    """The hardware database: list, show, detect."""
+
+
+@hardware.command("list")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
+@debug_option
+def hardware_list(fmt, debug):
+    """List known accelerators with their dense bf16 peak, bandwidth and ridge point."""
+    from tabulate import tabulate
+
+    from rooflinekit.pipeline import hardware_db
+    from rooflinekit.units import si
+
+    db = hardware_db()
+    for problem in db.problems:
+        click.echo(f"rooflinekit: warning: {problem}", err=True)
+    entries = sorted(db.entries, key=lambda e: (e.vendor, e.name))
+    if fmt == "json":
+        click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
+        return
+    rows = []
+    for e in entries:
+        bf16 = e.peak_flops.get("bf16")
+        rows.append([e.name, e.vendor, si(bf16, "FLOP/s"), si(e.peak_flops.get("fp8"), "FLOP/s"),
+                     si(e.memory_bandwidth, "B/s"), f"{bf16 / e.memory_bandwidth:.1f}" if bf16 else "-",
+                     si(e.memory_bytes, "B"), "" if e.verified else "unverified"])
+    click.echo(tabulate(rows, headers=["name", "vendor", "bf16 dense", "fp8 dense", "bandwidth",
+                                       "ridge bf16", "memory", ""], disable_numparse=True))
+
+
+@hardware.command("show")
+@click.argument("name")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
+@debug_option
+def hardware_show(name, fmt, debug):
+    """Show one entry: every number, its source, and the ridge point per dtype."""
+    from rooflinekit.pipeline import hardware_db
+    from rooflinekit.units import si
+
+    spec = hardware_db().get(name)
+    if fmt == "json":
+        click.echo(json.dumps(spec.to_dict(), indent=2))
+        return
+    click.echo(f"{spec.name} ({spec.vendor}){'' if spec.verified else '  [unverified]'}")
+    click.echo(f"  file: {spec.path}")
+    if spec.aliases:
+        click.echo(f"  aliases: {', '.join(spec.aliases)}")
+    click.echo(f"  memory bandwidth: {si(spec.memory_bandwidth, 'B/s')}   [{spec.sources.get('memory_bandwidth', '-')}]")
+    if spec.memory_bytes:
+        click.echo(f"  memory: {si(spec.memory_bytes, 'B')}   [{spec.sources.get('memory_bytes', '-')}]")
+    if spec.interconnect_bandwidth:
+        click.echo(f"  interconnect: {si(spec.interconnect_bandwidth, 'B/s')} {spec.interconnect}   "
+                   f"[{spec.sources.get('interconnect_bandwidth', '-')}]")
+    click.echo("  dense peaks:")
+    for key, value in spec.peak_flops.items():
+        src = spec.sources.get(f"peak_flops.{key}", spec.sources.get("peak_flops", "-"))
+        click.echo(f"    {key:5s} {si(value, 'FLOP/s'):>14s}   ridge {value / spec.memory_bandwidth:7.1f} FLOP/B   [{src}]")
+    if spec.notes:
+        click.echo(f"  notes: {spec.notes}")
+
+
+@cli.command("plugins")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
+@debug_option
+def plugins_cmd(fmt, debug):
+    """List loaded plugins: name, distribution, version, hooks. ROOFLINEKIT_TRACE_HOOKS=1 traces calls."""
+    from tabulate import tabulate
+
+    from rooflinekit.plugins import get_host
+
+    host = get_host()
+    if fmt == "json":
+        click.echo(json.dumps({"plugins": [vars(i) for i in host.infos], "warnings": host.warnings}, indent=2))
+        return
+    rows = [[i.name, i.distribution, i.version, i.module, ", ".join(h.replace("rooflinekit_", "") for h in i.hooks)]
+            for i in host.infos]
+    click.echo(tabulate(rows, headers=["plugin", "distribution", "version", "module", "hooks"]))
+    for w in host.warnings:
+        click.echo(f"rooflinekit: warning: {w}", err=True)
+
+
+def main() -> None:
+    cli(prog_name="rooflinekit")
+
+
+if __name__ == "__main__":
+    main()

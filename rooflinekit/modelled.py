@@ -1,0 +1,58 @@
+"""Modelled modules: plugins replace data-dependent blocks (MoE routing) with analytic models.
+
+During capture, every module for which a plugin's `rooflinekit_module_model` hook answers has its
+forward replaced by the model's `forward`, which returns an output of the right shape and emits
+OpRecords (kind "modelled") carrying the assumption they rest on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+
+class ModuleModel:
+    """Base class for analytic stand-ins. Subclasses implement `forward` and set `assumption`."""
+
+    #: One sentence stating the model's assumption, shown in every report that used it.
+    assumption: str = ""
+
+    def forward(self, module: torch.nn.Module, path: str, args: tuple, kwargs: dict):
+        raise NotImplementedError
+
+    @property
+    def assumption_note(self) -> str:
+        return f"{type(self).__name__}: {self.assumption}"
+
+
+@contextmanager
+def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[ModuleModel]]:
+    """Patch the forward of every module a plugin models; restore them afterwards."""
+    patched: list[tuple[torch.nn.Module, object, bool]] = []
+    used: list[ModuleModel] = []
+    try:
+        for path, module in model.named_modules():
+            answer, _ = host.call_first(
+                "rooflinekit_module_model", expect=ModuleModel, module=module, path=path, workload=workload
+            )
+            if answer is None:
+                continue
+            had_own = "forward" in module.__dict__
+            previous = module.__dict__.get("forward")
+
+            def forward(*args, _m=answer, _mod=module, _path=path, **kwargs):
+                return _m.forward(_mod, _path, args, kwargs)
+
+            module.forward = forward
+            patched.append((module, previous, had_own))
+            if not any(type(u) is type(answer) for u in used):
+                used.append(answer)
+        yield used
+    finally:
+        for module, previous, had_own in patched:
+            if had_own:
+                module.forward = previous
+            else:
+                del module.forward

@@ -1,0 +1,122 @@
+"""Wire the stages together: workload -> capture -> attribute -> place. The CLI only calls this."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from rooflinekit.attention import attribute_attention
+from rooflinekit.capture import capture
+from rooflinekit.errors import UserError
+from rooflinekit.formulas import FormulaBook, op_key
+from rooflinekit.hardware import HardwareDB
+from rooflinekit.plugins import PluginHost, get_host
+from rooflinekit.report import build_report
+from rooflinekit.workload import ModelSource, Workload, build, in_effect
+from rooflinekit.workload import _user_frame as user_frame
+
+DEFAULT_HARDWARE = "H800 SXM5"
+
+
+def user_hardware_dir() -> Path:
+    """Where calibrated and user entries live: $ROOFLINEKIT_HOME/hardware or ~/.config/rooflinekit/hardware."""
+    home = os.environ.get("ROOFLINEKIT_HOME")
+    base = Path(home) if home else Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "rooflinekit"
+    return base / "hardware"
+
+
+def hardware_db(host: PluginHost | None = None) -> HardwareDB:
+    """The database from every plugin's folders, then the user's folder and $ROOFLINEKIT_HARDWARE_PATH."""
+    host = host or get_host()
+    dirs: list[Path] = []
+    for answer, _ in reversed(host.call_all("rooflinekit_hardware_dirs", expect=(list, tuple))):
+        dirs.extend(Path(p) for p in answer)
+    user = user_hardware_dir()
+    if user.is_dir():
+        dirs.append(user)
+    extra = os.environ.get("ROOFLINEKIT_HARDWARE_PATH", "")
+    dirs.extend(Path(p) for p in extra.split(os.pathsep) if p)
+    return HardwareDB.from_dirs(dirs)
+
+
+def formula_book(host: PluginHost | None = None) -> FormulaBook:
+    host = host or get_host()
+    extra = {}
+    for answer, _ in host.call_all("rooflinekit_op_formulas", expect=dict):
+        for op, fn in answer.items():
+            extra[op_key(op)] = fn
+    return FormulaBook(extra)
+
+
+def load_source(path: str, options: dict, host: PluginHost | None = None) -> ModelSource:
+    host = host or get_host()
+    if not Path(path).exists():
+        raise UserError(f"model file not found: {path}")
+    source, _ = host.call_first("rooflinekit_workload_loader", path=path, options=options)
+    if source is None:
+        raise UserError(
+            f"don't know how to load {path}: give a model .py file (build_model/make_inputs) or a "
+            "transformers config .json"
+        )
+    return source
+
+
+@dataclass
+class Profiled:
+    report: dict
+    model: torch.nn.Module
+    capture: object
+
+
+def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
+    hint = ""
+    text = str(exc)
+    if workload.device == "meta" and ("meta" in text or "data-dependent" in text or "item()" in text):
+        hint = (" (the meta device holds no data: data-dependent code needs --device cpu with small "
+                "options, or a module-model plugin)")
+    return UserError(f"the model's forward failed: {user_frame(exc, source.path)}{hint}")
+
+
+def profile(
+    source: ModelSource,
+    workload: Workload,
+    hardware: str = DEFAULT_HARDWARE,
+    *,
+    depth: int = 3,
+    group_layers: bool = False,
+    host: PluginHost | None = None,
+    db: HardwareDB | None = None,
+) -> Profiled:
+    """Build, capture one forward, attribute attention, place on `hardware`."""
+    host = host or get_host()
+    db = db or hardware_db(host)
+    hw = db.get(hardware)
+    built = build(source, workload)
+    from rooflinekit.modelled import module_models
+
+    try:
+        with in_effect(workload), module_models(built.model, workload, host) as patched:
+            cap = capture(built.model, built.inputs, formula_book(host))
+    except UserError:
+        raise
+    except Exception as exc:
+        raise _forward_error(exc, source, workload) from exc
+    rows = attribute_attention(cap, built.model, workload, host)
+    params = sum(p.numel() for p in built.model.parameters())
+    info = {
+        "name": source.name,
+        "path": source.path,
+        "kind": source.kind,
+        "parameters": params,
+        "param_bytes": cap.param_bytes_total,
+        "modules": len(cap.modules),
+    }
+    notes = list(source.notes) + [m.assumption_note for m in patched]
+    report = build_report(
+        cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
+        warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
+    )
+    return Profiled(report=report, model=built.model, capture=cap)

@@ -1,0 +1,183 @@
+"""Render: reports to a terminal table, Markdown, CSV or JSON, and atomic file output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from tabulate import tabulate
+
+from rooflinekit.errors import UserError
+from rooflinekit.units import seconds, si
+
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+def _num(value, unit="", digits=3):
+    return si(value, unit, digits) if isinstance(value, (int, float)) and value is not None else "-"
+
+
+def _ratio(value, digits=3):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _pct(value):
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def header_lines(report: dict) -> list[str]:
+    w, hw, t = report["workload"], report["hardware"], report["totals"]
+    model = report.get("model", {})
+    lines = [
+        f"model: {model.get('name', '?')} ({model.get('kind', '')}: {model.get('path', '')}), "
+        f"{_num(model.get('parameters'))} parameters, {_num(model.get('param_bytes'), 'B')} of weights",
+        f"workload: {w['phase']}, batch {w['batch']}, context {w['context']}, {w['dtype']}, device {w['device']}",
+        f"hardware: {hw['name']}: {_num(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
+        f"{_num(hw['bandwidth'], 'B/s')}, ridge {hw['ridge']:.1f} FLOP/B",
+        f"step: {_num(t['flops'], 'FLOP')} executed ({_num(t['flops_model'], 'FLOP')} model), "
+        f"{_num(t['bytes'], 'B')} moved (weights {_num(t['weight_bytes'], 'B')}, "
+        f"KV {_num(t['kv_bytes_executed'], 'B')}, other {_num(t['other_bytes'], 'B')})",
+        f"intensity {_ratio(t['intensity'])} FLOP/B -> {t['bound']}-bound, bound MFU {_pct(t['mfu_bound'])} "
+        f"(model-FLOP MFU bound {_pct(t['mfu_bound_model'])})",
+        f"predicted step {seconds(t['predicted_step_s'])} (sum of op bounds; whole-step bound "
+        f"{seconds(t['time_bound_s'])})"
+        + (f", {t['tokens_per_s']:.4g} tokens/s" if t.get("tokens_per_s") else ""),
+    ]
+    return lines
+
+
+def module_table(report: dict, top: int | None) -> tuple[list[str], list[list]]:
+    headers = ["module", "FLOPs", "bytes", "FLOP/B", "bound", "time bound", "share", "MFU bound"]
+    rows = []
+    for m in report["modules"][: top or None]:
+        rows.append([
+            m["name"], _num(m["flops"]), _num(m["bytes"], "B"), _ratio(m["intensity"]), m["bound"],
+            seconds(m["time_bound_ops_s"]), _pct(m["time_share"]), _pct(m["mfu_bound"]),
+        ])
+    return headers, rows
+
+
+def attention_table(report: dict) -> tuple[list[str], list[list]]:
+    headers = ["attention", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
+               "amplif.", "FLOPs model", "FLOPs exec", "I min", "bound"]
+    rows = []
+    for a in report["attention"]:
+        pm = a.get("placement_min") or {}
+        rows.append([
+            a["module"], a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""), a["num_heads"] or "-",
+            a["num_kv_heads"] or "-", a["head_dim"] or "-", _num(a["cache_bytes_per_token"], "B"),
+            _num(a["kv_bytes_min"], "B"), _num(a["kv_bytes_executed"], "B"), _ratio(a["amplification"]),
+            _num(a["flops_model"]), _num(a["flops_executed"]), _ratio(a["intensity_min"]),
+            pm.get("bound", "-"),
+        ])
+    return headers, rows
+
+
+def uncounted_table(report: dict) -> tuple[list[str], list[list]]:
+    headers = ["op without FLOP formula", "count", "bytes", "bytes share", "time-bound share"]
+    rows = [[u["name"], u["count"], _num(u["bytes"], "B"), _pct(u["bytes_share"]), _pct(u["time_share"])]
+            for u in report["uncounted_ops"]]
+    return headers, rows
+
+
+def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
+    """The human report: header, modules, attention, uncounted ops, warnings."""
+    tablefmt = "github" if fmt == "markdown" else "simple"
+    out = io.StringIO()
+    if fmt == "markdown":
+        out.write("# rooflinekit report\n\n")
+        out.write("\n".join(f"- {line}" for line in header_lines(report)) + "\n\n")
+    else:
+        out.write("\n".join(header_lines(report)) + "\n\n")
+    sections = [("Modules (by time bound)", module_table(report, top))]
+    if report["attention"]:
+        a = report["attention_totals"]
+        title = (f"Attention ({a['recognised']}/{a['layers']} layers recognised; KV executed "
+                 f"{_num(a['kv_bytes_executed'], 'B')} vs minimum {_num(a['kv_bytes_min'], 'B')}, "
+                 f"amplification {_ratio(a['amplification'])})")
+        sections.append((title, attention_table(report)))
+    if report["uncounted_ops"]:
+        sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", uncounted_table(report)))
+    for title, (headers, rows) in sections:
+        out.write(f"## {title}\n\n" if fmt == "markdown" else f"{title}\n")
+        out.write(tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) + "\n\n")
+    if top and len(report["modules"]) > top:
+        out.write(f"({len(report['modules']) - top} more modules: use --top 0 for all, or --format json)\n")
+    for line in report.get("notes", []):
+        out.write(f"note: {line}\n")
+    for line in report.get("warnings", []):
+        out.write(f"warning: {line}\n")
+    return out.getvalue()
+
+
+def to_csv(report: dict) -> str:
+    """One row per module (rolled up), then one row for the whole step."""
+    buf = io.StringIO()
+    fields = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
+              "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for m in report["modules"]:
+        writer.writerow(m)
+    t = dict(report["totals"], name="(step)", time_bound_ops_s=report["totals"]["predicted_step_s"], time_share=1.0)
+    writer.writerow(t)
+    return buf.getvalue()
+
+
+def _clean(value):
+    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_json(report: dict) -> str:
+    return json.dumps(_clean(report), indent=2) + "\n"
+
+
+def render(report: dict, fmt: str, top: int | None = 25) -> str:
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "csv":
+        return to_csv(report)
+    return to_text(report, fmt, top)
+
+
+def check_writable(path: str) -> None:
+    """Fail before any work if `path` cannot be written."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UserError(f"cannot write {path}: it is a folder; give a file name")
+    if not folder.is_dir():
+        raise UserError(f"cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UserError(f"cannot write {path}: permission denied")
+
+
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write to a temporary file beside `path`, then rename: no half-written output, ever."""
+    check_writable(path)
+    target = Path(path)
+    mode = "wb" if isinstance(text, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
