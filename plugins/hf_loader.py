@@ -11,12 +11,15 @@ default dtype already in effect, so every tensor here is created without an expl
 Options (the `options` dict of `load_hf_config`):
     attn_implementation   "sdpa" (default) or "eager"
     experts_implementation
-                          MoE experts kernel: "grouped_mm" (default; runs on meta), "batched_mm"
-                          (runs on meta, but gathers one weight copy per token-expert pair),
-                          "eager" (transformers' loop over hit experts: data-dependent, fails on meta)
-    cache                 decode KV cache: "dynamic" (default, DynamicCache: the step's
-                          `torch.cat` copies the whole cache) or "static" (StaticCache with exactly
-                          `context` slots: the new K/V is written in place with index_copy_)
+                          MoE experts kernel (MoE models only): "grouped_mm" (default; runs on
+                          meta: sort/histc/cumsum + two aten._grouped_mm), "batched_mm" (runs on
+                          meta, but gathers one weight copy per token-expert pair), "eager"
+                          (transformers' loop over hit experts: .nonzero(), fails on meta), or any
+                          name registered with transformers' ExpertsInterface.register(name, fn)
+    cache                 KV cache: "static" (default: StaticCache with exactly `context` slots;
+                          decode writes the new K/V in place with index_copy_, as the model-file
+                          contract describes) or "dynamic" (DynamicCache: each step's torch.cat
+                          copies the whole cache, which a byte count then sees)
     logits                "last" (default: lm_head on the last position only, as serving does)
                           or "all"
     layers                int: override num_hidden_layers (quick runs)
@@ -79,6 +82,23 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _check_experts(value: Any) -> str:
+    if value in EXPERTS_IMPLEMENTATIONS:
+        return value
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+        registered = tuple(ALL_EXPERTS_FUNCTIONS.keys())
+    except ImportError:
+        registered = ()
+    if value in registered:
+        return value
+    raise ValueError(
+        f"option experts_implementation={value!r}: use one of "
+        f"{', '.join(dict.fromkeys(EXPERTS_IMPLEMENTATIONS + registered))}"
+    )
+
+
 class HFModelSource:
     """A causal LM described by a transformers config, built without weights."""
 
@@ -90,11 +110,8 @@ class HFModelSource:
         self.attn_implementation = _check_choice(
             "attn_implementation", options.get("attn_implementation", "sdpa"), ATTN_IMPLEMENTATIONS
         )
-        self.experts_implementation = _check_choice(
-            "experts_implementation", options.get("experts_implementation", "grouped_mm"),
-            EXPERTS_IMPLEMENTATIONS,
-        )
-        self.cache = _check_choice("cache", options.get("cache", "dynamic"), CACHES)
+        self.experts_implementation = _check_experts(options.get("experts_implementation", "grouped_mm"))
+        self.cache = _check_choice("cache", options.get("cache", "static"), CACHES)
         self.logits = _check_choice("logits", options.get("logits", "last"), LOGITS)
         _, _, auto_cls, _ = _transformers()
         self._model_class = auto_cls._model_mapping[type(config)]

@@ -300,10 +300,22 @@ class Recorder:
         )
 
     def fused_sdpa(self, func, args, kwargs):
-        """Run SDPA with op recording suppressed, then record it as one fused call."""
+        """Run SDPA with op recording suppressed, then record it as one fused call.
+
+        The output takes the memory layout fused kernels (flash, CPU flash) return, [B, L, H, E]
+        in memory, so that later ops' traffic (a transpose(1, 2).reshape is then free) does not
+        depend on the backend picked on CPU or meta. On meta nothing is computed at all.
+        """
         self.suppress += 1
         try:
-            out = func(*args, **kwargs)
+            q, v = args[0] if args else kwargs["query"], (args[2] if len(args) > 2 else kwargs["value"])
+            shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+            if q.is_meta:
+                out = _fused_layout(shape, q)
+            else:
+                out = func(*args, **kwargs)
+                if len(shape) == 4 and not _is_fused_layout(out):
+                    out = _fused_layout(shape, q).copy_(out)
         finally:
             self.suppress -= 1
         self.record_sdpa(args, kwargs, out)
@@ -349,6 +361,18 @@ class Recorder:
                 },
             )
         )
+
+
+def _fused_layout(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of `shape` laid out as [B, L, H, E] in memory when 4-D."""
+    if len(shape) != 4:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    b, h, seq, e = shape
+    return torch.empty((b, seq, h, e), dtype=like.dtype, device=like.device).transpose(1, 2)
+
+
+def _is_fused_layout(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
 
 
 class _DispatchRecorder(TorchDispatchMode):

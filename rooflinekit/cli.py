@@ -228,6 +228,12 @@ def plugins_cmd(fmt, debug):
         click.echo(f"rooflinekit: warning: {w}", err=True)
 
 
+# -- commands from other modules (each adds its own line below its marker) --
+# [sweep/plot/compare]
+# [measure/calibrate/detect]
+# [distributed]
+
+
 def main() -> None:
     cli(prog_name="rooflinekit")
 

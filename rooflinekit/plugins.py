@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import pluggy
 
 from rooflinekit import hookspecs
+from rooflinekit.errors import UserError
 
 GROUP = "rooflinekit"
 #: Built-ins, registered directly only when the package's own entry points are not installed
@@ -103,6 +104,8 @@ class PluginHost:
         for impl in self._impls(hook_name):
             try:
                 result = impl.function(*[kwargs[a] for a in impl.argnames])
+            except UserError:
+                raise  # a plugin's deliberate message to the user (e.g. a bad model file)
             except Exception as exc:
                 self.warn(f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(exc).__name__}: {exc}")
                 continue
@@ -126,6 +129,8 @@ class PluginHost:
         for impl in self._impls(hook_name):
             try:
                 result = impl.function(*[kwargs[a] for a in impl.argnames])
+            except UserError:
+                raise  # a plugin's deliberate message to the user (e.g. a bad model file)
             except Exception as exc:
                 self.warn(f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(exc).__name__}: {exc}")
                 continue

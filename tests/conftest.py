@@ -1,0 +1,37 @@
+"""Shared helpers: profile a model file through the public pipeline, run the CLI in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rooflinekit.cli import cli
+from rooflinekit.pipeline import load_source, profile
+from rooflinekit.workload import Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+MODELS = Path(__file__).resolve().parent / "models"
+
+#: Small dimensions for examples/llama_gqa.py so CPU runs stay fast.
+TINY_LLAMA = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32,
+              "intermediate": 512, "vocab": 1000}
+
+
+def run_profile(path, phase="decode", batch=1, context=64, dtype="bf16", device="meta",
+                hardware="H800", **options):
+    """Profile a model file and return the report dict."""
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(options.items())))
+    return profile(load_source(str(path), options), workload, hardware).report
+
+
+@pytest.fixture
+def invoke():
+    """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
+
+    def _invoke(*args):
+        return CliRunner().invoke(cli, [str(a) for a in args])
+
+    return _invoke

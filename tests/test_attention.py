@@ -1,0 +1,120 @@
+"""Attention attribution per architecture, against closed forms (bf16, decode, per layer)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import EXAMPLES, MODELS, run_profile
+
+GQA = EXAMPLES / "llama_gqa.py"
+MLA = EXAMPLES / "deepseek_mla.py"
+B, S = 4, 32768
+
+
+def _rows(report):
+    assert report["attention"], "no attention layer found"
+    return report["attention"]
+
+
+def test_gqa_example_minimum_bytes_and_intensity():
+    h, h_kv, d = 32, 8, 128
+    report = run_profile(GQA, batch=B, context=S, layers=1)
+    (row,) = _rows(report)
+    assert (row["arch"], row["num_heads"], row["num_kv_heads"], row["head_dim"]) == ("gqa", h, h_kv, d)
+    assert row["kv_bytes_min"] == 2 * B * S * h_kv * d * 2
+    assert row["cache_bytes_per_token"] == 2 * h_kv * d * 2
+    assert row["flops_model"] == 4 * B * h * S * d
+    # 4*B*H*S*d FLOPs over 4*B*H_kv*S*d bytes: the group size H/H_kv (= 4 here), plus q/out bytes
+    assert row["intensity_min"] == pytest.approx(h / h_kv, rel=0.01)
+    assert row["amplification"] == pytest.approx(1.0, rel=0.01)  # enable_gqa: no repeat
+
+
+@pytest.mark.parametrize("heads,kv_heads,expected", [(8, 8, 1.0), (8, 1, 8.0), (16, 4, 4.0)])
+def test_mha_mqa_gqa_intensity_is_group_size(heads, kv_heads, expected):
+    report = run_profile(GQA, batch=B, context=S, layers=1, hidden=heads * 64, heads=heads,
+                         kv_heads=kv_heads, head_dim=64, intermediate=256, vocab=256)
+    (row,) = _rows(report)
+    assert row["arch"] == {1.0: "mha", 8.0: "mqa", 4.0: "gqa"}[expected]
+    assert row["intensity_min"] == pytest.approx(expected, rel=0.01)
+
+
+def test_mla_absorbed_128_heads():
+    report = run_profile(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=128)
+    (row,) = _rows(report)
+    assert (row["arch"], row["mode"]) == ("mla", "absorbed")
+    assert row["cache_bytes_per_token"] == (512 + 64) * 2 == 1152
+    assert row["kv_bytes_min"] == B * S * 576 * 2
+    assert row["flops_executed"] == pytest.approx(2 * B * S * 128 * (576 + 512), rel=0.01)
+    assert row["intensity_min"] == pytest.approx(128 * 1088 / 576, rel=0.01)  # 241.8
+    # the example reads the latent in both products (scores and output): (512+64+512)/576
+    assert row["amplification"] == pytest.approx((512 + 64 + 512) / 576, rel=0.01)
+
+
+def test_mla_absorbed_16_heads_tp8_view():
+    report = run_profile(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=16)
+    (row,) = _rows(report)
+    assert row["intensity_min"] == pytest.approx(16 * 1088 / 576, rel=0.01)  # 30.2
+
+
+def test_mla_naive_caches_per_head_kv():
+    report = run_profile(MLA, batch=B, context=S, layers=1, mode="naive", heads=128)
+    (row,) = _rows(report)
+    assert row["kv_read_bytes"] == pytest.approx(B * S * 128 * (192 + 128) * 2, rel=0.01)
+    assert row["kv_bytes_executed"] == pytest.approx(B * S * 128 * (192 + 128) * 2, rel=0.01)
+    assert row["amplification"] == pytest.approx(128 * 320 / 576, rel=0.01)  # ~71
+
+
+@pytest.mark.parametrize("path,kw", [(GQA, {"layers": 1}), (MLA, {"layers": 1, "mode": "absorbed"})])
+def test_attention_intensity_does_not_depend_on_batch(path, kw):
+    values = [_rows(run_profile(path, batch=b, context=4096, **kw))[0]["intensity_min"] for b in (1, 4, 48)]
+    assert max(values) == pytest.approx(min(values), rel=0.01)
+
+
+def test_repeated_kv_amplification():
+    # tests/models/repeat_kv_sdpa.py: H=8, H_kv=2 (g=4), static cache, repeat_kv before SDPA.
+    g, ctx = 4, 2048
+    (row,) = _rows(run_profile(MODELS / "repeat_kv_sdpa.py", batch=2, context=ctx))[:1]
+    assert (row["arch"], row["num_kv_heads"]) == ("gqa", 2)
+    # SDPA reads the repeated K/V: g times the cache
+    assert row["read_amplification"] == pytest.approx(g, rel=0.01)
+    # plus the repeat copy itself (read the cache once, write g copies): 1 + 2g in all
+    assert row["amplification"] == pytest.approx(1 + 2 * g, rel=0.02)
+
+
+def test_no_repeat_amplification_is_one():
+    (row,) = _rows(run_profile(MODELS / "fused_qkv_mqa.py", batch=2, context=2048))[:1]
+    assert row["arch"] == "mqa"
+    assert row["amplification"] == pytest.approx(1.0, rel=0.01)
+
+
+def test_einsum_attention_with_cat_cache():
+    # einsum QK^T/PV, repeat_interleave to 8 heads, torch.cat cache update: H=8, H_kv=2, d=32
+    ctx, b = 2048, 2
+    (row,) = _rows(run_profile(MODELS / "einsum_attn.py", batch=b, context=ctx))[:1]
+    assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("gqa", 8, 2)
+    assert row["kv_bytes_min"] == 2 * b * ctx * 2 * 32 * 2
+    assert row["read_amplification"] == pytest.approx(4, rel=0.01)
+    assert row["amplification"] > row["read_amplification"] + 2  # the cat and the repeat are counted
+
+
+def test_nn_multihead_attention_recognised():
+    rows = _rows(run_profile(MODELS / "torch_mha.py", batch=2, context=256))
+    assert all(r["arch"] == "mha" and r["num_heads"] == 8 for r in rows)
+    assert all(r["intensity_min"] == pytest.approx(1.0, rel=0.01) for r in rows)
+
+
+def test_unrecognised_attention_is_reported_and_counted(tmp_path):
+    (tmp_path / "anon.py").write_text(
+        "import torch\n"
+        "class Core(torch.nn.Module):\n"
+        "    def forward(self, q, k, v):\n"
+        "        return torch.softmax(q.flatten(0, 1) @ k.flatten(0, 1).transpose(1, 2), -1) @ v.flatten(0, 1)\n"
+        "def build_model():\n    return Core()\n"
+        "def make_inputs(b, c, p):\n"
+        "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
+    )
+    report = run_profile(tmp_path / "anon.py", batch=2, context=100)
+    (row,) = report["attention"]
+    assert row["arch"] == "unrecognised" and not row["recognised"]
+    assert row["flops_executed"] == 4 * 2 * 3 * 100 * 16
+    assert "not recognised" in " ".join(row["notes"])

@@ -1,0 +1,166 @@
+"""Capture: FLOPs and bytes per op against hand-derived closed forms, on meta and cpu."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rooflinekit.capture import capture, unique_bytes
+from tests.conftest import MODELS, TINY_LLAMA, EXAMPLES, run_profile
+
+DEVICES = ["meta", "cpu"]
+
+
+def _build(device, dtype, fn):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            return fn()
+    finally:
+        torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [False, True])
+def test_linear_flops_and_bytes_exact(device, bias):
+    tokens, d_in, d_out = 6, 48, 80
+
+    def make():
+        return torch.nn.Linear(d_in, d_out, bias=bias), torch.randn(2, 3, d_in)
+
+    layer, x = _build(device, torch.bfloat16, make)
+    cap = capture(layer, (x,))
+    matmuls = [op for op in cap.ops if op.flops]
+    assert len(matmuls) == 1
+    op = matmuls[0]
+    assert op.flops == 2 * tokens * d_in * d_out
+    weight = d_in * d_out * 2 + (d_out * 2 if bias else 0)
+    assert op.bytes_read == weight + tokens * d_in * 2
+    assert op.bytes_written == tokens * d_out * 2
+    assert op.param_bytes == weight
+    assert op.module == ""  # the root module
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_heads", [8, 2, 1])
+def test_decode_sdpa_flops_are_4bhsd(device, kv_heads):
+    b, h, s, d = 3, 8, 257, 32
+
+    class Attn(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, enable_gqa=kv_heads != h)
+
+    q, k, v = _build(device, torch.bfloat16, lambda: (
+        torch.randn(b, h, 1, d), torch.randn(b, kv_heads, s, d), torch.randn(b, kv_heads, s, d)))
+    cap = capture(Attn(), (q, k, v))
+    assert [op.name for op in cap.ops] == ["F.scaled_dot_product_attention"]
+    op = cap.ops[0]
+    assert op.flops == 4 * b * h * s * d
+    assert op.bytes_read == (b * h * d + 2 * b * kv_heads * s * d) * 2
+    assert op.bytes_written == b * h * d * 2
+
+
+def test_causal_prefill_counts_unmasked_pairs():
+    b, h, s, d = 1, 2, 10, 16
+    q = torch.randn(b, h, s, d, device="meta")
+
+    class Attn(torch.nn.Module):
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+    cap = capture(Attn(), (q,))
+    pairs = s * (s + 1) // 2  # lower triangle including the diagonal
+    assert cap.ops[0].flops == 2 * b * h * pairs * (d + d)
+
+
+def test_views_are_free_and_broadcast_read_once():
+    class M(torch.nn.Module):
+        def forward(self, x, row):
+            y = x.transpose(0, 1).reshape(-1)  # view of a contiguous transpose -> copy
+            z = x + row.expand(64, 128)  # row read once, not 64 times
+            return y, z
+
+    x = torch.randn(64, 128, device="meta")
+    row = torch.randn(1, 128, device="meta")
+    cap = capture(M(), (x, row))
+    names = [op.name for op in cap.ops]
+    assert "aten.transpose" not in names and "aten.expand" not in names
+    add = next(op for op in cap.ops if op.name == "aten.add")
+    assert add.bytes_read == (64 * 128 + 128) * 4
+    assert add.bytes_written == 64 * 128 * 4
+
+
+def test_inplace_and_duplicate_inputs_not_double_counted():
+    class M(torch.nn.Module):
+        def forward(self, x, y):
+            x.add_(y)  # reads x and y, writes x once
+            return x * x  # x read once
+
+    x = torch.randn(32, 32, device="meta")
+    y = torch.randn(32, 32, device="meta")
+    cap = capture(M(), (x, y))
+    add_, mul = cap.ops
+    n = 32 * 32 * 4
+    assert (add_.bytes_read, add_.bytes_written) == (2 * n, n)
+    assert (mul.bytes_read, mul.bytes_written) == (n, n)
+
+
+def test_cache_slot_write_counts_only_the_slot():
+    class M(torch.nn.Module):
+        def forward(self, cache, k):
+            cache[:, :, 99:100].copy_(k)
+            return cache
+
+    cache = torch.zeros(2, 4, 100, 16, device="meta")
+    k = torch.randn(2, 4, 1, 16, device="meta")
+    (op,) = capture(M(), (cache, k)).ops
+    slot = 2 * 4 * 16 * 4
+    assert (op.name, op.bytes_read, op.bytes_written) == ("aten.copy_", slot, slot)
+
+
+def test_embedding_reads_only_gathered_rows():
+    emb = torch.nn.Embedding(50000, 64, device="meta")
+    ids = torch.zeros(3, 5, dtype=torch.long, device="meta")
+    (op,) = capture(emb, (ids,)).ops
+    assert op.bytes_read == 15 * 64 * 4 + 15 * 8
+    assert op.param_bytes == 15 * 64 * 4
+
+
+def test_unique_bytes_of_expanded_tensor():
+    t = torch.empty(4, 1, 8).expand(4, 16, 8)
+    assert unique_bytes(t) == 4 * 8 * 4
+
+
+def test_ops_without_formula_are_listed_not_zeroed():
+    report = run_profile(MODELS / "tiny_gqa.py", context=32)
+    names = {u["name"] for u in report["uncounted_ops"]}
+    assert {"aten.mul", "aten.silu"} <= names
+    counted_bytes = sum(op["bytes_read"] + op["bytes_written"] for op in report["ops"] if not op["counted"])
+    assert sum(u["bytes"] for u in report["uncounted_ops"]) == pytest.approx(counted_bytes)
+    assert all(0 <= u["bytes_share"] <= 1 for u in report["uncounted_ops"])
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize(
+    "path,options",
+    [
+        (EXAMPLES / "llama_gqa.py", TINY_LLAMA),
+        (EXAMPLES / "gpt2_mha.py", {"layers": 1, "hidden": 128, "heads": 4, "vocab": 500}),
+        (MODELS / "einsum_attn.py", {}),
+        (MODELS / "torch_mha.py", {}),
+        (MODELS / "fused_qkv_mqa.py", {}),
+        (EXAMPLES / "deepseek_mla.py", {"layers": 1, "hidden": 256, "heads": 4, "q_lora_rank": 64,
+                                        "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+                                        "qk_rope_head_dim": 8, "v_head_dim": 16,
+                                        "intermediate": 128, "vocab": 300}),
+    ],
+)
+def test_meta_and_cpu_agree(path, options, phase):
+    kw = dict(phase=phase, batch=2, context=24, dtype="fp32")
+    meta = run_profile(path, device="meta", **kw, **options)
+    cpu = run_profile(path, device="cpu", **kw, **options)
+    assert meta["totals"]["flops"] == cpu["totals"]["flops"]
+    assert meta["totals"]["bytes"] == cpu["totals"]["bytes"]
+    assert [o["name"] for o in meta["ops"]] == [o["name"] for o in cpu["ops"]]
