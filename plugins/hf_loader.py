@@ -181,15 +181,22 @@ class HFModelSource:
     def _make_cache(self, batch: int, past: int, context: int):
         from transformers import DynamicCache, StaticCache
 
+        dtype = torch.get_default_dtype()
+        n_layers = self.config.get_text_config(decoder=True).num_hidden_layers
         if self.cache == "static":
             cache = StaticCache(config=self.config, max_cache_len=context)
+            # Allocate the slots here rather than lazily inside the forward (an aten.zeros of the
+            # whole cache there would be counted). Cache.early_initialization cannot be used: it
+            # gives K and V one head_dim, and MLA caches 512-wide latents with 64-wide rope keys.
+            k0, v0 = (torch.empty(s, dtype=dtype) for s in self.kv_shapes(batch, 0))
+            for layer in cache.layers:
+                if getattr(layer, "supports_early_init", False) and not layer.is_initialized:
+                    layer.lazy_initialization(k0, v0)
         else:
             cache = DynamicCache(config=self.config)
         if past == 0:
             return cache
         k_shape, v_shape = self.kv_shapes(batch, past)
-        dtype = torch.get_default_dtype()
-        n_layers = self.config.get_text_config(decoder=True).num_hidden_layers
         for layer_idx in range(n_layers):
             # On meta these allocate nothing; the layer classes handle sliding windows themselves
             k = torch.empty(k_shape, dtype=dtype)

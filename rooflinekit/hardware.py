@@ -121,7 +121,7 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
     if not isinstance(peaks_raw, dict) or not peaks_raw:
         raise HardwareFileError(f"{path}: [peak_flops] must be a table of dtype = FLOP/s")
     peaks: dict[str, float] = {}
-    for key, value in peaks_raw.items():
+    for key in peaks_raw:
         if key not in DTYPE_KEYS:
             raise HardwareFileError(
                 f"{path}: unknown dtype '{key}' in [peak_flops] (use {', '.join(DTYPE_KEYS)})"

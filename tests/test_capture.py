@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.capture import capture, unique_bytes
-from tests.conftest import MODELS, TINY_LLAMA, EXAMPLES, run_profile
+from tests.conftest import EXAMPLES, MODELS, TINY_LLAMA, run_profile
 
 DEVICES = ["meta", "cpu"]
 

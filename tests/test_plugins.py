@@ -1,0 +1,123 @@
+"""Plugins: a distribution installed with pip is discovered; broken plugins are named, not fatal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rooflinekit.hookspecs import hookimpl
+from rooflinekit.plugins import PluginHost
+from rooflinekit.specs import AttentionSpec
+from tests.conftest import EXAMPLES, ROOT
+
+PLUGIN = textwrap.dedent(
+    '''
+    from rooflinekit.hookspecs import hookimpl
+    from rooflinekit.specs import AttentionSpec
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(module, path):
+        if type(module).__name__ == "GQAAttention":
+            return AttentionSpec(arch="gqa", num_heads=module.num_heads, num_kv_heads=module.num_kv_heads,
+                                 head_dim=module.head_dim, v_head_dim=module.head_dim,
+                                 notes=("answered by rk_testplugin",))
+    '''
+)
+BROKEN = "raise RuntimeError('this plugin is broken on purpose')\n"
+WRONG = textwrap.dedent(
+    '''
+    from rooflinekit.hookspecs import hookimpl
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(module, path):
+        return "not a spec"
+    '''
+)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """Build and pip-install a tiny third-party distribution into a private site folder."""
+    src = tmp_path_factory.mktemp("rk_testplugin")
+    (src / "rk_testplugin").mkdir()
+    (src / "rk_testplugin" / "__init__.py").write_text("")
+    (src / "rk_testplugin" / "good.py").write_text(PLUGIN)
+    (src / "rk_testplugin" / "broken.py").write_text(BROKEN)
+    (src / "rk_testplugin" / "wrong.py").write_text(WRONG)
+    (src / "pyproject.toml").write_text(textwrap.dedent(
+        """
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "rk-testplugin"
+        version = "0.3.1"
+        [project.entry-points.rooflinekit]
+        rk_good = "rk_testplugin.good"
+        rk_broken = "rk_testplugin.broken"
+        rk_wrong = "rk_testplugin.wrong"
+        [tool.setuptools]
+        packages = ["rk_testplugin"]
+        """
+    ))
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(site), str(src)],
+        check=True, capture_output=True,
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+    return env
+
+
+def _run(env, *args):
+    return subprocess.run([sys.executable, "-m", "rooflinekit", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_third_party_plugin_is_listed_and_answers(installed, tmp_path):
+    listed = _run(installed, "plugins", "-f", "json")
+    assert listed.returncode == 0, listed.stderr
+    info = {p["name"]: p for p in json.loads(listed.stdout)["plugins"]}
+    assert info["rk_good"]["distribution"] == "rk-testplugin"
+    assert info["rk_good"]["version"] == "0.3.1"
+    assert "rooflinekit_attention_spec" in info["rk_good"]["hooks"]
+    assert "attention" in info  # the built-ins come through the same entry-point group
+
+    out = tmp_path / "r.json"
+    run = _run(installed, "profile", str(EXAMPLES / "llama_gqa.py"), "-O", "layers=1", "--context", "256",
+               "-f", "json", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    row = report["attention"][0]
+    # rk_wrong answers first (wrong type, skipped with a warning), then rk_good answers.
+    assert row["plugin"] == "rk_good"
+    assert "answered by rk_testplugin" in row["notes"]
+    warnings = " ".join(report["warnings"])
+    assert "rk_broken" in warnings and "broken on purpose" in warnings
+    assert "rk_wrong" in warnings and "expected AttentionSpec" in warnings
+    # each problem is one warning line on stderr, and the run completed
+    assert run.stderr.count("rk_broken") == 1
+
+
+class _Raises:
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(self, module, path):
+        raise ValueError("boom")
+
+
+def test_raising_plugin_is_skipped_and_named():
+    host = PluginHost()
+    host.register(_Raises(), "raiser", "tests", "0")
+    import torch
+
+    mha = torch.nn.MultiheadAttention(64, 4)
+    spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x")
+    assert plugin == "attention" and spec.num_heads == 4
+    assert any("raiser" in w and "boom" in w for w in host.warnings)
