@@ -110,7 +110,9 @@ class HFModelSource:
         self.attn_implementation = _check_choice(
             "attn_implementation", options.get("attn_implementation", "sdpa"), ATTN_IMPLEMENTATIONS
         )
-        self.experts_implementation = _check_experts(options.get("experts_implementation", "grouped_mm"))
+        self.experts_implementation = _check_experts(
+            options.get("experts_implementation", "grouped_mm")
+        )
         self.cache = _check_choice("cache", options.get("cache", "static"), CACHES)
         self.logits = _check_choice("logits", options.get("logits", "last"), LOGITS)
         _, _, auto_cls, _ = _transformers()
@@ -153,7 +155,9 @@ class HFModelSource:
         kwargs: dict[str, Any] = {
             "input_ids": torch.zeros(batch, q_len, dtype=torch.long),
             # explicit positions: the model would otherwise derive them from the cache length
-            "position_ids": torch.arange(past, context, dtype=torch.long).unsqueeze(0).expand(batch, -1),
+            "position_ids": torch.arange(past, context, dtype=torch.long)
+            .unsqueeze(0)
+            .expand(batch, -1),
             # A cache is passed in both phases: without one, transformers' mask code inspects
             # position_ids for packed sequences ((mask == 0).all() -> data-dependent on meta).
             self._cache_kwarg: self._make_cache(batch, past, context),

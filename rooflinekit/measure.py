@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from rooflinekit import capture as _capture
 from rooflinekit import compat
@@ -93,7 +94,7 @@ def _name(func) -> str:
     return name
 
 
-class _TimedDispatch(_capture.TorchDispatchMode):
+class _TimedDispatch(TorchDispatchMode):
     def __init__(self, recorder: _TimedRecorder):
         super().__init__()
         self.recorder = recorder
@@ -142,7 +143,7 @@ class Measurement:
     step_time_plain_s: float | None  # mean wall time of a forward with no modes and no profiler
     timing: str
     unmatched: list[str] = field(default_factory=list)
-    trace_events: list[dict] | None = None  # the chrome trace, when asked for
+    trace: dict | None = None  # the profiler's chrome trace, when asked for
 
     @property
     def step_time_s(self) -> float:
@@ -288,7 +289,7 @@ def measure(
             else "cpu: duration of each op's profiler range"
         ),
         unmatched=unmatched,
-        trace_events=events,
+        trace=events,
     )
 
 

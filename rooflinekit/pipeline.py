@@ -89,11 +89,36 @@ def profile(
     group_layers: bool = False,
     host: PluginHost | None = None,
     db: HardwareDB | None = None,
+    measure: bool | None = None,
+    warmup: int = 2,
+    repeats: int = 5,
+    trace: str | None = None,
+    compare_hardware: str | None = None,
 ) -> Profiled:
-    """Build, capture one forward, attribute attention, place on `hardware`."""
+    """Build, capture one forward, attribute attention, place on `hardware`.
+
+    `hardware="auto"` takes the local GPU's entry (NVML), else DEFAULT_HARDWARE. Measured mode
+    (`measure=True`; None means on for cuda, off otherwise) then times `repeats` real forwards after
+    `warmup` ones and joins the times to the counted ops (rooflinekit.measure); `trace` writes the
+    annotated profiler trace there. `compare_hardware` adds a second placement (placement_alt).
+    """
     host = host or get_host()
     db = db or hardware_db(host)
-    hw = db.get(hardware)
+    auto_note = None
+    if hardware == "auto":
+        from rooflinekit.detect import auto_hardware
+
+        hw, auto_note = auto_hardware(db, DEFAULT_HARDWARE)
+    else:
+        hw = db.get(hardware)
+    alt_hw = db.get(compare_hardware) if compare_hardware else None
+    if measure is None:
+        measure = workload.device.startswith("cuda")
+    if measure and workload.device == "meta":
+        raise UserError("measured mode runs the real forward: pass --device cpu or --device cuda "
+                        "(the meta device holds no data)")
+    if trace and not measure:
+        raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
     built = build(source, workload)
     from rooflinekit.modelled import module_models
 
@@ -115,8 +140,38 @@ def profile(
         "modules": len(cap.modules),
     }
     notes = list(source.notes) + [m.assumption_note for m in patched]
+    if auto_note:
+        notes.append(auto_note)
+    measurement = None
+    if measure:
+        from rooflinekit.measure import measure as run_measure
+
+        try:
+            with in_effect(workload), module_models(built.model, workload, host):
+                measurement = run_measure(
+                    built.model, built.inputs, cap.ops, device=workload.device, warmup=warmup,
+                    repeats=repeats, formulas=formula_book(host), trace=bool(trace),
+                )
+        except UserError:
+            raise
+        except Exception as exc:
+            raise _forward_error(exc, source, workload) from exc
+        for op in cap.ops:
+            op.time_s = measurement.op_time_s.get(op.index)
     report = build_report(
         cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
     )
+    if measurement is not None:
+        from rooflinekit.measure import apply_measurement
+
+        apply_measurement(report, cap.ops, rows, hw, measurement)
+    if alt_hw is not None:
+        from rooflinekit.measure import apply_alt_placement
+
+        apply_alt_placement(report, alt_hw)
+    if measurement is not None and trace:
+        from rooflinekit.measure import write_trace
+
+        write_trace(trace, measurement.trace, report)
     return Profiled(report=report, model=built.model, capture=cap)
