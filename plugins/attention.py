@@ -4,6 +4,10 @@ Recognition reads the attributes model code commonly carries (num_heads, num_key
 head_dim, ..., a transformers `config`, or projection shapes), and torch.nn.MultiheadAttention.
 Costs are the closed forms of ../docs/attention.md: the KV cache of the positions attended read
 once, plus q read and the output written once.
+
+Sliding windows are not recognised here: a spec's `window` is set by a plugin that knows the
+architecture (see examples/plugins/rooflinekit-swa). The cost below honours any spec's `window`
+(positions attended capped at it), so such a plugin only has to recognise.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from rooflinekit.specs import AttentionCost, AttentionSpec
 HEAD_ATTRS = ("num_heads", "n_heads", "num_attention_heads", "n_head", "n_local_heads", "heads")
 KV_HEAD_ATTRS = ("num_kv_heads", "num_key_value_heads", "n_kv_heads", "n_local_kv_heads", "kv_heads")
 HEAD_DIM_ATTRS = ("head_dim", "head_size", "d_head", "dim_head")
-WINDOW_ATTRS = ("sliding_window", "window_size", "window")
 
 
 def _int_attr(obj, names) -> int | None:
@@ -103,9 +106,8 @@ def rooflinekit_attention_spec(module, path):
             kv_heads = k_proj.out_features // head_dim
         else:
             kv_heads = heads
-    window = _lookup(module, WINDOW_ATTRS)
     return AttentionSpec(arch=classify(heads, kv_heads), num_heads=heads, num_kv_heads=kv_heads,
-                         head_dim=head_dim, v_head_dim=head_dim, window=window)
+                         head_dim=head_dim, v_head_dim=head_dim)
 
 
 @hookimpl
@@ -123,7 +125,11 @@ def rooflinekit_attention_spec_from_call(call):
 
 @hookimpl
 def rooflinekit_attention_cost(spec, workload):
-    positions = min(workload.context, spec.window) if spec.window else workload.context
+    positions = workload.context
+    if spec.window:
+        # keys some query of this step sees: the last q_len + window - 1 positions (decode: the
+        # window; prefill: every new token, each needed by a later query within its window)
+        positions = min(workload.context, workload.q_len + spec.window - 1)
     causal = workload.phase == "prefill"
     pairs = attention_pairs(workload.q_len, workload.context, causal)
     if spec.window and spec.window < workload.context:

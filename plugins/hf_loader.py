@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 from typing import Any
 
 import torch
@@ -173,14 +174,26 @@ class HFModelSource:
     def kv_shapes(self, batch: int, length: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Shapes of what each attention layer passes to `cache.update(k, v, layer_idx)`."""
         c = self.config.get_text_config(decoder=True)
-        if getattr(c, "kv_lora_rank", None) and getattr(c, "qk_rope_head_dim", None):
-            # MLA (deepseek_v2/v3): the compressed latent and the shared rotary key are cached,
-            # one "head" each; kv_b_proj expands them to per-head K/V after the update.
-            return (batch, 1, length, c.kv_lora_rank), (batch, 1, length, c.qk_rope_head_dim)
         heads = c.num_attention_heads
         kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        if getattr(c, "kv_lora_rank", None) and getattr(c, "qk_rope_head_dim", None):
+            if self._mla_caches_latent():
+                # MLA, transformers >= ~5.14: the compressed latent and the shared rotary key are
+                # cached, one "head" each; kv_b_proj expands them to per-head K/V after the update.
+                return (batch, 1, length, c.kv_lora_rank), (batch, 1, length, c.qk_rope_head_dim)
+            # older MLA code caches the expanded per-head K (nope + rope) and V
+            k_dim = c.qk_nope_head_dim + c.qk_rope_head_dim
+            return (batch, kv_heads, length, k_dim), (batch, kv_heads, length, c.v_head_dim)
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
         return (batch, kv_heads, length, head_dim), (batch, kv_heads, length, head_dim)
+
+    def _mla_caches_latent(self) -> bool:
+        """Whether the model's MLA attention caches latents (it then has an `expand_kv` method)."""
+        module = sys.modules.get(self._model_class.__module__)
+        return any(
+            isinstance(obj, type) and issubclass(obj, torch.nn.Module) and hasattr(obj, "expand_kv")
+            for obj in vars(module or object()).values()
+        )
 
     def _make_cache(self, batch: int, past: int, context: int):
         from transformers import DynamicCache, StaticCache

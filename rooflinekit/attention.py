@@ -117,7 +117,12 @@ def _kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[in
 
 
 def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], params: set[int]) -> list[int]:
-    """Indices of the site's ops that produced the K/V operands (walking storages backwards)."""
+    """Indices of the ops under the site that produced the K/V operands (storages walked backwards).
+
+    `ops` are all ops of the site's module subtree. The walk passes through projections (a
+    transformers MLA layer re-expanding its latent cache with kv_b_proj every step is K/V traffic
+    of the implementation) but only their activation bytes count as K/V bytes.
+    """
     position = {op.index: i for i, op in enumerate(ops)}
     products = set(sinks)
     chosen: set[int] = set()
@@ -127,13 +132,30 @@ def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], par
             sid, before = frontier.pop()
             for i in range(before - 1, -1, -1):
                 op = ops[i]
-                if op.index in products or op.param_bytes > 0:
+                if op.index in products:
                     continue
                 if any(s == sid for s, _ in op.writes):
                     if op.index not in chosen:
                         chosen.add(op.index)
                         frontier.extend((s, i) for s, _ in op.reads if s not in params)
     return sorted(chosen)
+
+
+def _subtrees(ops: list[OpRecord], sites: set[str]) -> dict[str, list[OpRecord]]:
+    """Site path -> the ops of its module and all its descendants, in execution order."""
+    out: dict[str, list[OpRecord]] = {s: [] for s in sites}
+    for op in ops:
+        path = op.module
+        while path:
+            if path in out:
+                out[path].append(op)
+            path = path.rpartition(".")[0]
+    return out
+
+
+def _is_projection(op: OpRecord) -> bool:
+    """A product with a parameter operand (q/k/v/o projections, MLA's W_UK run inside a module)."""
+    return op.param_bytes > 0 and op.flops > 0
 
 
 def _call_for(path: str, module_class: str, ops: list[OpRecord], cap: CaptureResult) -> AttentionCall | None:
@@ -165,12 +187,15 @@ def attribute_attention(
     modules = dict(model.named_modules())
     by_index = {op.index: op for op in cap.ops}
     rows = []
-    for path, ops in find_sites(cap).items():
-        core = [op for op in ops if op.param_bytes == 0]
+    sites = find_sites(cap)
+    subtrees = _subtrees(cap.ops, set(sites))
+    for path, ops in sites.items():
+        core = [op for op in ops if not _is_projection(op)]
+        subtree = subtrees.get(path, []) if path else cap.ops
         sinks = _kv_operands(core, cap.param_storages, workload.context)
-        kv_path = _kv_path(core, sinks, cap.param_storages)
+        kv_path = _kv_path(subtree, sinks, cap.param_storages)
         kv_read = sum(b for operands in sinks.values() for _, b in operands)
-        kv_copy = sum(by_index[i].bytes for i in kv_path)
+        kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
         dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")

@@ -80,6 +80,13 @@ class OpRecord:
         return self.bytes_read + self.bytes_written
 
 
+@dataclass(frozen=True)
+class _OpInfo:
+    name: str
+    args: tuple[tuple[str, bool], ...]  # (argument name, written by the op)
+    returns_alias: tuple[bool, ...]  # return i aliases an input
+
+
 @dataclass
 class CaptureResult:
     """Everything one forward produced, plus what the attribute stage needs to know of the model."""
@@ -152,6 +159,7 @@ class Recorder:
         self.param_storages: set[int] = set()
         self.suppress = 0
         self.on_record: Callable[[OpRecord], None] | None = None
+        self._infos: dict[object, _OpInfo | None] = {}
 
     # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
     def pre_hook(self, module, args):
@@ -200,28 +208,40 @@ class Recorder:
                 param += nbytes
         return reads, param
 
-    def record_aten(self, func, args, kwargs, out) -> None:
+    def _info(self, func) -> _OpInfo | None:
+        """Per-op facts that do not change between calls (schema, formula), computed once."""
+        try:
+            return self._infos[func]
+        except KeyError:
+            pass
         name = op_key(func)
         if func.is_view or name in FREE_OPS:
+            info = None
+        else:
+            schema = func._schema
+            info = _OpInfo(
+                name=name,
+                args=tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments),
+                returns_alias=tuple(r.alias_info is not None for r in schema.returns),
+            )
+        self._infos[func] = info
+        return info
+
+    def record_aten(self, func, args, kwargs, out) -> None:
+        info = self._info(func)
+        if info is None:
             return
-        schema = func._schema
+        name = info.name
         bound: list[tuple[str, object, bool]] = []
-        for i, arg in enumerate(schema.arguments):
+        for i, (arg_name, written) in enumerate(info.args):
             if i < len(args):
-                value = args[i]
-            elif arg.name in kwargs:
-                value = kwargs[arg.name]
-            else:
-                continue
-            written = arg.alias_info is not None and arg.alias_info.is_write
-            bound.append((arg.name, value, written))
+                bound.append((arg_name, args[i], written))
+            elif arg_name in kwargs:
+                bound.append((arg_name, kwargs[arg_name], written))
 
         out_tensors = list(_tensors(out if isinstance(out, (list, tuple)) else [out]))
-        new_outputs = []
-        for i, t in enumerate(out_tensors):
-            ret = schema.returns[i] if i < len(schema.returns) else None
-            if ret is None or ret.alias_info is None:
-                new_outputs.append(t)
+        aliases = info.returns_alias
+        new_outputs = [t for i, t in enumerate(out_tensors) if i >= len(aliases) or not aliases[i]]
 
         read_tensors: list[torch.Tensor] = []
         writes: list[tuple[int, float]] = []
@@ -436,6 +456,14 @@ def _storage_ids(recorder: Recorder, model: torch.nn.Module) -> tuple[set[int], 
     return ids, total
 
 
+_ACTIVE: list[Recorder] = []
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of the capture in progress (for modelled modules that emit records)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
 @contextmanager
 def recording(model: torch.nn.Module, formulas: FormulaBook) -> Iterator[Recorder]:
     """Activate module tracking, the function mode and the dispatch mode around a forward."""
@@ -443,10 +471,12 @@ def recording(model: torch.nn.Module, formulas: FormulaBook) -> Iterator[Recorde
     recorder = Recorder(formulas, names)
     recorder.param_storages, recorder.param_total = _storage_ids(recorder, model)
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
+    _ACTIVE.append(recorder)
     try:
         with _patched_sdpa(recorder), _FunctionRecorder(recorder), _DispatchRecorder(recorder):
             yield recorder
     finally:
+        _ACTIVE.remove(recorder)
         for h in hooks:
             h.remove()
 

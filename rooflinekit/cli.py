@@ -78,7 +78,8 @@ def workload_options(f):
         click.option("--device", default="meta", show_default=True,
                      help="meta (no memory, default), cpu or cuda."),
         click.option("--hardware", "-H", default=None,
-                     help="Hardware entry (name, alias or .toml path); default H800 SXM5."),
+                     help="Hardware entry (name, alias or .toml path), or auto: the local GPU's entry "
+                          "(NVML); default auto, else H800 SXM5."),
         click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
                      help="Passed to build_model()/make_inputs() when they accept KEY (repeatable)."),
     ]
@@ -128,21 +129,50 @@ def _workload(phase, batch, context, dtype, device, options):
 @click.option("--top", default=25, show_default=True, type=int, help="Modules shown in the table (0: all).")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
+@click.option("--measure/--no-measure", default=None,
+              help="Time the real forward (random weights) and join times to the counts; default: on "
+                   "with --device cuda, off otherwise (needs --device cpu or cuda).")
+@click.option("--warmup", default=2, show_default=True, type=int, help="Measured mode: untimed forwards first.")
+@click.option("--repeats", default=5, show_default=True, type=int, help="Measured mode: timed forwards (mean).")
+@click.option("--trace", default=None, metavar="FILE.json",
+              help="Measured mode: write a Chrome/Perfetto trace, op events annotated with their counts.")
+@click.option("--compare-hardware", default=None, metavar="NAME",
+              help="Also place every point on a second entry (e.g. a calibrated one): placement_alt.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
+@click.option("--plot-depth", type=click.IntRange(1), default=None,
+              help="Chart every module at this depth (default: the weights-dominated modules).")
 @debug_option
-def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug):
-    from rooflinekit.pipeline import DEFAULT_HARDWARE, load_source
+def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
+            measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None):
+    from rooflinekit.pipeline import load_source
     from rooflinekit.pipeline import profile as run_profile
 
     workload, opts = _workload(phase, batch, context, dtype, device, options)
     if output:
         check_writable(output)
+    if trace:
+        check_writable(trace)
     if depth < 1:
         raise UserError(f"--depth must be at least 1, got {depth}")
+    if plot_path:
+        from rooflinekit.plot import check_target
+
+        check_target(plot_path)
+    if warmup < 0 or repeats < 1:
+        raise UserError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
     source = load_source(model, opts)
-    result = run_profile(source, workload, hardware or DEFAULT_HARDWARE, depth=depth, group_layers=group_layers)
+    result = run_profile(source, workload, hardware or "auto", depth=depth, group_layers=group_layers,
+                         measure=measure, warmup=warmup, repeats=repeats, trace=trace,
+                         compare_hardware=compare_hardware)
     for w in result.report["warnings"]:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     _emit(render(result.report, fmt, top or None), output)
+    if trace:
+        click.echo(f"wrote {trace} (Chrome/Perfetto trace of the measured run)", err=True)
+    if plot_path:
+        from rooflinekit.plot import write_plot
+
+        click.echo(f"wrote {plot_path} ({write_plot(result.report, plot_path, plot_depth)} points)", err=True)
 
 
 @cli.group(cls=Group, context_settings=CONTEXT_SETTINGS)
@@ -230,7 +260,18 @@ def plugins_cmd(fmt, debug):
 
 # -- commands from other modules (each adds its own line below its marker) --
 # [sweep/plot/compare]
+from rooflinekit.compare import compare_command  # noqa: E402  (light modules: commands built on call)
+from rooflinekit.plot import plot_command  # noqa: E402
+from rooflinekit.sweep import sweep_command  # noqa: E402
+
+cli.add_command(sweep_command())
+cli.add_command(plot_command())
+cli.add_command(compare_command())
 # [measure/calibrate/detect]
+from rooflinekit.measure_cli import calibrate_command, detect_command  # noqa: E402
+
+cli.add_command(calibrate_command(Command))
+hardware.add_command(detect_command(Command))
 # [distributed]
 
 

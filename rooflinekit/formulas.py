@@ -41,14 +41,14 @@ DATA_MOVEMENT_OPS = {
     "aten.full", "aten.full_like", "aten.arange", "aten.repeat", "aten.repeat_interleave",
     "aten.constant_pad_nd", "aten.flip", "aten.roll", "aten.slice_scatter", "aten.select_scatter",
     "aten.triu", "aten.tril", "aten.masked_fill", "aten.masked_fill_", "aten.where", "aten.contiguous",
-    "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.new_empty", "aten.scalar_tensor",
+    "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.scalar_tensor",
     "aten.one_hot", "aten.lift_fresh_copy", "aten.linspace", "aten.bernoulli", "aten.uniform_",
     "aten.normal_", "aten.random_", "aten.resize_", "aten.eye", "aten.embedding_dense_backward",
 }
 
 #: Ops that allocate or describe without moving data: no bytes, no FLOPs, not listed.
 FREE_OPS = {
-    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty_strided",
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
     "aten._unsafe_view", "aten.lift_fresh", "aten.detach", "aten.alias", "aten.set_",
     "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.dim",
     "aten.is_same_size", "aten._local_scalar_dense", "aten.record_stream", "aten._assert_async",

@@ -116,11 +116,16 @@ def timed_recording(model: torch.nn.Module, formulas: FormulaBook | None = None)
     names = {id(m): n for n, m in model.named_modules()}
     recorder = _TimedRecorder(formulas or FormulaBook(), names)
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
+    active = getattr(_capture, "_ACTIVE", None)  # modelled modules emit into the active recorder
+    if active is not None:
+        active.append(recorder)
     try:
         with (_capture._patched_sdpa(recorder), _capture._FunctionRecorder(recorder),
               _TimedDispatch(recorder)):
             yield recorder
     finally:
+        if active is not None:
+            active.remove(recorder)
         for h in hooks:
             h.remove()
 
@@ -223,9 +228,9 @@ def measure(
         sequences: list[list[str]] = []
         with torch.profiler.profile(activities=activities) as prof:
             for r in range(repeats):
-                with _Range(f"{STEP_PREFIX}{r}"):
-                    with timed_recording(model, formulas) as rec:
-                        call_forward(model, inputs)
+                # the modes are entered outside the step range: hook set-up is not step time
+                with timed_recording(model, formulas) as rec, _Range(f"{STEP_PREFIX}{r}"):
+                    call_forward(model, inputs)
                     sync()
                 sequences.append([op.name for op in rec.ops])
 
@@ -267,7 +272,7 @@ def measure(
             continue
         cpu_s = evt.cpu_time_total * 1e-6
         per_op_cpu[index] += cpu_s
-        per_op[index] += evt.device_time_total * 1e-6 if cuda else cpu_s
+        per_op[index] += _device_us(evt) * 1e-6 if cuda else cpu_s
 
     n = float(repeats)
     op_time = {i: per_op.get(i, 0.0) / n for i in range(len(captured)) if _timed(captured[i])}
@@ -291,6 +296,13 @@ def measure(
         unmatched=unmatched,
         trace=events,
     )
+
+
+def _device_us(evt) -> float:
+    """Kernel time launched inside an event (its children included), in us; device_time_total
+    replaced cuda_time_total in torch 2.4 (the old name stays as a deprecated alias)."""
+    value = getattr(evt, "device_time_total", None)
+    return float(value if value is not None else getattr(evt, "cuda_time_total", 0.0))
 
 
 def _timed(op: OpRecord) -> bool:
@@ -416,6 +428,7 @@ def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: Har
         time_vs_whole_step_bound=step / totals["time_bound_s"] if totals["time_bound_s"] else None,
         tokens_per_s=report["workload"]["tokens"] / step if step else None,
         device=m.device,
+        threads=torch.get_num_threads() if not m.device.startswith("cuda") else None,
         warmup=m.warmup,
         repeats=m.repeats,
         timing=m.timing,
@@ -440,6 +453,13 @@ def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: Har
             f"the timed forward ran a different op sequence from the counted one ({len(m.unmatched)} "
             "difference(s), e.g. " + m.unmatched[0] + "): unmatched ops are left out of op times "
             "and counted in unattributed_s"
+        )
+    modelled = sorted({op.module for op in ops if not _timed(op)})
+    if modelled:
+        report.setdefault("notes", []).append(
+            f"measured mode ran the analytic stand-in of {len(modelled)} modelled module(s) "
+            f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
+            "their records have no time, and the stand-in's own time is in unattributed_s"
         )
     if not m.device.startswith("cuda") and not hw.calibrated:
         report.setdefault("notes", []).append(

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 import torch
 
+from rooflinekit.capture import OpRecord, active_recorder
+
 
 class ModuleModel:
     """Base class for analytic stand-ins. Subclasses implement `forward` and set `assumption`."""
@@ -25,6 +27,45 @@ class ModuleModel:
     @property
     def assumption_note(self) -> str:
         return f"{type(self).__name__}: {self.assumption}"
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """Ops run inside are not recorded (shape bookkeeping of a modelled forward)."""
+    rec = active_recorder()
+    if rec is not None:
+        rec.suppress += 1
+    try:
+        yield
+    finally:
+        if rec is not None:
+            rec.suppress -= 1
+
+
+def emit(
+    name: str,
+    *,
+    flops: float,
+    bytes_read: float,
+    bytes_written: float,
+    param_bytes: float = 0.0,
+    dtype: str = "bf16",
+    module: str = "",
+    assumption: str = "",
+    counted: bool = True,
+    shapes: str = "",
+) -> OpRecord | None:
+    """Add one modelled op to the capture in progress (no-op outside a capture)."""
+    rec = active_recorder()
+    if rec is None:
+        return None
+    return rec.emit(
+        OpRecord(
+            index=0, name=name, module=module, flops=float(flops), bytes_read=float(bytes_read),
+            bytes_written=float(bytes_written), dtype=dtype, counted=counted, kind="modelled",
+            param_bytes=float(param_bytes), shapes=shapes, attrs={"assumption": assumption},
+        )
+    )
 
 
 @contextmanager

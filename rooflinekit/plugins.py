@@ -37,12 +37,15 @@ class PluginInfo:
 class PluginHost:
     """A pluggy manager plus the record of what loaded, what failed, and who answered."""
 
-    def __init__(self, load_entry_points: bool = True, trace: bool | None = None) -> None:
+    def __init__(self, load_entry_points: bool = True, trace: bool | None = None,
+                 disabled: set[str] | None = None) -> None:
         self.pm = pluggy.PluginManager(GROUP)
         self.pm.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
         self.warnings: list[str] = []
         self.trace = bool(os.environ.get("ROOFLINEKIT_TRACE_HOOKS")) if trace is None else trace
+        #: Entry points not loaded: ROOFLINEKIT_DISABLE_PLUGINS=name,name (see what runs without them).
+        self.disabled = _disabled_from_env() if disabled is None else set(disabled)
         self._warned: set[str] = set()
         if load_entry_points:
             self.load_entry_points()
@@ -59,7 +62,7 @@ class PluginHost:
             dist_name = dist.metadata["Name"] if dist is not None else "?"
             if dist_name == "rooflinekit":
                 seen_builtin = True
-            if self.pm.has_plugin(ep.name):
+            if self.pm.has_plugin(ep.name) or ep.name in self.disabled:
                 continue
             try:
                 plugin = ep.load()
@@ -71,7 +74,7 @@ class PluginHost:
             from rooflinekit import __version__
 
             for name, module_name in BUILTINS.items():
-                if self.pm.has_plugin(name):
+                if self.pm.has_plugin(name) or name in self.disabled:
                     continue
                 try:
                     plugin = importlib.import_module(module_name)
@@ -86,7 +89,12 @@ class PluginHost:
         except Exception as exc:  # pluggy validates hook signatures here
             self.warn(f"plugin '{name}' ({distribution}) rejected: {type(exc).__name__}: {exc}")
             return
-        hooks = sorted(h.name for h in self.pm.get_hookcallers(plugin) or [])
+        callers = self.pm.get_hookcallers(plugin) or []
+        hooks = sorted(h.name for h in callers)
+        unknown = sorted(h.name for h in callers if not h.has_spec())
+        if unknown:  # a typo, or a hook of another rooflinekit release: it would never be called
+            self.warn(f"plugin '{name}' ({distribution}) implements unknown hook {', '.join(unknown)}: "
+                      "never called (see rooflinekit/hookspecs.py for the hook names)")
         self.infos.append(
             PluginInfo(name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, hooks)
         )
@@ -144,6 +152,10 @@ class PluginHost:
             self._say(f"{hook_name}: '{impl.plugin_name}' contributed")
             results.append((result, impl.plugin_name))
         return results
+
+
+def _disabled_from_env() -> set[str]:
+    return {n.strip() for n in os.environ.get("ROOFLINEKIT_DISABLE_PLUGINS", "").split(",") if n.strip()}
 
 
 _HOST: PluginHost | None = None

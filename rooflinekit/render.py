@@ -50,6 +50,35 @@ def header_lines(report: dict) -> list[str]:
         f"{seconds(t['time_bound_s'])})"
         + (f", {t['tokens_per_s']:.4g} tokens/s" if t.get("tokens_per_s") else ""),
     ]
+    return lines + measured_lines(report)
+
+
+def measured_lines(report: dict) -> list[str]:
+    """Header lines for measured mode and for a second hardware entry (--compare-hardware)."""
+    t, lines = report["totals"], []
+    m = t.get("measured")
+    if m:
+        share = m["unattributed_s"] / m["step_time_s"] if m["step_time_s"] else None
+        lines.append(
+            f"measured ({m['device']}, mean of {m['repeats']} after {m['warmup']} warm-up): step "
+            f"{seconds(m['step_time_s'])} = ops {seconds(m['op_time_s'])} + unattributed "
+            f"{seconds(m['unattributed_s'])} ({_pct(share)}); uninstrumented {seconds(m['step_time_plain_s'])}"
+        )
+        lines.append(
+            f"achieved {_num(m['achieved_flops'], 'FLOP/s')}, {_num(m['achieved_bandwidth'], 'B/s')}: "
+            f"MFU {_pct(m['mfu'])} (model FLOPs), HFU {_pct(m['hfu'])} (executed), MBU {_pct(m['mbu'])}; "
+            f"{_ratio(m['time_vs_bound'])}x the predicted step"
+        )
+    alt = report.get("hardware_alt")
+    if alt:
+        pa = t["placement_alt"]
+        lines.append(
+            f"compared with {alt['name']}{' (calibrated)' if alt['calibrated'] else ''}: "
+            f"{_num(alt['peak_flops'], 'FLOP/s')} {alt['dtype']}, {_num(alt['bandwidth'], 'B/s')}, ridge "
+            f"{alt['ridge']:.1f} FLOP/B -> {pa['bound']}-bound, predicted step {seconds(pa['predicted_step_s'])}"
+            + (f", measured MFU {_pct(pa.get('mfu'))}, MBU {_pct(pa.get('mbu'))}" if pa.get("mbu") is not None else "")
+            + " (modules: placement_alt in JSON)"
+        )
     return lines
 
 
@@ -61,6 +90,11 @@ def module_table(report: dict, top: int | None) -> tuple[list[str], list[list]]:
             m["name"], _num(m["flops"]), _num(m["bytes"], "B"), _ratio(m["intensity"]), m["bound"],
             seconds(m["time_bound_ops_s"]), _pct(m["time_share"]), _pct(m["mfu_bound"]),
         ])
+    if any(m.get("time_s") is not None for m in report["modules"]):  # measured mode
+        headers += ["measured", "x bound", "MFU", "MBU"]
+        for row, m in zip(rows, report["modules"], strict=False):
+            row += [seconds(m["time_s"]) if m.get("time_s") is not None else "-", _ratio(m.get("time_vs_bound")),
+                    _pct(m.get("mfu")), _pct(m.get("mbu"))]
     return headers, rows
 
 
@@ -122,11 +156,16 @@ def to_csv(report: dict) -> str:
     buf = io.StringIO()
     fields = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
               "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
+    measured = report["totals"].get("measured")
+    if measured:  # measured mode: the same columns for modules and the step
+        fields += ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for m in report["modules"]:
         writer.writerow(m)
     t = dict(report["totals"], name="(step)", time_bound_ops_s=report["totals"]["predicted_step_s"], time_share=1.0)
+    if measured:
+        t.update(measured, time_s=measured["step_time_s"])
     writer.writerow(t)
     return buf.getvalue()
 

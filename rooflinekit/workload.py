@@ -110,6 +110,7 @@ class ModelSource:
     make_inputs: Callable[..., object]
     kind: str = "model file"
     notes: list[str] = field(default_factory=list)
+    options_handled: bool = False  # the loader consumed the options itself
 
 
 def parse_options(pairs: tuple[str, ...] | list[str]) -> dict[str, object]:
@@ -245,7 +246,9 @@ class _SkipMetaInit(TorchFunctionMode):
 
 def build(source: ModelSource, workload: Workload) -> Built:
     """Build the model and inputs with the workload's device and default dtype in effect."""
-    options = dict(workload.options)
+    options = {k: v for k, v in workload.options if not k.startswith("_")}
+    if source.options_handled:
+        options = {}
     check_options(source, options)
     skip = _SkipMetaInit() if workload.device == "meta" else nullcontext()
     with in_effect(workload), skip:

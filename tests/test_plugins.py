@@ -121,3 +121,66 @@ def test_raising_plugin_is_skipped_and_named():
     spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x")
     assert plugin == "attention" and spec.num_heads == 4
     assert any("raiser" in w and "boom" in w for w in host.warnings)
+
+
+class _Typo:
+    @hookimpl
+    def rooflinekit_atention_spec(self, module, path):  # misspelt: would never be called
+        return None
+
+    @hookimpl
+    def rooflinekit_hardware_dirs(self):
+        return []
+
+
+class _BadArgs:
+    @hookimpl
+    def rooflinekit_attention_spec(self, module, path, extra):  # `extra` is not in the spec
+        return None
+
+
+class _Collectors:
+    @hookimpl(tryfirst=True)
+    def rooflinekit_hardware_dirs(self):
+        raise OSError("no such folder")
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_op_formulas(self):
+        return ["not", "a", "dict"]
+
+
+def test_unknown_hook_and_rejected_plugin_are_named_once():
+    host = PluginHost()
+    host.register(_Typo(), "typo", "tests", "0")
+    host.register(_BadArgs(), "badargs", "tests", "0")
+    typo = [w for w in host.warnings if "'typo'" in w]
+    assert typo == ["plugin 'typo' (tests) implements unknown hook rooflinekit_atention_spec: never called "
+                    "(see rooflinekit/hookspecs.py for the hook names)"]
+    assert "typo" in {i.name for i in host.infos}  # its real hooks still work
+    bad = [w for w in host.warnings if "'badargs'" in w]
+    assert len(bad) == 1 and "rejected" in bad[0] and "badargs" not in {i.name for i in host.infos}
+
+
+def test_failing_collecting_hooks_are_named_and_the_rest_is_collected():
+    from rooflinekit.pipeline import formula_book, hardware_db
+
+    host = PluginHost()
+    host.register(_Collectors(), "collectors", "tests", "0")
+    db = hardware_db(host)
+    assert db.get("H800").name == "H800 SXM5"  # the built-in folder still loaded
+    book = formula_book(host)
+    assert book.lookup("aten.mm") is not None
+    assert any("'collectors' failed in rooflinekit_hardware_dirs: OSError: no such folder" in w
+               for w in host.warnings)
+    assert any("'collectors' returned list from rooflinekit_op_formulas" in w for w in host.warnings)
+
+
+def test_disabled_plugins_are_not_loaded(monkeypatch):
+    monkeypatch.setenv("ROOFLINEKIT_DISABLE_PLUGINS", "attention, modelfile")
+    host = PluginHost()
+    names = {i.name for i in host.infos}
+    assert "hardware_db" in names and not names & {"attention", "modelfile"}
+    import torch
+
+    spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x")
+    assert spec is None and not host.warnings

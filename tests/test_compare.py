@@ -1,0 +1,93 @@
+"""`compare`: two reports side by side; the cache ratio is what the formulas give."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rooflinekit.compare import compare, ratio
+from tests.conftest import EXAMPLES
+
+GQA = EXAMPLES / "llama_gqa.py"
+MLA = EXAMPLES / "deepseek_mla.py"
+
+GQA_CACHE = 2 * 8 * 128 * 2  # K and V, H_kv=8 heads of d=128, bf16: 4096 B per token per layer
+MLA_CACHE = (512 + 64) * 2  # latent + rope key, bf16: 1152 B per token per layer
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from rooflinekit.cli import cli
+
+    folder = tmp_path_factory.mktemp("cmp")
+    paths = {}
+    for name, model in (("gqa", GQA), ("mla", MLA)):
+        paths[name] = folder / f"{name}.json"
+        result = CliRunner().invoke(cli, ["profile", str(model), "-O", "layers=2", "--context", "4096", "-b", "4",
+                                          "-f", "json", "-o", str(paths[name])])
+        assert result.exit_code == 0, result.stderr
+    return paths
+
+
+def _row(data, section, key):
+    return next(r for r in data["rows"] if r["section"] == section and r["key"] == key)
+
+
+def test_cache_bytes_ratio_per_token_per_layer(reports):
+    a, b = (json.loads(reports[k].read_text()) for k in ("gqa", "mla"))
+    data = compare(a, b)
+    per_layer = _row(data, "attention", "cache_bytes_per_token_per_layer")
+    assert (per_layer["a"], per_layer["b"]) == (GQA_CACHE, MLA_CACHE)
+    assert per_layer["ratio"] == pytest.approx(GQA_CACHE / MLA_CACHE) == pytest.approx(3.556, abs=1e-3)
+    total = _row(data, "attention", "cache_bytes_per_token")
+    assert (total["a"], total["b"]) == (2 * GQA_CACHE, 2 * MLA_CACHE)
+    layers = [r for r in data["rows"] if r["section"] == "attention layer" and r["key"] == "cache_bytes_per_token"]
+    assert len(layers) == 2 and all(r["ratio"] == pytest.approx(GQA_CACHE / MLA_CACHE) for r in layers)
+    # the architecture-minimum KV bytes scale the same way: batch and context are equal
+    assert _row(data, "step", "kv_bytes_min")["ratio"] == pytest.approx(GQA_CACHE / MLA_CACHE)
+
+
+def test_compare_command_table_and_json(invoke, reports, tmp_path):
+    table = invoke("compare", reports["gqa"], reports["mla"])
+    assert table.exit_code == 0, table.stderr
+    assert "3.556" in table.stdout and "Attention per layer" in table.stdout
+    out = tmp_path / "c.json"
+    result = invoke("compare", reports["gqa"], reports["mla"], "-f", "json", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(out.read_text())
+    assert data["ratio"] == "A/B" and data["a"]["model"] == "llama_gqa" and data["b"]["model"] == "deepseek_mla"
+
+
+def test_a_report_against_itself(reports):
+    a = json.loads(reports["gqa"].read_text())
+    data = compare(a, a)
+    numeric = [r for r in data["rows"] if r["ratio"] is not None]
+    assert numeric and all(r["ratio"] == pytest.approx(1.0) for r in numeric)
+    assert any(r["section"] == "module" for r in data["rows"]) and not data["notes"]
+
+
+def test_ratio_edge_cases():
+    assert ratio(1, 0) is None and ratio(None, 2) is None and ratio("x", 1) is None and ratio(3, 2) == 1.5
+
+
+def _one_line(result, needle):
+    assert result.exit_code != 0
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rooflinekit: error: "), result.stderr
+    assert needle in lines[0] and "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("content,needle", [
+    (None, "not found"),
+    ("not json at all", "invalid JSON"),
+    ('{"schema_version": "1.0"}', "not a rooflinekit report"),
+    ('{"schema_version": "1.0", "kind": "sweep", "points": [], "hardware": {}}', "takes a profile report"),
+])
+def test_compare_bad_input(invoke, reports, tmp_path, content, needle):
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    _one_line(invoke("compare", reports["gqa"], bad), needle)
