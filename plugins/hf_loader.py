@@ -190,9 +190,10 @@ class HFModelSource:
     def _mla_caches_latent(self) -> bool:
         """Whether the model's MLA attention caches latents (it then has an `expand_kv` method)."""
         module = sys.modules.get(self._model_class.__module__)
+        members = vars(module).values() if module is not None else ()
         return any(
             isinstance(obj, type) and issubclass(obj, torch.nn.Module) and hasattr(obj, "expand_kv")
-            for obj in vars(module or object()).values()
+            for obj in members
         )
 
     def _make_cache(self, batch: int, past: int, context: int):

@@ -1,0 +1,112 @@
+"""transformers configs: real model code on meta, MoE under the expected-load model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import EXAMPLES, run_profile
+
+pytest.importorskip("transformers")
+pytestmark = pytest.mark.hf
+
+CONFIGS = EXAMPLES / "configs"
+
+
+def _cfg(name):
+    return json.loads((CONFIGS / f"{name}.json").read_text())
+
+
+def llama_params(c) -> int:
+    """Parameter count of a Llama-family decoder from its config, by hand."""
+    h, i, v, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
+    heads, kv = c["num_attention_heads"], c["num_key_value_heads"]
+    d = c.get("head_dim") or h // heads
+    attn = h * heads * d + 2 * h * kv * d + heads * d * h
+    if c.get("attention_bias"):
+        attn += heads * d + 2 * kv * d
+    mlp = 3 * h * i
+    per_layer = attn + mlp + 2 * h
+    head = 0 if c.get("tie_word_embeddings") else v * h
+    return v * h + layers * per_layer + h + head
+
+
+def test_llama_8b_decode_weights_and_kv():
+    c = _cfg("llama-3.1-8b")
+    b, s = 1, 8192
+    report = run_profile(CONFIGS / "llama-3.1-8b.json", batch=b, context=s)
+    params = llama_params(c)
+    assert params == pytest.approx(8.03e9, rel=0.01)
+    assert report["model"]["parameters"] == params
+    assert report["model"]["param_bytes"] == pytest.approx(2 * params, rel=0.01)
+    # per step the embedding gathers only the B rows it needs; every other weight is read once
+    read = 2 * (params - c["vocab_size"] * c["hidden_size"] + b * c["hidden_size"])
+    assert report["totals"]["weight_bytes"] == pytest.approx(read, rel=0.01)
+    at = report["attention_totals"]
+    assert at["layers"] == at["recognised"] == 32
+    assert at["kv_bytes_min"] == 32 * 2 * 8 * 128 * 8192 * 2
+    assert all(r["arch"] == "gqa" and r["num_kv_heads"] == 8 for r in report["attention"])
+
+
+def _expert_records(report):
+    return [o for o in report["ops"] if o["kind"] == "modelled" and o["name"] in
+            ("moe.gate_up_proj", "moe.down_proj")]
+
+
+@pytest.mark.parametrize("batch,expected", [(1, 2.0), (64, 8 * (1 - (6 / 8) ** 64))])
+def test_mixtral_experts_touched(batch, expected):
+    c = _cfg("mixtral-8x7b")
+    h, i = c["hidden_size"], c["intermediate_size"]
+    report = run_profile(CONFIGS / "mixtral-8x7b.json", batch=batch, context=512, layers=1)
+    per_expert = 3 * h * i * 2  # gate, up, down in bf16
+    weights = sum(o["param_bytes"] for o in _expert_records(report))
+    assert weights / per_expert == pytest.approx(expected, rel=1e-6)
+    flops = sum(o["flops"] for o in _expert_records(report))
+    assert flops == pytest.approx(batch * 2 * 2 * 3 * h * i, rel=1e-9)  # T*k applications
+    assert any("uniform routing" in n for n in report["notes"])
+
+
+def test_deepseek_v3_cache_and_moe_weights():
+    c = _cfg("deepseek-v3")
+    b, layers = 48, 5  # 3 dense layers, then 2 MoE layers
+    report = run_profile(CONFIGS / "deepseek-v3.json", batch=b, context=1024, layers=layers)
+    rows = report["attention"]
+    assert len(rows) == layers and all(r["arch"] == "mla" for r in rows)
+    assert report["attention_totals"]["cache_bytes_per_token"] == layers * 1152
+    # transformers' code expands the latent to per-head K/V every step: far above the minimum
+    assert report["attention_totals"]["amplification"] > 50
+    e, k = c["n_routed_experts"], c["num_experts_per_tok"]
+    h, i = c["hidden_size"], c["moe_intermediate_size"]
+    touched = e * (1 - (1 - k / e) ** b)
+    per_layer = touched * 3 * h * i * 2
+    moe = _expert_records(report)
+    assert {o["module"].split(".")[2] for o in moe} == {"3", "4"}
+    assert sum(o["param_bytes"] for o in moe) == pytest.approx(2 * per_layer, rel=1e-6)
+    shared = [o for o in report["ops"] if ".shared_experts." in o["module"] and o["flops"]]
+    assert sum(o["param_bytes"] for o in shared) == pytest.approx(2 * 3 * h * i * c["n_shared_experts"] * 2)
+
+
+def test_full_deepseek_v3_minimum_cache_per_token():
+    report = run_profile(CONFIGS / "deepseek-v3.json", batch=2, context=256)
+    assert report["model"]["parameters"] == pytest.approx(671e9, rel=0.01)
+    at = report["attention_totals"]
+    assert at["cache_bytes_per_token"] == 61 * 1152
+    assert at["kv_bytes_executed"] > at["kv_bytes_min"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_every_shipped_config_profiles(name, phase):
+    report = run_profile(CONFIGS / f"{name}.json", phase=phase, batch=2, context=64, layers=2)
+    assert report["totals"]["flops"] > 0
+    assert report["attention"] and all(r["recognised"] for r in report["attention"])
+
+
+def test_unsupported_architecture_is_named(invoke, tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "not_a_real_arch", "hidden_size": 8}))
+    result = invoke("profile", cfg)
+    assert result.exit_code != 0
+    assert "not_a_real_arch" in result.stderr and "Traceback" not in result.stderr
