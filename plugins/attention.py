@@ -65,8 +65,9 @@ def _mla_spec(module, path) -> AttentionSpec | None:
         mode = "naive"
     else:
         mode = "naive"
-        notes = ("MLA mode not declared by the module: costed as naive (per-head K/V cached, as "
-                 "transformers' DeepSeek code does)",)
+        notes = ("MLA mode not declared by the module (no `mode`/`attn_impl`): model FLOPs in the "
+                 "un-absorbed form, attention over per-head K and V, as transformers' DeepSeek code "
+                 "computes it",)
     return AttentionSpec(
         arch="mla", num_heads=heads, num_kv_heads=1, head_dim=rank + rope, v_head_dim=rank,
         kv_lora_rank=rank, qk_rope_head_dim=rope, qk_nope_head_dim=nope, mla_v_head_dim=v_dim,

@@ -42,6 +42,7 @@ class AttentionRow:
     dtype: str
     op_indices: list[int] = field(default_factory=list)
     kv_op_indices: list[int] = field(default_factory=list)
+    kv_reexpand_flops: float = 0.0  # projections re-applied to cached positions every step
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -196,6 +197,11 @@ def attribute_attention(
         kv_path = _kv_path(subtree, sinks, cap.param_storages)
         kv_read = sum(b for operands in sinks.values() for _, b in operands)
         kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
+        # Projections on the K/V path over more rows than this step's new tokens re-compute
+        # K/V of cached positions (transformers' MLA expands its latent cache every step).
+        reexpand = [by_index[i] for i in kv_path if _is_projection(by_index[i])
+                    and by_index[i].attrs.get("rows", 0) > workload.tokens]
+        kv_reexpand_flops = sum(op.flops for op in reexpand)
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
         dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
@@ -241,6 +247,12 @@ def attribute_attention(
                 notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
         else:
             notes.append("not recognised by any plugin: executed FLOPs and bytes counted, minimum not attributed")
+        if kv_reexpand_flops:
+            where = sorted({op.module for op in reexpand})
+            notes.append(
+                f"K/V of all cached positions re-computed every step by {', '.join(where)}: "
+                f"{kv_reexpand_flops:.3g} FLOPs the architecture does not need (not in model FLOPs)"
+            )
         rows.append(
             AttentionRow(
                 module=path or "(root)",
@@ -253,6 +265,7 @@ def attribute_attention(
                 kv_bytes_executed=kv_read + kv_copy,
                 kv_read_bytes=kv_read,
                 kv_copy_bytes=kv_copy,
+                kv_reexpand_flops=kv_reexpand_flops,
                 dtype=dtype,
                 op_indices=[op.index for op in core],
                 kv_op_indices=kv_path,

@@ -296,6 +296,7 @@ class Recorder:
             attrs["operand_sids"] = sids
             attrs["operand_bytes"] = [float(unique_bytes(a)), float(unique_bytes(b))]
             attrs["free_dims"] = [a.shape[-2] if a.dim() >= 2 else 1, b.shape[-1] if b.dim() >= 2 else 1]
+            attrs["rows"] = math.prod(a.shape[:-1])  # tokens (or positions) the product processes
         dt = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if dt is None:
             dt = next((t.dtype for t in out_tensors), torch.float32)

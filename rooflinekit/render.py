@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -98,14 +99,32 @@ def module_table(report: dict, top: int | None) -> tuple[list[str], list[list]]:
     return headers, rows
 
 
+_SAME_LAYER_KEYS = ("arch", "mode", "num_heads", "num_kv_heads", "head_dim", "cache_bytes_per_token",
+                    "kv_bytes_min", "kv_bytes_executed", "flops_model", "flops_executed")
+
+
+def _collapse_layers(rows: list[dict]) -> list[tuple[dict, str, int]]:
+    """Runs of attention rows that differ only in their layer index -> (row, name, count)."""
+    out: list[tuple[dict, str, int]] = []
+    for a in rows:
+        pattern = re.sub(r"\.\d+(?=\.|$)", ".*", a["module"])
+        key = (pattern,) + tuple(a.get(k) for k in _SAME_LAYER_KEYS)
+        if out and out[-1][0].get("_key") == key:
+            first, _, count = out[-1]
+            out[-1] = (first, f"{pattern} (x{count + 1})", count + 1)
+        else:
+            out.append((dict(a, _key=key), a["module"], 1))
+    return out
+
+
 def attention_table(report: dict) -> tuple[list[str], list[list]]:
-    headers = ["attention", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
+    headers = ["attention (per layer)", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
                "amplif.", "FLOPs model", "FLOPs exec", "I min", "bound"]
     rows = []
-    for a in report["attention"]:
+    for a, name, _ in _collapse_layers(report["attention"]):
         pm = a.get("placement_min") or {}
         rows.append([
-            a["module"], a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""), a["num_heads"] or "-",
+            name, a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""), a["num_heads"] or "-",
             a["num_kv_heads"] or "-", a["head_dim"] or "-", _num(a["cache_bytes_per_token"], "B"),
             _num(a["kv_bytes_min"], "B"), _num(a["kv_bytes_executed"], "B"), _ratio(a["amplification"]),
             _num(a["flops_model"]), _num(a["flops_executed"]), _ratio(a["intensity_min"]),
@@ -146,6 +165,9 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
         out.write(f"({len(report['modules']) - top} more modules: use --top 0 for all, or --format json)\n")
     for line in report.get("notes", []):
         out.write(f"note: {line}\n")
+    attention_notes = {re.sub(r"\.\d+\.", ".*.", n) for a in report.get("attention", []) for n in a.get("notes", [])}
+    for line in sorted(attention_notes):
+        out.write(f"note (attention): {line}\n")
     for line in report.get("warnings", []):
         out.write(f"warning: {line}\n")
     return out.getvalue()

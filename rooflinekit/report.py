@@ -92,6 +92,7 @@ def attention_dict(row: AttentionRow, hw: HardwareSpec) -> dict:
         "kv_bytes_executed": row.kv_bytes_executed,
         "kv_read_bytes": row.kv_read_bytes,
         "kv_copy_bytes": row.kv_copy_bytes,
+        "kv_reexpand_flops": row.kv_reexpand_flops,
         "amplification": row.amplification,
         "read_amplification": row.read_amplification,
         "flops_model": cost.flops_model if cost else None,
@@ -190,7 +191,8 @@ def build_report(
     att_model_flops = sum(r.cost.flops_model for r in recognised)
     kv_exec = sum(r.kv_bytes_executed for r in attention)
     kv_min = sum(r.cost.kv_bytes_min for r in recognised)
-    flops_model = total.flops - att_exec_flops + att_model_flops
+    reexpand = sum(r.kv_reexpand_flops for r in attention)
+    flops_model = total.flops - att_exec_flops + att_model_flops - reexpand
 
     totals = _placed(hw, wdtype, total.flops, total.bytes)
     peak = hw.peak(wdtype)
@@ -212,7 +214,8 @@ def build_report(
             "flops": "executed: FLOPs of the ops the code ran (formula per op)",
             "mfu_bound": "attainable / peak at the executed intensity (roofline ceiling, executed FLOPs)",
             "flops_model": "executed FLOPs with each recognised attention layer's executed FLOPs "
-            "replaced by its architecture's model FLOPs",
+            "replaced by its architecture's model FLOPs, less projections that re-compute K/V of "
+            "cached positions every step (kv_reexpand_flops)",
             "mfu_bound_model": "flops_model / (time_bound_s * peak)",
         },
         time_conventions={
@@ -225,6 +228,7 @@ def build_report(
         "recognised": len(recognised),
         "flops_model": att_model_flops,
         "flops_executed": sum(r.flops_executed for r in attention),
+        "kv_reexpand_flops": reexpand,
         "kv_bytes_min": kv_min,
         "kv_bytes_executed": kv_exec,
         "amplification": kv_exec / kv_min if kv_min else None,

@@ -76,6 +76,13 @@ def test_deepseek_v3_cache_and_moe_weights():
     assert report["attention_totals"]["cache_bytes_per_token"] == layers * 1152
     # transformers' code expands the latent to per-head K/V every step: far above the minimum
     assert report["attention_totals"]["amplification"] > 50
+    # ... through kv_b_proj over every cached position: 2*B*S*512*H*(nope+v) FLOPs per layer,
+    # reported and kept out of the model FLOPs
+    reexpand = 2 * b * 1024 * c["kv_lora_rank"] * c["num_attention_heads"] * (
+        c["qk_nope_head_dim"] + c["v_head_dim"])
+    assert all(r["kv_reexpand_flops"] == reexpand for r in rows)
+    t = report["totals"]
+    assert t["flops"] - t["flops_model"] == pytest.approx(layers * reexpand, rel=0.01)
     e, k = c["n_routed_experts"], c["num_experts_per_tok"]
     h, i = c["hidden_size"], c["moe_intermediate_size"]
     touched = e * (1 - (1 - k / e) ** b)
