@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rooflinekit import compat
+from rooflinekit import collectives, compat
 from rooflinekit.formulas import (
     DATA_MOVEMENT_OPS,
     FREE_OPS,
@@ -97,6 +97,7 @@ class CaptureResult:
     param_bytes_total: float
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    param_owners: dict[int, str] = field(default_factory=dict)  # parameter storage -> module path
 
 
 def unique_bytes(t: torch.Tensor) -> int:
@@ -160,6 +161,8 @@ class Recorder:
         self.suppress = 0
         self.on_record: Callable[[OpRecord], None] | None = None
         self._infos: dict[object, _OpInfo | None] = {}
+        self.param_owners: dict[int, str] = {}
+        self.saw_subclass = False
 
     # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
     def pre_hook(self, module, args):
@@ -320,6 +323,19 @@ class Recorder:
             )
         )
 
+    def record_collective(self, func, args, kwargs, kind) -> None:
+        """One record for a c10d collective: 0 FLOPs, 0 HBM bytes, its link traffic in attrs
+        (rooflinekit.collectives: message bytes, group size, ring wire bytes)."""
+        d = collectives.describe(func, args, kwargs, kind)
+        self.emit(
+            OpRecord(
+                index=0, name=op_key(func), module=self.module, flops=0.0, bytes_read=0.0,
+                bytes_written=0.0, dtype=dtype_key(d["dtype"]), counted=True, kind="collective",
+                shapes=d["shapes"],
+                attrs=collectives.attrs(d["collective"], d["group_size"], d["message_bytes"], "captured"),
+            )
+        )
+
     def fused_sdpa(self, func, args, kwargs):
         """Run SDPA with op recording suppressed, then record it as one fused call.
 
@@ -403,9 +419,17 @@ class _DispatchRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if types and collectives.defer_to_subclass(types):
+            self.recorder.saw_subclass = True
+            return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
         out = func(*args, **kwargs)
         if not self.recorder.suppress:
-            self.recorder.record_aten(func, args, kwargs, out)
+            kind = collectives.classify(func)
+            if kind is None:
+                if not (self.recorder.saw_subclass and collectives.faking()):  # DTensor shape propagation
+                    self.recorder.record_aten(func, args, kwargs, out)
+            elif kind is not True:  # waits and autograd wrappers of collectives move nothing
+                self.recorder.record_collective(func, args, kwargs, kind)
         return out
 
 
@@ -449,6 +473,7 @@ def _storage_ids(recorder: Recorder, model: torch.nn.Module) -> tuple[set[int], 
     total = 0.0
     seen = set()
     for t in itertools.chain(model.parameters(), model.buffers()):
+        t = getattr(t, "_local_tensor", t)  # a DTensor: this rank's shard is what its ops read
         sid = recorder.storages.id(t)
         ids.add(sid)
         if sid not in seen:
@@ -471,6 +496,8 @@ def recording(model: torch.nn.Module, formulas: FormulaBook) -> Iterator[Recorde
     names = {id(m): n for n, m in model.named_modules()}
     recorder = Recorder(formulas, names)
     recorder.param_storages, recorder.param_total = _storage_ids(recorder, model)
+    for pname, p in model.named_parameters():
+        recorder.param_owners.setdefault(recorder.storages.id(getattr(p, "_local_tensor", p)), pname.rpartition(".")[0])
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
     _ACTIVE.append(recorder)
     try:
@@ -504,4 +531,5 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
         param_storages=rec.param_storages,
         param_bytes_total=rec.param_total,
         wall_s=time.perf_counter() - start,
+        param_owners=dict(rec.param_owners),
     )

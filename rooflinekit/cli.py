@@ -88,6 +88,16 @@ def workload_options(f):
     return f
 
 
+def parallel_options(f):
+    """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.parallel)."""
+    f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1),
+                     help="Planned expert parallelism: routed experts split over N GPUs (all-to-all "
+                          "dispatch/combine; alone, the batch is per GPU).")(f)
+    return click.option("--tp", default=1, show_default=True, type=click.IntRange(1),
+                        help="Planned tensor parallelism: report one of N GPUs (heads and MLP columns "
+                             "split, all-reduces added). See docs/parallel.md.")(f)
+
+
 PROFILE_HELP = """Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place on a roofline.
 
 \b
@@ -108,7 +118,7 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 """
 
 
-def _workload(phase, batch, context, dtype, device, options):
+def _workload(phase, batch, context, dtype, device, options, tp=1, ep=1):
     from rooflinekit.workload import Workload, parse_options, validate
 
     validate(phase, batch, context, dtype, device)
@@ -118,7 +128,12 @@ def _workload(phase, batch, context, dtype, device, options):
         if not torch.cuda.is_available():
             raise UserError("--device cuda: no CUDA device is available here (use --device meta or cpu)")
     opts = parse_options(options)
-    return Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items()))), opts
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())))
+    if tp > 1 or ep > 1:
+        from rooflinekit.parallel import with_parallel
+
+        workload = with_parallel(workload, tp, ep)
+    return workload, opts
 
 
 @cli.command(help=PROFILE_HELP, context_settings=CONTEXT_SETTINGS)
@@ -141,13 +156,19 @@ def _workload(phase, batch, context, dtype, device, options):
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
 @click.option("--plot-depth", type=click.IntRange(1), default=None,
               help="Chart every module at this depth (default: the weights-dominated modules).")
+@parallel_options
+@click.option("--distributed/--no-distributed", default=None,
+              help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
+                   "writes one merged report. See docs/parallel.md.")
 @debug_option
 def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
-            measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None):
+            measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
+            tp=1, ep=1, distributed=None):
+    from rooflinekit.distributed import requested
     from rooflinekit.pipeline import load_source
     from rooflinekit.pipeline import profile as run_profile
 
-    workload, opts = _workload(phase, batch, context, dtype, device, options)
+    workload, opts = _workload(phase, batch, context, dtype, device, options, tp, ep)
     if output:
         check_writable(output)
     if trace:
@@ -160,19 +181,30 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
         check_target(plot_path)
     if warmup < 0 or repeats < 1:
         raise UserError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
-    source = load_source(model, opts)
-    result = run_profile(source, workload, hardware or "auto", depth=depth, group_layers=group_layers,
-                         measure=measure, warmup=warmup, repeats=repeats, trace=trace,
-                         compare_hardware=compare_hardware)
-    for w in result.report["warnings"]:
+
+    def run(on_stage=None):
+        return run_profile(load_source(model, opts), workload, hardware or "auto", depth=depth,
+                           group_layers=group_layers, measure=measure, warmup=warmup, repeats=repeats,
+                           trace=trace, compare_hardware=compare_hardware, on_stage=on_stage).report
+
+    if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.distributed)
+        from rooflinekit.distributed import check_options, run_ranks
+
+        check_options(tp, ep, trace)
+        report = run_ranks(run, device)
+        if report is None:
+            return
+    else:
+        report = run()
+    for w in report["warnings"]:
         click.echo(f"rooflinekit: warning: {w}", err=True)
-    _emit(render(result.report, fmt, top or None), output)
+    _emit(render(report, fmt, top or None), output)
     if trace:
         click.echo(f"wrote {trace} (Chrome/Perfetto trace of the measured run)", err=True)
     if plot_path:
         from rooflinekit.plot import write_plot
 
-        click.echo(f"wrote {plot_path} ({write_plot(result.report, plot_path, plot_depth)} points)", err=True)
+        click.echo(f"wrote {plot_path} ({write_plot(report, plot_path, plot_depth)} points)", err=True)
 
 
 @cli.group(cls=Group, context_settings=CONTEXT_SETTINGS)

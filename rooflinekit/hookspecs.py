@@ -90,3 +90,26 @@ def rooflinekit_module_model(module, path, workload):
     :param workload: the `rooflinekit.workload.Workload`.
     :return: a ModuleModel, or None.
     """
+
+
+@hookspec
+def rooflinekit_tp_plan(model, workload, attention):
+    """How tensor parallelism splits the model's modules (planned parallelism, `--tp N`).
+
+    Called once per profile with `--tp`/`--ep` (not for real torch.distributed runs, whose model
+    is already split). Every plugin may answer; for a module named by several, the first answer
+    wins (later-registered plugins are asked first, the built-in `parallel` plugin last).
+
+    :param model: the torch.nn.Module as built (single-GPU shapes).
+    :param workload: the `rooflinekit.workload.Workload` (options ``_tp``/``_ep`` hold the sizes).
+    :param attention: dict of attention-site module path -> `AttentionSpec` (single-GPU heads),
+        as the attention plugins recognised them in the unsplit capture.
+    :return: a dict mapping a module path, or a pattern whose ``*`` matches one path component
+        (``"layers.*.self_attn.q_proj"``), to a style: ``"colwise"`` (output features split:
+        FLOPs, weights and output / N, input whole), ``"rowwise"`` (input features split: FLOPs,
+        weights and input / N, output whole, then an all-reduce), ``"vocab"`` (an embedding or
+        output head split over the vocabulary: lookups / N then an all-reduce; a head's logits /N
+        then an all-gather), or ``"replicate"`` (every GPU runs it whole). transformers' style names
+        (``packed_colwise``, ``colwise_gather_output``, ``embedding_rowwise``, ...) are accepted.
+        None if this plugin has no plan for the model.
+    """

@@ -97,3 +97,33 @@ def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[Modul
                 module.forward = previous
             else:
                 del module.forward
+
+
+def emit_collective(
+    collective: str,
+    *,
+    group_size: int,
+    message_bytes: float,
+    module: str = "",
+    dtype: str = "bf16",
+    assumption: str = "",
+    shapes: str = "",
+) -> OpRecord | None:
+    """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
+
+    `message_bytes` follows rooflinekit.collectives' conventions (all-reduce: the buffer; all-to-all:
+    this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
+    """
+    from rooflinekit import collectives
+
+    rec = active_recorder()
+    if rec is None:
+        return None
+    return rec.emit(
+        OpRecord(
+            index=0, name=f"comm.{collective}", module=module, flops=0.0, bytes_read=0.0,
+            bytes_written=0.0, dtype=dtype, counted=True, kind="collective", shapes=shapes,
+            attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
+                                    assumption=assumption),
+        )
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,9 @@ def hardware_db(host: PluginHost | None = None) -> HardwareDB:
 def formula_book(host: PluginHost | None = None) -> FormulaBook:
     host = host or get_host()
     extra = {}
-    for answer, _ in host.call_all("rooflinekit_op_formulas", expect=dict):
+    # call_all answers first-asked first; apply them in reverse so the first-asked plugin wins,
+    # as with every other hook (tryfirst plugins before the built-ins)
+    for answer, _ in reversed(host.call_all("rooflinekit_op_formulas", expect=dict)):
         for op, fn in answer.items():
             extra[op_key(op)] = fn
     return FormulaBook(extra)
@@ -94,6 +97,7 @@ def profile(
     repeats: int = 5,
     trace: str | None = None,
     compare_hardware: str | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> Profiled:
     """Build, capture one forward, attribute attention, place on `hardware`.
 
@@ -101,6 +105,9 @@ def profile(
     (`measure=True`; None means on for cuda, off otherwise) then times `repeats` real forwards after
     `warmup` ones and joins the times to the counted ops (rooflinekit.measure); `trace` writes the
     annotated profiler trace there. `compare_hardware` adds a second placement (placement_alt).
+    Workload options `_tp`/`_ep` (rooflinekit.parallel.with_parallel) give one GPU's share of the
+    model under planned tensor/expert parallelism. `on_stage("built")` and `on_stage("captured")`
+    are called after those stages (torch.distributed runs check every rank there).
     """
     host = host or get_host()
     db = db or hardware_db(host)
@@ -119,7 +126,15 @@ def profile(
                         "(the meta device holds no data)")
     if trace and not measure:
         raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
+    from rooflinekit.parallel import ParallelConfig
+
+    par = ParallelConfig.of(workload)
+    if par.active and measure:
+        raise UserError("--tp/--ep plan one GPU's share of a single-GPU model from its counts; measured "
+                        "mode times the real forward: drop --measure (or run the split model under torchrun)")
     built = build(source, workload)
+    if on_stage:
+        on_stage("built")
     from rooflinekit.modelled import module_models
 
     try:
@@ -129,7 +144,15 @@ def profile(
         raise
     except Exception as exc:
         raise _forward_error(exc, source, workload) from exc
+    if on_stage:
+        on_stage("captured")
     rows = attribute_attention(cap, built.model, workload, host)
+    planned = None
+    if par.active:  # planned parallelism: one GPU's share (rooflinekit.parallel)
+        from rooflinekit.parallel import plan_parallel
+
+        planned = plan_parallel(cap, rows, built.model, workload, host, par)
+        cap, rows = planned.capture, planned.attention
     params = sum(p.numel() for p in built.model.parameters())
     info = {
         "name": source.name,
@@ -142,6 +165,8 @@ def profile(
     notes = list(source.notes) + [m.assumption_note for m in patched]
     if auto_note:
         notes.append(auto_note)
+    if planned is not None:
+        notes.append(planned.headline)
     measurement = None
     if measure:
         from rooflinekit.measure import measure as run_measure
@@ -162,6 +187,8 @@ def profile(
         cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
     )
+    if planned is not None:
+        report["parallel"] = planned.section
     if measurement is not None:
         from rooflinekit.measure import apply_measurement
 

@@ -22,6 +22,7 @@ BUILTINS = {
     "modelfile": "rooflinekit_plugins.modelfile",
     "hf": "rooflinekit_plugins.hf",
     "moe": "rooflinekit_plugins.moe",
+    "parallel": "rooflinekit_plugins.parallel",
 }
 
 

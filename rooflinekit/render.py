@@ -51,7 +51,49 @@ def header_lines(report: dict) -> list[str]:
         f"{seconds(t['time_bound_s'])})"
         + (f", {t['tokens_per_s']:.4g} tokens/s" if t.get("tokens_per_s") else ""),
     ]
-    return lines + measured_lines(report)
+    return lines + measured_lines(report) + parallel_lines(report)
+
+
+def parallel_lines(report: dict) -> list[str]:
+    """Header lines for planned parallelism (--tp/--ep), distributed runs and collectives."""
+    t, lines = report["totals"], []
+    par, dist, comm = report.get("parallel"), report.get("distributed"), report.get("comm") or {}
+    if par:
+        kv = par.get("kv_heads_replicated") or []
+        lines.append(
+            f"per GPU: tensor parallel {par['tp']}, expert parallel {par['ep']}"
+            + (f" ({par['batch_meaning']})" if par["ep"] > 1 else "")
+            + f"; weights held {_num(par['weights_per_gpu'], 'B')}"
+            + (f"; KV heads replicated (1 per GPU) in {', '.join(kv[:3])}{' ...' if len(kv) > 3 else ''}"
+               if kv else ""))
+    if dist:
+        lines.append(f"distributed: {dist['world_size']} ranks ({dist['backend']}, {dist['device']}); figures "
+                     f"are rank {dist['slowest_rank']}'s, the slowest; every rank in the Ranks table")
+    if par or dist or comm.get("calls"):
+        lines.append(
+            f"time bounds per GPU: compute {seconds(t.get('time_compute_s'))}, memory {seconds(t.get('time_memory_s'))}, "
+            f"communication {seconds(t.get('time_comm_s'))} -> {t.get('binding')} binds"
+            + (f" ({comm['calls']} collectives, {_num(comm['wire_bytes'], 'B')} on the links at "
+               f"{_num(comm['link_bandwidth_per_direction'], 'B/s')} per direction)" if comm.get("calls") and
+               comm.get("link_bandwidth_per_direction") else ""))
+    return lines
+
+
+def comm_table(report: dict) -> tuple[list[str], list[list]]:
+    headers = ["collective", "group", "calls", "message", "wire bytes/GPU", "time bound"]
+    rows = [[c["collective"], c["group_size"], c["calls"], _num(c["message_bytes"], "B"), _num(c["wire_bytes"], "B"),
+             seconds(c["time_bound_s"])] for c in (report.get("comm") or {}).get("collectives", [])]
+    return headers, rows
+
+
+def ranks_table(report: dict) -> tuple[list[str], list[list]]:
+    headers = ["rank", "FLOPs", "bytes", "weights", "compute", "memory", "comm", "binds", "collectives",
+               "wire bytes", "predicted step"]
+    rows = [[r["rank"], _num(r["flops"]), _num(r["bytes"], "B"), _num(r["weight_bytes"], "B"),
+             seconds(r["time_compute_s"]), seconds(r["time_memory_s"]), seconds(r["time_comm_s"]), r["binding"],
+             r["comm_calls"], _num(r["comm_wire_bytes"], "B"), seconds(r["predicted_step_s"])]
+            for r in report["distributed"]["ranks"]]
+    return headers, rows
 
 
 def measured_lines(report: dict) -> list[str]:
@@ -135,7 +177,8 @@ def attention_table(report: dict) -> tuple[list[str], list[list]]:
 
 def uncounted_table(report: dict) -> tuple[list[str], list[list]]:
     headers = ["op without FLOP formula", "count", "bytes", "bytes share", "time-bound share"]
-    rows = [[u["name"], u["count"], _num(u["bytes"], "B"), _pct(u["bytes_share"]), _pct(u["time_share"])]
+    rows = [[u["name"] + (" (formula failed)" if u.get("formula_error") else ""), u["count"],
+             _num(u["bytes"], "B"), _pct(u["bytes_share"]), _pct(u["time_share"])]
             for u in report["uncounted_ops"]]
     return headers, rows
 
@@ -158,6 +201,10 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
         sections.append((title, attention_table(report)))
     if report["uncounted_ops"]:
         sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", uncounted_table(report)))
+    if (report.get("comm") or {}).get("calls"):
+        sections.append(("Collectives per GPU (ring algorithms; no FLOPs, no HBM bytes)", comm_table(report)))
+    if report.get("distributed"):
+        sections.append(("Ranks", ranks_table(report)))
     for title, (headers, rows) in sections:
         out.write(f"## {title}\n\n" if fmt == "markdown" else f"{title}\n")
         out.write(tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) + "\n\n")
@@ -165,6 +212,10 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
         out.write(f"({len(report['modules']) - top} more modules: use --top 0 for all, or --format json)\n")
     for line in report.get("notes", []):
         out.write(f"note: {line}\n")
+    for line in (report.get("parallel") or {}).get("notes", []):
+        out.write(f"note (parallel): {line}\n")
+    if (report.get("comm") or {}).get("calls"):
+        out.write(f"note (collectives): {report['comm']['assumption']}\n")
     attention_notes = {re.sub(r"\.\d+\.", ".*.", n) for a in report.get("attention", []) for n in a.get("notes", [])}
     for line in sorted(attention_notes):
         out.write(f"note (attention): {line}\n")

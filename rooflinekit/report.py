@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from rooflinekit import SCHEMA_VERSION, __version__
+from rooflinekit import SCHEMA_VERSION, __version__, collectives
 from rooflinekit.attention import AttentionRow
 from rooflinekit.capture import CaptureResult, OpRecord
 from rooflinekit.hardware import HardwareSpec
@@ -136,6 +136,9 @@ def build_report(
     uncounted: dict[str, dict] = {}
     for op in cap.ops:
         p = place_on(hw, op.dtype, op.flops, op.bytes)
+        if op.kind == "collective":  # link traffic, not HBM: its own time bound (rooflinekit.collectives)
+            p = replace(p, bound="communication", time_bound_s=collectives.comm_time(
+                op.attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth))
         total.add(op, p.time_bound_s)
         modules[rollup_name(op.module, depth, group_layers)].add(op, p.time_bound_s)
         row = {
@@ -158,12 +161,18 @@ def build_report(
             row["time_s"] = op.time_s
         if op.attrs.get("assumption"):
             row["assumption"] = op.attrs["assumption"]
+        if op.kind == "collective":
+            row["collective"] = {k: op.attrs.get(k) for k in ("collective", "group_size", "message_bytes",
+                                                              "wire_bytes", "algorithm", "source")}
         op_rows.append(row)
         if not op.counted:
             u = uncounted.setdefault(op.name, {"name": op.name, "count": 0, "bytes": 0.0, "time_bound_s": 0.0})
             u["count"] += 1
             u["bytes"] += op.bytes
             u["time_bound_s"] += p.time_bound_s
+            if op.attrs.get("formula_error"):
+                u["formula_error"] = op.attrs["formula_error"]
+                row["formula_error"] = op.attrs["formula_error"]
 
     total_bytes = total.bytes or 1.0
     total_time = total.time_ops_s or 1.0
@@ -220,9 +229,17 @@ def build_report(
         },
         time_conventions={
             "time_bound_s": "max(flops/peak, bytes/bandwidth) over the whole step (perfect overlap)",
-            "predicted_step_s": "sum over ops of each op's own time bound (ops run one after another)",
+            "predicted_step_s": "sum over ops of each op's own time bound (ops run one after another; "
+            "a collective's is its wire bytes over the link bandwidth)",
+            "time_compute_s": "flops / peak", "time_memory_s": "bytes / bandwidth (HBM)",
+            "time_comm_s": "sum over collectives of wire bytes / link bandwidth per direction",
+            "binding": "the largest of time_compute_s, time_memory_s and time_comm_s",
         },
     )
+    comm = collectives.summary(cap.ops, hw.interconnect_bandwidth)
+    totals.update(time_compute_s=total.flops / peak, time_memory_s=total.bytes / hw.memory_bandwidth,
+                  time_comm_s=comm["time_s"])
+    totals["binding"] = collectives.binding(totals["time_compute_s"], totals["time_memory_s"], comm["time_s"])
     attention_totals = {
         "layers": len(attention),
         "recognised": len(recognised),
@@ -257,6 +274,7 @@ def build_report(
         "modules": module_rows,
         "attention": att_rows,
         "uncounted_ops": uncounted_rows,
+        "comm": comm,
         "ops": op_rows,
         "capture": {"wall_s": cap.wall_s, "depth": depth, "group_layers": group_layers},
         "warnings": list(warnings or []),

@@ -585,7 +585,14 @@ def sweep_command():
 
     import click
 
-    from rooflinekit.cli import Command, _emit, _workload, debug_option, workload_options
+    from rooflinekit.cli import (
+        Command,
+        _emit,
+        _workload,
+        debug_option,
+        parallel_options,
+        workload_options,
+    )
     from rooflinekit.render import FORMATS, check_writable
 
     def decorate(f):
@@ -606,12 +613,13 @@ def sweep_command():
     @click.option("--no-critical", is_flag=True, help="Skip the critical-batch search.")
     @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
                   help="Largest batch the critical-batch search profiles.")
+    @parallel_options
     @debug_option
     def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
-              no_critical, max_batch, debug):
+              no_critical, max_batch, debug, tp=1, ep=1):
         from rooflinekit.pipeline import load_source
 
-        base, opts = _workload(phase, batches[0], contexts[0], dtype, device, options)
+        base, opts = _workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
         for c in contexts:
             _workload(phase, batches[0], c, dtype, device, ())
         if output:

@@ -1,0 +1,14 @@
+"""Hardware entries the built-in database lacks (same TOML schema as rooflinekit's hardware_db/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rooflinekit.hookspecs import hookimpl
+
+HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
+
+
+@hookimpl
+def rooflinekit_hardware_dirs():
+    return [HARDWARE_DIR]

@@ -1,0 +1,238 @@
+"""Tests for rooflinekit-swa, written as a plugin author would: register the plugin modules on a
+`PluginHost` (beside the built-ins it loads from entry points) and profile through rooflinekit's
+public pipeline. They run from a source checkout (the plugin root is put on sys.path when the
+distribution is not installed) and against an installed distribution alike.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+PLUGIN_ROOT = Path(__file__).resolve().parent.parent
+if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, not installed
+    sys.path.insert(0, str(PLUGIN_ROOT))
+
+from rooflinekit.pipeline import hardware_db, load_source, profile  # noqa: E402
+from rooflinekit.plugins import PluginHost  # noqa: E402
+from rooflinekit.workload import Workload  # noqa: E402
+
+import rooflinekit_swa  # noqa: E402
+from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
+from rooflinekit_swa.attention import window_of  # noqa: E402
+from rooflinekit_swa.grouped_mm import grouped_mm_flops  # noqa: E402
+
+EXAMPLES = PLUGIN_ROOT / "examples"
+PLUGINS = {"swa_attention": attention, "swa_grouped_mm": grouped_mm, "swa_hardware": hardware, "swa_card": card}
+TINY = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
+        "vocab": 1000, "sliding_window": 64}
+HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")  # torch >= 2.8
+
+
+def make_host(with_plugin: bool = True) -> PluginHost:
+    """The built-ins, plus this distribution's plugins (registered by hand unless installed)."""
+    host = PluginHost()
+    for name, module in PLUGINS.items():
+        installed = host.pm.has_plugin(name)
+        if with_plugin and not installed:
+            host.register(module, name, "rooflinekit-swa", rooflinekit_swa.__version__)
+        elif not with_plugin and installed:
+            host.pm.unregister(name=name)
+    return host
+
+
+def run(path, phase, batch, context, options, host, hardware_name="H800"):
+    workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
+    return profile(load_source(str(path), options, host), workload, hardware_name, host=host).report
+
+
+# -- recognition ---------------------------------------------------------------------------------
+
+
+def _attn(**attrs):
+    module = torch.nn.Module()
+    module.num_heads, module.num_key_value_heads, module.head_dim = 32, 8, 128
+    for key, value in attrs.items():
+        setattr(module, key, value)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("attrs", "expected"),
+    [
+        ({"sliding_window": 4096}, 4096),
+        ({"window_size": 512}, 512),
+        ({"window_size": (255, 0)}, 256),  # flash-attn (left, right): itself plus 255 before
+        ({"window_size": (-1, -1)}, None),  # flash-attn: unbounded
+        ({"config": SimpleNamespace(sliding_window=4096)}, 4096),  # transformers' Mistral v0.1
+        ({"config": SimpleNamespace(sliding_window=None)}, None),  # Mistral v0.2+: null
+        # Qwen2: a window in the config that is not used
+        ({"config": SimpleNamespace(sliding_window=131072, use_sliding_window=False)}, None),
+        # Qwen2/Gemma full-attention layer: the module's own None wins over the config's window
+        ({"sliding_window": None, "config": SimpleNamespace(sliding_window=4096)}, None),
+        ({"layer_type": "full_attention", "config": SimpleNamespace(sliding_window=4096)}, None),
+        ({"layer_idx": 1, "config": SimpleNamespace(
+            sliding_window=1024, layer_types=["sliding_attention", "full_attention"])}, None),
+        ({"layer_idx": 0, "config": SimpleNamespace(
+            sliding_window=1024, layer_types=["sliding_attention", "full_attention"])}, 1024),
+        ({"sliding_window": True}, None),
+        ({}, None),
+    ],
+)
+def test_window_declarations(attrs, expected):
+    assert window_of(_attn(**attrs)) == expected
+
+
+def test_spec_copies_builtin_recognition_and_sets_window():
+    host = make_host()
+    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(sliding_window=4096), path="x")
+    assert plugin == "swa_attention"
+    assert (spec.arch, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.window) == ("gqa", 32, 8, 128, 4096)
+    # a module without a window is left to the built-in
+    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(), path="x")
+    assert plugin == "attention" and spec.window is None
+
+
+# -- capped cache bytes through the pipeline ------------------------------------------------------
+
+
+def _cache_bytes_per_token(o, itemsize=2):
+    return o["kv_heads"] * 2 * o["head_dim"] * itemsize  # K and V, bf16
+
+
+@pytest.mark.parametrize("context", [40, 200])
+def test_decode_kv_bytes_capped_at_window(context):
+    batch, window = 3, TINY["sliding_window"]
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host())
+    (row,) = report["attention"]
+    assert row["plugin"] == "swa_attention" and row["window"] == window
+    per_token = _cache_bytes_per_token(TINY)
+    assert row["cache_bytes_per_token"] == per_token
+    assert row["kv_bytes_min"] == batch * min(context, window) * per_token
+    # the rolling cache holds min(context, window) slots, so the executed read is capped too
+    assert row["kv_read_bytes"] == batch * min(context, window) * per_token
+    # model FLOPs: 4 * B * H * min(context, window) * d
+    assert row["flops_model"] == 4 * batch * TINY["heads"] * min(context, window) * TINY["head_dim"]
+
+
+def test_without_the_plugin_the_window_is_ignored():
+    batch, context = 2, 200
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host(with_plugin=False))
+    (row,) = report["attention"]
+    assert row["plugin"] == "attention" and row["window"] is None
+    assert row["kv_bytes_min"] == batch * context * _cache_bytes_per_token(TINY)
+    # the model's rolling cache really moved less than that "minimum": amplification below 1
+    assert row["amplification"] < 1
+
+
+def test_prefill_model_flops_count_the_band_and_every_key_is_read():
+    batch, context, window = 1, 150, TINY["sliding_window"]
+    report = run(EXAMPLES / "mistral_swa.py", "prefill", batch, context, TINY, make_host())
+    (row,) = report["attention"]
+    pairs = sum(min(window, i + 1) for i in range(context))
+    assert row["flops_model"] == 2 * batch * TINY["heads"] * pairs * 2 * TINY["head_dim"]
+    # a masked fused call computes every pair: executed FLOPs are the full square
+    assert row["flops_executed"] == 2 * batch * TINY["heads"] * context * context * 2 * TINY["head_dim"]
+    # each new token's K/V is needed by some query: all `context` positions are read once
+    assert row["kv_bytes_min"] == batch * context * _cache_bytes_per_token(TINY)
+
+
+# -- grouped mm -----------------------------------------------------------------------------------
+
+
+def _loop_flops(sizes, k, n):
+    return sum(2 * m * k * n for m in sizes)
+
+
+@pytest.mark.skipif(not HAS_GROUPED_MM, reason="torch._grouped_mm needs torch >= 2.8")
+def test_grouped_mm_formula_matches_a_loop_over_groups():
+    sizes, k, n = [3, 0, 5, 2], 16, 8
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+    a = torch.randn(12, k, dtype=torch.bfloat16)  # 12 rows, groups cover 10: the last 2 are ignored
+    b = torch.randn(len(sizes), k, n, dtype=torch.bfloat16)
+    assert torch._grouped_mm(a, b, offs=offs).shape == (12, n)
+    assert grouped_mm_flops(a, b, offs) == _loop_flops(sizes, k, n)
+    # on meta the offsets hold no values: the groups are assumed to cover every row
+    assert grouped_mm_flops(a.to("meta"), b.to("meta"), offs.to("meta")) == _loop_flops([12], k, n)
+    # 3D x 3D: a batched matmul, no offsets
+    a3 = torch.randn(4, 5, k, dtype=torch.bfloat16)
+    assert grouped_mm_flops(a3, b) == 4 * 2 * 5 * k * n
+
+
+def test_grouped_mm_formula_other_layouts():
+    meta = dict(device="meta", dtype=torch.bfloat16)
+    offs = torch.empty(4, dtype=torch.int32, device="meta")
+    # 2D x 2D (weight gradients): K is split, output [G, M, N]
+    assert grouped_mm_flops(torch.empty(6, 32, **meta), torch.empty(32, 8, **meta), offs) == 2 * 6 * 32 * 8
+    # 3D x 2D: N is split, output [M, N]
+    assert grouped_mm_flops(torch.empty(4, 6, 16, **meta), torch.empty(16, 24, **meta), offs) == 2 * 6 * 16 * 24
+
+
+@pytest.mark.skipif(not HAS_GROUPED_MM, reason="torch._grouped_mm needs torch >= 2.8")
+def test_moe_model_grouped_mm_flops_are_counted():
+    options = dict(TINY, experts=4, top_k=2)
+    batch = 3
+    rows = batch * options["top_k"]  # token-expert pairs
+    h, inter = options["hidden"], options["intermediate"]
+    expert_flops = 2 * rows * h * 2 * inter + 2 * rows * inter * h
+
+    def grouped_mm_run(with_plugin):
+        host = make_host(with_plugin)
+        if host.pm.has_plugin("moe"):  # the built-in would model the experts instead of running them
+            host.pm.unregister(name="moe")
+        report = run(EXAMPLES / "mistral_swa.py", "decode", batch, 100, options, host)
+        return report, [op for op in report["ops"] if op["name"] == "aten._grouped_mm"]
+
+    report, grouped = grouped_mm_run(with_plugin=True)
+    assert len(grouped) == 2 and all(op["counted"] for op in grouped)
+    assert sum(op["flops"] for op in grouped) == expert_flops
+    assert "aten._grouped_mm" not in {u["name"] for u in report["uncounted_ops"]}
+    # without the plugin the op has no formula: listed as uncounted, never a silent zero
+    bare, grouped = grouped_mm_run(with_plugin=False)
+    assert len(grouped) == 2 and not any(op["counted"] for op in grouped)
+    assert "aten._grouped_mm" in {u["name"] for u in bare["uncounted_ops"]}
+
+
+@pytest.mark.skipif(not HAS_GROUPED_MM, reason="the model's experts need torch._grouped_mm (torch >= 2.8)")
+def test_builtin_moe_model_takes_the_experts_when_present():
+    """With rooflinekit's built-in `moe` plugin (the default), the experts are modelled, not run."""
+    host = make_host()
+    if not host.pm.has_plugin("moe"):
+        pytest.skip("this rooflinekit has no built-in moe plugin")
+    options = dict(TINY, experts=4, top_k=2)
+    report = run(EXAMPLES / "mistral_swa.py", "decode", 3, 100, options, host)
+    assert not [op for op in report["ops"] if op["name"] == "aten._grouped_mm"]
+    modelled = [op for op in report["ops"] if op["kind"] == "modelled"]
+    assert sum(op["flops"] for op in modelled) == 2 * 6 * 256 * 2 * 512 + 2 * 6 * 512 * 256
+
+
+# -- hardware and model cards ---------------------------------------------------------------------
+
+
+def test_hardware_entries_load_with_sources():
+    db = hardware_db(make_host())
+    assert not [p for p in db.problems if "rooflinekit_swa" in p]
+    nvl = db.get("NVIDIA H100 NVL")
+    assert nvl.name == "H100 NVL" and nvl.memory_bandwidth == 3.9e12
+    assert round(nvl.ridge("bf16"), 1) == round(835.5e12 / 3.9e12, 1)
+    assert db.get("NVIDIA GH200 480GB").name == "GH200 96GB"
+
+
+def test_model_card_builds_the_model_it_describes(tmp_path):
+    host = make_host()
+    report = run(EXAMPLES / "mistral-7b-v0.1.swa.toml", "decode", 1, 8192, {"layers": 2}, host)
+    assert report["model"]["kind"] == "swa model card" and report["model"]["name"] == "Mistral-7B-v0.1"
+    assert len(report["attention"]) == 2  # -O layers=2 overrides the card's 32
+    row = report["attention"][0]
+    assert row["window"] == 4096 and row["kv_bytes_min"] == 4096 * 8 * 2 * 128 * 2
+    bad = tmp_path / "bad.swa.toml"
+    bad.write_text("layers = 2\nwindow = 10\n")
+    from rooflinekit.errors import UserError
+
+    with pytest.raises(UserError, match="unknown key window"):
+        load_source(str(bad), {}, host)
