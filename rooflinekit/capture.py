@@ -8,6 +8,7 @@ that aliases an input (in-place ops, out=) is one write, not two.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import math
 import time
@@ -522,8 +523,16 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
     """Run one forward of `model` on `inputs` and record every op."""
     formulas = formulas or FormulaBook()
     start = time.perf_counter()
-    with torch.no_grad(), recording(model, formulas) as rec:
-        call_forward(model, inputs)
+    # The records are long-lived small objects: cyclic GC passes over them (and over the model's
+    # thousands of modules) cost more than the capture itself on large models.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.no_grad(), recording(model, formulas) as rec:
+            call_forward(model, inputs)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     modules = {n: type(m).__name__ for n, m in model.named_modules()}
     return CaptureResult(
         ops=rec.ops,
