@@ -7,7 +7,7 @@ Prints, from one process (ratios are measured in one run; the machine may be sha
 - the cost at context 1024 vs 131072 and batch 1 vs 48 (must not grow), and at 15/30/61 layers
   (must grow linearly).
 
-Run: python benchmarks/deepseek_v3_scale.py [--markdown docs/performance_numbers.md]
+Run: python benchmarks/deepseek_v3_scale.py [--markdown FILE.md]  (figures quoted in docs/performance.md)
 """
 
 from __future__ import annotations

@@ -152,6 +152,10 @@ class _Storages:
 class Recorder:
     """Turns dispatched ops into OpRecords; shared by the dispatch and function modes."""
 
+    #: Give SDPA's output on real tensors the fused kernels' layout (see fused_sdpa), so counts
+    #: match meta; a timed run sets it False and keeps the backend's own output.
+    canonical_sdpa_layout = True
+
     def __init__(self, formulas: FormulaBook, module_names: dict[int, str]):
         self.formulas = formulas
         self.module_names = module_names
@@ -164,6 +168,10 @@ class Recorder:
         self._infos: dict[object, _OpInfo | None] = {}
         self.param_owners: dict[int, str] = {}
         self.saw_subclass = False
+
+    def run_op(self, func, args, kwargs):
+        """Run an op the dispatch mode is about to record (a subclass can wrap the call)."""
+        return func(*args, **kwargs)
 
     # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
     def pre_hook(self, module, args):
@@ -342,7 +350,8 @@ class Recorder:
 
         The output takes the memory layout fused kernels (flash, CPU flash) return, [B, L, H, E]
         in memory, so that later ops' traffic (a transpose(1, 2).reshape is then free) does not
-        depend on the backend picked on CPU or meta. On meta nothing is computed at all.
+        depend on the backend picked on CPU or meta (unless canonical_sdpa_layout is False). On
+        meta nothing is computed at all.
         """
         self.suppress += 1
         try:
@@ -352,7 +361,7 @@ class Recorder:
                 out = _fused_layout(shape, q)
             else:
                 out = func(*args, **kwargs)
-                if len(shape) == 4 and not _is_fused_layout(out):
+                if self.canonical_sdpa_layout and len(shape) == 4 and not _is_fused_layout(out):
                     out = _fused_layout(shape, q).copy_(out)
         finally:
             self.suppress -= 1
@@ -420,17 +429,23 @@ class _DispatchRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        rec = self.recorder
         if types and collectives.defer_to_subclass(types):
-            self.recorder.saw_subclass = True
+            rec.saw_subclass = True
             return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
-        out = func(*args, **kwargs)
-        if not self.recorder.suppress:
-            kind = collectives.classify(func)
-            if kind is None:
-                if not (self.recorder.saw_subclass and collectives.faking()):  # DTensor shape propagation
-                    self.recorder.record_aten(func, args, kwargs, out)
-            elif kind is not True:  # waits and autograd wrappers of collectives move nothing
-                self.recorder.record_collective(func, args, kwargs, kind)
+        if rec.suppress:
+            return func(*args, **kwargs)
+        kind = collectives.classify(func)
+        if kind is None:
+            if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
+                return func(*args, **kwargs)
+            out = rec.run_op(func, args, kwargs)
+            rec.record_aten(func, args, kwargs, out)
+        elif kind is True:  # waits and autograd wrappers of collectives move nothing
+            return func(*args, **kwargs)
+        else:
+            out = rec.run_op(func, args, kwargs)
+            rec.record_collective(func, args, kwargs, kind)
         return out
 
 

@@ -141,7 +141,8 @@ def _workload(phase, batch, context, dtype, device, options, tp=1, ep=1):
 @workload_options
 @click.option("--depth", default=3, show_default=True, type=int, help="Roll modules up to this many path components.")
 @click.option("--group-layers", is_flag=True, help="Merge repeated layers (layers.*.mlp) in the module table.")
-@click.option("--top", default=25, show_default=True, type=int, help="Modules shown in the table (0: all).")
+@click.option("--top", default=25, show_default=True, type=click.IntRange(0),
+              help="Modules shown in the table (0: all).")
 @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
 @click.option("--measure/--no-measure", default=None,
@@ -175,6 +176,8 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
         check_writable(trace)
     if depth < 1:
         raise UserError(f"--depth must be at least 1, got {depth}")
+    if plot_depth is not None and not plot_path:
+        raise UserError("--plot-depth needs --plot FILE.png|.svg")
     if plot_path:
         from rooflinekit.plot import check_target
 
@@ -290,21 +293,18 @@ def plugins_cmd(fmt, debug):
         click.echo(f"rooflinekit: warning: {w}", err=True)
 
 
-# -- commands from other modules (each adds its own line below its marker) --
-# [sweep/plot/compare]
-from rooflinekit.compare import compare_command  # noqa: E402  (light modules: commands built on call)
+# Commands defined beside the code they drive (their modules stay light: the commands import
+# torch and matplotlib only when they run).
+from rooflinekit.compare import compare_command  # noqa: E402
+from rooflinekit.measure_cli import calibrate_command, detect_command  # noqa: E402
 from rooflinekit.plot import plot_command  # noqa: E402
 from rooflinekit.sweep import sweep_command  # noqa: E402
 
 cli.add_command(sweep_command())
 cli.add_command(plot_command())
 cli.add_command(compare_command())
-# [measure/calibrate/detect]
-from rooflinekit.measure_cli import calibrate_command, detect_command  # noqa: E402
-
 cli.add_command(calibrate_command(Command))
 hardware.add_command(detect_command(Command))
-# [distributed]
 
 
 def main() -> None:

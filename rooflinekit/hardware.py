@@ -42,12 +42,19 @@ class HardwareSpec:
     calibrated: bool = False
 
     def peak(self, dtype_key: str) -> float:
-        """Dense peak for a dtype key; fp32 matmuls fall back to tf32 only if fp32 is absent."""
+        """Dense peak for a dtype key, or the nearest one the entry lists (see `peak_key`)."""
+        return self.peak_flops[self.peak_key(dtype_key)]
+
+    def peak_key(self, dtype_key: str) -> str:
+        """The peak-table key used for a dtype: itself, else a listed fallback (fp8 -> bf16...).
+
+        Reports name every fallback used (a missing fp8 peak placed against bf16 halves it).
+        """
         if dtype_key in self.peak_flops:
-            return self.peak_flops[dtype_key]
+            return dtype_key
         for fallback in _FALLBACKS.get(dtype_key, ()):
             if fallback in self.peak_flops:
-                return self.peak_flops[fallback]
+                return fallback
         raise UserError(
             f"hardware '{self.name}' has no peak for {dtype_key} "
             f"(it lists {', '.join(self.peak_flops)}); profile with another --dtype"
@@ -74,7 +81,8 @@ class HardwareSpec:
         }
 
 
-_FALLBACKS = {"fp8": ("bf16", "fp16"), "fp16": ("bf16",), "bf16": ("fp16",), "fp64": ("fp32",)}
+_FALLBACKS = {"fp8": ("bf16", "fp16"), "fp16": ("bf16",), "bf16": ("fp16",), "fp64": ("fp32",),
+              "int8": ("fp8", "bf16"), "tf32": ("fp32",), "fp32": ("tf32",)}
 
 
 def dtype_key(dtype) -> str:

@@ -3,13 +3,16 @@
 How the join works
 ------------------
 The counts come from one forward under capture's recording machinery, which numbers every op it
-records (0, 1, 2, ...). The timed forwards run the same model on the same inputs under a copy of
-that machinery (`_TimedRecorder`, a subclass of capture's `Recorder`) that makes the same decisions
-(views and free ops skipped, fused attention recorded as one call, inner ops suppressed) and wraps
-each op it would record in a profiler range named ``rk#<index> <op>``. The index is the one the
-op has in the capture, so a range joins to its record by number; the op names of the two runs are
-compared, and where they differ (data-dependent control flow) they are aligned by name and the
-difference is reported.
+records (0, 1, 2, ...). The timed forwards run the same model on the same inputs under the same
+machinery (capture's dispatch and function modes and SDPA patch) with a subclass of capture's
+`Recorder` (`_TimedRecorder`), so every decision is the same: views and free ops skipped,
+collectives classified, DTensor deferred, fused attention recorded as one call with its inner ops
+suppressed. The subclass wraps each recorded op in a profiler range named ``rk#<index> <op>``
+(through `Recorder.run_op`). The index is the one the op has in the capture, so a range joins to
+its record by number; the op names of the two runs are compared, and where they differ
+(data-dependent control flow, or a backend whose attention output layout makes a later reshape
+copy, see `Recorder.canonical_sdpa_layout`) they are aligned by name and the difference is
+reported.
 
 Under torch.profiler, per op and per repeat:
 - on CPU, the op's time is the duration of its range (the kernel and the dispatcher below it);
@@ -39,12 +42,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rooflinekit import capture as _capture
-from rooflinekit import compat
+from rooflinekit import collectives, compat
 from rooflinekit.capture import SDPA_NAME, OpRecord, Recorder, call_forward
-from rooflinekit.formulas import FREE_OPS, FormulaBook, op_key
+from rooflinekit.formulas import FormulaBook, op_key
 from rooflinekit.hardware import HardwareSpec
 from rooflinekit.report import ROOT, _placed, rollup_name
 from rooflinekit.roofline import place_on
@@ -66,15 +68,38 @@ except AttributeError:  # pragma: no cover - older torch
 class _TimedRecorder(Recorder):
     """Numbers ops exactly as capture's Recorder does, but records only name and module path.
 
-    Byte accounting is skipped (the counts come from the capture run): the timed run pays
-    for numbering only, and that bookkeeping runs outside the op's range.
+    capture's dispatch mode, function mode and SDPA patch make every decision (what is skipped,
+    what is a collective, what DTensor runs, what is suppressed inside fused attention); this
+    recorder only wraps each op they record in a profiler range numbered by the capture's index.
+    Byte accounting is skipped (the counts come from the capture run): the timed run pays for
+    numbering only, and that bookkeeping runs outside the op's range. SDPA's output is returned
+    as the backend gives it (no re-layout), so the range times the kernel alone and later ops see
+    the layout they see without rooflinekit.
     """
 
+    canonical_sdpa_layout = False
+
+    def run_op(self, func, args, kwargs):
+        name = self._recorded_name(func)
+        if name is None:  # views and free ops: not recorded, so not timed
+            return func(*args, **kwargs)
+        with _Range(f"rk#{len(self.ops)} {name}"):
+            return func(*args, **kwargs)
+
+    def _recorded_name(self, func) -> str | None:
+        if collectives.classify(func):  # the dispatch mode passes only recorded collectives here
+            return _name(func)
+        info = self._info(func)
+        return info.name if info is not None else None
+
     def record_aten(self, func, args, kwargs, out) -> None:
-        name = _name(func)
-        if func.is_view or name in FREE_OPS:
+        info = self._info(func)
+        if info is None:
             return
-        self.emit(OpRecord(0, name, self.module, 0.0, 0.0, 0.0, "", False))
+        self.emit(OpRecord(0, info.name, self.module, 0.0, 0.0, 0.0, "", False))
+
+    def record_collective(self, func, args, kwargs, kind) -> None:
+        self.emit(OpRecord(0, _name(func), self.module, 0.0, 0.0, 0.0, "", True, kind="collective"))
 
     def record_sdpa(self, args, kwargs, out) -> None:
         self.emit(OpRecord(0, SDPA_NAME, self.module, 0.0, 0.0, 0.0, "", False, kind="fused"))
@@ -94,22 +119,6 @@ def _name(func) -> str:
     return name
 
 
-class _TimedDispatch(TorchDispatchMode):
-    def __init__(self, recorder: _TimedRecorder):
-        super().__init__()
-        self.recorder = recorder
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        rec = self.recorder
-        if rec.suppress or func.is_view or _name(func) in FREE_OPS:
-            return func(*args, **kwargs)
-        with _Range(f"rk#{len(rec.ops)} {_name(func)}"):
-            out = func(*args, **kwargs)
-        rec.record_aten(func, args, kwargs, out)
-        return out
-
-
 @contextmanager
 def timed_recording(model: torch.nn.Module, formulas: FormulaBook | None = None) -> Iterator[_TimedRecorder]:
     """capture.recording()'s modes and hooks, with a profiler range around each recorded op."""
@@ -121,7 +130,7 @@ def timed_recording(model: torch.nn.Module, formulas: FormulaBook | None = None)
         active.append(recorder)
     try:
         with (_capture._patched_sdpa(recorder), _capture._FunctionRecorder(recorder),
-              _TimedDispatch(recorder)):
+              _capture._DispatchRecorder(recorder)):
             yield recorder
     finally:
         if active is not None:

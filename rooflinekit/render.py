@@ -7,13 +7,13 @@ import io
 import json
 import math
 import os
-import re
 import tempfile
 from pathlib import Path
 
 from tabulate import tabulate
 
 from rooflinekit.errors import UserError
+from rooflinekit.report import layer_pattern
 from rooflinekit.units import seconds, si
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -149,7 +149,7 @@ def _collapse_layers(rows: list[dict]) -> list[tuple[dict, str, int]]:
     """Runs of attention rows that differ only in their layer index -> (row, name, count)."""
     out: list[tuple[dict, str, int]] = []
     for a in rows:
-        pattern = re.sub(r"\.\d+(?=\.|$)", ".*", a["module"])
+        pattern = layer_pattern(a["module"])
         key = (pattern,) + tuple(a.get(k) for k in _SAME_LAYER_KEYS)
         if out and out[-1][0].get("_key") == key:
             first, _, count = out[-1]
@@ -216,7 +216,7 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
         out.write(f"note (parallel): {line}\n")
     if (report.get("comm") or {}).get("calls"):
         out.write(f"note (collectives): {report['comm']['assumption']}\n")
-    attention_notes = {re.sub(r"\.\d+\.", ".*.", n) for a in report.get("attention", []) for n in a.get("notes", [])}
+    attention_notes = {layer_pattern(n) for a in report.get("attention", []) for n in a.get("notes", [])}
     for line in sorted(attention_notes):
         out.write(f"note (attention): {line}\n")
     for line in report.get("warnings", []):
@@ -266,26 +266,43 @@ def render(report: dict, fmt: str, top: int | None = 25) -> str:
 
 
 def check_writable(path: str) -> None:
-    """Fail before any work if `path` cannot be written."""
-    target = Path(path)
+    """Fail before any work if `path` cannot be written (probing the folder for real)."""
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise UserError(f"cannot write {path}: it is a folder; give a file name")
     if not folder.is_dir():
         raise UserError(f"cannot write {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+    if target.exists() and not os.access(target, os.W_OK):
         raise UserError(f"cannot write {path}: permission denied")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=folder)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_atomic(path: str, text: str | bytes) -> None:
-    """Write to a temporary file beside `path`, then rename: no half-written output, ever."""
+    """Write to a temporary file beside `path`, then rename: no half-written output, ever.
+
+    A symlink is followed (its target is replaced); the file gets the mode a plain open() would
+    give it (an existing file keeps its mode).
+    """
     check_writable(path)
-    target = Path(path)
+    target = Path(path).resolve() if Path(path).is_symlink() else Path(path)
+    if target.exists():
+        file_mode = target.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        file_mode = 0o666 & ~umask
     mode = "wb" if isinstance(text, bytes) else "w"
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
     try:
         with os.fdopen(fd, mode) as fh:
             fh.write(text)
+        os.chmod(tmp, file_mode)
         os.replace(tmp, target)
     except BaseException:
         try:

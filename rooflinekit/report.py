@@ -19,14 +19,20 @@ from rooflinekit.workload import Workload
 ROOT = "(root)"
 
 
+_LAYER_INDEX = re.compile(r"(?<![^.])\d+(?![^.\s:,])")
+
+
+def layer_pattern(text: str) -> str:
+    """Module paths in `text` with layer indices replaced by '*': layers.3.attn -> layers.*.attn."""
+    return _LAYER_INDEX.sub("*", text)
+
+
 def rollup_name(path: str, depth: int, group_layers: bool = False) -> str:
-    """A module path cut to `depth` components; numeric components become '*' when grouping."""
+    """A module path cut to `depth` components; layer indices become '*' when grouping."""
     if not path:
         return ROOT
-    parts = path.split(".")[: max(1, depth)]
-    if group_layers:
-        parts = ["*" if re.fullmatch(r"\d+", p) else p for p in parts]
-    return ".".join(parts)
+    name = ".".join(path.split(".")[: max(1, depth)])
+    return layer_pattern(name) if group_layers else name
 
 
 @dataclass
@@ -70,6 +76,17 @@ def _placed(hw: HardwareSpec, dtype: str, flops: float, nbytes: float) -> dict:
         "mfu_bound": p.mfu_bound,
         "dtype": dtype,
     }
+
+
+def peak_fallbacks(hw: HardwareSpec, dtypes: set[str]) -> list[str]:
+    """A note for each dtype the hardware entry has no peak for, naming the peak used instead."""
+    notes = []
+    for key in sorted(dtypes):
+        if key not in hw.peak_flops:
+            used = hw.peak_key(key)
+            notes.append(f"{hw.name} lists no dense {key} peak: {key} work is placed against its {used} "
+                         f"peak ({hw.peak_flops[used]:.4g} FLOP/s)")
+    return notes
 
 
 def attention_dict(row: AttentionRow, hw: HardwareSpec) -> dict:
@@ -129,7 +146,8 @@ def build_report(
     notes: list[str] | None = None,
 ) -> dict:
     """The report as a JSON-ready dict (schema in docs/schema.md)."""
-    wdtype = workload.dtype if workload.dtype in hw.peak_flops else "bf16"
+    fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
+    wdtype = workload.dtype if workload.dtype in hw.peak_flops else hw.peak_key(workload.dtype)
     op_rows = []
     total = Aggregate()
     modules: dict[str, Aggregate] = defaultdict(Aggregate)
@@ -278,5 +296,5 @@ def build_report(
         "ops": op_rows,
         "capture": {"wall_s": cap.wall_s, "depth": depth, "group_layers": group_layers},
         "warnings": list(warnings or []),
-        "notes": list(notes or []) + list(cap.notes),
+        "notes": list(notes or []) + list(cap.notes) + fallback_notes,
     }

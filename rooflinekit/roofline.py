@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from rooflinekit.hardware import HardwareSpec
@@ -74,8 +73,3 @@ def place(flops: float, nbytes: float, peak: float, bandwidth: float) -> Placeme
 def place_on(hw: HardwareSpec, dtype_key: str, flops: float, nbytes: float) -> Placement:
     """Place on a hardware entry's roofline for one dtype."""
     return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth)
-
-
-def saturation_intensity(flops_per_seq: float, bytes_per_seq: float) -> float:
-    """Limit of B*F / (W + B*K) as batch B grows: F / K (infinite when K is 0)."""
-    return math.inf if bytes_per_seq <= 0 else flops_per_seq / bytes_per_seq

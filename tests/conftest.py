@@ -1,4 +1,4 @@
-"""Shared helpers: profile a model file through the public pipeline, run the CLI in-process."""
+"""Test fixtures: profile a model file through the public pipeline, run the CLI in-process."""
 
 from __future__ import annotations
 

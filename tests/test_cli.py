@@ -143,3 +143,27 @@ def test_real_process_exit_code_and_no_traceback(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"rooflinekit: error: model file not found: {tmp_path / 'nope.py'}"
+
+
+def test_output_file_mode_and_symlink(invoke, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "r.csv"
+        assert invoke("profile", GQA, "-O", "layers=1", "--context", "64", "-f", "csv", "-o", out).exit_code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o644
+        real = tmp_path / "real.csv"
+        real.write_text("old")
+        link = tmp_path / "link.csv"
+        link.symlink_to(real)
+        assert invoke("profile", GQA, "-O", "layers=1", "--context", "64", "-f", "csv", "-o", link).exit_code == 0
+        assert link.is_symlink() and real.read_text().startswith("name,flops")
+    finally:
+        os.umask(old)
+
+
+def test_unwritable_special_folder_fails_before_work(invoke):
+    result = invoke("profile", GQA, "-O", "layers=1", "-o", "/proc/rooflinekit-test.txt")
+    _one_line_error(result, "cannot write")

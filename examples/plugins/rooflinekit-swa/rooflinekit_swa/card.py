@@ -41,6 +41,8 @@ def load_card(path: str) -> ModelSource:
             card = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise UserError(f"cannot read model card {path}: {exc.strerror or exc}") from None
     dims = {k: v for k, v in card.items() if k not in INFO_KEYS}
     build_keys, input_keys = _params(model.build_model), _params(model.make_inputs)
     unknown = sorted(set(dims) - build_keys - input_keys)

@@ -38,7 +38,6 @@ def _covered(offs, full: int) -> int:
 
 
 def grouped_mm_flops(a, b, offs=None, bias=None, out_dtype=None, *args, out=None, **kwargs) -> int:
-    offs = kwargs.get("offs", offs)
     if a.dim() == 2 and b.dim() == 3:
         return 2 * _covered(offs, a.shape[0]) * a.shape[1] * b.shape[2]
     if a.dim() == 3 and b.dim() == 3:
