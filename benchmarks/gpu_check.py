@@ -41,6 +41,21 @@ SMALL = {
 }
 
 
+def batch_list(text: str) -> list[int]:
+    """argparse type for --batches: comma-separated positive integers."""
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: every batch must be at least 1")
+        values.append(n)
+    return values
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (only with --small)")
@@ -48,7 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--output", default=str(ROOT / "docs" / "gpu_check.md"), help="Markdown file to write")
     p.add_argument("--json-dir", default=None, help="also write each JSON report here")
     p.add_argument("--context", type=int, default=None, help="default 32768 (64 with --small)")
-    p.add_argument("--batches", default=None, help="comma-separated; default 1,4,16,48 (1,2 with --small)")
+    p.add_argument("--batches", default=None, type=batch_list,
+                   help="comma-separated; default 1,4,16,48 (1,2 with --small)")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--dtype", default=None, help="default bf16 on cuda, fp32 on cpu")
     p.add_argument("--warmup", type=int, default=2)
@@ -91,61 +107,62 @@ def run(args) -> str:
     if device == "cpu" and not args.small:
         fail("--device cpu is only a smoke test: add --small")
     context = args.context or (64 if args.small else 32768)
-    batches = [int(b) for b in (args.batches or ("1,2" if args.small else "1,4,16,48")).split(",")]
+    batches = args.batches or ([1, 2] if args.small else [1, 4, 16, 48])
     dtype = args.dtype or ("bf16" if device.startswith("cuda") else "fp32")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        fail(f"--models {args.models}: use a comma-separated subset of {','.join(MODELS)}")
 
     db = hardware_db()
     sheet = datasheet_entry(device, db)
     started = time.perf_counter()
     cal = calibrate(device, size_mb=32 if args.small else None, datasheet=sheet)
-    tmp = tempfile.TemporaryDirectory(prefix="rooflinekit-gpu-check-")
-    entry = save(cal, f"{sheet or cal.device_name} calibrated (gpu_check)", Path(tmp.name) / "calibrated.toml")
-    print(f"calibrated {cal.device_name}: {si(cal.bandwidth, 'B/s')}, "
-          + ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in cal.peaks.items()), file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="rooflinekit-gpu-check-") as tmp:
+        entry = save(cal, f"{sheet or cal.device_name} calibrated (gpu_check)", Path(tmp) / "calibrated.toml")
+        print(f"calibrated {cal.device_name}: {si(cal.bandwidth, 'B/s')}, "
+              + ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in cal.peaks.items()), file=sys.stderr)
 
-    step_rows, att_rows = [], []
-    for label in models:
-        path, base = MODELS[label]
-        for batch in batches:
-            options = dict(base, layers=args.layers, **(SMALL[label] if args.small else {}))
-            workload = Workload("decode", batch, context, dtype, device, tuple(sorted(options.items())))
-            t0 = time.perf_counter()
-            result = profile(load_source(str(ROOT / path), options), workload, str(entry), measure=True,
-                             warmup=args.warmup, repeats=args.repeats, compare_hardware=sheet)
-            r = result.report
-            if args.json_dir:
-                out = Path(args.json_dir)
-                out.mkdir(parents=True, exist_ok=True)
-                from rooflinekit.render import to_json
+        step_rows, att_rows = [], []
+        for label in models:
+            path, base = MODELS[label]
+            for batch in batches:
+                options = dict(base, layers=args.layers, **(SMALL[label] if args.small else {}))
+                workload = Workload("decode", batch, context, dtype, device, tuple(sorted(options.items())))
+                t0 = time.perf_counter()
+                result = profile(load_source(str(ROOT / path), options), workload, str(entry), measure=True,
+                                 warmup=args.warmup, repeats=args.repeats, compare_hardware=sheet)
+                r = result.report
+                if args.json_dir:
+                    out = Path(args.json_dir)
+                    out.mkdir(parents=True, exist_ok=True)
+                    from rooflinekit.render import to_json
 
-                (out / f"{label.lower()}_b{batch}_s{context}.json").write_text(to_json(r))
-            t, m = r["totals"], r["totals"]["measured"]
-            alt = t.get("placement_alt", {})
-            step_rows.append([
-                label, batch, fmt_s(t["predicted_step_s"]), fmt_s(alt.get("predicted_step_s")),
-                fmt_s(m["step_time_s"]), fmt_s(m["op_time_s"]), fmt_s(m["unattributed_s"]),
-                fmt_s(m["step_time_plain_s"]), ratio(m["op_time_s"], t["predicted_step_s"]),
-                pct(m["mfu"]), pct(m["hfu"]), pct(m["mbu"]), t["bound"],
-            ])
-            for a in r["attention"]:
-                am = a.get("measured") or {}
-                pmin = a.get("placement_min") or {}
-                att_rows.append([
-                    label, batch, a["module"], a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""),
-                    fmt_s(am.get("predicted_ops_s")), fmt_s(a["placement_executed"]["time_bound_s"]),
-                    fmt_s(pmin.get("time_bound_s")), fmt_s(am.get("time_s")),
-                    ratio(am.get("time_s"), am.get("predicted_ops_s")), pct(am.get("mbu")), pct(am.get("mbu_min")),
-                    pct(am.get("mfu")),
+                    (out / f"{label.lower()}_b{batch}_s{context}.json").write_text(to_json(r))
+                t, m = r["totals"], r["totals"]["measured"]
+                alt = t.get("placement_alt", {})
+                step_rows.append([
+                    label, batch, fmt_s(t["predicted_step_s"]), fmt_s(alt.get("predicted_step_s")),
+                    fmt_s(m["step_time_s"]), fmt_s(m["op_time_s"]), fmt_s(m["unattributed_s"]),
+                    fmt_s(m["step_time_plain_s"]), ratio(m["op_time_s"], t["predicted_step_s"]),
+                    pct(m["mfu"]), pct(m["hfu"]), pct(m["mbu"]), t["bound"],
                 ])
-            print(f"{label} batch {batch}: measured step {fmt_s(m['step_time_s'])} "
-                  f"(predicted {fmt_s(t['predicted_step_s'])}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-            del result, r
-            gc.collect()
-            if device.startswith("cuda"):
-                torch.cuda.empty_cache()
-
-    tmp.cleanup()
+                for a in r["attention"]:
+                    am = a.get("measured") or {}
+                    pmin = a.get("placement_min") or {}
+                    att_rows.append([
+                        label, batch, a["module"], a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""),
+                        fmt_s(am.get("predicted_ops_s")), fmt_s(a["placement_executed"]["time_bound_s"]),
+                        fmt_s(pmin.get("time_bound_s")), fmt_s(am.get("time_s")),
+                        ratio(am.get("time_s"), am.get("predicted_ops_s")), pct(am.get("mbu")), pct(am.get("mbu_min")),
+                        pct(am.get("mfu")),
+                    ])
+                print(f"{label} batch {batch}: measured step {fmt_s(m['step_time_s'])} "
+                      f"(predicted {fmt_s(t['predicted_step_s'])}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+                del result, r
+                gc.collect()
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
     from tabulate import tabulate
 
     spec = db.find(sheet) if sheet else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import re
@@ -174,15 +175,31 @@ def check_device(device: str) -> str:
     return device
 
 
+def check_size_mb(size_mb: float | None) -> None:
+    """A copy buffer size must be a finite positive number of MB (None: the device's default)."""
+    if size_mb is None:
+        return
+    if not math.isfinite(size_mb):
+        raise UserError(f"--size-mb must be a finite number of MB, got {size_mb}")
+    if size_mb <= 0:
+        raise UserError(f"--size-mb must be positive, got {size_mb:g}")
+
+
+def check_output(output: str | os.PathLike) -> None:
+    """The entry is found again only as a .toml file (`--hardware PATH` loads .toml paths)."""
+    if not str(output).endswith(".toml"):
+        raise UserError(f"calibrate --output {output}: the entry must be written to a .toml file "
+                        "(--hardware loads only .toml paths)")
+
+
 def calibrate(device: str | None = None, size_mb: float | None = None, dtypes: tuple[str, ...] | None = None,
               datasheet: str | None = None) -> Calibration:
     """Measure bandwidth and matmul throughput on `device` (cuda if available, else cpu)."""
+    check_size_mb(size_mb)
     device = check_device(device)
     cuda = device.startswith("cuda")
     if size_mb is None:
         size_mb = 1024 if cuda else 128
-    if size_mb <= 0:
-        raise UserError(f"--size-mb must be positive, got {size_mb}")
     if dtypes is None:
         dtypes = ("fp32", "tf32", "bf16", "fp16") if cuda else ("fp32", "bf16", "fp16")
     unknown = [d for d in dtypes if d not in _TORCH_DTYPES or (d == "tf32" and not cuda)]
@@ -218,17 +235,16 @@ def datasheet_entry(device: str, db) -> str | None:
     """The database entry for a CUDA device (NVML name first, then torch's name); none for CPUs."""
     if not device.startswith("cuda"):
         return None
-    try:
-        from rooflinekit.detect import detect
+    from rooflinekit.detect import detect, find_entry
 
+    try:
         index = torch.device(device).index or 0
         gpus = detect(db)
         if index < len(gpus) and gpus[index].entry:
             return gpus[index].entry
     except UserError:
         pass
-    name = torch.cuda.get_device_name(torch.device(device))
-    spec = db.find(name) or (db.find(name[7:]) if name.upper().startswith("NVIDIA ") else None)
+    spec = find_entry(torch.cuda.get_device_name(torch.device(device)), db)
     return spec.name if spec else None
 
 
@@ -323,6 +339,8 @@ def save(cal: Calibration, name: str, output: str | os.PathLike | None = None) -
     from rooflinekit.hardware import HardwareFileError, load_file
     from rooflinekit.render import write_atomic
 
+    if output:
+        check_output(output)
     path = Path(output) if output else default_path(name)
     if not output:
         try:
@@ -335,3 +353,14 @@ def save(cal: Calibration, name: str, output: str | os.PathLike | None = None) -
     except HardwareFileError as exc:  # pragma: no cover - a bug in to_toml
         raise UserError(f"the calibrated entry does not load: {exc}") from None
     return path
+
+
+def hardware_argument(name: str, path: str | os.PathLike) -> str:
+    """What `--hardware` takes to load the entry saved at `path`: its name when the database finds
+    that name in this very file (saved in the user hardware folder), else the .toml path."""
+    from rooflinekit.pipeline import hardware_db
+
+    spec = hardware_db().find(name)
+    if spec is not None and spec.path and Path(spec.path).resolve() == Path(path).resolve():
+        return name
+    return str(path)

@@ -115,14 +115,20 @@ def detect_gpus(nvml=None) -> list[DetectedGPU]:
         _optional(nvml.nvmlShutdown)
 
 
-def match(gpu: DetectedGPU, db: HardwareDB) -> HardwareSpec | None:
-    """The database entry with NVML's name as its name or an alias (HardwareDB.find: case and
-    punctuation ignored), also tried without the 'NVIDIA ' prefix. No fuzzy matching: a near
-    name can be another form factor with other clocks ('H100 NVL' is not 'H100 SXM5')."""
-    spec = db.find(gpu.name)
-    if spec is None and gpu.name.upper().startswith("NVIDIA "):
-        spec = db.find(gpu.name[7:])
+def find_entry(device_name: str, db: HardwareDB) -> HardwareSpec | None:
+    """The database entry with a GPU's reported name (NVML's, or torch.cuda.get_device_name's) as
+    its name or an alias (HardwareDB.find: case and punctuation ignored), also tried without the
+    'NVIDIA ' prefix. No fuzzy matching: a near name can be another form factor with other clocks
+    ('H100 NVL' is not 'H100 SXM5')."""
+    spec = db.find(device_name)
+    if spec is None and device_name.upper().startswith("NVIDIA "):
+        spec = db.find(device_name[7:])
     return spec
+
+
+def match(gpu: DetectedGPU, db: HardwareDB) -> HardwareSpec | None:
+    """The database entry for a detected GPU (find_entry on NVML's name)."""
+    return find_entry(gpu.name, db)
 
 
 def detect(db: HardwareDB, nvml=None) -> list[DetectedGPU]:

@@ -1,24 +1,23 @@
-"""CLI commands for measured mode's helpers: `rooflinekit calibrate` and `rooflinekit hardware detect`.
+"""CLI commands beside measured mode: `rooflinekit calibrate` and `rooflinekit hardware detect`.
 
-cli.py registers them under its `# [measure/calibrate/detect]` marker, passing its Command class
-(one-line errors) so that this module never imports cli.py.
+cli.py registers them, passing its Command class (one-line errors); the commands are built by
+these functions when cli.py calls them, so this module imports nothing from cli.py at import time.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 
 import click
 
 
-def _debug(f):
-    return click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")(f)
-
-
 def detect_command(command_cls: type[click.Command]) -> click.Command:
+    from rooflinekit.cli import debug_option
+
     @click.command("detect", cls=command_cls)
     @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
-    @_debug
+    @debug_option
     def hardware_detect(fmt, debug):
         """Detect local NVIDIA GPUs (NVML): name, memory, max clocks, bus width, implied bandwidth,
         and the database entry each matches. Exits non-zero without a GPU or driver."""
@@ -62,17 +61,20 @@ def detect_command(command_cls: type[click.Command]) -> click.Command:
 
 
 def calibrate_command(command_cls: type[click.Command]) -> click.Command:
+    from rooflinekit.cli import debug_option
+
     @click.command("calibrate", cls=command_cls)
     @click.option("--device", default=None, help="cuda or cpu (default: cuda if available, else cpu).")
     @click.option("--output", "-o", default=None,
-                  help="Write the entry here (default: the user hardware folder, $ROOFLINEKIT_HOME/hardware).")
+                  help="Write the entry to this .toml file (default: the user hardware folder, "
+                       "$ROOFLINEKIT_HOME/hardware).")
     @click.option("--name", default=None, help="Entry name (default: '<datasheet entry> calibrated', or 'CPU calibrated').")
-    @click.option("--size-mb", default=None, type=float,
+    @click.option("--size-mb", default=None, type=click.FloatRange(min=0, min_open=True),
                   help="Copy buffer for the bandwidth test, MB (default 1024 on CUDA, 128 on CPU).")
     @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
                   help="Matmul dtypes to measure (repeatable; default fp32, bf16, fp16, and tf32 on CUDA).")
     @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
-    @_debug
+    @debug_option
     def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, debug):
         """Measure achievable memory bandwidth (large copies, read + write bytes) and matmul
         throughput per dtype, and save them as a hardware entry (calibrated = true) that
@@ -80,15 +82,20 @@ def calibrate_command(command_cls: type[click.Command]) -> click.Command:
         from rooflinekit.calibrate import (
             calibrate,
             check_device,
+            check_output,
+            check_size_mb,
             datasheet_entry,
             default_name,
+            hardware_argument,
             save,
         )
         from rooflinekit.pipeline import hardware_db
         from rooflinekit.render import check_writable
         from rooflinekit.units import si
 
+        check_size_mb(size_mb)
         if output:
+            check_output(output)
             check_writable(output)
         device = check_device(device)
         db = hardware_db()
@@ -120,7 +127,6 @@ def calibrate_command(command_cls: type[click.Command]) -> click.Command:
         click.echo(tabulate(rows, headers=["ceiling", "measured (best)", "median", "datasheet", "of datasheet"],
                             disable_numparse=True))
         click.echo(f"wrote {path}")
-        click.echo(f"use it with: rooflinekit profile MODEL --hardware '{name}'"
-                   + ("" if output is None else f" (or --hardware {path})"))
+        click.echo(f"use it with: rooflinekit profile MODEL --hardware {shlex.quote(hardware_argument(name, path))}")
 
     return calibrate_cmd

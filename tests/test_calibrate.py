@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 import pytest
@@ -71,10 +72,20 @@ def test_toml_round_trip_exact_numbers_sources_and_provenance(tmp_path):
     assert data["calibrated"] is True and data["calibrated_from"] == "H800 SXM5"
     assert data["memory_bandwidth"] == 3.0e12 and data["peak_flops"] == {"bf16": 7.0e14, "fp32": 5.0e13}
     assert data["aliases"] == []  # never shadows the datasheet entry's NVML names
-    for key in ("memory_bandwidth", "peak_flops.bf16", "peak_flops.fp32", "memory_bytes"):
-        assert data["sources"][key].startswith("measured by rooflinekit calibrate on 2026-01-02") or \
-            data["sources"][key].startswith("reported by")
-    assert "read + write" in data["sources"]["memory_bandwidth"]
+    # each number's source, written out from the calibration above (1e9 B = 1000 MB, 5 trials x 10
+    # copies, median 2.9e12 B/s; bf16 n = 8192, 3 trials x 30, median 6.9e14 FLOP/s; ...)
+    sources = data["sources"]
+    assert sources["memory_bandwidth"] == (
+        "measured by rooflinekit calibrate on 2026-01-02, device-to-device copy_ of a 1000 MB buffer, "
+        "read + write bytes counted (2 x 1000 MB per copy), best of 5 trials x 10 copies (median 2.9e+12 B/s)")
+    assert sources["peak_flops.bf16"] == (
+        "measured by rooflinekit calibrate on 2026-01-02, torch.mm of two 8192x8192 bf16 matrices "
+        "(2*n^3 FLOPs), best of 3 trials x 30 (median 6.9e+14 FLOP/s)")
+    assert sources["peak_flops.fp32"] == (
+        "measured by rooflinekit calibrate on 2026-01-02, torch.mm of two 4096x4096 fp32 matrices "
+        "(2*n^3 FLOPs), best of 3 trials x 15 (median 4.9e+13 FLOP/s)")
+    assert sources["memory_bytes"] == "reported by torch.cuda.get_device_properties().total_memory on 2026-01-02"
+    assert set(sources) == {"memory_bandwidth", "peak_flops.bf16", "peak_flops.fp32", "memory_bytes"}
     path = tmp_path / "x.toml"
     path.write_text(text)
     spec = load_file(path)
@@ -111,25 +122,72 @@ def test_cli_calibrate_cpu_writes_an_entry_that_profile_accepts(invoke, home, tm
     assert "CPU calibrated" in listed.stdout
 
 
+def _hint(stdout: str) -> list[str]:
+    """The --hardware argument of the command's last line, split as a shell would."""
+    last = stdout.strip().splitlines()[-1]
+    prefix = "use it with: rooflinekit profile MODEL --hardware "
+    assert last.startswith(prefix), stdout
+    return shlex.split(last[len(prefix):])
+
+
 def test_cli_calibrate_output_path_and_name(invoke, home, tmp_path):
-    target = tmp_path / "mine.toml"
+    folder = tmp_path / "my entries"  # a space: the printed argument must survive the shell
+    folder.mkdir()
+    target = folder / "mine.toml"
     result = invoke("calibrate", "--device", "cpu", "--size-mb", "8", "--dtype", "fp32", "--name", "box",
                     "--output", target)
     assert result.exit_code == 0, result.stderr
-    assert "wrote" in result.stdout and load_file(target).name == "box"
+    assert f"wrote {target}" in result.stdout and load_file(target).name == "box"
     assert not (home / "hardware").exists()
+    # outside the user folder the name 'box' finds nothing: the hint is the path, and it works
+    assert _hint(result.stdout) == [str(target)]
+    assert "unknown hardware 'box'" in invoke("profile", GQA, "-O", "layers=1", "--hardware", "box").stderr
+    shown = invoke("profile", GQA, "-O", "layers=1", "--dtype", "fp32", "--hardware", str(target), "-f", "json")
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["hardware"]["name"] == "box"
+
+
+def test_cli_calibrate_into_the_user_folder_hints_the_name(invoke, home):
+    result = invoke("calibrate", "--device", "cpu", "--size-mb", "8", "--dtype", "fp32", "--name", "my box")
+    assert result.exit_code == 0, result.stderr
+    assert (home / "hardware" / "my_box.toml").exists()
+    assert _hint(result.stdout) == ["my box"]
+    shown = invoke("profile", GQA, "-O", "layers=1", "--dtype", "fp32", "--hardware", "my box", "-f", "json")
+    assert shown.exit_code == 0, shown.stderr
+    assert json.loads(shown.stdout)["hardware"]["name"] == "my box"
 
 
 @pytest.mark.parametrize("args,needle", [
     (["--device", "tpu"], "unknown device"),
     (["--device", "cpu", "--dtype", "tf32"], "tf32"),
-    (["--device", "cpu", "--size-mb", "-1"], "--size-mb"),
+    (["--device", "cpu", "--size-mb", "nan"], "--size-mb must be a finite number of MB, got nan"),
+    (["--device", "cpu", "--size-mb", "inf"], "--size-mb must be a finite number of MB, got inf"),
+    (["--device", "cpu", "-o", "c.txt"], "the entry must be written to a .toml file"),
 ])
 def test_cli_calibrate_bad_input_is_one_line(invoke, home, args, needle):
     result = invoke("calibrate", *args)
-    assert result.exit_code != 0
+    assert result.exit_code == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "0"])
+def test_cli_calibrate_size_out_of_range_is_a_usage_error(invoke, home, value):
+    result = invoke("calibrate", "--device", "cpu", "--size-mb", value)
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--size-mb" in errors[0] and "x>0" in errors[0], result.stderr
+
+
+def test_calibrate_function_checks_size_and_output(tmp_path):
+    from rooflinekit.errors import UserError
+
+    for bad in (float("nan"), float("inf"), -1.0, 0.0):
+        with pytest.raises(UserError, match="--size-mb"):
+            cal_mod.calibrate("cpu", size_mb=bad)
+    with pytest.raises(UserError, match=r"\.toml"):
+        cal_mod.save(_calibration(), "x", tmp_path / "x.txt")
+    assert not (tmp_path / "x.txt").exists()
 
 
 def test_cli_calibrate_cuda_without_cuda_is_one_line(invoke, home):

@@ -167,3 +167,72 @@ def test_gpu_check_script_cpu_smoke(tmp_path, monkeypatch):
     assert "| GQA " in text and "| MLA " in text and "layers.1.self_attn" in text and "mla/absorbed" in text
     reports = sorted(p.name for p in (tmp_path / "json").iterdir())
     assert reports == ["gqa_b1_s64.json", "mla_b1_s64.json"]
+
+
+@pytest.mark.parametrize("name,entry", [
+    ("NVIDIA H800", "H800 SXM5"),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM5"),
+    ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"),
+    ("H200", "H200 SXM"),  # no prefix to strip
+    ("NVIDIA L4", None),
+])
+def test_calibrate_matches_torchs_device_name_as_detect_matches_nvmls(monkeypatch, name, entry):
+    from rooflinekit.calibrate import datasheet_entry
+    from rooflinekit.detect import find_entry
+
+    db = hardware_db()
+    assert detect(db, fake_nvml(name=name))[0].entry == entry
+    found = find_entry(name, db)
+    assert (found.name if found else None) == entry
+    # without NVML, calibrate falls back to torch's name for the device
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake_nvml(fail="Driver Not Loaded"))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert datasheet_entry("cuda", db) == entry
+    assert datasheet_entry("cpu", db) is None
+
+
+@pytest.mark.parametrize("batches,needle", [("1,x", "'x' is not an integer"), ("4,0", "0: every batch must be at least 1")])
+def test_gpu_check_script_bad_batches_is_a_usage_error(capsys, batches, needle):
+    from benchmarks.gpu_check import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", "cpu", "--small", "--batches", batches])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --batches: {needle}" in err and "Traceback" not in err, err
+
+
+def test_gpu_check_script_removes_its_temporary_entry_on_error(tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    import rooflinekit.calibrate as cal_mod
+    import rooflinekit.pipeline as pipeline
+    from benchmarks.gpu_check import main
+    from rooflinekit.calibrate import Calibration, Timing
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    fixed = Calibration(device="cpu", device_name="test CPU", date="2026-01-02", bandwidth=1e10,
+                        bandwidth_median=1e10, copy_bytes=32_000_000, copy=Timing(0.0064, 0.0064, 5, 2),
+                        peaks={"fp32": 1e11}, peaks_median={"fp32": 1e11}, matmul_n={"fp32": 512},
+                        matmul={"fp32": Timing(0.0027, 0.0027, 3, 5)})
+    monkeypatch.setattr(cal_mod, "calibrate", lambda *args, **kwargs: fixed)
+    saved = []
+    real_save = cal_mod.save
+
+    def save(*args, **kwargs):
+        saved.append(real_save(*args, **kwargs))
+        return saved[-1]
+
+    def failing_profile(*args, **kwargs):
+        assert saved[0].exists()  # the entry is there while the check runs
+        raise UserError("the forward failed")
+
+    monkeypatch.setattr(cal_mod, "save", save)
+    monkeypatch.setattr(pipeline, "profile", failing_profile)
+    with pytest.raises(SystemExit) as exc:
+        main(["--device", "cpu", "--small", "--output", str(tmp_path / "check.md")])
+    assert exc.value.code == 2 and "gpu_check: the forward failed" in capsys.readouterr().err
+    assert len(saved) == 1 and not saved[0].exists()
+    assert list((tmp_path / "tmp").iterdir()) == []  # the temporary folder is gone too
+    assert not (tmp_path / "check.md").exists()

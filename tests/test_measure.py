@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import statistics
+import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from rooflinekit.capture import capture
-from rooflinekit.measure import align, measure
+from rooflinekit.measure import align, measure, timed_recording
 from rooflinekit.pipeline import hardware_db, load_source, profile
 from rooflinekit.workload import Workload
 from tests.conftest import EXAMPLES, TINY_LLAMA
@@ -32,8 +35,8 @@ def one_thread():
 
 
 def measured(path, options, phase="decode", batch=2, context=64, hardware="H800", warmup=1, repeats=2,
-             **kw):
-    workload = Workload(phase, batch, context, "fp32", "cpu", tuple(sorted(options.items())))
+             device="cpu", **kw):
+    workload = Workload(phase, batch, context, "fp32", device, tuple(sorted(options.items())))
     return profile(load_source(str(path), options), workload, hardware, measure=True, warmup=warmup,
                    repeats=repeats, **kw).report
 
@@ -130,6 +133,176 @@ def test_measure_joins_by_capture_index_on_a_plain_module():
     assert len(m.step_times_s) == 3
     assert m.total_op_time_s < m.step_time_s
     assert m.step_time_plain_s > 0
+
+
+class OneMatmul(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n, n), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def test_op_time_agrees_with_perf_counter_around_the_same_matmul():
+    """A second clock: one large matmul timed by measure (its profiler range) and by perf_counter
+    around the same torch.mm outside any mode or profiler agree within a factor of 3."""
+    n = 384
+    model = OneMatmul(n)
+    x = torch.randn(n, n)
+    cap = capture(model, (x,))
+    assert [op.name for op in cap.ops] == ["aten.mm"]
+
+    def plain_times(count):
+        out = []
+        with torch.no_grad():
+            for _ in range(count):
+                start = time.perf_counter()
+                torch.mm(x, model.w)
+                out.append(time.perf_counter() - start)
+        return out
+
+    plain_times(2)  # warm-up
+    reference = plain_times(5)
+    with torch.no_grad():
+        m = measure(model, (x,), cap.ops, device="cpu", warmup=2, repeats=5)
+    reference += plain_times(5)  # before and after: drift on a shared machine hits both sides
+    ref = statistics.median(reference)
+    op = m.op_time_s[0]
+    assert ref / 3 < op < 3 * ref, (op, ref)
+    assert op <= m.step_time_s
+    assert ref / 3 < m.step_time_plain_s < 3 * ref  # the plain forward is the same matmul
+
+
+class MathAttention(torch.nn.Module):
+    """SDPA forced onto the math backend, whose output is [B, H, L, E] contiguous, then the usual
+    transpose(1, 2).reshape: a view on the fused layout, a copy on the math one."""
+
+    def __init__(self):
+        super().__init__()
+        self.strides = []
+
+    def forward(self, q, k, v):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):
+            out = F.scaled_dot_product_attention(q, k, v)
+        self.strides.append(out.stride())
+        b, h, seq, e = out.shape
+        return out.transpose(1, 2).reshape(b, seq, h * e)
+
+
+def test_timed_run_keeps_the_backend_attention_layout_and_reports_the_copy_it_causes():
+    b, h, seq, e = 2, 4, 16, 8
+    contiguous = (h * seq * e, seq * e, e, 1)  # [B, H, L, E] in memory
+    fused = (seq * h * e, e, h * e, 1)  # [B, L, H, E] in memory, viewed as [B, H, L, E]
+    model = MathAttention()
+    qkv = tuple(torch.randn(b, h, seq, e) for _ in range(3))
+    with torch.no_grad():
+        plain = model(*qkv)
+    cap = capture(model, qkv)
+    assert [op.name for op in cap.ops] == ["F.scaled_dot_product_attention"]  # the reshape is a view
+    with torch.no_grad(), timed_recording(model) as rec:
+        timed = model(*qkv)
+    assert model.strides == [contiguous, fused, contiguous]  # plain, capture, timed
+    torch.testing.assert_close(timed, plain, rtol=0, atol=0)
+    assert [op.name for op in rec.ops] == ["F.scaled_dot_product_attention", "aten.clone"]
+    with torch.no_grad():
+        m = measure(model, qkv, cap.ops, device="cpu", warmup=1, repeats=2)
+    assert len(m.unmatched) == 1 and m.unmatched[0].startswith("insert") and "aten.clone" in m.unmatched[0]
+    assert set(m.op_time_s) == {0} and m.op_time_s[0] > 0
+
+
+class DTensor(torch.Tensor):
+    """A wrapper subclass with DTensor's name (rooflinekit defers to it as to torch's DTensor): it
+    runs each op on its local tensor and copies the result, as DTensor runs local ops of its own."""
+
+    @staticmethod
+    def __new__(cls, local):
+        return torch.Tensor._make_wrapper_subclass(cls, local.shape, dtype=local.dtype, device=local.device)
+
+    def __init__(self, local):
+        self.local = local
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        def unwrap(t):
+            return t.local if isinstance(t, DTensor) else t
+
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            out = torch.ops.aten.clone.default(out)
+        return tree_map(lambda t: DTensor(t) if isinstance(t, torch.Tensor) else t, out)
+
+
+class MatmulRelu(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x @ x)
+
+
+def test_timed_numbering_follows_the_capture_through_a_deferred_subclass():
+    """The timed run goes through capture's dispatch mode: ops on a DTensor are deferred to it and
+    its local ops are recorded and timed, in the capture's numbering."""
+    model = MatmulRelu()
+    x = DTensor(torch.randn(64, 64))
+    cap = capture(model, (x,))
+    names = ["aten.mm", "aten.clone", "aten.relu", "aten.clone"]  # local op, then its copy
+    assert [op.name for op in cap.ops] == names
+    with torch.no_grad(), timed_recording(model) as rec:
+        model(x)
+    assert [op.name for op in rec.ops] == names
+    with torch.no_grad():
+        m = measure(model, (x,), cap.ops, device="cpu", warmup=1, repeats=2)
+    assert m.unmatched == []
+    assert set(m.op_time_s) == {0, 1, 2, 3} and all(t > 0 for t in m.op_time_s.values())
+
+
+class AllReduce(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 64, bias=False)
+
+    def forward(self, x):
+        import torch.distributed as dist
+
+        y = torch.ops._c10d_functional.all_reduce(self.proj(x), "sum", dist.group.WORLD.group_name)
+        return torch.ops._c10d_functional.wait_tensor(y) * 2
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="needs torch.distributed with gloo")
+def test_timed_run_times_collectives_and_leaves_their_waits_out():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        model = AllReduce()
+        x = (torch.randn(4, 64),)
+        cap = capture(model, x)
+        names = ["aten.mm", "_c10d_functional.all_reduce", "aten.mul"]  # wait_tensor moves nothing
+        assert [op.name for op in cap.ops] == names and cap.ops[1].kind == "collective"
+        with torch.no_grad(), timed_recording(model) as rec:
+            model(*x)
+        assert [op.name for op in rec.ops] == names
+        with torch.no_grad():
+            m = measure(model, x, cap.ops, device="cpu", warmup=1, repeats=2)
+        assert m.unmatched == [] and all(m.op_time_s[i] > 0 for i in range(3))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_measured_mode_gives_device_times():
+    report = measured(GQA, TINY_LLAMA, device="cuda")
+    m = report["totals"]["measured"]
+    assert m["timing"].startswith("cuda") and m["ops_unmatched"] == []
+    for op in report["ops"]:
+        assert op["time_s"] > 0, op  # kernel time launched inside the op's range
+        assert op["cpu_time_s"] > 0, op  # the range's CPU duration (launch cost)
+    assert 0 < m["op_time_s"] <= m["step_time_s"]
+    assert sum(op["time_s"] for op in report["ops"]) == pytest.approx(m["op_time_s"], rel=1e-9)
 
 
 def test_align_maps_by_name_and_reports_differences():
