@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from rooflinekit.report_io import attention_figures
+
 #: (key, unit) of the whole step compared; units drive formatting only.
 TOTALS = [("flops", "FLOP"), ("flops_model", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"),
           ("bound", ""), ("weight_bytes", "B"), ("kv_bytes_executed", "B"), ("kv_bytes_min", "B"),
@@ -49,10 +51,8 @@ def _rows(section: str, name: str, a: dict, b: dict, keys) -> list[Row]:
 
 
 def _attention(report: dict) -> dict:
-    from rooflinekit.sweep import point_row
-
     at = dict(report["attention_totals"])
-    at.update(point_row(report)["attention"])
+    at.update(attention_figures(report))
     return at
 
 
@@ -193,7 +193,7 @@ def compare_command():
     def compare_cmd(report_a, report_b, fmt, output, debug):
         """Two profile reports side by side, with A/B ratios: totals, attention (cache bytes per
         token, per layer), and modules whose names match."""
-        from rooflinekit.sweep import load_report
+        from rooflinekit.report_io import load_report
 
         if output:
             check_writable(output)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflinekit.errors import UserError
+from rooflinekit.report_io import attention_figures
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
 MISSING = "matplotlib is not installed: pip install 'rooflinekit[plot]'"
@@ -56,36 +57,89 @@ class Chart:
         return sum(len(s.points) for s in self.series)
 
 
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
+
+#: Two members of a layer group are merged into one point when their FLOPs and bytes agree this closely.
+MERGE_TOLERANCE = 1e-9
+
+
 def _layer_star(name: str) -> str:
-    return re.sub(r"(?<=\.)\d+(?=\.|$)", "*", name)
+    return _INDEX.sub("*", name)
 
 
 def _ok(intensity) -> bool:
     return isinstance(intensity, (int, float)) and intensity > 0
 
 
-def _attention_figures(report: dict) -> dict:
-    from rooflinekit.sweep import point_row
+def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return all(abs(x - y) <= MERGE_TOLERANCE * max(abs(x), abs(y)) for x, y in zip(a, b, strict=True))
 
-    return point_row(report)["attention"]
+
+def _runs(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8' (the first three runs, then '..')."""
+    runs: list[list[int]] = []
+    for i in sorted(set(indices)):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    return ",".join(text[:3]) + (",.." if len(text) > 3 else "")
+
+
+def _class_label(key: str, members: list[str], whole: bool) -> str:
+    """The label of one merged class: 'layers.*.mlp (x32)' for a whole group, else 'layers.0-2.mlp (x3)'."""
+    n = len(members)
+    count = f" (x{n})" if n > 1 else ""
+    if n == 1:
+        return members[0]
+    if whole:
+        return key + count
+    positions = [[int(m.group()) for m in _INDEX.finditer(name)] for name in members]
+    parts = iter(_runs([p[i] for p in positions]) for i in range(len(positions[0])))
+    return re.sub(r"(?<=\.)\*(?=\.|$)", lambda _m: next(parts), key) + count
+
+
+def _merge(members: dict[str, tuple[float, float]]) -> list[tuple[str, float, float]]:
+    """(label, flops, bytes) per point: repeated layers merged where each has the same FLOPs and bytes.
+
+    Members are grouped by name with their layer indices starred (layers.*.mlp); a group whose
+    members differ (DeepSeek's dense first layers and MoE layers) is split into classes of equal
+    members, each labelled with its index ranges (layers.0-2.mlp, layers.3-60.mlp), so that every
+    point is the intensity of real layers.
+    """
+    groups: dict[str, list[str]] = {}
+    for name in members:
+        groups.setdefault(_layer_star(name), []).append(name)
+    out = []
+    for key, names in groups.items():
+        classes: list[list[str]] = []
+        for name in names:
+            home = next((c for c in classes if _same(members[c[0]], members[name])), None)
+            if home is None:
+                classes.append([name])
+            else:
+                home.append(name)
+        for c in classes:
+            flops = sum(members[m][0] for m in c)
+            nbytes = sum(members[m][1] for m in c)
+            out.append((_class_label(key, c, len(classes) == 1), flops, nbytes))
+    return out
 
 
 def module_points(report: dict, depth: int | None = None) -> tuple[list[tuple[float, str]], list[str]]:
     """(intensity, name) per module: weights-dominated ones at the report's depth, or all at `depth`.
 
-    Repeated layers are merged (layers.*.mlp): their intensity is the same, one point says it.
+    Repeated layers with equal FLOPs and bytes are merged into one point (layers.*.mlp (x32)):
+    their intensity is the same, one point says it. Returns (points, labels not plotted).
     """
-    sums: dict[str, list[float]] = {}
-    counts: dict[str, set[str]] = {}
+    members: dict[str, tuple[float, float]] = {}
     if depth is None:
         for m in report["modules"]:
-            if not m["bytes"] or m.get("weight_bytes", 0) < WEIGHT_SHARE * m["bytes"]:
+            if not m["bytes"] or (m.get("weight_bytes") or 0) < WEIGHT_SHARE * m["bytes"]:
                 continue
-            key = _layer_star(m["name"])
-            acc = sums.setdefault(key, [0.0, 0.0])
-            acc[0] += m["flops"]
-            acc[1] += m["bytes"]
-            counts.setdefault(key, set()).add(m["name"])
+            f, b = members.get(m["name"], (0.0, 0.0))
+            members[m["name"]] = (f + (m["flops"] or 0.0), b + m["bytes"])
     else:
         if not report.get("ops"):
             raise UserError("--plot-depth needs the report's ops (a profile report written with -f json)")
@@ -93,15 +147,10 @@ def module_points(report: dict, depth: int | None = None) -> tuple[list[tuple[fl
             name = op["module"]
             if name != "(root)":
                 name = ".".join(name.split(".")[: max(1, depth)])
-            key = _layer_star(name)
-            acc = sums.setdefault(key, [0.0, 0.0])
-            acc[0] += op["flops"]
-            acc[1] += op["bytes_read"] + op["bytes_written"]
-            counts.setdefault(key, set()).add(name)
+            f, b = members.get(name, (0.0, 0.0))
+            members[name] = (f + op["flops"], b + op["bytes_read"] + op["bytes_written"])
     points, skipped = [], []
-    for key, (flops, nbytes) in sums.items():
-        n = len(counts[key])
-        label = key + (f" (x{n})" if n > 1 else "")
+    for label, flops, nbytes in _merge(members):
         if flops > 0 and nbytes > 0:
             points.append((flops / nbytes, label))
         else:
@@ -119,7 +168,7 @@ def profile_chart(report: dict, depth: int | None = None) -> Chart:
         series.append(Series("whole step", "step", [(t["intensity"], "step")]))
     else:
         skipped.append("whole step")
-    att = _attention_figures(report)
+    att = attention_figures(report)
     if att["recognised"]:
         for kind, key, label, short in (
             ("attention_min", "intensity_min", "attention (architecture minimum)", "attention min"),
@@ -140,25 +189,33 @@ def profile_chart(report: dict, depth: int | None = None) -> Chart:
 
 
 def sweep_series(sweep: dict, prefix: str = "", kinds: tuple[str, ...] = ("step", "attention_min", "attention_executed"),
-                 colour: str | None = None) -> list[Series]:
-    """One line per (kind, context) through the sweep's batches; each point labelled B=..."""
+                 colour: str | None = None, skipped: list[str] | None = None) -> list[Series]:
+    """One line per (kind, context) through the sweep's batches; each point labelled B=...
+
+    Points with no intensity (no FLOPs or no bytes) are left out and, given a `skipped` list,
+    named there.
+    """
+    names = {"step": "step", "attention_min": "attention min", "attention_executed": "attention exec"}
     out = []
     for context in sweep["workload"]["contexts"]:
         rows = sorted((p for p in sweep["points"] if p["context"] == context), key=lambda p: p["batch"])
         if not rows:
             continue
         for kind in kinds:
-            name = {"step": "step", "attention_min": "attention min", "attention_executed": "attention exec"}[kind]
             pts, batches = [], []
             for r in rows:
+                if kind != "step" and not r["attention"].get("recognised"):
+                    continue  # no attention recognised: nothing to place
                 value = r["intensity"] if kind == "step" else r["attention"][
                     "intensity_min" if kind == "attention_min" else "intensity_executed"]
                 if _ok(value):
                     pts.append((value, f"B={r['batch']}"))
                     batches.append(r["batch"])
+                elif skipped is not None:
+                    skipped.append(f"{prefix}{names[kind]}, S={context}, B={r['batch']}")
             if pts:
-                out.append(Series(f"{prefix}{name}, S={context}", kind, pts, joined=len(pts) > 1, colour=colour,
-                                  batches=batches))
+                out.append(Series(f"{prefix}{names[kind]}, S={context}", kind, pts, joined=len(pts) > 1,
+                                  colour=colour, batches=batches))
     return out
 
 
@@ -167,7 +224,9 @@ def sweep_chart(sweep: dict) -> Chart:
     w, model = sweep["workload"], sweep.get("model", {})
     title = (f"{sweep['hardware']['name']}: {model.get('name', '?')}, {w['phase']} sweep, "
              f"batch {','.join(map(str, w['batches']))}, {w['dtype']}")
-    return Chart(title, sweep["hardware"], sweep_series(sweep))
+    skipped: list[str] = []
+    series = sweep_series(sweep, skipped=skipped)
+    return Chart(title, sweep["hardware"], series, skipped)
 
 
 def chart_for(report: dict, depth: int | None = None) -> Chart:
@@ -242,6 +301,14 @@ def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
 
 
+def placed(chart: Chart) -> list[list[tuple[float, float]]]:
+    """Per series, each point where the chart draws it: (I, min(peak, I * bandwidth)) on the
+    report dtype's roofline."""
+    hw = chart.hardware
+    peak, bw = hw["peak_flops"], hw["bandwidth"]
+    return [[(x, min(peak, x * bw)) for x, _ in s.points] for s in chart.series]
+
+
 def draw(chart: Chart, fmt: str = "png") -> bytes:
     """Render the chart (plus an intensity-vs-batch panel for sweeps); returns the file's bytes."""
     Figure, FigureCanvasAgg = _matplotlib()
@@ -268,10 +335,10 @@ def draw(chart: Chart, fmt: str = "png") -> bytes:
                 fontsize=8, color="red")
     cmap = [f"C{i}" for i in range(10)]
     colours = [s.colour or cmap[i % len(cmap)] for i, s in enumerate(chart.series)]
-    for s, colour in zip(chart.series, colours, strict=True):
+    for s, colour, xy in zip(chart.series, colours, placed(chart), strict=True):
         st = STYLE[s.kind]
-        x = [p[0] for p in s.points]
-        y = [min(peak, v * bw) for v in x]
+        x = [p[0] for p in xy]
+        y = [p[1] for p in xy]
         if s.joined:
             ax.plot(x, y, "-", color=colour, linewidth=1, alpha=0.7)
         ax.scatter(x, y, marker=st["marker"], s=st["size"], color=colour, label=s.label, zorder=4,
@@ -302,11 +369,20 @@ def draw(chart: Chart, fmt: str = "png") -> bytes:
 
 
 def write_chart(chart: Chart, path: str) -> int:
-    """Draw `chart` to `path` (.png/.svg) atomically; returns the number of points plotted."""
+    """Draw `chart` to `path` (.png/.svg) atomically; returns the number of points plotted.
+
+    Points that could not be placed (no FLOPs or no bytes) are named on stderr.
+    """
+    import click
+
     from rooflinekit.render import write_atomic
 
     fmt = check_target(path)
     write_atomic(path, draw(chart, fmt))
+    if chart.skipped:
+        n = len(chart.skipped)
+        click.echo(f"{n} point{'s' if n > 1 else ''} not plotted (no FLOPs or no bytes): "
+                   + ", ".join(chart.skipped), err=True)
     return chart.points
 
 
@@ -330,7 +406,7 @@ def plot_command():
     @debug_option
     def plot(report, output, plot_depth, debug):
         """Draw a roofline chart from a profile or sweep JSON report."""
-        from rooflinekit.sweep import load_report
+        from rooflinekit.report_io import load_report
 
         data = load_report(report)
         output = output or str(Path(report).with_suffix(".png"))

@@ -3,8 +3,9 @@
 The model is built once per sweep (it does not depend on batch or context); each point makes its
 own inputs and runs one capture. The critical batch comes from the model's own counts: per-step
 FLOPs and bytes are fitted as affine functions of batch from two profiled batches, the fit is
-checked on a third, and where it fails (MoE: the experts touched grow with batch) the batch is
-found by a search with real profiles.
+checked on a third, and the batch it solves is profiled. Where the fit fails (MoE: the experts
+touched grow with batch) or its batch does not reach the ridge when profiled, the batch is found by
+a search with real profiles, never above `max_batch`.
 """
 
 from __future__ import annotations
@@ -14,21 +15,35 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
 from rooflinekit import SCHEMA_VERSION, __version__
-from rooflinekit.errors import UserError
+from rooflinekit.report_io import attention_figures, int_list
+from rooflinekit.roofline import intensity
 
 #: A fit whose prediction misses a checked batch by more than this is not trusted.
 FIT_TOLERANCE = 0.01
 #: The search for a critical batch stops here (meta-device profiles cost the same at any batch).
 MAX_BATCH = 4096
+#: Steps of one batch that the check of a solved batch may take (rounding at the boundary) before
+#: the fit is declared wrong and the batch is searched instead.
+ROUNDING_STEPS = 2
 
-ASSUMPTION = (
-    "critical batch: the smallest batch whose whole step (executed FLOPs / executed bytes) reaches "
-    "the ridge point. Per-step FLOPs and bytes are assumed affine in batch, F(B) = F0 + B*f and "
-    "bytes(B) = W + B*k (weights read once per step, per-sequence work fixed), fitted on two "
-    "profiled batches and checked on the others; the intensity then saturates at f/k. A fit off "
-    f"by more than {FIT_TOLERANCE:.0%} (MoE: experts touched grow with batch) is replaced by a "
-    "search with real profiles (doubling, then bisection)."
-)
+
+def assumption(max_batch: int = MAX_BATCH, explore: bool = True) -> str:
+    """The note every sweep with a critical batch carries (`explore`: other batches may be profiled)."""
+    head = (
+        "critical batch: the smallest batch whose whole step (executed FLOPs / executed bytes) reaches "
+        "the ridge point. Per-step FLOPs and bytes are assumed affine in batch, F(B) = F0 + B*f and "
+        "bytes(B) = W + B*k (weights read once per step, per-sequence work fixed), fitted on two "
+        "profiled batches and checked on the others; the intensity then saturates at f/k."
+    )
+    if not explore:
+        return head + " Here the batch the fit solves is not profiled, and a fit that misses is not searched."
+    return head + (
+        " The batch the fit solves is profiled, with the one below it. A fit off by more than "
+        f"{FIT_TOLERANCE:.0%} (MoE: experts touched grow with batch), or a solved batch that does not "
+        "reach the ridge when profiled, is replaced by a search with real profiles (doubling, then "
+        f"bisection, up to max_batch {max_batch}), which assumes the intensity does not fall as batch grows."
+    )
+
 
 Probe = Callable[[int], tuple[float, float]]
 
@@ -38,15 +53,16 @@ Probe = Callable[[int], tuple[float, float]]
 
 def point_row(report: dict) -> dict:
     """The sweep row of one profile report: the whole step, its byte split, attention totals."""
-    w, t, at = report["workload"], report["totals"], report["attention_totals"]
-    recognised = [a for a in report["attention"] if a["recognised"]]
-    att_bytes_min = sum(a["bytes_min"] for a in recognised)
-    att_bytes_exec = sum(a["bytes_executed"] for a in recognised)
-    att_flops_exec = sum(a["flops_executed"] for a in recognised)
-    layers = len(recognised)
+    w, t = report["workload"], report["totals"]
+    att = attention_figures(report)
     nbytes = t["bytes"] or 0.0
+    uncounted = t.get("uncounted_bytes")
     # the step with each recognised attention layer at its architecture minimum (a fused kernel)
-    ideal_bytes = nbytes - att_bytes_exec + att_bytes_min
+    ideal_bytes = nbytes - att["bytes_executed"] + att["bytes_min"]
+
+    def share(value):
+        return value / nbytes if nbytes and value is not None else None
+
     return {
         "batch": w["batch"],
         "context": w["context"],
@@ -67,27 +83,16 @@ def point_row(report: dict) -> dict:
         "kv_bytes_executed": t["kv_bytes_executed"],
         "kv_bytes_min": t["kv_bytes_min"],
         "other_bytes": t["other_bytes"],
-        "weight_share": t["weight_bytes"] / nbytes if nbytes else None,
-        "kv_share": t["kv_bytes_executed"] / nbytes if nbytes else None,
-        "other_share": t["other_bytes"] / nbytes if nbytes else None,
-        "attention": {
-            "layers": at["layers"],
-            "recognised": at["recognised"],
-            "flops_model": at["flops_model"],
-            "flops_executed": att_flops_exec,
-            "bytes_min": att_bytes_min,
-            "bytes_executed": att_bytes_exec,
-            "kv_bytes_min": at["kv_bytes_min"],
-            "kv_bytes_executed": at["kv_bytes_executed"],
-            "cache_bytes_per_token": at["cache_bytes_per_token"],
-            "cache_bytes_per_token_per_layer": at["cache_bytes_per_token"] / layers if layers else None,
-            "intensity_min": at["intensity_min"],
-            "intensity_executed": att_flops_exec / att_bytes_exec if att_bytes_exec else None,
-        },
+        "uncounted_bytes": uncounted,
+        "weight_share": share(t["weight_bytes"]),
+        "kv_share": share(t["kv_bytes_executed"]),
+        "other_share": share(t["other_bytes"]),
+        "uncounted_bytes_share": share(uncounted),
+        "attention": att,
         "step_at_attention_minimum": {
             "flops": t["flops_model"],
             "bytes": ideal_bytes,
-            "intensity": t["flops_model"] / ideal_bytes if ideal_bytes > 0 else None,
+            "intensity": intensity(t["flops_model"], ideal_bytes),
         },
     }
 
@@ -102,7 +107,11 @@ def _always(model):
 
 
 class Profiler:
-    """Profile one model at any (batch, context), building it once and caching each point's row."""
+    """Profile one model at any (batch, context), building it once and caching each point's row.
+
+    Counts only: no point is timed, whatever the device (measured mode is `profile --measure`).
+    The notes and warnings of every profile are kept, each once, in order of first appearance.
+    """
 
     def __init__(self, source, base, hardware: str, *, depth: int = 3, host=None, db=None):
         from rooflinekit.pipeline import hardware_db
@@ -115,7 +124,9 @@ class Profiler:
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
         self.rows: dict[tuple[int, int], dict] = {}
-        self.header: dict | None = None  # model, hardware, warnings, notes of the first report
+        self.header: dict | None = None  # schema_version, tool, model, hardware of the first report
+        self.notes: dict[str, None] = {}  # ordered sets
+        self.warnings: dict[str, None] = {}
         self.profiles = 0
         self._built = None
 
@@ -127,19 +138,22 @@ class Profiler:
         return self.rows[key]
 
     def report(self, batch: int, context: int) -> dict:
-        """A full profile report at (batch, context) with the model built once."""
+        """A full profile report at (batch, context) with the model built once (counts, not timed)."""
         from rooflinekit.pipeline import profile
 
         workload = replace(self.base, batch=batch, context=context)
         source = self._built or self.source
-        result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db)
+        result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
+                         measure=False)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
+        r = result.report
         if self.header is None:
-            r = result.report
-            self.header = {k: r[k] for k in ("schema_version", "tool", "model", "hardware", "warnings", "notes")}
-        return result.report
+            self.header = {k: r[k] for k in ("schema_version", "tool", "model", "hardware")}
+        self.notes.update(dict.fromkeys(r.get("notes", [])))
+        self.warnings.update(dict.fromkeys(r.get("warnings", [])))
+        return r
 
     def probe(self, context: int, basis: str = "executed") -> Probe:
         """(flops, bytes) of the whole step as a function of batch, at one context."""
@@ -155,6 +169,11 @@ class Profiler:
 
 
 # -- critical batch ----------------------------------------------------------------------------
+
+
+def _reaches(value: float | None, ridge: float) -> bool:
+    """An intensity at or above the ridge; None (no bytes moved) is compute-bound, as in roofline.place."""
+    return value is None or value >= ridge
 
 
 @dataclass(frozen=True)
@@ -181,8 +200,8 @@ class AffineFit:
     def bytes(self, batch: float) -> float:
         return self.bytes0 + batch * self.bytes_per_seq
 
-    def intensity(self, batch: float) -> float:
-        return self.flops(batch) / self.bytes(batch)
+    def intensity(self, batch: float) -> float | None:
+        return intensity(self.flops(batch), self.bytes(batch))
 
     @property
     def saturation(self) -> float:
@@ -197,52 +216,75 @@ class AffineFit:
 
     def critical(self, ridge: float) -> int | None:
         """The smallest integer B >= 1 with F(B)/bytes(B) >= ridge, or None where none does."""
-        if self.intensity(1) >= ridge:
+        if _reaches(self.intensity(1), ridge):
             return 1
         slope = self.flops_per_seq - ridge * self.bytes_per_seq
         if slope <= 0:
             return None
         b = max(1, math.ceil((ridge * self.bytes0 - self.flops0) / slope - 1e-9))
-        while self.intensity(b) < ridge:  # guard against rounding at the boundary
+        while not _reaches(self.intensity(b), ridge):  # guard against rounding at the boundary
             b += 1
-        while b > 1 and self.intensity(b - 1) >= ridge:
+        while b > 1 and _reaches(self.intensity(b - 1), ridge):
             b -= 1
         return b
 
 
 @dataclass
 class CriticalBatch:
-    """The critical batch at one context: where the whole step reaches the ridge, or its ceiling."""
+    """The critical batch at one context: where the whole step reaches the ridge, or its ceiling.
+
+    `profiled` says whether the answer was checked with real profiles: the critical batch (and the
+    batch below it), or for "never up to max_batch" the profile at max_batch. Where it is False the
+    answer is the fit's extrapolation and the summary says so.
+    """
 
     context: int
     critical_batch: int | None
     saturation_intensity: float | None
     ridge: float
-    method: str  # "affine fit" | "search"
+    method: str  # "affine fit" | "search" | "none" (not computed: see note)
     basis: str = "executed"
     residual: float | None = None
     fit: dict | None = None
-    checked: dict[int, float] = field(default_factory=dict)  # batch -> profiled intensity
+    checked: dict[int, float | None] = field(default_factory=dict)  # batch -> profiled intensity
     note: str = ""
+    max_batch: int = MAX_BATCH
+    profiled: bool = False
+    fallback: str = ""  # why a search replaced the fit
 
     def summary(self) -> str:
-        """'never: saturates at 7.9 FLOP/B, ridge 295' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295)'."""
+        """'never: saturates at 7.9 FLOP/B, ridge 295 [...]' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295) [...]'."""
+        if self.method == "none":
+            return f"not computed: {self.note}"
         sat = _fmt(self.saturation_intensity)
+        ridge = f"ridge {self.ridge:.0f}"
         fitted = f"B={self.fit['batches'][0]},{self.fit['batches'][1]}" if self.fit else "-"
-        residual = "-" if self.residual is None else f"{100 * self.residual:.2g}%"
+        residual = "unchecked" if self.residual is None else f"{100 * self.residual:.2g}%"
         if self.method == "search":
-            top = max(self.checked) if self.checked else None
             if self.critical_batch is None:
-                text = (f"never up to batch {top}: intensity {_fmt(self.checked.get(top))} there, "
-                        f"marginal {sat} FLOP/B, ridge {self.ridge:.0f}")
+                text = (f"never up to max_batch {self.max_batch}: intensity "
+                        f"{_fmt(self.checked.get(self.max_batch))} there, marginal {sat} FLOP/B, {ridge}")
             else:
-                text = f"B* = {self.critical_batch} (marginal intensity {sat} FLOP/B, ridge {self.ridge:.0f})"
-            return f"{text} [search: affine fit on {fitted} missed by {residual}]"
-        if self.critical_batch is None:
-            text = f"never: saturates at {sat} FLOP/B, ridge {self.ridge:.0f}"
+                text = (f"B* = {self.critical_batch} (intensity {_fmt(self.checked.get(self.critical_batch))} "
+                        f"there, marginal {sat} FLOP/B, {ridge})")
+            return f"{text} [search, {len(self.checked)} profiles: {self.fallback}]"
+        fit_crit = (self.fit or {}).get("critical")
+        beyond = self.critical_batch is None and fit_crit is not None and fit_crit > self.max_batch
+        if beyond and self.profiled:
+            text = (f"never up to max_batch {self.max_batch}: intensity {_fmt(self.checked.get(self.max_batch))} "
+                    f"there; the fit reaches the ridge at B={fit_crit} (saturates at {sat} FLOP/B, {ridge})")
+        elif beyond:
+            text = (f"never up to max_batch {self.max_batch}: the fit reaches the ridge at B={fit_crit} "
+                    f"(saturates at {sat} FLOP/B, {ridge})")
+        elif self.critical_batch is None:
+            text = f"never: saturates at {sat} FLOP/B, {ridge}"
         else:
-            text = f"B* = {self.critical_batch} (saturates at {sat} FLOP/B, ridge {self.ridge:.0f})"
-        return f"{text} [affine fit on {fitted}, residual {residual}]"
+            text = f"B* = {self.critical_batch} (saturates at {sat} FLOP/B, {ridge})"
+        tail = ""
+        if self.critical_batch is not None or beyond:
+            tail = (f"; profiled at B={','.join(map(str, sorted(self.checked)))}" if self.profiled
+                    else "; extrapolated, not profiled")
+        return f"{text} [affine fit on {fitted}, residual {residual}{tail}]"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -259,13 +301,13 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}" if value < 100 else f"{value:.0f}"
 
 
-def probe_batches(batches: Iterable[int]) -> list[int]:
-    """At least three distinct batches: the sweep's own, topped up from 1, 2, 8, 32, 128."""
+def probe_batches(batches: Iterable[int], limit: int | None = None) -> list[int]:
+    """At least three distinct batches: the sweep's own, topped up from 1, 2, 8, 32, 128 (none above `limit`)."""
     chosen = sorted(set(batches))
     for extra in (1, 2, 8, 32, 128):
         if len(chosen) >= 3:
             break
-        if extra not in chosen:
+        if extra not in chosen and (limit is None or extra <= limit):
             chosen = sorted({*chosen, extra})
     return chosen
 
@@ -279,27 +321,25 @@ def fit_affine(probe: Probe, batches: list[int]) -> AffineFit:
     return replace(fit, residual=residual, checked=inner)
 
 
-def _intensity(point: tuple[float, float]) -> float:
-    flops, nbytes = point
-    return math.inf if nbytes <= 0 else flops / nbytes
-
-
-def search_critical(probe: Probe, ridge: float, max_batch: int = MAX_BATCH) -> tuple[int | None, float | None, dict[int, float]]:
+def search_critical(probe: Probe, ridge: float, max_batch: int = MAX_BATCH,
+                    seen: dict[int, float | None] | None = None) -> tuple[int | None, float | None, dict[int, float | None]]:
     """Doubling then bisection with real profiles; returns (batch or None, marginal intensity, probes).
 
-    Assumes the step's intensity does not fall as batch grows. The saturation estimate is the
-    marginal intensity between the two largest batches probed: (F2-F1)/(bytes2-bytes1).
+    Never profiles above `max_batch`; the batch returned was profiled and reaches the ridge, the one
+    below it was profiled and does not. Assumes the step's intensity does not fall as batch grows.
+    The saturation estimate is the marginal intensity between the two largest batches probed:
+    (F2-F1)/(bytes2-bytes1). `seen` holds intensities already profiled (batch -> FLOP/B).
     """
-    seen: dict[int, float] = {}
+    seen = dict(seen or {})
 
-    def at(b: int) -> float:
+    def at(b: int) -> float | None:
         if b not in seen:
-            seen[b] = _intensity(probe(b))
+            seen[b] = intensity(*probe(b))
         return seen[b]
 
     lo, hi, b = 0, None, 1
     while True:
-        if at(b) >= ridge:
+        if _reaches(at(b), ridge):
             hi = b
             break
         lo = b
@@ -309,11 +349,11 @@ def search_critical(probe: Probe, ridge: float, max_batch: int = MAX_BATCH) -> t
     if hi is not None:
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if at(mid) >= ridge:
+            if _reaches(at(mid), ridge):
                 hi = mid
             else:
                 lo = mid
-    top = sorted(seen)[-2:]
+    top = sorted(b for b in seen if b <= max_batch)[-2:]
     marginal = None
     if len(top) == 2:
         (f1, y1), (f2, y2) = probe(top[0]), probe(top[1])
@@ -330,39 +370,76 @@ def critical_batch(
     basis: str = "executed",
     tolerance: float = FIT_TOLERANCE,
     max_batch: int = MAX_BATCH,
-    verify: bool = True,
+    explore: bool = True,
 ) -> CriticalBatch:
-    """The critical batch at `context` from profiles: an affine fit if it holds, else a search."""
-    batches = probe_batches(batches)
-    fit = fit_affine(probe, batches)
+    """The critical batch at `context` from profiles: an affine fit whose batch is profiled, else a search.
+
+    `explore=False` (a sweep on a real device, where a batch is real memory) profiles nothing but
+    `batches` and the top-ups no larger than them: the answer is then the fit's extrapolation,
+    marked "not profiled", and a fit that misses is not replaced by a search.
+    """
+    given = sorted(set(batches))
+    chosen = probe_batches(given) if explore else probe_batches(given, limit=max(given))
+    if len(chosen) < 2:
+        return CriticalBatch(context, None, None, ridge, "none", basis, max_batch=max_batch,
+                             note=f"one batch ({chosen[0]}) cannot be fitted and other batches are not profiled "
+                             "on a real device: sweep two or more batches, or use --device meta")
+    fit = fit_affine(probe, chosen)
+    crit_fit = fit.critical(ridge)
     fit_dict = {
         "flops0": fit.flops0, "flops_per_seq": fit.flops_per_seq, "bytes0": fit.bytes0,
         "bytes_per_seq": fit.bytes_per_seq, "batches": list(fit.batches), "checked": list(fit.checked),
+        "critical": crit_fit,
     }
-    if fit.residual is not None and fit.residual <= tolerance:
-        crit = fit.critical(ridge)
-        checked: dict[int, float] = {}
-        if verify and crit is not None:
-            # a real profile on each side of the solved batch; step if rounding put it off by one
-            while True:
-                checked[crit] = _intensity(probe(crit))
-                if checked[crit] < ridge and crit < max_batch:
-                    crit += 1
-                    continue
-                if crit > 1:
-                    checked[crit - 1] = _intensity(probe(crit - 1))
-                    if checked[crit - 1] >= ridge:
-                        crit -= 1
-                        continue
-                break
-        return CriticalBatch(context, crit, fit.saturation, ridge, "affine fit", basis, fit.residual,
-                             fit_dict, checked)
-    crit, marginal, seen = search_critical(probe, ridge, max_batch)
-    note = (f"affine fit missed by {100 * fit.residual:.2g}% (bytes not affine in batch, e.g. MoE); "
-            f"searched with {len(seen)} profiles up to batch {max(seen)}; saturation is the marginal "
-            "intensity between the two largest batches probed")
-    return CriticalBatch(context, crit, marginal, ridge, "search", basis, fit.residual, fit_dict,
-                         dict(sorted(seen.items())), note)
+
+    def result(crit, saturation, method, checked=None, note="", profiled=False, fallback=""):
+        return CriticalBatch(context, crit, saturation, ridge, method, basis, fit.residual, fit_dict,
+                             dict(sorted((checked or {}).items())), note, max_batch, profiled, fallback)
+
+    fitted = f"B={fit.batches[0]},{fit.batches[1]}"
+    if fit.residual is not None and fit.residual > tolerance:
+        why = f"affine fit on {fitted} missed by {100 * fit.residual:.2g}% (bytes not affine in batch, e.g. MoE)"
+        if not explore:
+            return result(None, None, "none", note=f"{why}; no search on a real device (each batch is real "
+                          "memory): rerun the sweep with --device meta for a searched critical batch")
+        return _searched(probe, ridge, max_batch, {}, why, result)
+    if crit_fit is None:
+        return result(None, fit.saturation, "affine fit")
+    if not explore:
+        return result(crit_fit if crit_fit <= max_batch else None, fit.saturation, "affine fit")
+    seen: dict[int, float | None] = {}
+
+    def at(b: int) -> float | None:
+        if b not in seen:
+            seen[b] = intensity(*probe(b))
+        return seen[b]
+
+    if crit_fit > max_batch:
+        if not _reaches(at(max_batch), ridge):
+            return result(None, fit.saturation, "affine fit", seen, profiled=True)
+        why = f"the affine fit puts B* at {crit_fit}, but B={max_batch} already reaches the ridge"
+        return _searched(probe, ridge, max_batch, seen, why, result)
+    b = crit_fit
+    for _ in range(ROUNDING_STEPS + 1):  # step by one where rounding put the solved batch off the boundary
+        if b > max_batch:
+            break
+        if _reaches(at(b), ridge):
+            if b == 1 or not _reaches(at(b - 1), ridge):
+                return result(b, fit.saturation, "affine fit", seen, profiled=True)
+            b -= 1
+        else:
+            b += 1
+    why = (f"the affine fit's B*={crit_fit} (fitted on {fitted}, residual "
+           f"{'unchecked' if fit.residual is None else f'{100 * fit.residual:.2g}%'}) profiled at "
+           f"{_fmt(seen[crit_fit])} FLOP/B, below the ridge")
+    return _searched(probe, ridge, max_batch, seen, why, result)
+
+
+def _searched(probe: Probe, ridge: float, max_batch: int, seen: dict, why: str, result) -> CriticalBatch:
+    crit, marginal, seen = search_critical(probe, ridge, max_batch, seen)
+    note = (f"searched with real profiles at {len(seen)} batches up to {max(seen)}; the saturation shown is the "
+            "marginal intensity between the two largest batches profiled")
+    return result(crit, marginal, "search", seen, note, profiled=True, fallback=why)
 
 
 # -- the sweep --------------------------------------------------------------------------------
@@ -382,11 +459,15 @@ class SweepResult:
     interrupted: bool = False
     profiles: int = 0
     wall_s: float = 0.0
+    max_batch: int = MAX_BATCH
+    explore: bool = True  # whether the critical batch may profile batches the sweep did not ask for
+    notes: list[str] = field(default_factory=list)  # every profile's notes, each once, then the sweep's own
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        notes = list(self.header.get("notes", []))
+        notes = list(self.notes)
         if self.critical:
-            notes.append(ASSUMPTION)
+            notes.append(assumption(self.max_batch, self.explore))
         if self.interrupted:
             total = len(self.batches) * len(self.contexts)
             notes.append(f"interrupted: {len(self.points)} of {total} points done"
@@ -406,7 +487,7 @@ class SweepResult:
             "interrupted": self.interrupted,
             "profiles": self.profiles,
             "wall_s": self.wall_s,
-            "warnings": list(self.header.get("warnings", [])),
+            "warnings": list(self.warnings),
             "notes": notes,
         }
 
@@ -423,13 +504,21 @@ def run_sweep(
     progress: Callable[[dict], None] | None = None,
     profiler: Profiler | None = None,
 ) -> SweepResult:
-    """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done."""
+    """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done.
+
+    On the meta device the critical batch is checked with profiles at any batch up to `max_batch`
+    (they cost the same at any batch). On a real device (cpu, cuda) each batch is real memory, so
+    only the sweep's own batches are profiled: the critical batch is then the fit's extrapolation,
+    and a note says so.
+    """
     import time
 
     start = time.perf_counter()
     prof = profiler or Profiler(source, base, hardware)
     base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
-    result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts))
+    explore = base.device == "meta"
+    result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts),
+                         max_batch=max_batch, explore=explore)
     try:
         for context in contexts:
             for batch in batches:
@@ -441,15 +530,29 @@ def run_sweep(
             ridge = prof.header["hardware"]["ridge"]
             for context in contexts:
                 result.critical.append(critical_batch(prof.probe(context), context, ridge, batches,
-                                                      max_batch=max_batch))
+                                                      max_batch=max_batch, explore=explore))
                 if prof.row(batches[0], context)["attention"]["recognised"]:
                     result.critical_ideal.append(critical_batch(
                         prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
-                        max_batch=max_batch, verify=False))
+                        max_batch=max_batch, explore=explore))
     except KeyboardInterrupt:
         result.interrupted = True
     result.header = prof.header or {}
     result.profiles = prof.profiles
+    result.notes = list(prof.notes)
+    result.warnings = list(prof.warnings)
+    if critical and not explore:
+        result.notes.append(
+            f"device {base.device}: the critical batch is fitted on profiles no larger than the sweep's "
+            "largest batch, and neither checked with a profile at the batch it solves nor searched (each "
+            "batch is real memory there): it is extrapolated; rerun the sweep with --device meta for a "
+            "profiled critical batch")
+    uncounted = [p for p in result.points if p.get("uncounted_bytes_share")]
+    if uncounted:
+        top = max(uncounted, key=lambda p: p["uncounted_bytes_share"])
+        result.notes.append(
+            f"ops without a FLOP formula move up to {100 * top['uncounted_bytes_share']:.1f}% of a step's bytes "
+            f"(B={top['batch']}, S={top['context']}; uncounted_bytes_share per point): their FLOPs count as 0")
     result.wall_s = time.perf_counter() - start
     return result
 
@@ -459,7 +562,7 @@ def run_sweep(
 ROW_FIELDS = ["batch", "context", "flops", "bytes", "intensity", "bound", "predicted_step_s", "tokens_per_s",
               "mfu_bound", "weight_bytes", "kv_bytes_executed", "other_bytes", "weight_share", "kv_share",
               "other_share", "attention_intensity_min", "attention_intensity_executed", "time_bound_s",
-              "flops_model", "mfu_bound_model", "kv_bytes_min"]
+              "flops_model", "mfu_bound_model", "kv_bytes_min", "uncounted_bytes", "uncounted_bytes_share"]
 
 
 def flat_row(row: dict) -> dict:
@@ -529,8 +632,11 @@ def render_sweep(data: dict, fmt: str) -> str:
             if c["context"] in ideal:
                 line += f"; with attention at its architecture minimum: {ideal[c['context']]['summary']}"
             out.write(("- " if md else "  ") + line + "\n")
-            if c.get("note"):
-                out.write(("  " if md else "    ") + c["note"] + "\n")
+            notes = [c.get("note") if c["method"] != "none" else ""]  # "none": the summary is the note
+            if c["context"] in ideal and ideal[c["context"]].get("note") and ideal[c["context"]]["method"] != "none":
+                notes.append("with attention at its architecture minimum: " + ideal[c["context"]]["note"])
+            for note in filter(None, notes):
+                out.write(("  " if md else "    ") + note + "\n")
         out.write("\n")
     for line in data.get("notes", []):
         out.write(f"note: {line}\n" if not md else f"- note: {line}\n")
@@ -542,28 +648,6 @@ def render_sweep(data: dict, fmt: str) -> str:
 # -- command -----------------------------------------------------------------------------------
 
 
-def int_list(ctx, param, value) -> list[int]:
-    """Click callback: '1,4,16' -> [1, 4, 16] (order kept, duplicates dropped)."""
-    import click
-
-    items: list[int] = []
-    for part in str(value).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            n = int(part)
-        except ValueError:
-            raise click.BadParameter(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
-        if n < 1:
-            raise click.BadParameter(f"{n}: every value must be at least 1")
-        if n not in items:
-            items.append(n)
-    if not items:
-        raise click.BadParameter("give at least one value")
-    return items
-
-
 SWEEP_HELP = """Profile MODEL at every BATCH x CONTEXT; find the critical batch per context.
 
 \b
@@ -573,8 +657,11 @@ tokens/s, bound MFU, the byte split (weights / KV cache / other) and attention's
 
 \b
 Critical batch: the smallest batch at which the whole step reaches the ridge point, from an
-affine fit of per-step FLOPs and bytes in batch (checked on a third batch; a fit off by more
-than 1% falls back to a search with real profiles), or "never" with the intensity it saturates at.
+affine fit of per-step FLOPs and bytes in batch (checked on a third batch; the batch it solves
+is profiled; a fit off by more than 1%, or a solved batch below the ridge, falls back to a
+search with real profiles up to --max-batch), or "never" with the intensity it saturates at.
+On --device cpu/cuda only the sweep's own batches are profiled: the critical batch is then
+extrapolated from the fit, and says so.
 Ctrl-C keeps the points already done (written with a note), and exits non-zero.
 """
 
@@ -610,9 +697,9 @@ def sweep_command():
     @click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
     @click.option("--output", "-o", default=None, help="Write the sweep to this file (atomically).")
     @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
-    @click.option("--no-critical", is_flag=True, help="Skip the critical-batch search.")
+    @click.option("--no-critical", is_flag=True, help="Skip the critical batch.")
     @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
-                  help="Largest batch the critical-batch search profiles.")
+                  help="Largest batch the critical-batch check and search profile, and the largest reported.")
     @parallel_options
     @debug_option
     def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
@@ -658,39 +745,3 @@ def sweep_command():
             sys.exit(130)
 
     return sweep
-
-
-def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> dict:
-    """Read a rooflinekit JSON report (profile or sweep) from `path`; UserError if it is not one."""
-    import json
-    from pathlib import Path
-
-    file = Path(path)
-    if not file.exists():
-        raise UserError(f"report not found: {path}")
-    if file.is_dir():
-        raise UserError(f"{path} is a folder: give a report .json file")
-    try:
-        data = json.loads(file.read_text())
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not a rooflinekit report: not a JSON text file") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not a rooflinekit report: invalid JSON at line {exc.lineno}") from None
-    kind = report_kind(data)
-    if kind is None:
-        raise UserError(f"{path} is not a rooflinekit report (write one with `rooflinekit profile -f json`)")
-    if kind not in kinds:
-        raise UserError(f"{path} is a {kind} report; this command takes a {' or '.join(kinds)} report")
-    return data
-
-
-def report_kind(data: object) -> str | None:
-    """'profile', 'sweep', or None when `data` is not a rooflinekit report."""
-    if not isinstance(data, dict) or "schema_version" not in data:
-        return None
-    if data.get("kind") == "sweep" and isinstance(data.get("points"), list) and isinstance(data.get("hardware"), dict):
-        return "sweep"
-    needed = ("totals", "attention_totals", "attention", "hardware", "workload", "modules")
-    if all(isinstance(data.get(k), (dict, list)) for k in needed):
-        return "profile"
-    return None

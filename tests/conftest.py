@@ -35,3 +35,13 @@ def invoke():
         return CliRunner().invoke(cli, [str(a) for a in args])
 
     return _invoke
+
+
+def one_line_error(result, *needles):
+    """Assert a CLI result failed with one `rooflinekit: error: ...` line holding every needle, no traceback."""
+    assert result.exit_code != 0, result.stdout
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rooflinekit: error: "), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for needle in needles:
+        assert needle in lines[0], lines[0]

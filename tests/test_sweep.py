@@ -28,10 +28,10 @@ H20_RIDGE = 148e12 / 4.0e12
 S = 32768
 
 
-def sweep(path, batches, contexts, hardware="H800", **options):
+def sweep(path, batches, contexts, hardware="H800", device="meta", max_batch=4096, **options):
     source = load_source(str(path), options)
-    base = Workload("decode", batches[0], contexts[0], options=tuple(sorted(options.items())))
-    return run_sweep(source, base, batches, contexts, hardware)
+    base = Workload("decode", batches[0], contexts[0], device=device, options=tuple(sorted(options.items())))
+    return run_sweep(source, base, batches, contexts, hardware, max_batch=max_batch)
 
 
 def brute_force(intensity, ridge, limit=100_000):
@@ -134,6 +134,42 @@ def _mla_closed(heads, context, hidden=7168, q_rank=1536, r=512, rope=64, nope=1
     return f, k
 
 
+def _mla_at_attention_minimum(heads, context, hidden=7168, q_rank=1536, r=512, rope=64, nope=128, v=128,
+                              inter=18432, vocab=129280):
+    """One absorbed MLA layer + MLP + head (decode, bf16) with the attention layer's own ops (all but its
+    projections: rotaries, cache writes, scores, softmax, PV) replaced by the architecture minimum.
+
+    Returns (FLOPs per sequence, bytes read once per step, bytes per sequence), each op counted from
+    examples/deepseek_mla.py: a linear [in -> out] reads its weight once and 2*in, writes 2*out per
+    sequence; RMSNorm(n) per sequence: .float() 2n+4n, pow 4n+4n, mean 4n+4, +eps 4+4, rsqrt 4+4,
+    mul 4n+4+4n, .to(bf16) 4n+2n, *weight 2n+2n = 36n+24 (its weight once).
+    """
+    f, _ = _mla_closed(heads, context, hidden, q_rank, r, rope, nope, v, inter, vocab)
+    params = (hidden * q_rank + q_rank + q_rank * heads * (nope + rope) + hidden * (r + rope) + r
+              + r * heads * (nope + v) + heads * v * hidden + 3 * hidden + 3 * hidden * inter + hidden * vocab)
+    # the rotary tables at the root, once per step: arange 4, positions x inv_freq 132+128, cat 128+256,
+    # cos and sin 256+256 each, their casts to bf16 256+128 each
+    tables = 4 + 260 + 384 + 2 * 512 + 2 * 384
+    once = 2 * params + tables  # the embedding's rows are per sequence, below
+
+    def norm(n):
+        return 36 * n + 24
+
+    def linear(n_in, n_out):
+        return 2 * (n_in + n_out)
+
+    per_seq = (
+        4 * hidden + 8                                              # embedding: row read + id + row write
+        + 3 * norm(hidden) + norm(q_rank) + norm(r)                 # attn_norm, ffn_norm, norm; q_norm, kv_norm
+        + linear(hidden, q_rank) + linear(q_rank, heads * (nope + rope)) + linear(hidden, r + rope)
+        + linear(heads * v, hidden) + 2 * linear(hidden, inter) + linear(inter, hidden) + linear(hidden, vocab)
+        + 2 * heads * (nope + r) + 2 * heads * (r + v)              # W_UK into the query, W_UV on the output
+        + 2 * 6 * hidden + 4 * inter + 6 * inter                    # two residual adds; silu; gate * up
+        + context * (r + rope) * 2 + heads * (r + rope + r) * 2     # attention minimum: cache once, q, output
+    )
+    return f, once, per_seq
+
+
 def test_mla_absorbed_128_heads():
     heads, r, rope = 128, 512, 64
     result = sweep(MLA, [1, 4, 16, 48], [S], heads=heads, layers=1)
@@ -151,18 +187,23 @@ def test_mla_absorbed_128_heads():
     assert cb.saturation_intensity == pytest.approx(f / k, rel=0.02)  # as executed: ~54, not 242
     assert cb.critical_batch is None  # the scores' passes through HBM keep it far below the ridge
     # with attention at its architecture minimum (a fused kernel), the step does cross the ridge
+    f, once, per_seq = _mla_at_attention_minimum(heads, S)
     ideal = result.critical_ideal[0]
-    assert ideal.saturation_intensity > H800_RIDGE and ideal.critical_batch is not None
-    source = load_source(str(MLA), {"heads": heads, "layers": 1})
+    assert ideal.fit["flops_per_seq"] == pytest.approx(f, rel=1e-12) and ideal.fit["flops0"] == 0
+    assert ideal.fit["bytes0"] == pytest.approx(once, rel=1e-12)
+    assert ideal.fit["bytes_per_seq"] == pytest.approx(per_seq, rel=1e-12)
+    assert ideal.saturation_intensity == pytest.approx(f / per_seq) and f / per_seq > H800_RIDGE
 
-    def ideal_intensity(b):
-        rep = profile(source, Workload("decode", b, S, options=(("heads", heads), ("layers", 1))), "H800").report
-        att = [a for a in rep["attention"] if a["recognised"]]
-        nbytes = rep["totals"]["bytes"] - sum(a["bytes_executed"] for a in att) + sum(a["bytes_min"] for a in att)
-        return rep["totals"]["flops_model"] / nbytes
+    def closed_intensity(b):
+        return b * f / (once + b * per_seq)
 
-    b = ideal.critical_batch
-    assert ideal_intensity(b) >= H800_RIDGE > ideal_intensity(b - 1)
+    b = math.ceil(H800_RIDGE * once / (f - H800_RIDGE * per_seq))
+    assert closed_intensity(b) >= H800_RIDGE > closed_intensity(b - 1)
+    assert ideal.critical_batch == b and ideal.profiled  # the solved batch was profiled, not extrapolated
+    assert set(ideal.checked) == {b - 1, b}
+    for batch, got in ideal.checked.items():
+        assert got == pytest.approx(closed_intensity(batch), rel=1e-12)
+    assert "extrapolated" not in ideal.summary() and f"profiled at B={b - 1},{b}" in ideal.summary()
 
 
 def test_mla_absorbed_16_heads():
@@ -190,7 +231,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
         assert row["weight_bytes"] == experts_touched(row["batch"], experts, top_k) * 2 * hidden * inter * 2
         assert row["flops"] == 2 * row["batch"] * top_k * 2 * hidden * inter
     cb = result.critical[0]
-    assert cb.method == "search" and cb.residual > 0.01 and "MoE" in cb.note
+    assert cb.method == "search" and cb.residual > 0.01 and "MoE" in cb.fallback and "MoE" in cb.summary()
     source = load_source(str(MOE), {})
 
     def intensity(b):
@@ -218,13 +259,172 @@ def test_model_is_built_once():
     assert len(calls) == 1 and prof.profiles == 6  # one build, six captures with their own inputs
 
 
-def test_point_row_splits_bytes():
-    rep = profile(load_source(str(GQA), {"layers": 1}), Workload("decode", 2, 128, options=(("layers", 1),)),
-                  "H800").report
+def test_point_row_byte_split_closed_form():
+    h, heads, kv_heads, d, inter, vocab = 4096, 32, 8, 128, 14336, 32000  # llama_gqa.py defaults
+    batch, context = 2, 128
+    rep = profile(load_source(str(GQA), {"layers": 1}),
+                  Workload("decode", batch, context, options=(("layers", 1),)), "H800").report
     row = point_row(rep)
-    t = rep["totals"]
-    assert row["weight_bytes"] + row["kv_bytes_executed"] + row["other_bytes"] == pytest.approx(t["bytes"])
-    assert row["weight_share"] + row["kv_share"] + row["other_share"] == pytest.approx(1.0)
+    params = (h * heads * d + 2 * h * kv_heads * d + heads * d * h  # q, k, v, o
+              + 3 * h * inter                                       # gate, up, down
+              + 3 * h                                                # two RMSNorms in the layer, the final one
+              + h * vocab)                                           # lm_head
+    # bf16 weights read once, the embedding's rows once per sequence, and the rotary inv_freq buffer
+    # (head_dim/2 fp32)
+    assert row["weight_bytes"] == 2 * params + batch * h * 2 + (d // 2) * 4
+    # K and V of every cached position read once: 2 * B * S * H_kv * d * 2 B
+    assert row["kv_bytes_min"] == 2 * batch * context * kv_heads * d * 2
+    assert row["weight_share"] == pytest.approx(row["weight_bytes"] / rep["totals"]["bytes"])
+
+
+# -- a model whose intensity bends: the fit's batch must be profiled ---------------------------
+
+BEND = """
+import torch
+from torch import nn
+
+
+class Bend(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.proj = nn.Linear(hidden, hidden, bias=False)
+
+    def forward(self, x, passes):
+        y = self.proj(x)
+        for _ in range(passes):
+            y = y * 2.0
+        return y
+
+
+def build_model(*, hidden=2048, bend=64, passes=1):
+    return Bend(hidden)
+
+
+def make_inputs(batch, context, phase, *, hidden=2048, bend=64, passes=1):
+    return (torch.zeros(batch, hidden), passes if batch > bend else 0)
+"""
+
+
+@pytest.fixture
+def bend_model(tmp_path):
+    """One bf16 linear [h -> h]; above batch 64, `passes` extra elementwise passes over its output.
+
+    Per step: FLOPs 2*B*h^2; bytes 2*h^2 (weight) + 4*B*h (input, output) + 4*p*B*h (each pass reads
+    and writes the output), p = 0 up to B=64. So I(B) = B*h / (h + 2*(1+p)*B): a fit on batches up to
+    64 sees p = 0 and puts the ridge R at B = R*h/(h - 2R), but from B=65 on it is R*h/(h - 2(1+p)R).
+    """
+    path = tmp_path / "bend.py"
+    path.write_text(BEND)
+    return path
+
+
+def _bend_crossing(h, passes, ridge):
+    """Smallest B with B*h / (h + 2*(1+p)*B) >= ridge, or None when h/(2*(1+p)) <= ridge."""
+    slope = h - 2 * (1 + passes) * ridge
+    return None if slope <= 0 else math.ceil(ridge * h / slope)
+
+
+def _bend_intensity(path, batch, **options):
+    workload = Workload("decode", batch, 1, options=tuple(sorted(options.items())))
+    return profile(load_source(str(path), options), workload, "H800").report["totals"]["intensity"]
+
+
+def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
+    h = 2048
+    fitted = _bend_crossing(h, 0, H800_RIDGE)  # 416: what the fit on B <= 64 predicts
+    real = _bend_crossing(h, 1, H800_RIDGE)    # 698
+    assert (fitted, real) == (416, 698)
+    result = sweep(bend_model, [1, 4, 16, 48], [1])
+    cb = result.critical[0]
+    assert cb.fit["critical"] == fitted and cb.residual == pytest.approx(0, abs=1e-12)
+    assert cb.method == "search" and cb.critical_batch == real and cb.profiled
+    assert "below the ridge" in cb.fallback and "B*=416" in cb.summary()
+    # re-profiled here: the reported batch reaches the ridge, the one below does not
+    assert _bend_intensity(bend_model, real) >= H800_RIDGE > _bend_intensity(bend_model, real - 1)
+    assert result.profiles < 40  # doubling + bisection, not a walk one batch at a time
+    assert cb.saturation_intensity == pytest.approx(h / 4, rel=1e-3)  # marginal: h/(2*(1+p))
+
+
+def test_critical_batch_never_above_max_batch(bend_model):
+    # the bend lowers the saturation to h/8 = 256 < ridge: no batch qualifies
+    result = sweep(bend_model, [1, 4, 16, 48], [1], passes=3)
+    cb = result.critical[0]
+    assert cb.critical_batch is None and max(cb.checked) == 4096
+    assert cb.summary().startswith("never up to max_batch 4096: intensity ")
+    assert cb.checked[4096] == pytest.approx(_bend_intensity(bend_model, 4096, passes=3), rel=1e-12)
+    assert cb.checked[4096] == pytest.approx(4096 * 2048 / (2048 + 8 * 4096), rel=1e-12)
+    # a cap below the real crossing (698): nothing above it is profiled or reported
+    capped = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=600).critical[0]
+    assert capped.critical_batch is None and max(capped.checked) <= 600
+    assert capped.summary().startswith("never up to max_batch 600")
+    # a cap below the fit's own crossing (416): profiled at the cap, which is below the ridge
+    low = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=300, passes=0).critical[0]
+    assert low.method == "affine fit" and low.critical_batch is None and set(low.checked) == {300}
+    assert low.checked[300] == pytest.approx(300 * 2048 / (2048 + 600), rel=1e-12)
+    assert low.summary().startswith("never up to max_batch 300") and "B=416" in low.summary()
+
+
+def test_sweep_max_batch_option(invoke, tmp_path, bend_model):
+    out = tmp_path / "s.json"
+    result = invoke("sweep", bend_model, "-b", "1,4,16,48", "-s", "1", "-H", "H800", "--max-batch", "600",
+                    "-f", "json", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(out.read_text())
+    cb = data["critical_batch"][0]
+    assert cb["critical_batch"] is None and cb["max_batch"] == 600
+    assert max(int(b) for b in cb["checked"]) <= 600
+    assert cb["summary"].startswith("never up to max_batch 600")
+    assert any("up to max_batch 600" in n for n in data["notes"])
+    result = invoke("sweep", bend_model, "-b", "1,4,16,48", "-s", "1", "--max-batch", "0")
+    assert result.exit_code == 2 and "--max-batch" in result.stderr
+
+
+def test_uncounted_bytes_share_per_point(bend_model):
+    h, batch = 2048, 100  # above the bend: the output's scaling pass has no FLOP formula
+    prof = Profiler(load_source(str(bend_model), {}), Workload("decode", batch, 1), "H800")
+    row = prof.row(batch, 1)
+    total = 2 * h * h + 4 * batch * h + 4 * batch * h
+    assert row["uncounted_bytes"] == 4 * batch * h
+    assert row["uncounted_bytes_share"] == pytest.approx(4 * batch * h / total, rel=1e-12)
+
+
+def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, monkeypatch):
+    import rooflinekit.measure
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a sweep point was timed")
+
+    monkeypatch.setattr(rooflinekit.measure, "measure", no_timing)
+    h, batches = 256, [1, 4, 16]
+    result = sweep(bend_model, batches, [1], hardware="H20", device="cpu", hidden=h)
+    assert result.profiles == len(batches)  # nothing profiled beyond the sweep's own points
+    cb = result.critical[0]
+    # I(B) = B*h/(h + 2B) reaches the H20 ridge (37) at B = ceil(37*256 / (256 - 74)) = 53
+    assert cb.critical_batch == _bend_crossing(h, 0, H20_RIDGE) == 53
+    assert not cb.profiled and cb.checked == {}
+    assert cb.summary().endswith("extrapolated, not profiled]")
+    assert any(n.startswith("device cpu: the critical batch") and "extrapolated" in n for n in result.to_dict()["notes"])
+
+
+def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
+    import rooflinekit.pipeline
+
+    real = rooflinekit.pipeline.profile
+
+    def noted(source, workload, *args, **kwargs):
+        out = real(source, workload, *args, **kwargs)
+        out.report["notes"].append(f"note of B={workload.batch}")
+        out.report["notes"].append("shared note")
+        out.report["warnings"].append(f"warning of B={workload.batch}")
+        return out
+
+    monkeypatch.setattr(rooflinekit.pipeline, "profile", noted)
+    data = sweep(GQA, [1, 2], [64], layers=1, hidden=256, heads=8, kv_heads=2, head_dim=32, intermediate=512,
+                 vocab=1000).to_dict()
+    notes, warnings = data["notes"], data["warnings"]
+    assert len(set(notes)) == len(notes) and len(set(warnings)) == len(warnings)  # each once
+    assert notes.index("note of B=1") < notes.index("shared note") < notes.index("note of B=2")
+    assert warnings.index("warning of B=1") < warnings.index("warning of B=2")
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -250,11 +450,11 @@ def test_sweep_command_json(invoke, tmp_path):
     assert any("affine" in n for n in data["notes"])
 
 
-@pytest.mark.parametrize("fmt,marker", [("table", "Critical batch"), ("markdown", "| B "), ("csv", "batch,context")])
-def test_sweep_command_formats(invoke, fmt, marker):
+@pytest.mark.parametrize("fmt,expected", [("table", "Critical batch"), ("markdown", "| B "), ("csv", "batch,context")])
+def test_sweep_command_formats(invoke, fmt, expected):
     result = invoke("sweep", GQA, "-O", "layers=1", "-b", "1,2", "-s", "64", "-f", fmt)
     assert result.exit_code == 0, result.stderr
-    assert marker in result.stdout
+    assert expected in result.stdout
     if fmt == "csv":
         assert len(result.stdout.strip().splitlines()) == 3
 
