@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rooflinekit.errors import UserError
+from rooflinekit.paths import layer_pattern
 from rooflinekit.report_io import attention_figures
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
@@ -63,10 +64,6 @@ _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)")
 MERGE_TOLERANCE = 1e-9
 
 
-def _layer_star(name: str) -> str:
-    return _INDEX.sub("*", name)
-
-
 def _ok(intensity) -> bool:
     return isinstance(intensity, (int, float)) and intensity > 0
 
@@ -110,7 +107,7 @@ def _merge(members: dict[str, tuple[float, float]]) -> list[tuple[str, float, fl
     """
     groups: dict[str, list[str]] = {}
     for name in members:
-        groups.setdefault(_layer_star(name), []).append(name)
+        groups.setdefault(layer_pattern(name), []).append(name)
     out = []
     for key, names in groups.items():
         classes: list[list[str]] = []

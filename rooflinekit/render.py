@@ -13,7 +13,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from rooflinekit.errors import UserError
-from rooflinekit.report import layer_pattern
+from rooflinekit.paths import layer_pattern
 from rooflinekit.units import seconds, si
 
 FORMATS = ("table", "json", "csv", "markdown")

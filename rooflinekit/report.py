@@ -5,7 +5,6 @@ Everything here is a pure function of its inputs; rendering lives in render.py.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
@@ -13,18 +12,11 @@ from rooflinekit import SCHEMA_VERSION, __version__, collectives
 from rooflinekit.attention import AttentionRow
 from rooflinekit.capture import CaptureResult, OpRecord
 from rooflinekit.hardware import HardwareSpec
+from rooflinekit.paths import layer_pattern
 from rooflinekit.roofline import place_on
 from rooflinekit.workload import Workload
 
 ROOT = "(root)"
-
-
-_LAYER_INDEX = re.compile(r"(?<![^.])\d+(?![^.\s:,])")
-
-
-def layer_pattern(text: str) -> str:
-    """Module paths in `text` with layer indices replaced by '*': layers.3.attn -> layers.*.attn."""
-    return _LAYER_INDEX.sub("*", text)
 
 
 def rollup_name(path: str, depth: int, group_layers: bool = False) -> str:
