@@ -43,6 +43,25 @@ class Command(click.Command):
 class Group(click.Group):
     command_class = Command
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """Usage errors (a bad option value, a missing argument) as one line, like every other error."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except no_args_help as exc:  # `rooflinekit` alone: the help, as asked for
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as exc:
+            hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            _fail(f"{exc.format_message()}{hint}", exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.exceptions.Abort:
+            _fail("aborted", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="rooflinekit")

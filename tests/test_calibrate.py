@@ -175,8 +175,9 @@ def test_cli_calibrate_bad_input_is_one_line(invoke, home, args, needle):
 def test_cli_calibrate_size_out_of_range_is_a_usage_error(invoke, home, value):
     result = invoke("calibrate", "--device", "cpu", "--size-mb", value)
     assert result.exit_code == 2 and "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1 and "--size-mb" in errors[0] and "x>0" in errors[0], result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rooflinekit: error: "), result.stderr
+    assert "--size-mb" in lines[0] and "x>0" in lines[0]
 
 
 def test_calibrate_function_checks_size_and_output(tmp_path):

@@ -167,3 +167,19 @@ def test_output_file_mode_and_symlink(invoke, tmp_path):
 def test_unwritable_special_folder_fails_before_work(invoke):
     result = invoke("profile", GQA, "-O", "layers=1", "-o", "/proc/rooflinekit-test.txt")
     _one_line_error(result, "cannot write")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["profile"], "Missing argument 'MODEL'"),
+    (["profile", str(GQA), "--top", "-3"], "--top"),
+    (["profile", str(GQA), "--batch", "four"], "--batch"),
+    (["profile", str(GQA), "--tp", "0"], "--tp"),
+    (["nonsense"], "No such command"),
+])
+def test_usage_errors_are_one_line(invoke, args, needle):
+    _one_line_error(invoke(*args), needle)
+
+
+def test_bare_command_shows_help(invoke):
+    result = invoke()
+    assert result.exit_code == 0 and "profile" in result.stdout
