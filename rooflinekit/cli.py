@@ -210,11 +210,18 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
                            trace=trace, compare_hardware=compare_hardware, on_stage=on_stage).report
 
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.distributed)
-        from rooflinekit.distributed import check_options, run_ranks
+        from rooflinekit.distributed import check_options, leave, multi_process, run_ranks
 
         check_options(tp, ep, trace)
-        report = run_ranks(run, device)
+        try:
+            report = run_ranks(run, device)
+        except SystemExit as exc:
+            if multi_process():
+                leave(exc.code if isinstance(exc.code, int) else 1)
+            raise
         if report is None:
+            if multi_process():
+                leave(0)
             return
     else:
         report = run()
@@ -227,6 +234,11 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
         from rooflinekit.plot import write_plot
 
         click.echo(f"wrote {plot_path} ({write_plot(report, plot_path, plot_depth)} points)", err=True)
+    if requested(distributed):
+        from rooflinekit.distributed import leave, multi_process
+
+        if multi_process():
+            leave(0)
 
 
 @cli.group(cls=Group, context_settings=CONTEXT_SETTINGS)

@@ -236,8 +236,27 @@ def run_ranks(run: Callable[[Callable[[str], None]], dict], device: str) -> dict
             return None
         return merge_reports(gathered, {"backend": dist.get_backend(), "device": device, "timeout_s": timeout})
     finally:
-        if own and dist.is_initialized():
+        # A single-process group is torn down here. A real multi-process group is left to the
+        # process's end (see `leave`): gloo's teardown in torch 2.5 can block for ever joining a
+        # worker thread, whatever the order in which ranks reach it.
+        if own and dist.is_initialized() and dist.get_world_size() == 1:
             dist.destroy_process_group()
+
+
+def multi_process() -> bool:
+    """True in a launched job of more than one process (torchrun sets WORLD_SIZE)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def leave(code: int) -> None:
+    """End a rank of a multi-process job once its output is written, skipping interpreter
+    teardown (where the process group's destructor can hang in torch 2.5's gloo)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _collective_signature(report: dict) -> list[tuple]:
