@@ -230,8 +230,13 @@ def run_ranks(run: Callable[[Callable[[str], None]], dict], device: str) -> dict
                 # let the failed ranks exit first, so that the launcher names them as the root cause
                 time.sleep(EXIT_GRACE_S)
             raise SystemExit(2)
-        gathered = [None] * world if rank == 0 else None
-        dist.gather_object(report, gathered, dst=0)
+        if world == 1:
+            # No object collective on a group of one: in torch 2.5 a gloo group that ran
+            # gather_object/all_gather_object can hang for ever in destroy_process_group.
+            gathered = [report]
+        else:
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(report, gathered, dst=0)
         if rank != 0:
             return None
         return merge_reports(gathered, {"backend": dist.get_backend(), "device": device, "timeout_s": timeout})
