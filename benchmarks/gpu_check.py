@@ -43,17 +43,12 @@ SMALL = {
 
 def batch_list(text: str) -> list[int]:
     """argparse type for --batches: comma-separated positive integers."""
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            n = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"{n}: every batch must be at least 1")
-        values.append(n)
-    return values
+    from rooflinekit.report_io import positive_ints
+
+    try:
+        return positive_ints(text, "batch")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_args(argv=None):

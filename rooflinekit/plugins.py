@@ -108,8 +108,12 @@ class PluginHost:
         if self.trace:
             print(f"[rooflinekit hooks] {text}", file=sys.stderr)
 
-    def call_first(self, hook_name: str, expect: type | tuple | None = None, **kwargs):
-        """(answer, plugin name) from the first plugin that answers non-None, skipping failures."""
+    def _answers(self, hook_name: str, expect: type | tuple | None, kwargs: dict):
+        """Yield (answer, plugin name) for each implementation's usable answer, in call order.
+
+        Lazy, so that `call_first` calls no plugin after the first answer. A plugin that raises
+        (other than a deliberate UserError) or answers the wrong type is warned about and skipped.
+        """
         for impl in self._impls(hook_name):
             try:
                 result = impl.function(*[kwargs[a] for a in impl.argnames])
@@ -127,31 +131,22 @@ class PluginHost:
                     f"expected {names}; ignored"
                 )
                 continue
-            self._say(f"{hook_name}: answered by '{impl.plugin_name}'")
-            return result, impl.plugin_name
+            yield result, impl.plugin_name
+
+    def call_first(self, hook_name: str, expect: type | tuple | None = None, **kwargs):
+        """(answer, plugin name) from the first plugin that answers non-None, skipping failures."""
+        for result, name in self._answers(hook_name, expect, kwargs):
+            self._say(f"{hook_name}: answered by '{name}'")
+            return result, name
         self._say(f"{hook_name}: no plugin answered")
         return None, None
 
     def call_all(self, hook_name: str, expect: type | tuple | None = None, **kwargs) -> list[tuple[object, str]]:
         """Every non-None (answer, plugin name), skipping failures and wrong types."""
         results = []
-        for impl in self._impls(hook_name):
-            try:
-                result = impl.function(*[kwargs[a] for a in impl.argnames])
-            except UserError:
-                raise  # a plugin's deliberate message to the user (e.g. a bad model file)
-            except Exception as exc:
-                self.warn(f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(exc).__name__}: {exc}")
-                continue
-            if result is None:
-                continue
-            if expect is not None and not isinstance(result, expect):
-                self.warn(
-                    f"plugin '{impl.plugin_name}' returned {type(result).__name__} from {hook_name}; ignored"
-                )
-                continue
-            self._say(f"{hook_name}: '{impl.plugin_name}' contributed")
-            results.append((result, impl.plugin_name))
+        for result, name in self._answers(hook_name, expect, kwargs):
+            self._say(f"{hook_name}: '{name}' contributed")
+            results.append((result, name))
         return results
 
 

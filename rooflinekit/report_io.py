@@ -161,23 +161,31 @@ def attention_figures(report: dict) -> dict:
     }
 
 
-def int_list(ctx, param, value) -> list[int]:
-    """Click callback: '1,4,16' -> [1, 4, 16] (order kept, duplicates dropped)."""
-    import click
-
+def positive_ints(text: str, what: str = "value") -> list[int]:
+    """'1,4,16' -> [1, 4, 16] (order kept, duplicates dropped); ValueError says what is wrong."""
     items: list[int] = []
-    for part in str(value).split(","):
+    for part in str(text).split(","):
         part = part.strip()
         if not part:
             continue
         try:
             n = int(part)
         except ValueError:
-            raise click.BadParameter(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
+            raise ValueError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
         if n < 1:
-            raise click.BadParameter(f"{n}: every value must be at least 1")
+            raise ValueError(f"{n}: every {what} must be at least 1")
         if n not in items:
             items.append(n)
     if not items:
-        raise click.BadParameter("give at least one value")
+        raise ValueError(f"give at least one {what}")
     return items
+
+
+def int_list(ctx, param, value) -> list[int]:
+    """Click callback for comma-separated positive integers (see `positive_ints`)."""
+    import click
+
+    try:
+        return positive_ints(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
