@@ -75,8 +75,16 @@ def _mla_spec(module, path) -> AttentionSpec | None:
     )
 
 
+def _call_heads(call, heads: int):
+    """(head_dim, distinct K/V heads) the call shows for a module of `heads` query heads, or Nones
+    when the call's shapes do not carry those heads (folded into batch, or a different layout)."""
+    if call is None or len(call.q_shape) < 4 or call.q_shape[-3] != heads:
+        return None, None
+    return call.q_shape[-1], call.kv_heads_unique or call.k_shape[-3]
+
+
 @hookimpl
-def rooflinekit_attention_spec(module, path):
+def rooflinekit_attention_spec(module, path, call):
     mla = _mla_spec(module, path)
     if mla is not None:
         return mla
@@ -87,16 +95,20 @@ def rooflinekit_attention_spec(module, path):
     heads = _lookup(module, HEAD_ATTRS)
     if heads is None:
         return None
+    call_dim, call_kv = _call_heads(call, heads)
     head_dim = _lookup(module, HEAD_DIM_ATTRS)
     q_proj = getattr(module, "q_proj", None)
     if head_dim is None:
         hidden = _lookup(module, ("hidden_size", "embed_dim", "d_model", "n_embd"))
         if isinstance(q_proj, torch.nn.Linear):
             head_dim = q_proj.out_features // heads
+        elif call_dim is not None:
+            head_dim = call_dim
         elif hidden is not None:
             head_dim = hidden // heads
     if head_dim is None:
         return None
+    notes: tuple[str, ...] = ()
     kv_heads = _lookup(module, KV_HEAD_ATTRS)
     if kv_heads is None:
         groups = _lookup(module, ("num_key_value_groups", "num_kv_groups"))
@@ -105,10 +117,17 @@ def rooflinekit_attention_spec(module, path):
             kv_heads = heads // groups
         elif isinstance(k_proj, torch.nn.Linear):
             kv_heads = k_proj.out_features // head_dim
+        elif call_kv is not None:
+            kv_heads = call_kv  # what the attention call attends over, repeats undone
         else:
             kv_heads = heads
+            notes = (f"K/V heads neither declared by the module nor visible in its call: taken as "
+                     f"{heads}, the query heads (MHA)",)
+    elif call_kv is not None and call_kv != kv_heads:
+        notes = (f"the module declares {kv_heads} K/V heads; its attention call attends over "
+                 f"{call_kv} distinct heads",)
     return AttentionSpec(arch=classify(heads, kv_heads), num_heads=heads, num_kv_heads=kv_heads,
-                         head_dim=head_dim, v_head_dim=head_dim)
+                         head_dim=head_dim, v_head_dim=head_dim, notes=notes)
 
 
 @hookimpl
@@ -119,7 +138,8 @@ def rooflinekit_attention_spec_from_call(call):
     kv_heads = call.kv_heads_unique or call.k_shape[-3]
     notes = ()
     if call.kv_heads_unique:
-        notes = (f"K/V repeated from {call.kv_heads_unique} to {call.k_shape[-3]} heads before the call",)
+        notes = (f"K/V widened from {call.kv_heads_unique} to {call.k_shape[-3]} heads (repeat or "
+                 "expand) before the call",)
     return AttentionSpec(arch=classify(heads, kv_heads), num_heads=heads, num_kv_heads=kv_heads,
                          head_dim=call.q_shape[-1], v_head_dim=call.v_shape[-1], notes=notes)
 
@@ -131,7 +151,7 @@ def rooflinekit_attention_cost(spec, workload):
         # keys some query of this step sees: the last q_len + window - 1 positions (decode: the
         # window; prefill: every new token, each needed by a later query within its window)
         positions = min(workload.context, workload.q_len + spec.window - 1)
-    causal = workload.phase == "prefill"
+    causal = workload.is_causal
     pairs = attention_pairs(workload.q_len, workload.context, causal)
     if spec.window and spec.window < workload.context:
         # each query sees at most `window` keys

@@ -43,6 +43,7 @@ class AttentionRow:
     op_indices: list[int] = field(default_factory=list)
     kv_op_indices: list[int] = field(default_factory=list)
     kv_reexpand_flops: float = 0.0  # projections re-applied to cached positions every step
+    causal: bool | None = None  # what the model FLOPs assumed (see `_causality`)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -117,12 +118,15 @@ def _kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[in
     return result
 
 
-def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], params: set[int]) -> list[int]:
+def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], params: set[int],
+             tokens: int) -> list[int]:
     """Indices of the ops under the site that produced the K/V operands (storages walked backwards).
 
-    `ops` are all ops of the site's module subtree. The walk passes through projections (a
-    transformers MLA layer re-expanding its latent cache with kv_b_proj every step is K/V traffic
-    of the implementation) but only their activation bytes count as K/V bytes.
+    `ops` are all ops of the site's module subtree. The walk stops at a projection of this step's
+    `tokens` (k_proj, a fused qkv: they make the new K/V from hidden states, and their traffic is
+    theirs). It passes through a projection over more rows than that (a transformers MLA layer
+    re-expanding its whole latent cache with kv_b_proj every step is K/V traffic of the
+    implementation), of which only the activation bytes count as K/V bytes.
     """
     position = {op.index: i for i, op in enumerate(ops)}
     products = set(sinks)
@@ -136,6 +140,8 @@ def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], par
                 if op.index in products:
                     continue
                 if any(s == sid for s, _ in op.writes):
+                    if _is_projection(op) and op.attrs.get("rows", 0) <= tokens:
+                        break  # the new K/V, made from hidden states: the walk ends here
                     if op.index not in chosen:
                         chosen.add(op.index)
                         frontier.extend((s, i) for s, _ in op.reads if s not in params)
@@ -159,13 +165,43 @@ def _is_projection(op: OpRecord) -> bool:
     return op.param_bytes > 0 and op.flops > 0
 
 
-def _call_for(path: str, module_class: str, ops: list[OpRecord], cap: CaptureResult) -> AttentionCall | None:
+def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int]) -> AttentionCall | None:
+    """The attention call of a site, from its fused SDPA record or its QK^T and PV products."""
     for op in ops:
         if op.kind == "fused" and "q_shape" in op.attrs:
             q, k, v = (tuple(op.attrs[n]) for n in ("q_shape", "k_shape", "v_shape"))
-            unique = op.attrs.get("kv_heads_unique")
+            distinct = op.attrs.get("k_heads_distinct")
+            unique = distinct if distinct is not None and len(k) >= 4 and distinct < k[-3] else None
             return AttentionCall(path, module_class, q, k, v, op.attrs.get("enable_gqa", False), unique, True)
-    return None
+    products = [op for op in ops if op.kind != "fused" and _is_attention_product(op, params)
+                and len(op.attrs.get("operand_shapes", [[], []])[0]) >= 4]
+    if not products:
+        return None
+    (q, kt), (_, kt_heads) = products[0].attrs["operand_shapes"], products[0].attrs["operand_heads"]
+    if kt[-2] != q[-1]:
+        return None  # not q @ k^T over a shared head dimension
+    k = (*kt[:-2], kt[-1], kt[-2])
+    v = tuple(products[1].attrs["operand_shapes"][1]) if len(products) > 1 else k
+    unique = kt_heads if kt_heads is not None and kt_heads < k[-3] else None
+    return AttentionCall(path, module_class, tuple(q), k, v, False, unique, False)
+
+
+def _causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, str | None]:
+    """Whether the site's attention is causal, from its fused call, and a note when assumed.
+
+    is_causal=True: causal. No mask and not is_causal: every query sees every key (an encoder,
+    cross-attention). An explicit mask, or attention written with matmuls, is not inspected:
+    causal is assumed for prefill and the note says so. Decode (one query row) is the same either way.
+    """
+    fused = next((op for op in core if op.kind == "fused" and "is_causal" in op.attrs), None)
+    if fused is not None and fused.attrs["is_causal"]:
+        return True, None
+    if fused is not None and not fused.attrs.get("has_mask"):
+        return False, None
+    if workload.q_len <= 1:
+        return None, None
+    how = "an explicit attention mask" if fused is not None else "attention written with matmuls"
+    return None, f"{how}: its values are not inspected; model FLOPs assume a causal mask"
 
 
 def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, OpRecord]) -> float | None:
@@ -194,7 +230,7 @@ def attribute_attention(
         core = [op for op in ops if not _is_projection(op)]
         subtree = subtrees.get(path, []) if path else cap.ops
         sinks = _kv_operands(core, cap.param_storages, workload.context)
-        kv_path = _kv_path(subtree, sinks, cap.param_storages)
+        kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
         kv_read = sum(b for operands in sinks.values() for _, b in operands)
         kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
         # Projections on the K/V path over more rows than this step's new tokens re-compute
@@ -205,6 +241,14 @@ def attribute_attention(
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
         dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
+
+        call = _call_for(path, module_class, core, cap.param_storages)
+        if call is not None and call.kv_heads_unique is None and not call.enable_gqa \
+                and call.k_shape[-3] == call.q_shape[-3]:
+            factor = _repeat_factor(core, kv_path, by_index)
+            heads = call.q_shape[-3] / factor if factor else 0
+            if heads == int(heads) and 1 <= heads < call.q_shape[-3]:
+                call = AttentionCall(**{**call.__dict__, "kv_heads_unique": int(heads)})
 
         spec, plugin = None, None
         notes: list[str] = []
@@ -220,27 +264,21 @@ def attribute_attention(
             if mod is None:
                 continue
             spec, plugin = host.call_first(
-                "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate
+                "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate, call=call
             )
             if spec is not None:
                 break
-        if spec is None:
-            call = _call_for(path, module_class, core, cap)
-            if call is not None:
-                factor = _repeat_factor(core, kv_path, by_index)
-                if factor and not call.enable_gqa and call.k_shape[-3] == call.q_shape[-3]:
-                    heads = call.q_shape[-3] / factor
-                    if heads == int(heads) and heads >= 1:
-                        call = AttentionCall(**{**call.__dict__, "kv_heads_unique": int(heads)})
-                spec, plugin = host.call_first(
-                    "rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call
-                )
+        if spec is None and call is not None:
+            spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
+        causal, causal_note = _causality(core, workload)
+        if causal_note:
+            notes.append(causal_note)
         cost = None
         if spec is not None:
             itemsize = _itemsize(dtype)
             aw = AttentionWorkload(
                 batch=workload.batch, q_len=workload.q_len, context=workload.context,
-                phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize,
+                phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize, causal=causal,
             )
             cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
             if cost is None:
@@ -266,6 +304,7 @@ def attribute_attention(
                 kv_read_bytes=kv_read,
                 kv_copy_bytes=kv_copy,
                 kv_reexpand_flops=kv_reexpand_flops,
+                causal=causal,
                 dtype=dtype,
                 op_indices=[op.index for op in core],
                 kv_op_indices=kv_path,

@@ -116,6 +116,17 @@ def unique_bytes(t: torch.Tensor) -> int:
     return n * t.element_size()
 
 
+def distinct_heads(t: torch.Tensor) -> int | None:
+    """Distinct heads of a [..., H, L, E] attention operand: 1 when H is a stride-0 expand of one
+    head (MQA written with .expand), H otherwise; None below 4 dims (heads folded into batch)."""
+    if t.dim() < 4:
+        return None
+    try:
+        return 1 if t.stride(-3) == 0 else t.shape[-3]
+    except RuntimeError:
+        return t.shape[-3]
+
+
 def _tensors(value) -> Iterator[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         yield value
@@ -164,6 +175,9 @@ class Recorder:
         self.storages = _Storages()
         self.param_storages: set[int] = set()
         self.suppress = 0
+        # Operand shapes of a tensor-level matmul in progress: at the aten level a [B, H, L, E]
+        # product is a bmm over [B*H, L, E], which has lost the heads.
+        self.matmul_hint: tuple[list, list] | None = None
         self.on_record: Callable[[OpRecord], None] | None = None
         self._infos: dict[object, _OpInfo | None] = {}
         self.param_owners: dict[int, str] = {}
@@ -308,6 +322,12 @@ class Recorder:
             attrs["operand_sids"] = sids
             attrs["operand_bytes"] = [float(unique_bytes(a)), float(unique_bytes(b))]
             attrs["free_dims"] = [a.shape[-2] if a.dim() >= 2 else 1, b.shape[-1] if b.dim() >= 2 else 1]
+            if self.matmul_hint is not None:  # the first product of a tensor-level matmul
+                attrs["operand_shapes"], attrs["operand_heads"] = self.matmul_hint
+                self.matmul_hint = None
+            else:
+                attrs["operand_shapes"] = [list(a.shape), list(b.shape)]
+                attrs["operand_heads"] = [distinct_heads(a), distinct_heads(b)]
             attrs["rows"] = math.prod(a.shape[:-1])  # tokens (or positions) the product processes
         dt = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if dt is None:
@@ -405,6 +425,7 @@ class Recorder:
                     "enable_gqa": bool(bound.get("enable_gqa", False)),
                     "has_mask": isinstance(mask, torch.Tensor),
                     "kv_read_bytes": float(unique_bytes(k) + unique_bytes(v)),
+                    "k_heads_distinct": distinct_heads(k),
                 },
             )
         )
@@ -458,12 +479,22 @@ class _FunctionRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _SDPA and not self.recorder.suppress:
-            return self.recorder.fused_sdpa(func, args, kwargs)
+        rec = self.recorder
+        if func is _SDPA and not rec.suppress:
+            return rec.fused_sdpa(func, args, kwargs)
+        if func in _MATMULS and len(args) >= 2 and not rec.suppress:
+            a, b = args[0], args[1]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
+                rec.matmul_hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
+                try:
+                    return func(*args, **kwargs)
+                finally:
+                    rec.matmul_hint = None
         return func(*args, **kwargs)
 
 
 _SDPA = F.scaled_dot_product_attention
+_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
 
 
 @contextmanager

@@ -122,7 +122,7 @@ PROFILE_HELP = """Profile MODEL: count FLOPs and bytes per op and module, attrib
 \b
 MODEL is a Python file that defines:
   build_model(**options) -> torch.nn.Module
-  make_inputs(batch, context, phase, **options) -> tuple (positional args) or dict (kwargs)
+  make_inputs(batch, context, phase, **options) -> tuple or list (positional args) or dict (kwargs)
 Both are called with the target device (meta by default) and the default dtype already in
 effect, so they must not pass device=/dtype= for floating tensors; on meta nothing is allocated.
 Options given with -O KEY=VALUE reach whichever of the two accepts KEY.

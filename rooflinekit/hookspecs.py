@@ -20,12 +20,15 @@ hookimpl = pluggy.HookimplMarker("rooflinekit")
 
 
 @hookspec(firstresult=True)
-def rooflinekit_attention_spec(module, path):
+def rooflinekit_attention_spec(module, path, call):
     """Recognise an attention layer from its module.
 
     :param module: the torch.nn.Module whose forward ran the attention (or one of its two nearest
         ancestors, asked in turn from innermost).
     :param path: its dotted path in the model, e.g. ``layers.3.self_attn``.
+    :param call: the `AttentionCall` seen at run time in that module (shapes of q, k, v and the
+        distinct K/V heads), or None when the shapes do not show heads. Use it to fill what the
+        module does not declare; an implementation may leave the argument out.
     :return: an `AttentionSpec`, or None if this plugin does not know the module.
     """
 

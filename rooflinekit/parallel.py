@@ -422,7 +422,8 @@ def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host)
         new_spec = replace(spec, num_heads=heads, num_kv_heads=kv_heads, notes=tuple(spec.notes) + (note,))
         itemsize = _itemsize(row.dtype)
         aw = AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
-                               phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize)
+                               phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize,
+                               causal=row.causal)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
         new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + [note])
         out.append(new)

@@ -195,9 +195,17 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
     sections = [("Modules (by time bound)", module_table(report, top))]
     if report["attention"]:
         a = report["attention_totals"]
-        title = (f"Attention ({a['recognised']}/{a['layers']} layers recognised; KV executed "
-                 f"{_num(a['kv_bytes_executed'], 'B')} vs minimum {_num(a['kv_bytes_min'], 'B')}, "
-                 f"amplification {_ratio(a['amplification'])})")
+        if a["recognised"] == a["layers"]:
+            kv = (f"KV executed {_num(a['kv_bytes_executed'], 'B')} vs minimum "
+                  f"{_num(a['kv_bytes_min'], 'B')}, amplification {_ratio(a['amplification'])}")
+        elif a["recognised"]:
+            kv = (f"recognised layers: KV executed "
+                  f"{_num(a['kv_bytes_executed'] - a.get('kv_bytes_executed_unrecognised', 0), 'B')} vs "
+                  f"minimum {_num(a['kv_bytes_min'], 'B')}, amplification {_ratio(a['amplification'])}; "
+                  f"others: {_num(a.get('kv_bytes_executed_unrecognised'), 'B')} executed, minimum unknown")
+        else:
+            kv = f"KV executed {_num(a['kv_bytes_executed'], 'B')}, minimum unknown"
+        title = f"Attention ({a['recognised']}/{a['layers']} layers recognised; {kv})"
         sections.append((title, attention_table(report)))
     if report["uncounted_ops"]:
         sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", uncounted_table(report)))

@@ -209,7 +209,9 @@ def build_report(
     att_exec_flops = sum(r.flops_executed for r in recognised)
     att_model_flops = sum(r.cost.flops_model for r in recognised)
     kv_exec = sum(r.kv_bytes_executed for r in attention)
-    kv_min = sum(r.cost.kv_bytes_min for r in recognised)
+    # the minimum is known only for recognised layers; None (not 0) when there are none
+    kv_min = sum(r.cost.kv_bytes_min for r in recognised) if recognised else None
+    kv_exec_recognised = sum(r.kv_bytes_executed for r in recognised)
     reexpand = sum(r.kv_reexpand_flops for r in attention)
     flops_model = total.flops - att_exec_flops + att_model_flops - reexpand
 
@@ -258,8 +260,9 @@ def build_report(
         "kv_reexpand_flops": reexpand,
         "kv_bytes_min": kv_min,
         "kv_bytes_executed": kv_exec,
-        "amplification": kv_exec / kv_min if kv_min else None,
-        "cache_bytes_per_token": sum(r.cost.cache_bytes_per_token for r in recognised),
+        "kv_bytes_executed_unrecognised": kv_exec - kv_exec_recognised,
+        "amplification": kv_exec_recognised / kv_min if kv_min else None,
+        "cache_bytes_per_token": sum(r.cost.cache_bytes_per_token for r in recognised) if recognised else None,
         "intensity_min": att_model_flops / sum(r.cost.bytes_min for r in recognised) if recognised else None,
     }
 

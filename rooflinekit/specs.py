@@ -65,6 +65,11 @@ class AttentionWorkload:
     phase: str
     cache_itemsize: int  # bytes per cached element (2 for bf16, 1 for fp8)
     act_itemsize: int  # bytes per q / output element
+    causal: bool | None = None  # from the call (is_causal, or no mask); None: causal in prefill
+
+    @property
+    def is_causal(self) -> bool:
+        return self.causal if self.causal is not None else self.phase == "prefill"
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,10 @@ class _SkipMetaInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+#: torch's RNG seed while build_model() and make_inputs() run.
+BUILD_SEED = 0
+
+
 def build(source: ModelSource, workload: Workload) -> Built:
     """Build the model and inputs with the workload's device and default dtype in effect."""
     options = {k: v for k, v in workload.options if not k.startswith("_")}
@@ -251,7 +255,10 @@ def build(source: ModelSource, workload: Workload) -> Built:
         options = {}
     check_options(source, options)
     skip = _SkipMetaInit() if workload.device == "meta" else nullcontext()
-    with in_effect(workload), skip:
+    # Seeded, so that runs repeat where values matter (data-dependent MoE routing on cpu/cuda);
+    # the caller's CPU RNG state is restored afterwards.
+    with in_effect(workload), skip, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BUILD_SEED)
         try:
             model = source.build_model(**_accepted(source.build_model, options))
         except UserError:
@@ -274,7 +281,7 @@ def build(source: ModelSource, workload: Workload) -> Built:
             raise UserError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
         if not isinstance(inputs, (tuple, dict, list)):
             raise UserError(
-                f"make_inputs() returned {type(inputs).__name__}, expected a tuple of positional "
+                f"make_inputs() returned {type(inputs).__name__}, expected a tuple (or list) of positional "
                 "args or a dict of keyword args"
             )
     return Built(model=model, inputs=inputs)

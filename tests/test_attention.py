@@ -118,3 +118,99 @@ def test_unrecognised_attention_is_reported_and_counted(tmp_path):
     assert row["arch"] == "unrecognised" and not row["recognised"]
     assert row["flops_executed"] == 4 * 2 * 3 * 100 * 16
     assert "not recognised" in " ".join(row["notes"])
+
+
+# -- heads the module does not declare: the call tells --------------------------------------------
+
+UNDECLARED = MODELS / "undeclared_heads.py"
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+@pytest.mark.parametrize(
+    "attn,kv_heads,declare,arch",
+    [
+        ("sdpa", 1, False, "mqa"),  # [B, S, d] cache widened by a stride-0 expand
+        ("sdpa", 1, True, "mqa"),  # n_heads declared, K/V heads not: taken from the call
+        ("matmul", 1, False, "mqa"),
+        ("matmul", 2, False, "gqa"),  # repeat_interleave before q @ k^T
+        ("sdpa", 2, True, "gqa"),
+        ("matmul", 8, False, "mha"),
+    ],
+)
+def test_kv_heads_from_the_call_when_the_module_does_not_declare_them(attn, kv_heads, declare, arch, device):
+    b, ctx, h, d = 2, 512, 8, 32
+    report = run_profile(UNDECLARED, batch=b, context=ctx, device=device, attn=attn, kv_heads=kv_heads,
+                         declare_heads=declare)
+    (row,) = _rows(report)
+    assert (row["arch"], row["num_heads"], row["num_kv_heads"], row["head_dim"]) == (arch, h, kv_heads, d)
+    assert row["kv_bytes_min"] == 2 * b * ctx * kv_heads * d * 2  # K and V, bf16, read once
+    assert row["flops_model"] == 4 * b * h * ctx * d  # QK^T and PV, one query row
+    assert not any("taken as" in n for n in row["notes"])  # nothing was assumed
+
+
+def test_expand_is_read_once_and_repeat_is_a_copy():
+    b, ctx = 2, 512
+    (expand,) = _rows(run_profile(UNDECLARED, batch=b, context=ctx, kv_heads=1))
+    assert expand["read_amplification"] == pytest.approx(1.0, rel=1e-3)  # stride-0 heads: one read
+    (repeat,) = _rows(run_profile(UNDECLARED, batch=b, context=ctx, kv_heads=2))
+    g = 8 // 2
+    assert repeat["read_amplification"] == pytest.approx(g, rel=1e-3)
+    assert repeat["amplification"] == pytest.approx(1 + 2 * g, rel=0.01)  # + the copy's read and write
+
+
+def test_heads_assumed_equal_are_said_so(tmp_path):
+    (tmp_path / "folded.py").write_text(
+        "import torch\n"
+        "class Attn(torch.nn.Module):\n"
+        "    num_heads, head_dim = 3, 16\n"
+        "    def forward(self, q, k, v):\n"  # heads folded into batch: the call cannot show them
+        "        return torch.softmax(q.flatten(0, 1) @ k.flatten(0, 1).transpose(1, 2), -1) @ v.flatten(0, 1)\n"
+        "def build_model():\n    return Attn()\n"
+        "def make_inputs(b, c, p):\n"
+        "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
+    )
+    (row,) = _rows(run_profile(tmp_path / "folded.py", batch=2, context=100))
+    assert (row["arch"], row["num_kv_heads"]) == ("mha", 3)
+    assert any("taken as 3, the query heads" in n for n in row["notes"])
+
+
+def test_unrecognised_layers_leave_the_minimum_unknown_not_zero(tmp_path):
+    (tmp_path / "anon.py").write_text(
+        "import torch\n"
+        "class Core(torch.nn.Module):\n"
+        "    def forward(self, q, k, v):\n"
+        "        return torch.softmax(q.flatten(0, 1) @ k.flatten(0, 1).transpose(1, 2), -1) @ v.flatten(0, 1)\n"
+        "def build_model():\n    return Core()\n"
+        "def make_inputs(b, c, p):\n"
+        "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
+    )
+    report = run_profile(tmp_path / "anon.py", batch=2, context=100)
+    totals = report["attention_totals"]
+    assert totals["recognised"] == 0 and totals["kv_bytes_min"] is None and totals["amplification"] is None
+    assert report["totals"]["kv_bytes_min"] is None
+    assert totals["kv_bytes_executed_unrecognised"] == totals["kv_bytes_executed"] == 2 * (2 * 3 * 100 * 16 * 2)
+
+
+# -- causal or not: from the call ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_encoder_and_cross_attention_are_full_decoder_self_attention_causal(device):
+    b, n, h, d = 2, 96, 4, 16
+    report = run_profile(MODELS / "encoder_decoder.py", phase="prefill", batch=b, context=n, device=device)
+    rows = {r["module"]: r for r in _rows(report)}
+    assert set(rows) == {"encoder.self_attn", "decoder.self_attn", "decoder.multihead_attn"}
+    full = 2 * b * h * n * n * (d + d)  # every query row sees all n keys
+    causal = 2 * b * h * (n * (n + 1) // 2) * (d + d)  # row i sees i + 1 keys
+    assert rows["encoder.self_attn"]["flops_model"] == full
+    assert rows["decoder.multihead_attn"]["flops_model"] == full
+    assert rows["decoder.self_attn"]["flops_model"] == causal
+    for r in rows.values():
+        assert not any("not inspected" in note for note in r["notes"])
+
+
+def test_an_explicit_mask_is_assumed_causal_and_said_so():
+    # matmul attention in prefill: the additive mask's values are not read
+    (row,) = _rows(run_profile(UNDECLARED, phase="prefill", batch=1, context=64, attn="matmul", kv_heads=2))
+    assert row["flops_model"] == 2 * 8 * (64 * 65 // 2) * 64
+    assert any("not inspected" in n and "causal" in n for n in row["notes"])

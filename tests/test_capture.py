@@ -164,3 +164,24 @@ def test_meta_and_cpu_agree(path, options, phase):
     assert meta["totals"]["flops"] == cpu["totals"]["flops"]
     assert meta["totals"]["bytes"] == cpu["totals"]["bytes"]
     assert [o["name"] for o in meta["ops"]] == [o["name"] for o in cpu["ops"]]
+
+
+def test_builds_are_seeded_so_data_dependent_runs_repeat(tmp_path):
+    # bytes of a boolean-mask gather depend on the values make_inputs drew
+    (tmp_path / "gather.py").write_text(
+        "import torch\n"
+        "class Pick(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x[x > 0] * 2\n"
+        "def build_model():\n    return Pick()\n"
+        "def make_inputs(b, c, p):\n    return (torch.randn(b, c),)\n"
+    )
+    before = torch.get_rng_state()
+    runs = [run_profile(tmp_path / "gather.py", batch=4, context=4096, device="cpu", dtype="fp32")
+            for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is left as it was
+    mul = [next(o for o in r["ops"] if o["name"] == "aten.mul") for r in runs]
+    assert mul[0]["bytes_read"] == mul[1]["bytes_read"]
+    torch.manual_seed(0)  # the build seed: the same values, so the same selection
+    kept = int((torch.randn(4, 4096) > 0).sum())
+    assert mul[0]["bytes_read"] == mul[0]["bytes_written"] == kept * 4  # the kept fp32 values

@@ -118,7 +118,7 @@ def test_raising_plugin_is_skipped_and_named():
     import torch
 
     mha = torch.nn.MultiheadAttention(64, 4)
-    spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x")
+    spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x", call=None)
     assert plugin == "attention" and spec.num_heads == 4
     assert any("raiser" in w and "boom" in w for w in host.warnings)
 
@@ -182,5 +182,6 @@ def test_disabled_plugins_are_not_loaded(monkeypatch):
     assert "hardware_db" in names and not names & {"attention", "modelfile"}
     import torch
 
-    spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x")
+    spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x",
+                              call=None)
     assert spec is None and not host.warnings

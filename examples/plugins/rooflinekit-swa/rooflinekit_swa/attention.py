@@ -61,11 +61,11 @@ def window_of(module) -> int | None:
 
 
 @hookimpl(tryfirst=True)
-def rooflinekit_attention_spec(module, path):
+def rooflinekit_attention_spec(module, path, call):
     window = window_of(module)
     if window is None:
         return None  # not windowed: let the built-in answer
-    spec = builtin.rooflinekit_attention_spec(module=module, path=path)
+    spec = builtin.rooflinekit_attention_spec(module=module, path=path, call=call)
     if spec is None:
         return None
     return dataclasses.replace(

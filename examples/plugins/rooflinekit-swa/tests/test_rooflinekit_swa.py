@@ -90,11 +90,12 @@ def test_window_declarations(attrs, expected):
 
 def test_spec_copies_builtin_recognition_and_sets_window():
     host = make_host()
-    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(sliding_window=4096), path="x")
+    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(sliding_window=4096), path="x",
+                                   call=None)
     assert plugin == "swa_attention"
     assert (spec.arch, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.window) == ("gqa", 32, 8, 128, 4096)
     # a module without a window is left to the built-in
-    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(), path="x")
+    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(), path="x", call=None)
     assert plugin == "attention" and spec.window is None
 
 
