@@ -14,6 +14,14 @@ TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")
 CPU_FLASH_SDPA = "aten._scaled_dot_product_flash_attention_for_cpu"
 
 
+#: Before torch 2.8, destroying a gloo process group holds the GIL while it joins the group's
+#: worker threads, and a worker that is still dropping the last reference to a tensor of a
+#: collective that just finished needs the GIL to do so: destroy_process_group right after a
+#: collective can deadlock (seen on 2.5.1 within a few dozen one-rank groups). 2.8 releases the
+#: GIL in the destructor.
+GLOO_TEARDOWN_NEEDS_IDLE_WORKERS = TORCH_VERSION < (2, 8)
+
+
 @cache
 def torch_flop_registry() -> dict:
     """torch.utils.flop_counter.flop_registry (present since torch 2.1)."""

@@ -100,11 +100,14 @@ def init(device: str, timeout: float) -> bool:
     import torch
     import torch.distributed as dist
 
+    global _KEPT
     if not dist.is_available():
         raise UserError("this torch build has no torch.distributed")
+    backend = backend_for(device)
+    if _KEPT and dist.is_initialized() and dist.get_backend() != backend:
+        _release_kept()  # a group of one this module kept: idle by now, so safe to destroy
     if dist.is_initialized():
         return False
-    backend = backend_for(device)
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise UserError("--device cuda under torchrun: no CUDA device is available here")
@@ -115,6 +118,28 @@ def init(device: str, timeout: float) -> bool:
     else:  # --distributed without a launcher: a group of one
         dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kwargs)
     return True
+
+
+#: A group of one that `run_ranks` made and left up instead of destroying it right after its
+#: collectives (see compat.GLOO_TEARDOWN_NEEDS_IDLE_WORKERS); later runs in the process reuse it.
+_KEPT = False
+
+
+def _release_kept() -> None:
+    global _KEPT
+    import torch.distributed as dist
+
+    if _KEPT and dist.is_initialized():
+        dist.destroy_process_group()
+    _KEPT = False
+
+
+def release(settle_s: float = 0.2) -> None:
+    """Destroy the group of one a distributed run left up, if any, after `settle_s` seconds
+    without the GIL, in which the group's worker threads finish with the last collective."""
+    if _KEPT:
+        time.sleep(settle_s)
+    _release_kept()
 
 
 class PeerFailure(Exception):
@@ -193,7 +218,10 @@ def run_ranks(run: Callable[[Callable[[str], None]], dict], device: str) -> dict
     Returns the merged report on rank 0 and None on the others; on a failure anywhere, the
     reporting rank prints one error line naming the failed rank, and every rank exits 2.
     """
+    global _KEPT
     import torch.distributed as dist
+
+    from rooflinekit import compat
 
     timeout = timeout_s()
     if device == "meta" and not meta_collectives_supported():
@@ -241,11 +269,15 @@ def run_ranks(run: Callable[[Callable[[str], None]], dict], device: str) -> dict
             return None
         return merge_reports(gathered, {"backend": dist.get_backend(), "device": device, "timeout_s": timeout})
     finally:
-        # A single-process group is torn down here. A real multi-process group is left to the
-        # process's end (see `leave`): gloo's teardown in torch 2.5 can block for ever joining a
-        # worker thread, whatever the order in which ranks reach it.
+        # A single-process group is torn down here, or on old gloo kept for the process's life
+        # (reused by the next run; destroyed at exit, when its workers are long idle). A real
+        # multi-process group is left to the process's end (see `leave`): gloo's teardown in
+        # torch 2.5 can block for ever joining a worker thread.
         if own and dist.is_initialized() and dist.get_world_size() == 1:
-            dist.destroy_process_group()
+            if compat.GLOO_TEARDOWN_NEEDS_IDLE_WORKERS and dist.get_backend() == "gloo":
+                _KEPT = True
+            else:
+                dist.destroy_process_group()
 
 
 def multi_process() -> bool:
