@@ -34,6 +34,6 @@ def rooflinekit_workload_loader(path, options):
         build_model=source.build_model,
         make_inputs=source.make_inputs,
         kind=f"transformers config ({source.model_type})",
-        notes=list(source.notes),
+        notes=source.notes,  # the same list: building may add to it (an attention fallback)
         options_handled=True,
     )

@@ -77,6 +77,15 @@ def _read_config(path: str) -> tuple[dict, str]:
     return data, file
 
 
+def cached_kv_heads(c) -> int:
+    """K/V heads transformers' code caches for a text config: num_key_value_heads, but one for
+    Falcon-style `multi_query` (Falcon's new_decoder_architecture caches K/V already expanded to
+    every query head, as a config without num_key_value_heads implies)."""
+    if getattr(c, "multi_query", False) and not getattr(c, "new_decoder_architecture", False):
+        return 1
+    return getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"option {name}={value!r}: use one of {', '.join(choices)}")
@@ -136,13 +145,19 @@ class HFModelSource:
         if can_set is not None and can_set():
             # only MoE classes (@use_experts_implementation) accept it; dense ones raise on it
             kwargs["experts_implementation"] = self.experts_implementation
-        model = auto_cls.from_config(
-            self.config,
-            attn_implementation=self.attn_implementation,
-            # the caller's default dtype wins over the config's "dtype"/"torch_dtype"
-            dtype=torch.get_default_dtype(),
-            **kwargs,
-        )
+        # the caller's default dtype wins over the config's "dtype"/"torch_dtype"
+        kwargs["dtype"] = torch.get_default_dtype()
+        try:
+            model = auto_cls.from_config(self.config, attn_implementation=self.attn_implementation, **kwargs)
+        except ValueError as exc:
+            # Some classes (Gemma2 in transformers 5.x, for one) refuse sdpa: run them eager, as
+            # transformers would advise, and say so rather than fail on the default.
+            if self.attn_implementation != "sdpa" or "attention implementation" not in str(exc):
+                raise
+            model = auto_cls.from_config(self.config, attn_implementation="eager", **kwargs)
+            self.attn_implementation = "eager"
+            self.notes.append(f"{self._model_class.__name__} does not support attn_implementation=sdpa "
+                              "in this transformers: built with eager attention (matmuls) instead")
         model.eval()
         return model
 
@@ -175,7 +190,7 @@ class HFModelSource:
         """Shapes of what each attention layer passes to `cache.update(k, v, layer_idx)`."""
         c = self.config.get_text_config(decoder=True)
         heads = c.num_attention_heads
-        kv_heads = getattr(c, "num_key_value_heads", None) or heads
+        kv_heads = cached_kv_heads(c)
         if getattr(c, "kv_lora_rank", None) and getattr(c, "qk_rope_head_dim", None):
             if self._mla_caches_latent():
                 # MLA, transformers >= ~5.14: the compressed latent and the shared rotary key are

@@ -283,6 +283,12 @@ def attribute_attention(
             cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
             if cost is None:
                 notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
+            elif kv_read < 0.99 * cost.kv_bytes_min:
+                notes.append(
+                    f"the attention read {kv_read / cost.kv_bytes_min:.3g}x the K/V minimum: it attends "
+                    f"fewer positions than the spec assumes (a sliding window or sparse pattern no "
+                    f"installed plugin models), so the minimum and model FLOPs over-state this layer"
+                )
         else:
             notes.append("not recognised by any plugin: executed FLOPs and bytes counted, minimum not attributed")
         if kv_reexpand_flops:

@@ -79,7 +79,11 @@ def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) 
     text = str(exc)
     if workload.device == "meta" and ("meta" in text or "data-dependent" in text or "item()" in text):
         hint = (" (the meta device holds no data: data-dependent code needs --device cpu with small "
-                "options, or a module-model plugin)")
+                "options, or a module-model plugin")
+        if source.kind.startswith("transformers"):
+            # a static cache's length is read from its contents by some models (OPT)
+            hint += "; for a transformers config, try -O cache=dynamic first"
+        hint += ")"
     return UserError(f"the model's forward failed: {user_frame(exc, source.path)}{hint}")
 
 

@@ -117,3 +117,57 @@ def test_unsupported_architecture_is_named(invoke, tmp_path):
     result = invoke("profile", cfg)
     assert result.exit_code != 0
     assert "not_a_real_arch" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- families with their own conventions ------------------------------------------------------------
+
+
+def _write(tmp_path, config: dict):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+                                **config}))
+    return path
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_falcon_multi_query_caches_one_kv_head(tmp_path, phase):
+    # Falcon-7B layout: multi_query without num_key_value_heads; H=4, d=64
+    path = _write(tmp_path, {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4,
+                             "multi_query": True, "new_decoder_architecture": False, "bias": False})
+    b, s, d = 2, 256, 64
+    rows = run_profile(path, phase=phase, batch=b, context=s)["attention"]
+    assert len(rows) == 2
+    for row in rows:
+        assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("mqa", 4, 1)
+        assert row["kv_bytes_min"] == b * s * 2 * d * 2  # K and V of one head, bf16
+
+
+def test_a_class_refusing_sdpa_is_built_eager_and_says_so(tmp_path):
+    path = _write(tmp_path, {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 1024,
+                             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+                             "sliding_window": 4096})
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    try:  # only meaningful where this transformers refuses sdpa for Gemma2
+        Gemma2ForCausalLM._from_config(Gemma2Config(num_hidden_layers=1, hidden_size=64, intermediate_size=64,
+                                                    num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                                                    vocab_size=10), attn_implementation="sdpa")
+        refuses = False
+    except ValueError:
+        refuses = True
+    report = run_profile(path, batch=2, context=512)
+    assert [r["num_kv_heads"] for r in report["attention"]] == [2, 2]
+    assert any("eager" in n for n in report["notes"]) == refuses
+
+
+def test_a_window_the_plugins_do_not_model_is_flagged(tmp_path):
+    # transformers' cache keeps only the last `sliding_window` positions; the built-in attention
+    # plugin does not model windows, so the layer reads less than the full-context minimum.
+    path = _write(tmp_path, {"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
+                             "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                             "sliding_window": 256})
+    s, window = 1024, 256
+    report = run_profile(path, batch=2, context=s)
+    for row in report["attention"]:
+        assert row["read_amplification"] == pytest.approx(window / s, rel=0.01)
+        assert any("fewer positions than the spec assumes" in n for n in row["notes"])
