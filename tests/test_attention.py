@@ -118,6 +118,11 @@ def test_unrecognised_attention_is_reported_and_counted(tmp_path):
     assert row["arch"] == "unrecognised" and not row["recognised"]
     assert row["flops_executed"] == 4 * 2 * 3 * 100 * 16
     assert "not recognised" in " ".join(row["notes"])
+    # the minimum is unknown (null, not 0), and so is the amplification
+    totals = report["attention_totals"]
+    assert totals["kv_bytes_min"] is None and totals["amplification"] is None
+    assert report["totals"]["kv_bytes_min"] is None
+    assert totals["kv_bytes_executed_unrecognised"] == totals["kv_bytes_executed"] == 2 * (2 * 3 * 100 * 16 * 2)  # K and V, bf16
 
 
 # -- heads the module does not declare: the call tells --------------------------------------------
@@ -172,23 +177,6 @@ def test_heads_assumed_equal_are_said_so(tmp_path):
     (row,) = _rows(run_profile(tmp_path / "folded.py", batch=2, context=100))
     assert (row["arch"], row["num_kv_heads"]) == ("mha", 3)
     assert any("taken as 3, the query heads" in n for n in row["notes"])
-
-
-def test_unrecognised_layers_leave_the_minimum_unknown_not_zero(tmp_path):
-    (tmp_path / "anon.py").write_text(
-        "import torch\n"
-        "class Core(torch.nn.Module):\n"
-        "    def forward(self, q, k, v):\n"
-        "        return torch.softmax(q.flatten(0, 1) @ k.flatten(0, 1).transpose(1, 2), -1) @ v.flatten(0, 1)\n"
-        "def build_model():\n    return Core()\n"
-        "def make_inputs(b, c, p):\n"
-        "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
-    )
-    report = run_profile(tmp_path / "anon.py", batch=2, context=100)
-    totals = report["attention_totals"]
-    assert totals["recognised"] == 0 and totals["kv_bytes_min"] is None and totals["amplification"] is None
-    assert report["totals"]["kv_bytes_min"] is None
-    assert totals["kv_bytes_executed_unrecognised"] == totals["kv_bytes_executed"] == 2 * (2 * 3 * 100 * 16 * 2)
 
 
 # -- causal or not: from the call ------------------------------------------------------------------
