@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import timedelta
 
 from rooflinekit.errors import UserError
@@ -113,11 +114,26 @@ def init(device: str, timeout: float) -> bool:
             raise UserError("--device cuda under torchrun: no CUDA device is available here")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     kwargs = {"backend": backend, "timeout": timedelta(seconds=timeout)}
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(**kwargs)
-    else:  # --distributed without a launcher: a group of one
-        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kwargs)
+    with _stdout_to_stderr():  # gloo (torch 2.9) prints "[Gloo] Rank 0 is connected to ..." to fd 1
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(**kwargs)
+        else:  # --distributed without a launcher: a group of one
+            dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1, **kwargs)
     return True
+
+
+@contextmanager
+def _stdout_to_stderr():
+    """Send what native code writes to file descriptor 1 to 2 instead, so that a report written to
+    stdout (`-f json`) stays parseable."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 #: A group of one that `run_ranks` made and left up instead of destroying it right after its
