@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 
 import pytest
@@ -163,15 +162,19 @@ def test_op_time_agrees_with_perf_counter_around_the_same_matmul():
         return out
 
     plain_times(2)  # warm-up
-    reference = plain_times(5)
-    with torch.no_grad():
-        m = measure(model, (x,), cap.ops, device="cpu", warmup=2, repeats=5)
-    reference += plain_times(5)  # before and after: drift on a shared machine hits both sides
-    ref = statistics.median(reference)
-    op = m.op_time_s[0]
+    # Interleaved rounds, and the fastest of each clock: load on a shared machine only ever adds
+    # time, so minima compare the two clocks rather than the machine's moments.
+    reference, runs = [], []
+    for _ in range(3):
+        reference += plain_times(5)
+        with torch.no_grad():
+            runs.append(measure(model, (x,), cap.ops, device="cpu", warmup=2, repeats=5))
+    ref = min(reference)
+    op = min(m.op_time_s[0] for m in runs)
     assert ref / 3 < op < 3 * ref, (op, ref)
-    assert op <= m.step_time_s
-    assert ref / 3 < m.step_time_plain_s < 3 * ref  # the plain forward is the same matmul
+    assert all(m.op_time_s[0] <= m.step_time_s for m in runs)
+    plain_step = min(m.step_time_plain_s for m in runs)
+    assert ref / 3 < plain_step < 3 * ref  # the plain forward is the same matmul
 
 
 class MathAttention(torch.nn.Module):
