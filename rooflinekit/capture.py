@@ -482,19 +482,68 @@ class _FunctionRecorder(TorchFunctionMode):
         rec = self.recorder
         if func is _SDPA and not rec.suppress:
             return rec.fused_sdpa(func, args, kwargs)
-        if func in _MATMULS and len(args) >= 2 and not rec.suppress:
+        hint = None
+        if rec.suppress:
+            pass
+        elif func in _MATMULS and len(args) >= 2:
             a, b = args[0], args[1]
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
-                rec.matmul_hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
-                try:
-                    return func(*args, **kwargs)
-                finally:
-                    rec.matmul_hint = None
+                hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
+        elif func is torch.einsum:
+            hint = einsum_hint(args)
+        if hint is not None:
+            rec.matmul_hint = hint
+            try:
+                return func(*args, **kwargs)
+            finally:
+                rec.matmul_hint = None
         return func(*args, **kwargs)
 
 
 _SDPA = F.scaled_dot_product_attention
 _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+
+
+def einsum_hint(args) -> tuple[list, list] | None:
+    """A two-operand einsum product as a matmul hint: operand shapes in the [..., H, L, c] @
+    [..., H, c, S] form (batch-like indices first, then the free index, the contracted one last
+    or first), and the distinct heads of each operand.
+
+    Only the plain attention products are read: one contracted index, one free index per operand,
+    and at least two indices shared by both operands and the output (batch, heads: heads is the
+    last of them in the output). Anything else gives None, and heads stay unknown.
+    """
+    if len(args) != 3 or not isinstance(args[0], str):
+        return None
+    equation, a, b = args
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or "..." in equation:
+        return None
+    try:
+        inputs, out = equation.replace(" ", "").split("->")
+        ia, ib = inputs.split(",")
+    except ValueError:
+        return None
+    if len(ia) != a.dim() or len(ib) != b.dim():
+        return None
+    shared = [i for i in out if i in ia and i in ib]
+    contracted = [i for i in ia if i in ib and i not in out]
+    free_a = [i for i in ia if i not in ib]
+    free_b = [i for i in ib if i not in ia]
+    if len(contracted) != 1 or len(free_a) != 1 or len(free_b) != 1 or len(shared) < 2:
+        return None
+    if len(shared) + 2 != len(ia) or len(shared) + 2 != len(ib):
+        return None
+    (c,), (fa,), (fb,) = contracted, free_a, free_b
+    size_a = dict(zip(ia, a.shape, strict=True))
+    size_b = dict(zip(ib, b.shape, strict=True))
+    shape_a = [size_a[i] for i in shared] + [size_a[fa], size_a[c]]
+    shape_b = [size_b[i] for i in shared] + [size_b[c], size_b[fb]]
+    heads = shared[-1]
+
+    def distinct(t, letters, size):
+        return 1 if t.stride(letters.index(heads)) == 0 else size[heads]
+
+    return [shape_a, shape_b], [distinct(a, ia, size_a), distinct(b, ib, size_b)]
 
 
 @contextmanager

@@ -140,6 +140,8 @@ UNDECLARED = MODELS / "undeclared_heads.py"
         ("matmul", 2, False, "gqa"),  # repeat_interleave before q @ k^T
         ("sdpa", 2, True, "gqa"),
         ("matmul", 8, False, "mha"),
+        ("einsum", 1, False, "mqa"),  # einsum's operand shapes, before aten folds the heads
+        ("einsum", 2, False, "gqa"),
     ],
 )
 def test_kv_heads_from_the_call_when_the_module_does_not_declare_them(attn, kv_heads, declare, arch, device):

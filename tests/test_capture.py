@@ -185,3 +185,21 @@ def test_builds_are_seeded_so_data_dependent_runs_repeat(tmp_path):
     torch.manual_seed(0)  # the build seed: the same values, so the same selection
     kept = int((torch.randn(4, 4096) > 0).sum())
     assert mul[0]["bytes_read"] == mul[0]["bytes_written"] == kept * 4  # the kept fp32 values
+
+
+def test_einsum_products_read_as_attention_operands():
+    from rooflinekit.capture import einsum_hint
+
+    q, k, p = torch.empty(2, 8, 1, 32), torch.empty(2, 8, 100, 32), torch.empty(2, 8, 1, 100)
+    # QK^T: q as [B, H, L, d], k as k^T [B, H, d, S]; PV: v as [B, H, S, d]
+    assert einsum_hint(("bhqd,bhkd->bhqk", q, k)) == ([[2, 8, 1, 32], [2, 8, 32, 100]], [8, 8])
+    assert einsum_hint(("bhqk,bhkd->bhqd", p, k)) == ([[2, 8, 1, 100], [2, 8, 100, 32]], [8, 8])
+    # heads-second layout, and one K head widened by a stride-0 expand
+    assert einsum_hint(("bqhd,bkhd->bhqk", q.transpose(1, 2), k.transpose(1, 2)))[0] == [[2, 8, 1, 32],
+                                                                                         [2, 8, 32, 100]]
+    one = torch.empty(2, 1, 100, 32).expand(2, 8, 100, 32)
+    assert einsum_hint(("bhqd,bhkd->bhqk", q, one))[1] == [8, 1]
+    # not a plain product over shared batch and head indices: heads stay unknown
+    assert einsum_hint(("bshc,btc->bsht", torch.empty(2, 1, 8, 16), torch.empty(2, 100, 16))) is None
+    assert einsum_hint(("ij,jk->ik", torch.empty(3, 4), torch.empty(4, 5))) is None
+    assert einsum_hint(("...d,...d->...", q, q)) is None

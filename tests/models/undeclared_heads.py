@@ -4,8 +4,8 @@ Heads live in attributes the built-in plugin does not know (``h``, ``hkv``, ``dh
 ``declare_heads=True`` adds ``n_heads`` (query heads only). K/V reach the attention either
 widened with a stride-0 ``expand`` (MQA, ``kv_heads=1``: the cache is ``[B, S, d]``, no head
 dimension) or copied with ``repeat_interleave`` (any ``kv_heads``). Attention is
-``F.scaled_dot_product_attention`` (``attn="sdpa"``) or written as ``q @ k^T``, softmax,
-``@ v`` (``attn="matmul"``). Decode writes slot ``context - 1`` of a static cache.
+``F.scaled_dot_product_attention`` (``attn="sdpa"``), or written as ``q @ k^T``, softmax,
+``@ v`` (``attn="matmul"``) or with ``torch.einsum`` (``attn="einsum"``). Decode writes slot ``context - 1`` of a static cache.
 
 Options: layers=1, hidden=256, heads=8, kv_heads=1, head_dim=32, attn="sdpa", declare_heads=False
 """
@@ -49,10 +49,14 @@ class Attention(nn.Module):
         if self.attn == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1)
         else:
-            s = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
+            if self.attn == "einsum":
+                s = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(self.dh)
+            else:
+                s = q @ k.transpose(-1, -2) / math.sqrt(self.dh)
             if n > 1:
                 s = s + torch.full((n, n), float("-inf")).triu(1)
-            o = torch.softmax(s, dim=-1) @ v
+            p = torch.softmax(s, dim=-1)
+            o = torch.einsum("bhqk,bhkd->bhqd", p, v) if self.attn == "einsum" else p @ v
         return self.wo(o.transpose(1, 2).reshape(b, n, -1))
 
 
@@ -72,8 +76,8 @@ class Model(nn.Module):
 
 
 def build_model(layers=1, hidden=256, heads=8, kv_heads=1, head_dim=32, attn="sdpa", declare_heads=False):
-    if attn not in ("sdpa", "matmul"):
-        raise ValueError(f"attn must be sdpa or matmul, got {attn!r}")
+    if attn not in ("sdpa", "matmul", "einsum"):
+        raise ValueError(f"attn must be sdpa, matmul or einsum, got {attn!r}")
     return Model(layers, hidden, heads, kv_heads, head_dim, attn, declare_heads)
 
 
