@@ -322,12 +322,13 @@ class Recorder:
             attrs["operand_sids"] = sids
             attrs["operand_bytes"] = [float(unique_bytes(a)), float(unique_bytes(b))]
             attrs["free_dims"] = [a.shape[-2] if a.dim() >= 2 else 1, b.shape[-1] if b.dim() >= 2 else 1]
-            if self.matmul_hint is not None:  # the first product of a tensor-level matmul
-                attrs["operand_shapes"], attrs["operand_heads"] = self.matmul_hint
-                self.matmul_hint = None
-            else:
-                attrs["operand_shapes"] = [list(a.shape), list(b.shape)]
-                attrs["operand_heads"] = [distinct_heads(a), distinct_heads(b)]
+            if len(sinks) == 2:  # two activations (QK^T, PV?): shapes for rooflinekit.attention
+                if self.matmul_hint is not None:  # the first product of a tensor-level matmul
+                    attrs["operand_shapes"], attrs["operand_heads"] = self.matmul_hint
+                else:
+                    attrs["operand_shapes"] = [list(a.shape), list(b.shape)]
+                    attrs["operand_heads"] = [distinct_heads(a), distinct_heads(b)]
+            self.matmul_hint = None
             attrs["rows"] = math.prod(a.shape[:-1])  # tokens (or positions) the product processes
         dt = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if dt is None:
@@ -480,12 +481,12 @@ class _FunctionRecorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if func is _SDPA and not rec.suppress:
+        if rec.suppress:
+            return func(*args, **kwargs)
+        if func is _SDPA:
             return rec.fused_sdpa(func, args, kwargs)
         hint = None
-        if rec.suppress:
-            pass
-        elif func in _MATMULS and len(args) >= 2:
+        if func in _MATMULS and len(args) >= 2:
             a, b = args[0], args[1]
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
                 hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])

@@ -51,12 +51,7 @@ EXIT_GRACE_S = 5.0
 
 def requested(flag: bool | None) -> bool:
     """--distributed/--no-distributed, else on when WORLD_SIZE > 1 (torchrun)."""
-    if flag is not None:
-        return flag
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
-    except ValueError:
-        return False
+    return flag if flag is not None else multi_process()
 
 
 def timeout_s() -> float:
@@ -106,7 +101,7 @@ def init(device: str, timeout: float) -> bool:
         raise UserError("this torch build has no torch.distributed")
     backend = backend_for(device)
     if _KEPT and dist.is_initialized() and dist.get_backend() != backend:
-        _release_kept()  # a group of one this module kept: idle by now, so safe to destroy
+        release(settle_s=0)  # a group of one this module kept: idle by now, so safe to destroy
     if dist.is_initialized():
         return False
     if backend == "nccl":
@@ -141,21 +136,16 @@ def _stdout_to_stderr():
 _KEPT = False
 
 
-def _release_kept() -> None:
+def release(settle_s: float = 0.2) -> None:
+    """Destroy the group of one a distributed run left up, if any, after `settle_s` seconds
+    without the GIL, in which the group's worker threads finish with the last collective."""
     global _KEPT
     import torch.distributed as dist
 
     if _KEPT and dist.is_initialized():
+        time.sleep(settle_s)
         dist.destroy_process_group()
     _KEPT = False
-
-
-def release(settle_s: float = 0.2) -> None:
-    """Destroy the group of one a distributed run left up, if any, after `settle_s` seconds
-    without the GIL, in which the group's worker threads finish with the last collective."""
-    if _KEPT:
-        time.sleep(settle_s)
-    _release_kept()
 
 
 class PeerFailure(Exception):
