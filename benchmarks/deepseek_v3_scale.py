@@ -44,9 +44,9 @@ def main() -> None:
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    from rooflinekit.capture import call_forward
-    from rooflinekit.pipeline import load_source, profile
-    from rooflinekit.workload import Workload, build, in_effect
+    from rooflinekit.analyses.profile import profile
+    from rooflinekit.stages.capture import call_forward
+    from rooflinekit.stages.workload import Workload, build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})
     import_s = time.perf_counter() - t0

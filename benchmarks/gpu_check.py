@@ -43,7 +43,7 @@ SMALL = {
 
 def batch_list(text: str) -> list[int]:
     """argparse type for --batches: comma-separated positive integers."""
-    from rooflinekit.report_io import positive_ints
+    from rooflinekit.outputs.report_io import positive_ints
 
     try:
         return positive_ints(text, "batch")
@@ -74,7 +74,7 @@ def fail(message: str) -> None:
 
 
 def fmt_s(value) -> str:
-    from rooflinekit.units import seconds
+    from rooflinekit.core.units import seconds
 
     return seconds(value)
 
@@ -90,10 +90,11 @@ def ratio(a, b) -> str:
 def run(args) -> str:
     import torch
 
-    from rooflinekit.calibrate import calibrate, datasheet_entry, save
-    from rooflinekit.pipeline import hardware_db, load_source, profile
-    from rooflinekit.units import si
-    from rooflinekit.workload import Workload
+    from rooflinekit.analyses.calibrate import calibrate, datasheet_entry, save
+    from rooflinekit.analyses.profile import profile
+    from rooflinekit.core.units import si
+    from rooflinekit.stages.hardware import hardware_db
+    from rooflinekit.stages.workload import Workload, load_source
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -131,7 +132,7 @@ def run(args) -> str:
                 if args.json_dir:
                     out = Path(args.json_dir)
                     out.mkdir(parents=True, exist_ok=True)
-                    from rooflinekit.render import to_json
+                    from rooflinekit.outputs.render import to_json
 
                     (out / f"{label.lower()}_b{batch}_s{context}.json").write_text(to_json(r))
                 t, m = r["totals"], r["totals"]["measured"]
@@ -216,14 +217,14 @@ def run(args) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        from rooflinekit.errors import UserError
+        from rooflinekit.core.errors import UserError
     except ImportError as exc:  # pragma: no cover
         fail(f"rooflinekit is not importable ({exc}): pip install -e .")
     try:
         text = run(args)
     except UserError as exc:
         fail(str(exc))
-    from rooflinekit.render import write_atomic
+    from rooflinekit.outputs.render import write_atomic
 
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.output, text)

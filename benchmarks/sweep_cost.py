@@ -21,10 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.pipeline import hardware_db, load_source, profile  # noqa: E402
-from rooflinekit.plugins import get_host  # noqa: E402
-from rooflinekit.sweep import Profiler, run_sweep  # noqa: E402
-from rooflinekit.workload import Workload, parse_options  # noqa: E402
+from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.sweep import Profiler, run_sweep  # noqa: E402
+from rooflinekit.core.plugins import get_host  # noqa: E402
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import (  # noqa: E402
+    Workload,
+    load_source,  # noqa: E402
+    parse_options,
+)
 
 BATCHES = [1, 4, 16, 48]
 CONTEXTS = [4096, 32768]

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.pipeline import load_source, profile
-from rooflinekit.workload import Workload
+from rooflinekit.analyses.profile import profile
+from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 B, S = 4, 32768

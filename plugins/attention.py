@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from rooflinekit.formulas import attention_pairs
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.specs import AttentionCost, AttentionSpec
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.specs import AttentionCost, AttentionSpec
+from rooflinekit.stages.formulas import attention_pairs
 
 HEAD_ATTRS = ("num_heads", "n_heads", "num_attention_heads", "n_head", "n_local_heads", "heads")
 KV_HEAD_ATTRS = ("num_kv_heads", "num_key_value_heads", "n_kv_heads", "n_local_kv_heads", "kv_heads")

@@ -1,6 +1,6 @@
 """Built-in plugin: the packaged hardware database."""
 
-from rooflinekit.hookspecs import hookimpl
+from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit_hardware_db import DB_DIR
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.errors import UserError
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.workload import ModelSource
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.stages.workload import ModelSource
 
 
 def _is_config(path: str) -> bool:

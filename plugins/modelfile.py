@@ -1,7 +1,7 @@
 """Built-in plugin: load a Python model file that defines build_model() and make_inputs()."""
 
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.workload import load_model_file
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.stages.workload import load_model_file
 
 
 @hookimpl(trylast=True)

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rooflinekit.errors import UserError
-from rooflinekit.hardware import dtype_key
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.modelled import ModuleModel, emit, emit_collective, suppressed
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.stages.hardware import dtype_key
+from rooflinekit.stages.modelled import ModuleModel, emit, emit_collective, suppressed
 
 
 def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> float:

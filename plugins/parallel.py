@@ -3,14 +3,14 @@
 A transformers model carries its own plan (`model.tp_plan`: e.g. "model.layers.*.self_attn.q_proj":
 "colwise"); it is used where it names a module. Everything it leaves out (DeepSeek-V3's config has
 no plan for its MLA attention; model files have none at all) gets rooflinekit's structural rules
-(`rooflinekit.parallel.structural_plan`: attention output projection rowwise, other attention
+(`rooflinekit.analyses.parallel.structural_plan`: attention output projection rowwise, other attention
 projections colwise except MLA's low-rank down projections, MLP down projection rowwise and the
 others colwise, the vocabulary embedding and head vocab-parallel, the rest replicated).
 """
 
 from __future__ import annotations
 
-from rooflinekit.hookspecs import hookimpl
+from rooflinekit.core.hookspecs import hookimpl
 
 
 def transformers_plan(model) -> dict:
@@ -34,7 +34,7 @@ def transformers_plan(model) -> dict:
 
 @hookimpl(trylast=True)
 def rooflinekit_tp_plan(model, workload, attention):
-    from rooflinekit.parallel import resolve, structural_plan
+    from rooflinekit.analyses.parallel import resolve, structural_plan
 
     plan = structural_plan(model, attention)
     hf = transformers_plan(model)

@@ -3,7 +3,37 @@
 Counts FLOPs and bytes per aten op and per module of the user's own model, attributes attention
 and KV-cache traffic per architecture through plugins, and places every part on the roofline of a
 real accelerator.
+
+The Python API (docs/python-api.md) is imported on first use, so that `import rooflinekit` and
+the command line's start stay light:
+
+    import rooflinekit
+    report = rooflinekit.profile(model, *inputs, hardware="H800 SXM5", phase="decode")
 """
 
-__version__ = "0.1.0"
-SCHEMA_VERSION = "1.0"
+from __future__ import annotations
+
+import importlib
+
+from rooflinekit.core.errors import RooflineError, UserError
+from rooflinekit.core.version import SCHEMA_VERSION, __version__
+
+#: Public names served lazily from their modules (PEP 562).
+_LAZY = {
+    "profile": "rooflinekit.api",
+    "profile_file": "rooflinekit.api",
+    "capture": "rooflinekit.api",
+    "Capture": "rooflinekit.api",
+    "Report": "rooflinekit.core.report",
+}
+
+__all__ = ["SCHEMA_VERSION", "RooflineError", "UserError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rooflinekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

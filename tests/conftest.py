@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rooflinekit.cli import cli
-from rooflinekit.pipeline import load_source, profile
-from rooflinekit.workload import Workload
+from rooflinekit.analyses.profile import profile
+from rooflinekit.cli.main import cli
+from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

@@ -8,9 +8,15 @@ import sys
 
 import pytest
 
-from rooflinekit import calibrate as cal_mod
-from rooflinekit.calibrate import Calibration, Timing, measure_bandwidth, measure_matmul, to_toml
-from rooflinekit.hardware import load_file
+from rooflinekit.analyses import calibrate as cal_mod
+from rooflinekit.analyses.calibrate import (
+    Calibration,
+    Timing,
+    measure_bandwidth,
+    measure_matmul,
+    to_toml,
+)
+from rooflinekit.stages.hardware import load_file
 from tests.conftest import EXAMPLES
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -181,7 +187,7 @@ def test_cli_calibrate_size_out_of_range_is_a_usage_error(invoke, home, value):
 
 
 def test_calibrate_function_checks_size_and_output(tmp_path):
-    from rooflinekit.errors import UserError
+    from rooflinekit.core.errors import UserError
 
     for bad in (float("nan"), float("inf"), -1.0, 0.0):
         with pytest.raises(UserError, match="--size-mb"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rooflinekit.capture import capture, unique_bytes
+from rooflinekit.stages.capture import capture, unique_bytes
 from tests.conftest import EXAMPLES, MODELS, TINY_LLAMA, run_profile
 
 DEVICES = ["meta", "cpu"]
@@ -188,7 +188,7 @@ def test_builds_are_seeded_so_data_dependent_runs_repeat(tmp_path):
 
 
 def test_einsum_products_read_as_attention_operands():
-    from rooflinekit.capture import einsum_hint
+    from rooflinekit.stages.capture import einsum_hint
 
     q, k, p = torch.empty(2, 8, 1, 32), torch.empty(2, 8, 100, 32), torch.empty(2, 8, 1, 100)
     # QK^T: q as [B, H, L, d], k as k^T [B, H, d, S]; PV: v as [B, H, S, d]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rooflinekit.compare import compare, ratio
+from rooflinekit.analyses.compare import compare, ratio
 from tests.conftest import EXAMPLES, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -20,7 +20,7 @@ MLA_CACHE = (512 + 64) * 2  # latent + rope key, bf16: 1152 B per token per laye
 def reports(tmp_path_factory):
     from click.testing import CliRunner
 
-    from rooflinekit.cli import cli
+    from rooflinekit.cli.main import cli
 
     folder = tmp_path_factory.mktemp("cmp")
     paths = {}

@@ -8,9 +8,9 @@ import types
 import pytest
 import torch
 
-from rooflinekit.detect import auto_hardware, detect, implied_bandwidth
-from rooflinekit.errors import UserError
-from rooflinekit.pipeline import hardware_db
+from rooflinekit.core.errors import UserError
+from rooflinekit.stages.detect import auto_hardware, detect, implied_bandwidth
+from rooflinekit.stages.hardware import hardware_db
 from tests.conftest import EXAMPLES
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -177,8 +177,8 @@ def test_gpu_check_script_cpu_smoke(tmp_path, monkeypatch):
     ("NVIDIA L4", None),
 ])
 def test_calibrate_matches_torchs_device_name_as_detect_matches_nvmls(monkeypatch, name, entry):
-    from rooflinekit.calibrate import datasheet_entry
-    from rooflinekit.detect import find_entry
+    from rooflinekit.analyses.calibrate import datasheet_entry
+    from rooflinekit.stages.detect import find_entry
 
     db = hardware_db()
     assert detect(db, fake_nvml(name=name))[0].entry == entry
@@ -205,10 +205,10 @@ def test_gpu_check_script_bad_batches_is_a_usage_error(capsys, batches, needle):
 def test_gpu_check_script_removes_its_temporary_entry_on_error(tmp_path, monkeypatch, capsys):
     import tempfile
 
-    import rooflinekit.calibrate as cal_mod
-    import rooflinekit.pipeline as pipeline
+    import rooflinekit.analyses.calibrate as cal_mod
+    import rooflinekit.analyses.profile as pipeline
     from benchmarks.gpu_check import main
-    from rooflinekit.calibrate import Calibration, Timing
+    from rooflinekit.analyses.calibrate import Calibration, Timing
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rooflinekit.distributed import (
+from rooflinekit.analyses.distributed import (
     Board,
     PeerFailure,
     failure_message,
@@ -111,8 +111,8 @@ def test_collectives_are_recorded_with_bytes_and_group_in_a_one_rank_group(invok
     assert report["distributed"]["world_size"] == 1 and report["comm"]["calls"] == 3
     import torch.distributed as dist
 
-    from rooflinekit import compat
-    from rooflinekit.distributed import release
+    from rooflinekit.analyses.distributed import release
+    from rooflinekit.core import compat
 
     # the group rooflinekit made is gone, or (gloo before torch 2.8) kept for the next run
     assert dist.is_initialized() == compat.GLOO_TEARDOWN_NEEDS_IDLE_WORKERS
@@ -123,7 +123,7 @@ def test_collectives_are_recorded_with_bytes_and_group_in_a_one_rank_group(invok
 ONE_RANK_LOOP = """
 import sys
 from click.testing import CliRunner
-from rooflinekit.cli import cli
+from rooflinekit.cli.main import cli
 for i in range(int(sys.argv[1])):
     result = CliRunner().invoke(cli, ["profile", sys.argv[2], "--distributed", "--device", "cpu", "-b", "4"])
     assert result.exit_code == 0, result.output

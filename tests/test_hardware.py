@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rooflinekit.errors import UserError
-from rooflinekit.hardware import DTYPE_KEYS, HardwareDB
-from rooflinekit.pipeline import hardware_db
+from rooflinekit.core.errors import UserError
+from rooflinekit.stages.hardware import DTYPE_KEYS, HardwareDB, hardware_db
 from rooflinekit_hardware_db import DB_DIR
 
 REQUIRED = ["H800 SXM5", "H100 SXM5", "H100 PCIe", "H200 SXM", "H20", "A100 SXM 80GB", "A800 SXM 80GB",

@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rooflinekit.capture import capture
-from rooflinekit.measure import align, measure, timed_recording
-from rooflinekit.pipeline import hardware_db, load_source, profile
-from rooflinekit.workload import Workload
+from rooflinekit.analyses.measure import align, measure, timed_recording
+from rooflinekit.analyses.profile import profile
+from rooflinekit.stages.capture import capture
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -419,7 +420,7 @@ def make_inputs(batch, context, phase):
 def test_modelled_records_keep_the_numbering_and_get_no_time(tmp_path):
     import importlib
 
-    from rooflinekit.plugins import PluginHost
+    from rooflinekit.core.plugins import PluginHost
 
     host = PluginHost()
     if "moe" not in [i.name for i in host.infos]:  # an editable install made before the entry point

@@ -7,18 +7,18 @@ import json
 import pytest
 import torch
 
-from rooflinekit.collectives import binding, summary, wire_bytes
-from rooflinekit.errors import UserError
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.parallel import (
+from rooflinekit.analyses.parallel import (
     normalise_style,
     resolve,
     structural_plan,
     with_parallel,
 )
-from rooflinekit.pipeline import load_source, profile
-from rooflinekit.plugins import PluginHost
-from rooflinekit.workload import Workload, build
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.stages.collectives import binding, summary, wire_bytes
+from rooflinekit.stages.workload import Workload, build, load_source
 from tests.conftest import EXAMPLES, MODELS
 
 MLA = EXAMPLES / "deepseek_mla.py"
@@ -247,7 +247,7 @@ def test_resolve_patterns_exact_paths_and_transformers_styles():
 
 
 def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
-    from rooflinekit.specs import AttentionSpec
+    from rooflinekit.core.specs import AttentionSpec
 
     modules = _modules(EXAMPLES / "gpt2_mha.py", layers=1, hidden=64, heads=4, vocab=100, max_positions=32)
     model = modules[""]
@@ -295,8 +295,8 @@ def test_ring_wire_bytes(kind, n, factor):
 
 
 def test_summary_and_binding():
-    from rooflinekit.capture import OpRecord
-    from rooflinekit.collectives import attrs
+    from rooflinekit.stages.capture import OpRecord
+    from rooflinekit.stages.collectives import attrs
 
     ops = [OpRecord(0, "comm.all_reduce", "a", 0, 0, 0, "bf16", True, kind="collective",
                     attrs=attrs("all_reduce", 4, 100.0, "planned")) for _ in range(3)]

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from rooflinekit.errors import UserError
-from rooflinekit.plot import MISSING, chart_for, module_points, placed, write_plot
+from rooflinekit.core.errors import UserError
+from rooflinekit.outputs.plot import MISSING, chart_for, module_points, placed, write_plot
 from tests.conftest import EXAMPLES, one_line_error, run_profile
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -26,7 +26,7 @@ def mla_report():
 def sweep_report(tmp_path_factory):
     from click.testing import CliRunner
 
-    from rooflinekit.cli import cli
+    from rooflinekit.cli.main import cli
 
     out = tmp_path_factory.mktemp("sweep") / "s.json"
     result = CliRunner().invoke(cli, ["sweep", str(GQA), "-O", "layers=1", "-b", "1,4,16", "-s", "256,1024",
@@ -69,7 +69,7 @@ def test_agg_backend_is_used(tmp_path, mla_report):
 
     report = tmp_path / "r.json"
     report.write_text(json.dumps(mla_report))
-    code = ("import json, sys, matplotlib; from rooflinekit.plot import write_plot; "
+    code = ("import json, sys, matplotlib; from rooflinekit.outputs.plot import write_plot; "
             f"write_plot(json.load(open({str(report)!r})), {str(tmp_path / 'r.png')!r}); "
             "print(matplotlib.get_backend().lower(), 'matplotlib.pyplot' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
@@ -224,7 +224,7 @@ def test_missing_matplotlib(monkeypatch, tmp_path, mla_report, invoke):
     ("[1, 2]", ["not a rooflinekit report"]),
     ('{"schema_version": "1.0", "totals": {}, "modules": []}',
      ["not a usable rooflinekit profile report", "totals.intensity", "hardware (an object)"]),
-    ('{"schema_version": "2.0", "kind": "profile", "totals": {}, "modules": []}', ["schema_version '2.0'"]),
+    ('{"schema_version": "3.0", "kind": "profile", "totals": {}, "modules": []}', ["schema_version '3.0'"]),
     ('{"schema_version": "1.0", "kind": "sweep", "points": [{"batch": 1}], "hardware": {"name": "x"}, '
      '"workload": {}}', ["points[0].context", "hardware.peak_flops", "workload.batches"]),
 ])

@@ -10,15 +10,15 @@ import textwrap
 
 import pytest
 
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.plugins import PluginHost
-from rooflinekit.specs import AttentionSpec
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.specs import AttentionSpec
 from tests.conftest import EXAMPLES, ROOT
 
 PLUGIN = textwrap.dedent(
     '''
-    from rooflinekit.hookspecs import hookimpl
-    from rooflinekit.specs import AttentionSpec
+    from rooflinekit.core.hookspecs import hookimpl
+    from rooflinekit.core.specs import AttentionSpec
 
     @hookimpl(tryfirst=True)
     def rooflinekit_attention_spec(module, path):
@@ -31,7 +31,7 @@ PLUGIN = textwrap.dedent(
 BROKEN = "raise RuntimeError('this plugin is broken on purpose')\n"
 WRONG = textwrap.dedent(
     '''
-    from rooflinekit.hookspecs import hookimpl
+    from rooflinekit.core.hookspecs import hookimpl
 
     @hookimpl(tryfirst=True)
     def rooflinekit_attention_spec(module, path):
@@ -162,7 +162,8 @@ def test_unknown_hook_and_rejected_plugin_are_named_once():
 
 
 def test_failing_collecting_hooks_are_named_and_the_rest_is_collected():
-    from rooflinekit.pipeline import formula_book, hardware_db
+    from rooflinekit.stages.formulas import formula_book
+    from rooflinekit.stages.hardware import hardware_db
 
     host = PluginHost()
     host.register(_Collectors(), "collectors", "tests", "0")

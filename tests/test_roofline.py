@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rooflinekit.formulas import attention_pairs
-from rooflinekit.roofline import place
+from rooflinekit.stages.formulas import attention_pairs
+from rooflinekit.stages.roofline import place
 
 positive = st.floats(min_value=1.0, max_value=1e18, allow_nan=False, allow_infinity=False)
 

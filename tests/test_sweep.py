@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from rooflinekit.pipeline import load_source, profile
-from rooflinekit.sweep import (
+from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.sweep import (
     AffineFit,
     Profiler,
     critical_batch,
@@ -17,7 +17,7 @@ from rooflinekit.sweep import (
     run_sweep,
     search_critical,
 )
-from rooflinekit.workload import Workload
+from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -389,12 +389,12 @@ def test_uncounted_bytes_share_per_point(bend_model):
 
 
 def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, monkeypatch):
-    import rooflinekit.measure
+    import rooflinekit.analyses.measure
 
     def no_timing(*args, **kwargs):
         raise AssertionError("a sweep point was timed")
 
-    monkeypatch.setattr(rooflinekit.measure, "measure", no_timing)
+    monkeypatch.setattr(rooflinekit.analyses.measure, "measure", no_timing)
     h, batches = 256, [1, 4, 16]
     result = sweep(bend_model, batches, [1], hardware="H20", device="cpu", hidden=h)
     assert result.profiles == len(batches)  # nothing profiled beyond the sweep's own points
@@ -407,9 +407,10 @@ def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, mon
 
 
 def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
-    import rooflinekit.pipeline
+    import rooflinekit.analyses.profile
+    import rooflinekit.analyses.sweep
 
-    real = rooflinekit.pipeline.profile
+    real = rooflinekit.analyses.profile.profile
 
     def noted(source, workload, *args, **kwargs):
         out = real(source, workload, *args, **kwargs)
@@ -418,7 +419,7 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
         out.report["warnings"].append(f"warning of B={workload.batch}")
         return out
 
-    monkeypatch.setattr(rooflinekit.pipeline, "profile", noted)
+    monkeypatch.setattr(rooflinekit.analyses.sweep, "profile", noted)
     data = sweep(GQA, [1, 2], [64], layers=1, hidden=256, heads=8, kv_heads=2, head_dim=32, intermediate=512,
                  vocab=1000).to_dict()
     notes, warnings = data["notes"], data["warnings"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rooflinekit.hookspecs import hookimpl
+from rooflinekit.core.hookspecs import hookimpl
 
 # The module, not its function: pluggy registers every hookimpl-marked attribute of a plugin
 # module, so `from ... import rooflinekit_attention_spec as builtin_spec` would register the

@@ -16,9 +16,9 @@ import functools
 import inspect
 import sys
 
-from rooflinekit.errors import UserError
-from rooflinekit.hookspecs import hookimpl
-from rooflinekit.workload import ModelSource
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.stages.workload import ModelSource
 
 from rooflinekit_swa import model
 

@@ -25,7 +25,7 @@ not claim).
 
 from __future__ import annotations
 
-from rooflinekit.hookspecs import hookimpl
+from rooflinekit.core.hookspecs import hookimpl
 
 OP = "aten._grouped_mm"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.hookspecs import hookimpl
+from rooflinekit.core.hookspecs import hookimpl
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
 

@@ -18,9 +18,13 @@ PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, not installed
     sys.path.insert(0, str(PLUGIN_ROOT))
 
-from rooflinekit.pipeline import hardware_db, load_source, profile  # noqa: E402
-from rooflinekit.plugins import PluginHost  # noqa: E402
-from rooflinekit.workload import Workload  # noqa: E402
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.plugins import PluginHost  # noqa: E402
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import (
+    Workload,  # noqa: E402
+    load_source,  # noqa: E402
+)
 
 import rooflinekit_swa  # noqa: E402
 from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
@@ -233,7 +237,7 @@ def test_model_card_builds_the_model_it_describes(tmp_path):
     assert row["window"] == 4096 and row["kv_bytes_min"] == 4096 * 8 * 2 * 128 * 2
     bad = tmp_path / "bad.swa.toml"
     bad.write_text("layers = 2\nwindow = 10\n")
-    from rooflinekit.errors import UserError
+    from rooflinekit.core.errors import UserError
 
     with pytest.raises(UserError, match="unknown key window"):
         load_source(str(bad), {}, host)

@@ -1,0 +1,177 @@
+"""Compare two profile reports side by side: totals, attention, per-layer cache and modules, with A/B ratios."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from tabulate import tabulate
+
+from rooflinekit.core.units import seconds, si
+from rooflinekit.outputs.render import to_json
+from rooflinekit.outputs.report_io import attention_figures
+
+#: (key, unit) of the whole step compared; units drive formatting only.
+TOTALS = [("flops", "FLOP"), ("flops_model", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"),
+          ("bound", ""), ("weight_bytes", "B"), ("kv_bytes_executed", "B"), ("kv_bytes_min", "B"),
+          ("other_bytes", "B"), ("time_bound_s", "s"), ("predicted_step_s", "s"), ("tokens_per_s", "1/s"),
+          ("mfu_bound", "%"), ("mfu_bound_model", "%")]
+ATTENTION = [("layers", ""), ("recognised", ""), ("flops_model", "FLOP"), ("flops_executed", "FLOP"),
+             ("bytes_min", "B"), ("bytes_executed", "B"), ("kv_bytes_min", "B"), ("kv_bytes_executed", "B"),
+             ("cache_bytes_per_token", "B"), ("cache_bytes_per_token_per_layer", "B"),
+             ("intensity_min", "FLOP/B"), ("intensity_executed", "FLOP/B")]
+LAYER = [("cache_bytes_per_token", "B"), ("kv_bytes_min", "B"), ("kv_bytes_executed", "B"),
+         ("amplification", ""), ("flops_model", "FLOP"), ("intensity_min", "FLOP/B"),
+         ("intensity_executed", "FLOP/B")]
+MODULE = [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"), ("time_bound_ops_s", "s")]
+WORKLOAD_KEYS = ("phase", "batch", "context", "dtype", "device")
+
+
+@dataclass
+class Row:
+    """One compared quantity: A's value, B's, and A/B (None where undefined)."""
+
+    section: str
+    name: str
+    key: str
+    a: object
+    b: object
+    ratio: float | None
+    unit: str = ""
+
+
+def ratio(a, b) -> float | None:
+    """A/B for two numbers; None where either is missing or B is zero."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+        return None
+    if b == 0 or any(math.isnan(v) or math.isinf(v) for v in (a, b)):
+        return None
+    return a / b
+
+
+def _rows(section: str, name: str, a: dict, b: dict, keys) -> list[Row]:
+    return [Row(section, name, key, a.get(key), b.get(key), ratio(a.get(key), b.get(key)), unit)
+            for key, unit in keys]
+
+
+def _attention(report: dict) -> dict:
+    at = dict(report["attention_totals"])
+    at.update(attention_figures(report))
+    return at
+
+
+def _describe(report: dict, path: str) -> dict:
+    w, m, hw = report["workload"], report.get("model", {}), report["hardware"]
+    return {"path": path, "model": m.get("name"), "model_path": m.get("path"), "options": w.get("options", {}),
+            "workload": {k: w.get(k) for k in WORKLOAD_KEYS}, "hardware": hw.get("name")}
+
+
+def compare(a: dict, b: dict, a_path: str = "A", b_path: str = "B") -> dict:
+    """The comparison as a JSON-ready dict; every ratio is A/B."""
+    rows = _rows("step", "whole step", a["totals"], b["totals"], TOTALS)
+    rows += _rows("attention", "all layers", _attention(a), _attention(b), ATTENTION)
+    layers_a = [x for x in a["attention"] if x["recognised"]]
+    layers_b = [x for x in b["attention"] if x["recognised"]]
+    for la, lb in zip(layers_a, layers_b, strict=False):
+        name = la["module"] if la["module"] == lb["module"] else f"{la['module']} | {lb['module']}"
+        rows += _rows("attention layer", name, la, lb, LAYER)
+    mods_b = {m["name"]: m for m in b["modules"]}
+    matched = [m for m in a["modules"] if m["name"] in mods_b]
+    for m in matched:
+        rows += _rows("module", m["name"], m, mods_b[m["name"]], MODULE)
+    notes = []
+    da, db = _describe(a, a_path), _describe(b, b_path)
+    differ = [f"{k} ({da['workload'][k]} vs {db['workload'][k]})" for k in WORKLOAD_KEYS
+              if da["workload"][k] != db["workload"][k]]
+    if da["hardware"] != db["hardware"]:
+        differ.append(f"hardware ({da['hardware']} vs {db['hardware']})")
+    if differ:
+        notes.append("A and B differ in: " + ", ".join(differ))
+    if len(layers_a) != len(layers_b):
+        notes.append(f"recognised attention layers: {len(layers_a)} in A, {len(layers_b)} in B; "
+                     f"the first {min(len(layers_a), len(layers_b))} are compared in order")
+    unmatched = len(a["modules"]) - len(matched) + len(b["modules"]) - len(matched)
+    if unmatched:
+        notes.append(f"{unmatched} modules have no namesake in the other report and are not compared")
+    return {"kind": "compare", "ratio": "A/B", "a": da, "b": db, "rows": [asdict(r) for r in rows], "notes": notes}
+
+
+def _fmt(value, unit: str) -> str:
+
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if unit == "s":
+        return seconds(value)
+    if unit == "%":
+        return f"{100 * value:.2f}%"
+    if unit in ("FLOP", "B", "1/s"):
+        return si(value, "" if unit == "1/s" else unit)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _wide(rows: list[dict], keys: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """One line per name: A, B and A/B for each key; runs of identical lines become one 'first .. last (xN)'."""
+    by_name: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        by_name.setdefault(r["name"], {})[r["key"]] = r
+    short = {"cache_bytes_per_token": "cache B/tok", "kv_bytes_executed": "KV exec", "intensity_min": "I min",
+             "intensity_executed": "I exec", "flops": "FLOPs", "bytes": "bytes", "intensity": "FLOP/B"}
+    headers = ["name"]
+    for key, _ in keys:
+        headers += [f"{short.get(key, key)} A", "B", "A/B"]
+    lines: list[tuple[list[str], list[str]]] = []  # (names, cells)
+    for name, cells in by_name.items():
+        values = []
+        for key, unit in keys:
+            r = cells.get(key)
+            values += ["-", "-", "-"] if r is None else [
+                _fmt(r["a"], unit), _fmt(r["b"], unit), "-" if r["ratio"] is None else f"{r['ratio']:.4g}"]
+        if lines and lines[-1][1] == values:
+            lines[-1][0].append(name)
+        else:
+            lines.append(([name], values))
+    table = [[names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} (x{len(names)})", *values]
+             for names, values in lines]
+    return headers, table
+
+
+def render_compare(data: dict, fmt: str = "table") -> str:
+    """Tables (or markdown): the step and attention totals, then per layer and per module; or JSON."""
+
+
+    if fmt == "json":
+        return to_json(data)
+    md = fmt == "markdown"
+    tablefmt = "github" if md else "simple"
+    out = []
+    for tag in ("a", "b"):
+        d = data[tag]
+        w = d["workload"]
+        line = (f"{tag.upper()}: {d['path']}: {d['model']} {d['options'] or ''} - {w['phase']}, batch {w['batch']}, "
+                f"context {w['context']}, {w['dtype']}, {d['hardware']}")
+        out.append(f"- {line}" if md else line)
+    out.append("")
+    rows = data["rows"]
+    for section, title in (("step", "Whole step"), ("attention", "Attention (all recognised layers)")):
+        table = [[r["key"], _fmt(r["a"], r["unit"]), _fmt(r["b"], r["unit"]),
+                  "-" if r["ratio"] is None else f"{r['ratio']:.4g}"] for r in rows if r["section"] == section]
+        out += [f"## {title}\n" if md else title,
+                tabulate(table, headers=["quantity", "A", "B", "A/B"], tablefmt=tablefmt, disable_numparse=True), ""]
+    for section, title, keys in (
+        ("attention layer", "Attention per layer (in order)",
+         [("cache_bytes_per_token", "B"), ("kv_bytes_executed", "B"), ("intensity_min", "FLOP/B"),
+          ("intensity_executed", "FLOP/B")]),
+        ("module", "Modules (matched by name)", [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B")]),
+    ):
+        picked = [r for r in rows if r["section"] == section]
+        if picked:
+            headers, table = _wide(picked, keys)
+            out += [f"## {title}\n" if md else title,
+                    tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True), ""]
+    for note in data["notes"]:
+        out.append(f"note: {note}")
+    return "\n".join(out) + "\n"

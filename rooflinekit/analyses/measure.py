@@ -1,0 +1,611 @@
+"""Measure: timed forwards on a real device, joined to the same op and module records as the counts.
+
+How the join works
+------------------
+The counts come from one forward under capture's recording machinery, which numbers every op it
+records (0, 1, 2, ...). The timed forwards run the same model on the same inputs under the same
+machinery (capture's dispatch and function modes and SDPA patch) with a subclass of capture's
+`Recorder` (`_TimedRecorder`), so every decision is the same: views and free ops skipped,
+collectives classified, DTensor deferred, fused attention recorded as one call with its inner ops
+suppressed. The subclass wraps each recorded op in a profiler range named ``rk#<index> <op>``
+(through `Recorder.run_op`). The index is the one the op has in the capture, so a range joins to
+its record by number; the op names of the two runs are compared, and where they differ
+(data-dependent control flow, or a backend whose attention output layout makes a later reshape
+copy, see `Recorder.canonical_sdpa_layout`) they are aligned by name and the difference is
+reported.
+
+Under torch.profiler, per op and per repeat:
+- on CPU, the op's time is the duration of its range (the kernel and the dispatcher below it);
+- on CUDA, the op's time is the device time of the kernels launched inside its range (the
+  profiler's event tree attributes each kernel to the CPU op that launched it); the range's CPU
+  duration is kept as ``cpu_time_s``.
+Each repeat's forward (and device synchronisation) runs inside a range ``rk:step#<r>``; its duration
+is the step time. Times are means over the repeats. What no op range covers (Python between ops,
+module hooks, launch gaps, synchronisation) is ``unattributed_s = step_time_s - op_time_s``.
+
+Then `apply_measurement` adds measured fields to a report (pure arithmetic over its rows):
+achieved FLOP/s and B/s, MFU (model FLOPs), HFU (executed FLOPs), MBU, and measured time over the
+roofline time bound, per op, module, attention layer and for the whole step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from rooflinekit.core import compat
+from rooflinekit.core.files import write_atomic
+from rooflinekit.stages import capture as _capture
+from rooflinekit.stages import collectives
+from rooflinekit.stages.capture import SDPA_NAME, OpRecord, Recorder, call_forward
+from rooflinekit.stages.formulas import FormulaBook, op_key
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.place import ROOT, _placed, rollup_name
+from rooflinekit.stages.roofline import place_on
+
+STEP_PREFIX = "rk:step#"
+_RANGE = re.compile(r"^rk#(\d+)(?: |$)")
+
+try:  # a C++ range: no op is dispatched, so no dispatch mode sees it (torch >= 2.2)
+    _Range = torch._C._profiler._RecordFunctionFast
+except AttributeError:  # pragma: no cover - older torch
+    _Range = torch.autograd.profiler.record_function
+
+
+# ----------------------------------------------------------------------------------------------
+# Timed recording: the capture's numbering, with a profiler range around every recorded op
+# ----------------------------------------------------------------------------------------------
+
+
+class _TimedRecorder(Recorder):
+    """Numbers ops exactly as capture's Recorder does, but records only name and module path.
+
+    capture's dispatch mode, function mode and SDPA patch make every decision (what is skipped,
+    what is a collective, what DTensor runs, what is suppressed inside fused attention); this
+    recorder only wraps each op they record in a profiler range numbered by the capture's index.
+    Byte accounting is skipped (the counts come from the capture run): the timed run pays for
+    numbering only, and that bookkeeping runs outside the op's range. SDPA's output is returned
+    as the backend gives it (no re-layout), so the range times the kernel alone and later ops see
+    the layout they see without rooflinekit.
+    """
+
+    canonical_sdpa_layout = False
+
+    def run_op(self, func, args, kwargs):
+        name = self._recorded_name(func)
+        if name is None:  # views and free ops: not recorded, so not timed
+            return func(*args, **kwargs)
+        with _Range(f"rk#{len(self.ops)} {name}"):
+            return func(*args, **kwargs)
+
+    def _recorded_name(self, func) -> str | None:
+        if collectives.classify(func):  # the dispatch mode passes only recorded collectives here
+            return _name(func)
+        info = self._info(func)
+        return info.name if info is not None else None
+
+    def record_aten(self, func, args, kwargs, out) -> None:
+        info = self._info(func)
+        if info is None:
+            return
+        self.emit(OpRecord(0, info.name, self.module, 0.0, 0.0, 0.0, "", False))
+
+    def record_collective(self, func, args, kwargs, kind) -> None:
+        self.emit(OpRecord(0, _name(func), self.module, 0.0, 0.0, 0.0, "", True, kind="collective"))
+
+    def record_sdpa(self, args, kwargs, out) -> None:
+        self.emit(OpRecord(0, SDPA_NAME, self.module, 0.0, 0.0, 0.0, "", False, kind="fused"))
+
+    def fused_sdpa(self, func, args, kwargs):
+        with _Range(f"rk#{len(self.ops)} {SDPA_NAME}"):
+            return super().fused_sdpa(func, args, kwargs)
+
+
+_NAMES: dict[object, str] = {}
+
+
+def _name(func) -> str:
+    name = _NAMES.get(func)
+    if name is None:
+        name = _NAMES[func] = op_key(func)
+    return name
+
+
+@contextmanager
+def timed_recording(model: torch.nn.Module, formulas: FormulaBook | None = None) -> Iterator[_TimedRecorder]:
+    """capture.recording()'s modes and hooks, with a profiler range around each recorded op."""
+    names = {id(m): n for n, m in model.named_modules()}
+    recorder = _TimedRecorder(formulas or FormulaBook(), names)
+    hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
+    active = getattr(_capture, "_ACTIVE", None)  # modelled modules emit into the active recorder
+    if active is not None:
+        active.append(recorder)
+    try:
+        with (_capture._patched_sdpa(recorder), _capture._FunctionRecorder(recorder),
+              _capture._DispatchRecorder(recorder)):
+            yield recorder
+    finally:
+        if active is not None:
+            active.remove(recorder)
+        for h in hooks:
+            h.remove()
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurement
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """Mean times per captured op index and per step, over `repeats` profiled forwards."""
+
+    device: str
+    warmup: int
+    repeats: int
+    op_time_s: dict[int, float]  # captured op index -> mean time per step (CPU range / CUDA kernels)
+    op_cpu_time_s: dict[int, float]  # captured op index -> mean CPU duration of its range
+    step_times_s: list[float]  # each profiled repeat's step range
+    step_time_plain_s: float | None  # mean wall time of a forward with no modes and no profiler
+    timing: str
+    unmatched: list[str] = field(default_factory=list)
+    trace: dict | None = None  # the profiler's chrome trace, when asked for
+
+    @property
+    def step_time_s(self) -> float:
+        return sum(self.step_times_s) / len(self.step_times_s) if self.step_times_s else 0.0
+
+    @property
+    def total_op_time_s(self) -> float:
+        return sum(self.op_time_s.values())
+
+
+def _sync(device: str):
+    if device.startswith("cuda"):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def align(captured: list[str], measured: list[str]) -> tuple[dict[int, int], list[str]]:
+    """Map measured op positions to captured indices by name; list what did not match."""
+    if captured == measured:
+        return {i: i for i in range(len(measured))}, []
+    matcher = difflib.SequenceMatcher(None, captured, measured, autojunk=False)
+    mapping: dict[int, int] = {}
+    for a, b, size in matcher.get_matching_blocks():
+        for k in range(size):
+            mapping[b + k] = a + k
+    problems = []
+    for tag, a0, a1, b0, b1 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        problems.append(
+            f"{tag}: captured ops {a0}..{a1 - 1} {captured[a0:a1][:3]} vs timed {measured[b0:b1][:3]}"
+        )
+    return mapping, problems
+
+
+def measure(
+    model: torch.nn.Module,
+    inputs,
+    captured: list[OpRecord],
+    *,
+    device: str,
+    warmup: int = 2,
+    repeats: int = 5,
+    formulas: FormulaBook | None = None,
+    trace: bool = False,
+) -> Measurement:
+    """Time `repeats` forwards (after `warmup`) and join the times to the captured ops by index.
+
+    Call with the same device/dtype and module-model contexts the capture ran under.
+    """
+    if warmup < 0:
+        raise ValueError("warmup must be >= 0")
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    sync = _sync(device)
+    cuda = device.startswith("cuda")
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+
+    with torch.no_grad():
+        # 1. plain forwards: what the model costs with nothing attached
+        for _ in range(warmup):
+            call_forward(model, inputs)
+        sync()
+        plain = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call_forward(model, inputs)
+            sync()
+            plain.append(time.perf_counter() - start)
+        # 2. instrumented warm-up (first-call costs of the modes and hooks), then profiled repeats
+        for _ in range(warmup):
+            with timed_recording(model, formulas):
+                call_forward(model, inputs)
+            sync()
+        sequences: list[list[str]] = []
+        with torch.profiler.profile(activities=activities) as prof:
+            for r in range(repeats):
+                # the modes are entered outside the step range: hook set-up is not step time
+                with timed_recording(model, formulas) as rec, _Range(f"{STEP_PREFIX}{r}"):
+                    call_forward(model, inputs)
+                    sync()
+                sequences.append([op.name for op in rec.ops])
+
+    captured_names = [op.name for op in captured]
+    mappings = []
+    unmatched: list[str] = []
+    for seq in sequences:
+        mapping, problems = align(captured_names, seq)
+        mappings.append(mapping)
+        for p in problems:
+            if p not in unmatched:
+                unmatched.append(p)
+
+    per_op: dict[int, float] = defaultdict(float)
+    per_op_cpu: dict[int, float] = defaultdict(float)
+    steps: dict[int, float] = {}
+    step_ranges: list[tuple[int, float, float]] = []
+    op_events = []
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CPU:
+            continue
+        name = evt.name
+        if name.startswith(STEP_PREFIX):
+            r = int(name[len(STEP_PREFIX):])
+            steps[r] = evt.cpu_time_total * 1e-6
+            step_ranges.append((r, evt.time_range.start, evt.time_range.end))
+            continue
+        m = _RANGE.match(name)
+        if m:
+            op_events.append((int(m.group(1)), evt))
+    step_ranges.sort(key=lambda s: s[1])
+    for pos, evt in op_events:
+        start = evt.time_range.start
+        r = next((s[0] for s in step_ranges if s[1] <= start <= s[2]), None)
+        if r is None or r >= len(mappings):
+            continue
+        index = mappings[r].get(pos)
+        if index is None:
+            continue
+        cpu_s = evt.cpu_time_total * 1e-6
+        per_op_cpu[index] += cpu_s
+        per_op[index] += _device_us(evt) * 1e-6 if cuda else cpu_s
+
+    n = float(repeats)
+    op_time = {i: per_op.get(i, 0.0) / n for i in range(len(captured)) if _timed(captured[i])}
+    op_cpu = {i: per_op_cpu.get(i, 0.0) / n for i in op_time}
+    events = None
+    if trace:
+        events = _export_events(prof)
+    return Measurement(
+        device=device,
+        warmup=warmup,
+        repeats=repeats,
+        op_time_s=op_time,
+        op_cpu_time_s=op_cpu,
+        step_times_s=[steps[r] for r in sorted(steps)],
+        step_time_plain_s=sum(plain) / len(plain),
+        timing=(
+            "cuda: device time of the kernels launched inside each op's profiler range"
+            if cuda
+            else "cpu: duration of each op's profiler range"
+        ),
+        unmatched=unmatched,
+        trace=events,
+    )
+
+
+def _device_us(evt) -> float:
+    """Kernel time launched inside an event (its children included), in us; device_time_total
+    replaced cuda_time_total in torch 2.4 (the old name stays as a deprecated alias)."""
+    value = getattr(evt, "device_time_total", None)
+    return float(value if value is not None else getattr(evt, "cuda_time_total", 0.0))
+
+
+def _timed(op: OpRecord) -> bool:
+    """Modelled records stand in for code that does not run: they cannot be timed."""
+    return op.kind != "modelled"
+
+
+def _export_events(prof) -> dict:
+    fd, tmp = tempfile.mkstemp(suffix=".json", prefix="rooflinekit-trace-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp, encoding="utf-8") as fh:
+            return json.load(fh)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Measured fields of a report
+# ----------------------------------------------------------------------------------------------
+
+
+def _rate(amount: float, seconds: float | None) -> float | None:
+    return amount / seconds if seconds else None
+
+
+def _util(amount: float, seconds: float | None, ceiling: float) -> float | None:
+    return amount / (seconds * ceiling) if seconds and ceiling else None
+
+
+def _measured(time_s: float | None, flops_exec: float, flops_model: float, nbytes: float,
+              peak: float, bandwidth: float, bound_s: float | None) -> dict:
+    return {
+        "time_s": time_s,
+        "achieved_flops": _rate(flops_exec, time_s),
+        "achieved_bandwidth": _rate(nbytes, time_s),
+        "mfu": _util(flops_model, time_s, peak),
+        "hfu": _util(flops_exec, time_s, peak),
+        "mbu": _util(nbytes, time_s, bandwidth),
+        "time_vs_bound": time_s / bound_s if time_s is not None and bound_s else None,
+    }
+
+
+def model_flops_per_op(ops: list[OpRecord], attention_rows) -> dict[int, float]:
+    """Model FLOPs per op: executed FLOPs, except inside a recognised attention layer, where its
+    architecture's model FLOPs are spread over the layer's ops in proportion to their executed
+    FLOPs (so the ops of a layer sum to its model FLOPs and the step sums to totals.flops_model)."""
+    out = {op.index: op.flops for op in ops}
+    by_index = {op.index: op for op in ops}
+    for row in attention_rows or ():
+        if not row.recognised or not row.flops_executed:
+            continue
+        scale = row.cost.flops_model / row.flops_executed
+        for i in row.op_indices:
+            if i in by_index:
+                out[i] = by_index[i].flops * scale
+    return out
+
+
+def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: HardwareSpec,
+                      m: Measurement) -> dict:
+    """Add measured fields to `report` in place (and return it)."""
+    depth = report["capture"]["depth"]
+    group = report["capture"]["group_layers"]
+    model_flops = model_flops_per_op(ops, attention_rows)
+    by_index = {op.index: op for op in ops}
+
+    module_time: dict[str, float] = defaultdict(float)
+    module_model_flops: dict[str, float] = defaultdict(float)
+    for row in report["ops"]:
+        i = row["index"]
+        op = by_index[i]
+        t = m.op_time_s.get(i)
+        if t is not None:
+            op.time_s = t
+        peak = hw.peak(row["dtype"]) if row["dtype"] else report["hardware"]["peak_flops"]
+        row.update(_measured(t, row["flops"], model_flops[i], row["bytes_read"] + row["bytes_written"],
+                             peak, hw.memory_bandwidth, row["time_bound_s"]))
+        row["flops_model"] = model_flops[i]
+        if m.device.startswith("cuda"):
+            row["cpu_time_s"] = m.op_cpu_time_s.get(i)
+        name = rollup_name(row["module"] if row["module"] != ROOT else "", depth, group)
+        module_time[name] += t or 0.0
+        module_model_flops[name] += model_flops[i]
+
+    for mod in report["modules"]:
+        name = mod["name"]
+        mod.update(_measured(module_time.get(name, 0.0), mod["flops"], module_model_flops.get(name, 0.0),
+                             mod["bytes"], hw.peak(mod["dtype"]), hw.memory_bandwidth, mod["time_bound_ops_s"]))
+        mod["flops_model"] = module_model_flops.get(name, 0.0)
+
+    for att, row in zip(report["attention"], attention_rows or (), strict=False):
+        t = sum(m.op_time_s.get(i, 0.0) for i in row.op_indices)
+        pe = att["placement_executed"]
+        peak = hw.peak(att["dtype"])
+        att_flops_model = att["flops_model"] if att["flops_model"] is not None else pe["flops"]
+        predicted = sum(report["ops"][i]["time_bound_s"] for i in row.op_indices
+                        if i < len(report["ops"]))
+        measured = _measured(t, pe["flops"], att_flops_model, pe["bytes"], peak, hw.memory_bandwidth,
+                             predicted)
+        measured["predicted_ops_s"] = predicted
+        measured["mbu_min"] = _util(att["bytes_min"], t, hw.memory_bandwidth) if att["bytes_min"] else None
+        att["measured"] = measured
+
+    totals = report["totals"]
+    step = m.step_time_s
+    op_sum = sum(m.op_time_s.values())
+    peak = report["hardware"]["peak_flops"]
+    summary = _measured(step, totals["flops_executed"], totals["flops_model"], totals["bytes"], peak,
+                        hw.memory_bandwidth, totals["predicted_step_s"])
+    summary.pop("time_s")
+    summary.update(
+        step_time_s=step,
+        step_times_s=list(m.step_times_s),
+        op_time_s=op_sum,
+        unattributed_s=step - op_sum,
+        op_time_share=op_sum / step if step else None,
+        step_time_plain_s=m.step_time_plain_s,
+        time_vs_whole_step_bound=step / totals["time_bound_s"] if totals["time_bound_s"] else None,
+        tokens_per_s=report["workload"]["tokens"] / step if step else None,
+        device=m.device,
+        threads=torch.get_num_threads() if not m.device.startswith("cuda") else None,
+        warmup=m.warmup,
+        repeats=m.repeats,
+        timing=m.timing,
+        ops_timed=len(m.op_time_s),
+        ops_unmatched=m.unmatched,
+        conventions={
+            "step_time_s": "mean over repeats of the profiler range around one forward and its "
+            "device synchronisation (instrumented run)",
+            "op_time_s": "sum over ops of each op's mean time; " + m.timing,
+            "unattributed_s": "step_time_s - op_time_s: Python, hooks, launch gaps, synchronisation",
+            "step_time_plain_s": "mean wall time of the same forward with no modes and no profiler",
+            "mfu": "model FLOPs / (time * dense peak of the dtype)",
+            "hfu": "executed FLOPs / (time * dense peak of the dtype)",
+            "mbu": "bytes moved (as executed) / (time * memory bandwidth)",
+            "time_vs_bound": "measured time / sum of the ops' roofline time bounds "
+            "(totals: predicted_step_s; modules: time_bound_ops_s; ops: time_bound_s)",
+        },
+    )
+    totals["measured"] = summary
+    if m.unmatched:
+        report.setdefault("warnings", []).append(
+            f"the timed forward ran a different op sequence from the counted one ({len(m.unmatched)} "
+            "difference(s), e.g. " + m.unmatched[0] + "): unmatched ops are left out of op times "
+            "and counted in unattributed_s"
+        )
+    modelled = sorted({op.module for op in ops if not _timed(op)})
+    if modelled:
+        report.setdefault("notes", []).append(
+            f"measured mode ran the analytic stand-in of {len(modelled)} modelled module(s) "
+            f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
+            "their records have no time, and the stand-in's own time is in unattributed_s"
+        )
+    if not m.device.startswith("cuda") and not hw.calibrated:
+        report.setdefault("notes", []).append(
+            f"measured on {m.device} but placed on {hw.name}: MFU/MBU compare CPU times with that "
+            "device's ceilings; run `rooflinekit calibrate --device cpu` and pass --hardware with its name"
+        )
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# A second hardware entry, side by side
+# ----------------------------------------------------------------------------------------------
+
+
+def _alt(placed: dict, hw: HardwareSpec) -> dict:
+    return {
+        "hardware": hw.name,
+        "calibrated": hw.calibrated,
+        "intensity": placed["intensity"],
+        "attainable_flops": placed["attainable_flops"],
+        "bound": placed["bound"],
+        "time_bound_s": placed["time_bound_s"],
+        "mfu_bound": placed["mfu_bound"],
+        "ridge": hw.peak(placed["dtype"]) / hw.memory_bandwidth,
+    }
+
+
+def apply_alt_placement(report: dict, hw: HardwareSpec) -> dict:
+    """Add `placement_alt` (the same counts placed on `hw`) to totals, modules and attention rows."""
+    depth = report["capture"]["depth"]
+    group = report["capture"]["group_layers"]
+    module_ops_bound: dict[str, float] = defaultdict(float)
+    total_ops_bound = 0.0
+    op_bound: dict[int, float] = {}
+    for row in report["ops"]:
+        t = place_on(hw, row["dtype"], row["flops"], row["bytes_read"] + row["bytes_written"]).time_bound_s
+        op_bound[row["index"]] = t
+        total_ops_bound += t
+        module_ops_bound[rollup_name(row["module"] if row["module"] != ROOT else "", depth, group)] += t
+
+    def with_measured(alt: dict, flops_model: float | None, flops: float, nbytes: float,
+                      measured_s: float | None, dtype: str, ops_bound: float) -> dict:
+        alt["time_bound_ops_s"] = ops_bound
+        if measured_s:
+            alt["mfu"] = _util(flops_model if flops_model is not None else flops, measured_s, hw.peak(dtype))
+            alt["hfu"] = _util(flops, measured_s, hw.peak(dtype))
+            alt["mbu"] = _util(nbytes, measured_s, hw.memory_bandwidth)
+            alt["time_vs_bound"] = measured_s / ops_bound if ops_bound else None
+        return alt
+
+    totals = report["totals"]
+    placed = _placed(hw, totals["dtype"], totals["flops"], totals["bytes"])
+    alt = _alt(placed, hw)
+    alt["predicted_step_s"] = total_ops_bound
+    measured = totals.get("measured") or {}
+    totals["placement_alt"] = with_measured(alt, totals["flops_model"], totals["flops"], totals["bytes"],
+                                            measured.get("step_time_s"), totals["dtype"], total_ops_bound)
+    for mod in report["modules"]:
+        placed = _placed(hw, mod["dtype"], mod["flops"], mod["bytes"])
+        mod["placement_alt"] = with_measured(_alt(placed, hw), mod.get("flops_model"), mod["flops"],
+                                             mod["bytes"], mod.get("time_s"), mod["dtype"],
+                                             module_ops_bound.get(mod["name"], 0.0))
+    for att in report["attention"]:
+        pe = att["placement_executed"]
+        placed = _placed(hw, att["dtype"], pe["flops"], pe["bytes"])
+        alt = _alt(placed, hw)
+        if att.get("placement_min"):
+            pm = att["placement_min"]
+            alt["min"] = _alt(_placed(hw, att["dtype"], pm["flops"], pm["bytes"]), hw)
+        att["placement_alt"] = alt
+    report["hardware_alt"] = {
+        "name": hw.name,
+        "dtype": totals["dtype"],
+        "peak_flops": hw.peak(totals["dtype"]),
+        "bandwidth": hw.memory_bandwidth,
+        "ridge": hw.peak(totals["dtype"]) / hw.memory_bandwidth,
+        "calibrated": hw.calibrated,
+        "source": hw.path,
+    }
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# Trace
+# ----------------------------------------------------------------------------------------------
+
+
+def annotate_trace(trace: dict, report: dict) -> dict:
+    """Add each op's counts (FLOPs, bytes, intensity, bound, module...) to its range events."""
+    rows = {row["index"]: row for row in report["ops"]}
+    events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
+    for evt in events:
+        if not isinstance(evt, dict):
+            continue
+        name = evt.get("name", "")
+        match = _RANGE.match(name) if isinstance(name, str) else None
+        if match:
+            row = rows.get(int(match.group(1)))
+            if row is None:
+                continue
+            args = evt.setdefault("args", {})
+            args.update({
+                "rk_index": row["index"],
+                "op": row["name"],
+                "module": row["module"],
+                "flops": row["flops"],
+                "flops_model": row.get("flops_model", row["flops"]),
+                "bytes": row["bytes_read"] + row["bytes_written"],
+                "bytes_read": row["bytes_read"],
+                "bytes_written": row["bytes_written"],
+                "intensity": row["intensity"],
+                "bound": row["bound"],
+                "time_bound_s": row["time_bound_s"],
+                "dtype": row["dtype"],
+                "shapes": row["shapes"],
+                "counted": row["counted"],
+            })
+            if row.get("time_s") is not None:
+                args["mean_time_s"] = row["time_s"]
+        elif isinstance(name, str) and name.startswith(STEP_PREFIX):
+            t = report["totals"]
+            evt.setdefault("args", {}).update({
+                "flops": t["flops"], "flops_model": t["flops_model"], "bytes": t["bytes"],
+                "predicted_step_s": t["predicted_step_s"], "hardware": report["hardware"]["name"],
+            })
+    if isinstance(trace, dict):
+        trace.setdefault("rooflinekit", {
+            "workload": report["workload"],
+            "hardware": report["hardware"]["name"],
+            "note": "ranges 'rk#<index> <op>' carry the counted record of op <index> in their args",
+        })
+    return trace
+
+
+def write_trace(path: str, trace: dict, report: dict) -> None:
+    """Annotate and write a Chrome/Perfetto trace atomically."""
+
+    write_atomic(path, json.dumps(annotate_trace(trace, report)))

@@ -1,0 +1,535 @@
+"""Planned parallelism: one GPU's share of a single-GPU model under tensor and expert parallelism.
+
+`rooflinekit profile model.py --tp N [--ep M]` captures the single-GPU model as usual, then:
+
+1. a TP plan maps module paths to styles (plugins' `rooflinekit_tp_plan`, the built-in one reading
+   a transformers model's `tp_plan` and filling the rest with `structural_plan` below);
+2. `shard_capture` (a pure function: records in, per-GPU records out) scales every op by the share
+   of its data one GPU holds, and inserts the collectives the split implies;
+3. `shard_attention` restates each attention layer per GPU (heads / N, KV heads split or
+   replicated, the MLA latent replicated) and re-costs it with the attention plugins.
+
+Styles: "colwise" (output features split: FLOPs, weights and output / N, input whole),
+"rowwise" (input features split: FLOPs, weights and input / N, output whole, then an all-reduce),
+"vocab" (an embedding split over the vocabulary: each GPU gathers the rows it holds, then an
+all-reduce), "colwise_gather" (an output head split over the vocabulary: colwise, then an
+all-gather of the logits), "replicate" (run whole on every GPU: the default), "experts" (left to
+the module model: plugins/moe.py reads the `_tp`/`_ep` workload options and emits one GPU's
+records itself).
+
+Every other op follows its data: a tensor's *share* is the fraction of it one GPU holds (1 for
+replicated tensors, 1/N for a colwise output, max(1/N, 1/H_kv) for K/V heads when N > H_kv, 1 for
+the MLA latent computed by a replicated down projection). An op reads each input at its share,
+and its output's share (and its FLOPs) is the smallest share among its inputs: attention on
+1/N of the heads against a replicated latent runs 1/N of the FLOPs and reads the whole latent.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.specs import AttentionSpec, AttentionWorkload
+from rooflinekit.stages import collectives
+from rooflinekit.stages.attribute import AttentionRow, _itemsize, attribute_attention
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.workload import Workload
+
+STYLES = ("colwise", "rowwise", "vocab", "colwise_gather", "replicate", "experts")
+
+#: transformers' TP style names (and rooflinekit's own) -> rooflinekit's.
+STYLE_ALIASES = {
+    "colwise": "colwise", "packed_colwise": "colwise", "local_colwise": "colwise",
+    "local_packed_colwise": "colwise", "colwise_rep": "colwise_gather",
+    "colwise_gather_output": "colwise_gather", "colwise_gather": "colwise_gather",
+    "rowwise": "rowwise", "packed_rowwise": "rowwise", "local_rowwise": "rowwise",
+    "rowwise_rep": "rowwise", "rowwise_split_input": "rowwise",
+    "vocab": "vocab", "embedding_rowwise": "vocab",
+    "moe_tp_experts": "experts", "ep_dispatch_experts": "experts", "grouped_gemm": "experts",
+    "local_experts": "experts", "experts": "experts",
+    "replicate": "replicate", "replicated_with_grad_allreduce": "replicate", "gather": "replicate",
+    "sequence_parallel": "replicate", "local": "replicate", "isolate": "replicate", "ep_router": "replicate",
+}
+
+#: Output projections of attention blocks, by name (else: found by shape).
+ATTN_OUT_NAMES = ("o_proj", "wo", "out_proj", "c_proj", "dense", "o", "proj_out", "out")
+#: MLA low-rank down projections: replicated, as DeepSeek's reference tensor parallelism does.
+MLA_DOWN_NAMES = ("wq_a", "q_a_proj", "wkv_a", "kv_a_proj_with_mqa", "kv_a_proj")
+#: MLP down projections, by name (else: found by shape).
+MLP_DOWN_NAMES = ("down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h", "proj_out", "wo")
+
+ASSUMPTIONS = (
+    "planned tensor parallelism: colwise linears split their output features (FLOPs, weights and "
+    "output / N), rowwise linears their input features (FLOPs, weights and input / N) followed by "
+    "one all-reduce of the output; other ops follow their data (the share of each tensor one GPU "
+    "holds); norms, residuals and embeddings' positions run whole on every GPU",
+    "attention: heads split N ways; K/V heads split while N <= H_kv and replicate beyond (each GPU "
+    "holds max(1, H_kv/N) KV heads); the MLA latent cache (and its down projections) is replicated: "
+    "every GPU holds and reads the whole latent",
+    collectives.ASSUMPTION,
+)
+
+_GATHER_OPS = ("aten.embedding", "aten._embedding_bag", "aten.index_select")
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Tensor- and expert-parallel sizes (kept in the workload options as `_tp`/`_ep`)."""
+
+    tp: int = 1
+    ep: int = 1
+
+    @classmethod
+    def of(cls, workload: Workload) -> ParallelConfig:
+        options = dict(workload.options)
+        return cls(int(options.get("_tp", 1)), int(options.get("_ep", 1)))
+
+    @property
+    def active(self) -> bool:
+        return self.tp > 1 or self.ep > 1
+
+
+def with_parallel(workload: Workload, tp: int = 1, ep: int = 1) -> Workload:
+    """The workload with `_tp`/`_ep` options (only those above 1), checked."""
+    if tp < 1 or ep < 1:
+        raise UserError(f"--tp and --ep must be at least 1, got {tp} and {ep}")
+    if tp > 1 and ep > 1 and tp != ep:
+        raise UserError(
+            f"--tp {tp} with --ep {ep}: only --ep equal to --tp (experts spread over the GPUs that "
+            "split attention) or --ep alone (data-parallel attention) is modelled")
+    options = {k: v for k, v in workload.options if k not in ("_tp", "_ep")}
+    if tp > 1:
+        options["_tp"] = tp
+    if ep > 1:
+        options["_ep"] = ep
+    return replace(workload, options=tuple(sorted(options.items())))
+
+
+# -- plans ------------------------------------------------------------------------------------
+
+
+def normalise_style(style: object) -> str | None:
+    return STYLE_ALIASES.get(str(style).lower()) if style is not None else None
+
+
+def _pattern(key: str) -> re.Pattern:
+    parts = key.split(".")
+    return re.compile(r"\.".join("[^.]+" if p == "*" else re.escape(p) for p in parts) + r"\Z")
+
+
+def resolve(plan: dict, modules: dict[str, torch.nn.Module]) -> tuple[dict[str, str], list[str]]:
+    """Concrete module path -> rooflinekit style for a plan of paths and `*` patterns.
+
+    An exact path beats a pattern; among patterns the first listed wins. Keys naming no module
+    (transformers also lists parameters, e.g. `experts.gate_up_proj`) are skipped. "vocab" on a
+    Linear becomes "colwise_gather", on an Embedding stays "vocab".
+    """
+    notes: list[str] = []
+    out: dict[str, str] = {}
+    patterns = []
+    for key, raw in plan.items():
+        style = normalise_style(raw)
+        if style is None:
+            notes.append(f"TP plan: unknown style '{raw}' for {key}: treated as replicate")
+            style = "replicate"
+        if "*" in key:
+            patterns.append((_pattern(key), style))
+        elif key in modules:
+            out[key] = style
+    if patterns:
+        for path in modules:
+            if path in out or not path:
+                continue
+            for regex, style in patterns:
+                if regex.match(path):
+                    out[path] = style
+                    break
+    for path, style in list(out.items()):
+        module = modules[path]
+        if isinstance(module, torch.nn.Embedding) and style in ("colwise_gather", "colwise", "rowwise"):
+            out[path] = "vocab"
+        elif isinstance(module, torch.nn.Linear) and style == "vocab":
+            out[path] = "colwise_gather"
+    return out, notes
+
+
+def _linear_children(module: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
+    return [(n, m) for n, m in module.named_children() if isinstance(m, torch.nn.Linear)]
+
+
+def _join(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
+
+
+def attention_blocks(modules: dict[str, torch.nn.Module], attention: dict[str, AttentionSpec]) -> dict[str, AttentionSpec]:
+    """Attention block (the site or its nearest ancestor, up to 2 up, with Linear children) -> spec."""
+    blocks: dict[str, AttentionSpec] = {}
+    for site, spec in attention.items():
+        site = "" if site == "(root)" else site
+        parts = site.split(".") if site else []
+        for cut in range(0, min(2, len(parts)) + 1):
+            path = ".".join(parts[: len(parts) - cut])
+            module = modules.get(path)
+            if module is not None and _linear_children(module):
+                blocks.setdefault(path, spec)
+                break
+    return blocks
+
+
+def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec) -> str | None:
+    for name, _ in lins:
+        if name in ATTN_OUT_NAMES:
+            return name
+    v_dim = spec.mla_v_head_dim if spec.arch == "mla" else spec.v_head_dim
+    width = spec.num_heads * (v_dim or spec.head_dim)
+    cands = [n for n, m in lins if m.in_features == width]
+    return cands[-1] if cands else (lins[-1][0] if lins else None)
+
+
+def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec]) -> dict[str, str]:
+    """Styles from the model's structure alone (no plugin knowledge of the architecture).
+
+    - in each attention block, the Linear that consumes the attention output (by name: o_proj,
+      wo, out_proj, c_proj, ...; else the one whose input is heads x value width) is rowwise, the
+      others colwise, except MLA's low-rank down projections (q_a/wq_a, kv_a/wkv_a, or any Linear
+      narrower than heads x qk_nope_head_dim): replicated, as DeepSeek's reference TP does;
+    - in a block with two or more Linear children where one maps the others' output width back to
+      their input width (down_proj/w2/c_proj/fc2), that one is rowwise and the others colwise;
+      a block's Linear that fits neither (a MoE router) stays replicated;
+    - the largest Embedding is vocab-parallel, and so is every Linear producing its vocabulary
+      (the output head: colwise, then an all-gather of the logits);
+    - everything else (norms, position embeddings, routers) is replicated.
+    """
+    modules = dict(model.named_modules())
+    plan: dict[str, str] = {}
+    blocks = attention_blocks(modules, attention)
+    for block, spec in blocks.items():
+        lins = _linear_children(modules[block])
+        out_name = _out_projection(lins, spec)
+        for name, lin in lins:
+            path = _join(block, name)
+            if name == out_name:
+                plan[path] = "rowwise"
+            elif spec.arch == "mla" and (
+                name in MLA_DOWN_NAMES
+                or lin.out_features < spec.num_heads * (spec.qk_nope_head_dim or 1)
+            ):
+                plan[path] = "replicate"
+            else:
+                plan[path] = "colwise"
+    for path, module in modules.items():
+        if path in blocks:
+            continue
+        lins = _linear_children(module)
+        if len(lins) < 2:
+            continue
+        downs = [(n, m) for n, m in lins if any(o is not m for _, o in lins) and all(
+            o.out_features == m.in_features and o.in_features == m.out_features for _, o in lins if o is not m)]
+        if len(downs) != 1:
+            named = [(n, m) for n, m in lins if n in MLP_DOWN_NAMES]
+            if len(named) != 1:
+                continue
+            down = named[0]
+            ups = [(n, m) for n, m in lins if m is not down[1] and m.out_features == down[1].in_features]
+        else:
+            down = downs[0]
+            ups = [(n, m) for n, m in lins if m is not down[1]]
+        if not ups:
+            continue
+        plan[_join(path, down[0])] = "rowwise"
+        for n, _ in ups:
+            plan[_join(path, n)] = "colwise"
+    embeddings = [(p, m) for p, m in modules.items() if isinstance(m, torch.nn.Embedding)]
+    if embeddings:
+        path, emb = max(embeddings, key=lambda pm: pm[1].num_embeddings)
+        plan[path] = "vocab"
+        for p, m in modules.items():
+            if isinstance(m, torch.nn.Linear) and m.out_features == emb.num_embeddings and p not in plan:
+                plan[p] = "colwise_gather"
+    return plan
+
+
+@dataclass
+class Plan:
+    """A resolved TP plan: styles per module and the share of output each colwise module keeps."""
+
+    tp: int
+    styles: dict[str, str]
+    fractions: dict[str, float] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    replicated_kv: dict[str, str] = field(default_factory=dict)  # colwise path -> why not /N
+
+
+def _colwise_fraction(lin: torch.nn.Module, spec: AttentionSpec | None, tp: int) -> tuple[float, str | None]:
+    """Share of a colwise Linear's output one GPU computes: 1/N, or per-head limits for K/V."""
+    if spec is None or spec.arch == "mla" or not isinstance(lin, torch.nn.Linear):
+        return 1.0 / tp, None
+    h, hkv, d, dv = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    if hkv >= tp or hkv >= h:
+        return 1.0 / tp, None
+    kv_per = 1  # N > H_kv: one KV head per GPU, each shared by N/H_kv GPUs
+    out = lin.out_features
+    why = f"{hkv} KV heads over {tp} GPUs: each GPU holds 1 KV head (replicated {tp // hkv} ways)"
+    if out in (hkv * d, hkv * dv, hkv * (d + dv)):
+        return kv_per / hkv, why
+    if out == h * d + hkv * (d + dv):  # fused qkv
+        return (h / tp * d + kv_per * (d + dv)) / out, why
+    return 1.0 / tp, None
+
+
+def build_plan(styles: dict[str, str], modules: dict[str, torch.nn.Module],
+               attention: dict[str, AttentionSpec], tp: int) -> Plan:
+    """Check that the heads divide, and work out each colwise module's share."""
+    for site, spec in attention.items():
+        where = site or "(root)"
+        if spec.num_heads % tp:
+            raise UserError(f"--tp {tp} does not divide the {spec.num_heads} attention heads of {where}")
+        if spec.arch != "mla" and spec.num_kv_heads < spec.num_heads:
+            hkv = spec.num_kv_heads
+            if (hkv >= tp and hkv % tp) or (hkv < tp and tp % hkv):
+                raise UserError(f"--tp {tp} and the {hkv} KV heads of {where}: one must divide the other")
+    blocks = attention_blocks(modules, attention)
+    plan = Plan(tp=tp, styles=dict(styles))
+    for path, style in styles.items():
+        if style in ("colwise", "colwise_gather", "vocab"):
+            parent = path.rpartition(".")[0]
+            frac, why = _colwise_fraction(modules.get(path), blocks.get(parent), tp)
+            plan.fractions[path] = frac
+            if why:
+                plan.replicated_kv[path] = why
+    return plan
+
+
+# -- the transform ----------------------------------------------------------------------------
+
+
+def _collective(kind: str, group: int, message: float, op: OpRecord, note: str) -> OpRecord:
+    return OpRecord(
+        index=0, name=f"comm.{kind}", module=op.module, flops=0.0, bytes_read=0.0, bytes_written=0.0,
+        dtype=op.dtype, counted=True, kind="collective", shapes=op.shapes.split(",")[0] if op.shapes else "",
+        attrs=collectives.attrs(kind, group, message, "planned", assumption=note),
+    )
+
+
+_NOTES = {
+    "rowwise": "rowwise split: each GPU holds a partial sum of the full output; a ring all-reduce sums them",
+    "vocab": "vocab-parallel embedding: each GPU gathers the rows it holds (zeros elsewhere); an all-reduce sums them",
+    "colwise_gather": "vocab-parallel output head: each GPU computes its slice of the logits; an all-gather joins them",
+}
+
+
+def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
+    """One GPU's records: every op scaled by the share of its data one GPU holds, collectives added.
+
+    Modelled records (module models) and captured collectives pass unchanged: module models read
+    the `_tp`/`_ep` options and emit one GPU's share themselves. Records are renumbered.
+    """
+    tp = plan.tp
+    share: dict[int, float] = {}  # storage -> share of it one GPU holds
+    params = cap.param_storages
+    owners = cap.param_owners
+
+    def param_share(sid: int) -> float:
+        owner = owners.get(sid)
+        style = plan.styles.get(owner) if owner is not None else None
+        if style in ("colwise", "colwise_gather", "vocab"):
+            return plan.fractions.get(owner, 1.0 / tp)
+        if style == "rowwise":
+            return 1.0 / tp
+        return 1.0
+
+    def of(sid: int) -> float:
+        if sid in params:
+            return param_share(sid)
+        return share.get(sid, 1.0) if sid >= 0 else 1.0
+
+    out: list[OpRecord] = []
+    for op in cap.ops:
+        if op.kind in ("modelled", "collective"):
+            out.append(replace(op, attrs=dict(op.attrs)))
+            continue
+        style = plan.styles.get(op.module)
+        product = op.param_bytes > 0 and op.flops > 0
+        comm: tuple[str, float] | None = None
+        write_scale: float
+        if style in ("colwise", "colwise_gather") and product:
+            f = plan.fractions.get(op.module, 1.0 / tp)
+            read_scale = {sid: (f if sid in params else of(sid)) for sid, _ in op.reads}
+            flop_scale = write_scale = out_share = f
+            if style == "colwise_gather":
+                comm = ("all_gather", op.bytes_written)
+        elif style == "rowwise" and product:
+            read_scale = {sid: of(sid) for sid, _ in op.reads}
+            flop_scale, write_scale, out_share = 1.0 / tp, 1.0, 1.0
+            comm = ("all_reduce", op.bytes_written)
+        elif style == "vocab" and op.name in _GATHER_OPS:
+            read_scale = {sid: (1.0 / tp if sid in params else of(sid)) for sid, _ in op.reads}
+            flop_scale, write_scale, out_share = 1.0, 1.0, 1.0
+            comm = ("all_reduce", op.bytes_written)
+        else:
+            read_scale = {sid: of(sid) for sid, _ in op.reads}
+            f = min(read_scale.values()) if read_scale else 1.0
+            flop_scale = write_scale = out_share = f
+        reads = tuple((sid, b * read_scale[sid]) for sid, b in op.reads)
+        writes = tuple((sid, b * write_scale) for sid, b in op.writes)
+        attrs = dict(op.attrs)
+        if op.kind == "fused" and "kv_read_bytes" in attrs and op.sinks:
+            attrs["kv_read_bytes"] = attrs["kv_read_bytes"] * sum(of(s) for s in op.sinks) / len(op.sinks)
+        if "operand_sids" in attrs and "operand_bytes" in attrs:
+            attrs["operand_bytes"] = [b * of(s) for s, b in zip(attrs["operand_sids"], attrs["operand_bytes"], strict=False)]
+        new = replace(
+            op, flops=op.flops * flop_scale, bytes_read=sum(b for _, b in reads),
+            bytes_written=sum(b for _, b in writes), reads=reads, writes=writes, attrs=attrs,
+            param_bytes=sum(b for sid, b in reads if sid in params),
+        )
+        for sid, _ in op.writes:
+            if sid >= 0:
+                share[sid] = out_share
+        out.append(new)
+        if comm is not None and tp > 1:
+            out.append(_collective(comm[0], tp, comm[1], op, _NOTES[style]))
+    for i, op in enumerate(out):
+        op.index = i
+    return replace(cap, ops=out, notes=list(cap.notes))
+
+
+def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host) -> tuple[list[AttentionRow], list[dict]]:
+    """Per-GPU attention rows (heads / N; KV heads split or replicated; MLA latent replicated),
+    re-costed by the attention plugins, and a summary per layer for the report."""
+    out, summary = [], []
+    for row in rows:
+        if not row.recognised or tp == 1:
+            out.append(row)
+            continue
+        spec = row.spec
+        heads = spec.num_heads // tp
+        if spec.arch == "mla":
+            kv_heads, kv = spec.num_kv_heads, "latent replicated"
+            note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; the MLA latent cache "
+                    f"({spec.kv_lora_rank}+{spec.qk_rope_head_dim} per token) is replicated: every GPU holds and reads all of it")
+        elif spec.num_kv_heads >= tp:
+            kv_heads, kv = spec.num_kv_heads // tp, "split"
+            note = f"TP {tp}: {heads} of {spec.num_heads} heads and {kv_heads} of {spec.num_kv_heads} KV heads per GPU"
+        else:
+            kv_heads, kv = 1, "replicated"
+            note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; KV heads replicated: "
+                    f"{spec.num_kv_heads} KV heads over {tp} GPUs, each GPU holds 1 (each KV head on "
+                    f"{tp // spec.num_kv_heads} GPUs)")
+        new_spec = replace(spec, num_heads=heads, num_kv_heads=kv_heads, notes=tuple(spec.notes) + (note,))
+        itemsize = _itemsize(row.dtype)
+        aw = AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
+                               phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize,
+                               causal=row.causal)
+        cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
+        new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + [note])
+        out.append(new)
+        summary.append({
+            "module": row.module, "arch": spec.arch, "num_heads": heads, "num_heads_total": spec.num_heads,
+            "num_kv_heads": kv_heads, "num_kv_heads_total": spec.num_kv_heads, "kv_heads": kv,
+            "cache_bytes_per_token": cost.cache_bytes_per_token if cost else None,
+            "intensity_min": new.intensity_min,
+        })
+    return out, summary
+
+
+def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: ParallelConfig) -> float:
+    """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole."""
+    total, seen = 0.0, set()
+    for name, p in model.named_parameters():
+        key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
+        if key in seen:
+            continue
+        seen.add(key)
+        owner = name.rpartition(".")[0]
+        frac = 1.0
+        if p.dim() == 3 and (par.ep > 1 or par.tp > 1):  # per-expert weights [E, out, in]
+            frac = 1.0 / par.ep if par.ep > 1 else 1.0 / par.tp
+        elif plan is not None:
+            style = plan.styles.get(owner)
+            if style in ("colwise", "colwise_gather", "vocab"):
+                frac = plan.fractions.get(owner, 1.0 / plan.tp)
+            elif style == "rowwise":
+                frac = 1.0 / plan.tp
+        total += p.numel() * p.element_size() * frac
+    return total
+
+
+@dataclass
+class Planned:
+    """The per-GPU capture and attention rows, and what the report says about the split."""
+
+    capture: CaptureResult
+    attention: list[AttentionRow]
+    section: dict
+
+    @property
+    def headline(self) -> str:
+        s = self.section
+        return (f"planned parallelism: every figure is one GPU's share under tensor parallel {s['tp']}, "
+                f"expert parallel {s['ep']} (see `parallel` and docs/parallel.md)")
+
+
+def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
+                  workload: Workload, host, par: ParallelConfig) -> Planned:
+    """Apply planned TP/EP to a single-GPU capture (see the module docstring)."""
+    modules = dict(model.named_modules())
+    attention = {("" if r.module == "(root)" else r.module): r.spec for r in rows if r.spec is not None}
+    notes: list[str] = []
+    plan = None
+    sources: list[str] = []
+    if par.tp > 1:
+        styles: dict[str, str] = {}
+        answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload,
+                                attention=attention)
+        for answer, plugin in answers:
+            resolved, more = resolve(answer, modules)
+            notes.extend(more)
+            for path, style in resolved.items():
+                styles.setdefault(path, style)
+            sources.append(plugin)
+        # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
+        # plugin answers with them already; they also stand in when it is not installed)
+        rules, _ = resolve(structural_plan(model, attention), modules)
+        added = {p: st for p, st in rules.items() if p not in styles}
+        if added:
+            styles.update(added)
+            sources.append("structural rules")
+        plan = build_plan(styles, modules, attention, par.tp)
+        plan.sources, plan.notes = sources, notes
+        cap = shard_capture(cap, plan)
+        for path, style in styles.items():
+            if style == "experts" and any(op.module == path and op.kind not in ("modelled", "collective")
+                                          for op in cap.ops):
+                notes.append(f"{path}: experts not modelled by a plugin: their ops ran whole (not split)")
+    if par.ep > 1 and not any(op.kind == "modelled" and op.name.startswith("moe.") for op in cap.ops):
+        notes.append(f"--ep {par.ep}: no modelled expert layers in this model: nothing split across experts")
+
+    per_gpu_rows = attribute_attention(cap, model, workload, host)
+    per_gpu_rows, att = shard_attention(per_gpu_rows, par.tp, workload, host)
+    counts: dict[str, int] = {}
+    if plan is not None:
+        for style in plan.styles.values():
+            counts[style] = counts.get(style, 0) + 1
+    section = {
+        "tp": par.tp,
+        "ep": par.ep,
+        "gpus": max(par.tp, par.ep),
+        "plan_sources": sources,
+        "plan_counts": counts,
+        "plan": [{"module": p, "style": s, "fraction": plan.fractions.get(p, 1.0 / par.tp if s == "rowwise" else 1.0)}
+                 for p, s in plan.styles.items()] if plan else [],
+        "attention": att,
+        "kv_heads_replicated": sorted({a["module"] for a in att if a["kv_heads"] == "replicated"}),
+        "weights_per_gpu": weights_per_gpu(model, plan, par),
+        "batch_meaning": ("the batch is per GPU (data-parallel attention): each GPU's attention runs "
+                          "its own batch, the experts are shared" if par.ep > 1 and par.tp == 1 else
+                          "the batch is shared by the group: every GPU sees every sequence, each "
+                          "computing its share of the heads and columns"),
+        "assumptions": list(ASSUMPTIONS),
+        "notes": notes,
+    }
+    return Planned(capture=cap, attention=per_gpu_rows, section=section)

@@ -1,0 +1,649 @@
+"""Sweeps: one model profiled over a grid of (batch, context), and the critical batch per context.
+
+The model is built once per sweep (it does not depend on batch or context); each point makes its
+own inputs and runs one capture. The critical batch comes from the model's own counts: per-step
+FLOPs and bytes are fitted as affine functions of batch from two profiled batches, the fit is
+checked on a third, and the batch it solves is profiled. Where the fit fails (MoE: the experts
+touched grow with batch) or its batch does not reach the ridge when profiled, the batch is found by
+a search with real profiles, never above `max_batch`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
+
+from tabulate import tabulate
+
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.plugins import get_host
+from rooflinekit.core.units import seconds, si
+from rooflinekit.core.version import SCHEMA_VERSION, __version__
+from rooflinekit.outputs.render import to_json
+from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.roofline import intensity
+
+#: A fit whose prediction misses a checked batch by more than this is not trusted.
+FIT_TOLERANCE = 0.01
+#: The search for a critical batch stops here (meta-device profiles cost the same at any batch).
+MAX_BATCH = 4096
+#: Steps of one batch that the check of a solved batch may take (rounding at the boundary) before
+#: the fit is declared wrong and the batch is searched instead.
+ROUNDING_STEPS = 2
+
+
+def assumption(max_batch: int = MAX_BATCH, explore: bool = True) -> str:
+    """The note every sweep with a critical batch carries (`explore`: other batches may be profiled)."""
+    head = (
+        "critical batch: the smallest batch whose whole step (executed FLOPs / executed bytes) reaches "
+        "the ridge point. Per-step FLOPs and bytes are assumed affine in batch, F(B) = F0 + B*f and "
+        "bytes(B) = W + B*k (weights read once per step, per-sequence work fixed), fitted on two "
+        "profiled batches and checked on the others; the intensity then saturates at f/k."
+    )
+    if not explore:
+        return head + " Here the batch the fit solves is not profiled, and a fit that misses is not searched."
+    return head + (
+        " The batch the fit solves is profiled, with the one below it. A fit off by more than "
+        f"{FIT_TOLERANCE:.0%} (MoE: experts touched grow with batch), or a solved batch that does not "
+        "reach the ridge when profiled, is replaced by a search with real profiles (doubling, then "
+        f"bisection, up to max_batch {max_batch}), which assumes the intensity does not fall as batch grows."
+    )
+
+
+Probe = Callable[[int], tuple[float, float]]
+
+
+# -- one point -------------------------------------------------------------------------------
+
+
+def point_row(report: dict) -> dict:
+    """The sweep row of one profile report: the whole step, its byte split, attention totals."""
+    w, t = report["workload"], report["totals"]
+    att = attention_figures(report)
+    nbytes = t["bytes"] or 0.0
+    uncounted = t.get("uncounted_bytes")
+    # the step with each recognised attention layer at its architecture minimum (a fused kernel)
+    ideal_bytes = nbytes - att["bytes_executed"] + att["bytes_min"]
+
+    def share(value):
+        return value / nbytes if nbytes and value is not None else None
+
+    return {
+        "batch": w["batch"],
+        "context": w["context"],
+        "phase": w["phase"],
+        "tokens": w["tokens"],
+        "flops": t["flops"],
+        "flops_model": t["flops_model"],
+        "bytes": nbytes,
+        "intensity": t["intensity"],
+        "attainable_flops": t["attainable_flops"],
+        "bound": t["bound"],
+        "time_bound_s": t["time_bound_s"],
+        "predicted_step_s": t["predicted_step_s"],
+        "tokens_per_s": t["tokens_per_s"],
+        "mfu_bound": t["mfu_bound"],
+        "mfu_bound_model": t["mfu_bound_model"],
+        "weight_bytes": t["weight_bytes"],
+        "kv_bytes_executed": t["kv_bytes_executed"],
+        "kv_bytes_min": t["kv_bytes_min"],
+        "other_bytes": t["other_bytes"],
+        "uncounted_bytes": uncounted,
+        "weight_share": share(t["weight_bytes"]),
+        "kv_share": share(t["kv_bytes_executed"]),
+        "other_share": share(t["other_bytes"]),
+        "uncounted_bytes_share": share(uncounted),
+        "attention": att,
+        "step_at_attention_minimum": {
+            "flops": t["flops_model"],
+            "bytes": ideal_bytes,
+            "intensity": intensity(t["flops_model"], ideal_bytes),
+        },
+    }
+
+
+def _always(model):
+    """A build_model that hands back an already built model: the sweep builds once."""
+
+    def build_model(**_options):
+        return model
+
+    return build_model
+
+
+class Profiler:
+    """Profile one model at any (batch, context), building it once and caching each point's row.
+
+    Counts only: no point is timed, whatever the device (measured mode is `profile --measure`).
+    The notes and warnings of every profile are kept, each once, in order of first appearance.
+    """
+
+    def __init__(self, source, base, hardware: str, *, depth: int = 3, host=None, db=None):
+
+        self.source = source
+        self.base = base
+        self.hardware = hardware
+        self.depth = depth
+        self.host = host or get_host()
+        self.db = db or hardware_db(self.host)
+        self.rows: dict[tuple[int, int], dict] = {}
+        self.header: dict | None = None  # schema_version, tool, model, hardware of the first report
+        self.notes: dict[str, None] = {}  # ordered sets
+        self.warnings: dict[str, None] = {}
+        self.profiles = 0
+        self._built = None
+
+    def row(self, batch: int, context: int) -> dict:
+        """The sweep row at (batch, context), profiling it on first use."""
+        key = (batch, context)
+        if key not in self.rows:
+            self.rows[key] = point_row(self.report(batch, context))
+        return self.rows[key]
+
+    def report(self, batch: int, context: int) -> dict:
+        """A full profile report at (batch, context) with the model built once (counts, not timed)."""
+
+        workload = replace(self.base, batch=batch, context=context)
+        source = self._built or self.source
+        result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
+                         measure=False)
+        self.profiles += 1
+        if self._built is None:
+            self._built = replace(self.source, build_model=_always(result.model))
+        r = result.report
+        if self.header is None:
+            self.header = {k: r[k] for k in ("schema_version", "tool", "model", "hardware")}
+        self.notes.update(dict.fromkeys(r.get("notes", [])))
+        self.warnings.update(dict.fromkeys(r.get("warnings", [])))
+        return r
+
+    def probe(self, context: int, basis: str = "executed") -> Probe:
+        """(flops, bytes) of the whole step as a function of batch, at one context."""
+
+        def run(batch: int) -> tuple[float, float]:
+            r = self.row(batch, context)
+            if basis == "executed":
+                return r["flops"], r["bytes"]
+            ideal = r["step_at_attention_minimum"]
+            return ideal["flops"], ideal["bytes"]
+
+        return run
+
+
+# -- critical batch ----------------------------------------------------------------------------
+
+
+def _reaches(value: float | None, ridge: float) -> bool:
+    """An intensity at or above the ridge; None (no bytes moved) is compute-bound, as in roofline.place."""
+    return value is None or value >= ridge
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    """F(B) = flops0 + B*flops_per_seq and bytes(B) = bytes0 + B*bytes_per_seq, from two batches."""
+
+    flops0: float
+    flops_per_seq: float
+    bytes0: float
+    bytes_per_seq: float
+    batches: tuple[int, int]
+    residual: float | None = None  # largest relative miss on the checked batches
+    checked: tuple[int, ...] = ()
+
+    @classmethod
+    def through(cls, b1: int, p1: tuple[float, float], b2: int, p2: tuple[float, float]) -> AffineFit:
+        f = (p2[0] - p1[0]) / (b2 - b1)
+        k = (p2[1] - p1[1]) / (b2 - b1)
+        return cls(p1[0] - b1 * f, f, p1[1] - b1 * k, k, (b1, b2))
+
+    def flops(self, batch: float) -> float:
+        return self.flops0 + batch * self.flops_per_seq
+
+    def bytes(self, batch: float) -> float:
+        return self.bytes0 + batch * self.bytes_per_seq
+
+    def intensity(self, batch: float) -> float | None:
+        return intensity(self.flops(batch), self.bytes(batch))
+
+    @property
+    def saturation(self) -> float:
+        """The limit of F(B)/bytes(B) as B grows: f/k."""
+        return math.inf if self.bytes_per_seq <= 0 else self.flops_per_seq / self.bytes_per_seq
+
+    def miss(self, batch: int, point: tuple[float, float]) -> float:
+        """Relative miss of the fit on a profiled point (the worse of FLOPs and bytes)."""
+        flops, nbytes = point
+        return max(abs(self.flops(batch) - flops) / flops if flops else 0.0,
+                   abs(self.bytes(batch) - nbytes) / nbytes if nbytes else 0.0)
+
+    def critical(self, ridge: float) -> int | None:
+        """The smallest integer B >= 1 with F(B)/bytes(B) >= ridge, or None where none does."""
+        if _reaches(self.intensity(1), ridge):
+            return 1
+        slope = self.flops_per_seq - ridge * self.bytes_per_seq
+        if slope <= 0:
+            return None
+        b = max(1, math.ceil((ridge * self.bytes0 - self.flops0) / slope - 1e-9))
+        while not _reaches(self.intensity(b), ridge):  # guard against rounding at the boundary
+            b += 1
+        while b > 1 and _reaches(self.intensity(b - 1), ridge):
+            b -= 1
+        return b
+
+
+@dataclass
+class CriticalBatch:
+    """The critical batch at one context: where the whole step reaches the ridge, or its ceiling.
+
+    `profiled` says whether the answer was checked with real profiles: the critical batch (and the
+    batch below it), or for "never up to max_batch" the profile at max_batch. Where it is False the
+    answer is the fit's extrapolation and the summary says so.
+    """
+
+    context: int
+    critical_batch: int | None
+    saturation_intensity: float | None
+    ridge: float
+    method: str  # "affine fit" | "search" | "none" (not computed: see note)
+    basis: str = "executed"
+    residual: float | None = None
+    fit: dict | None = None
+    checked: dict[int, float | None] = field(default_factory=dict)  # batch -> profiled intensity
+    note: str = ""
+    max_batch: int = MAX_BATCH
+    profiled: bool = False
+    fallback: str = ""  # why a search replaced the fit
+
+    def summary(self) -> str:
+        """'never: saturates at 7.9 FLOP/B, ridge 295 [...]' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295) [...]'."""
+        if self.method == "none":
+            return f"not computed: {self.note}"
+        sat = _fmt(self.saturation_intensity)
+        ridge = f"ridge {self.ridge:.0f}"
+        fitted = f"B={self.fit['batches'][0]},{self.fit['batches'][1]}" if self.fit else "-"
+        residual = "unchecked" if self.residual is None else f"{100 * self.residual:.2g}%"
+        if self.method == "search":
+            if self.critical_batch is None:
+                text = (f"never up to max_batch {self.max_batch}: intensity "
+                        f"{_fmt(self.checked.get(self.max_batch))} there, marginal {sat} FLOP/B, {ridge}")
+            else:
+                text = (f"B* = {self.critical_batch} (intensity {_fmt(self.checked.get(self.critical_batch))} "
+                        f"there, marginal {sat} FLOP/B, {ridge})")
+            return f"{text} [search, {len(self.checked)} profiles: {self.fallback}]"
+        fit_crit = (self.fit or {}).get("critical")
+        beyond = self.critical_batch is None and fit_crit is not None and fit_crit > self.max_batch
+        if beyond and self.profiled:
+            text = (f"never up to max_batch {self.max_batch}: intensity {_fmt(self.checked.get(self.max_batch))} "
+                    f"there; the fit reaches the ridge at B={fit_crit} (saturates at {sat} FLOP/B, {ridge})")
+        elif beyond:
+            text = (f"never up to max_batch {self.max_batch}: the fit reaches the ridge at B={fit_crit} "
+                    f"(saturates at {sat} FLOP/B, {ridge})")
+        elif self.critical_batch is None:
+            text = f"never: saturates at {sat} FLOP/B, {ridge}"
+        else:
+            text = f"B* = {self.critical_batch} (saturates at {sat} FLOP/B, {ridge})"
+        tail = ""
+        if self.critical_batch is not None or beyond:
+            tail = (f"; profiled at B={','.join(map(str, sorted(self.checked)))}" if self.profiled
+                    else "; extrapolated, not profiled")
+        return f"{text} [affine fit on {fitted}, residual {residual}{tail}]"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["checked"] = {str(b): i for b, i in self.checked.items()}
+        d["summary"] = self.summary()
+        return d
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+
+
+def probe_batches(batches: Iterable[int], limit: int | None = None) -> list[int]:
+    """At least three distinct batches: the sweep's own, topped up from 1, 2, 8, 32, 128 (none above `limit`)."""
+    chosen = sorted(set(batches))
+    for extra in (1, 2, 8, 32, 128):
+        if len(chosen) >= 3:
+            break
+        if extra not in chosen and (limit is None or extra <= limit):
+            chosen = sorted({*chosen, extra})
+    return chosen
+
+
+def fit_affine(probe: Probe, batches: list[int]) -> AffineFit:
+    """Fit through the smallest and largest batch; the residual is the worst miss on the others."""
+    b1, b2 = batches[0], batches[-1]
+    fit = AffineFit.through(b1, probe(b1), b2, probe(b2))
+    inner = tuple(batches[1:-1])
+    residual = max((fit.miss(b, probe(b)) for b in inner), default=None)
+    return replace(fit, residual=residual, checked=inner)
+
+
+def search_critical(probe: Probe, ridge: float, max_batch: int = MAX_BATCH,
+                    seen: dict[int, float | None] | None = None) -> tuple[int | None, float | None, dict[int, float | None]]:
+    """Doubling then bisection with real profiles; returns (batch or None, marginal intensity, probes).
+
+    Never profiles above `max_batch`; the batch returned was profiled and reaches the ridge, the one
+    below it was profiled and does not. Assumes the step's intensity does not fall as batch grows.
+    The saturation estimate is the marginal intensity between the two largest batches probed:
+    (F2-F1)/(bytes2-bytes1). `seen` holds intensities already profiled (batch -> FLOP/B).
+    """
+    seen = dict(seen or {})
+
+    def at(b: int) -> float | None:
+        if b not in seen:
+            seen[b] = intensity(*probe(b))
+        return seen[b]
+
+    lo, hi, b = 0, None, 1
+    while True:
+        if _reaches(at(b), ridge):
+            hi = b
+            break
+        lo = b
+        if b >= max_batch:
+            break
+        b = min(2 * b, max_batch)
+    if hi is not None:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _reaches(at(mid), ridge):
+                hi = mid
+            else:
+                lo = mid
+    top = sorted(b for b in seen if b <= max_batch)[-2:]
+    marginal = None
+    if len(top) == 2:
+        (f1, y1), (f2, y2) = probe(top[0]), probe(top[1])
+        marginal = math.inf if y2 == y1 else (f2 - f1) / (y2 - y1)
+    return hi, marginal, seen
+
+
+def critical_batch(
+    probe: Probe,
+    context: int,
+    ridge: float,
+    batches: Iterable[int],
+    *,
+    basis: str = "executed",
+    tolerance: float = FIT_TOLERANCE,
+    max_batch: int = MAX_BATCH,
+    explore: bool = True,
+) -> CriticalBatch:
+    """The critical batch at `context` from profiles: an affine fit whose batch is profiled, else a search.
+
+    `explore=False` (a sweep on a real device, where a batch is real memory) profiles nothing but
+    `batches` and the top-ups no larger than them: the answer is then the fit's extrapolation,
+    marked "not profiled", and a fit that misses is not replaced by a search.
+    """
+    given = sorted(set(batches))
+    chosen = probe_batches(given) if explore else probe_batches(given, limit=max(given))
+    if len(chosen) < 2:
+        return CriticalBatch(context, None, None, ridge, "none", basis, max_batch=max_batch,
+                             note=f"one batch ({chosen[0]}) cannot be fitted and other batches are not profiled "
+                             "on a real device: sweep two or more batches, or use --device meta")
+    fit = fit_affine(probe, chosen)
+    crit_fit = fit.critical(ridge)
+    fit_dict = {
+        "flops0": fit.flops0, "flops_per_seq": fit.flops_per_seq, "bytes0": fit.bytes0,
+        "bytes_per_seq": fit.bytes_per_seq, "batches": list(fit.batches), "checked": list(fit.checked),
+        "critical": crit_fit,
+    }
+
+    def result(crit, saturation, method, checked=None, note="", profiled=False, fallback=""):
+        return CriticalBatch(context, crit, saturation, ridge, method, basis, fit.residual, fit_dict,
+                             dict(sorted((checked or {}).items())), note, max_batch, profiled, fallback)
+
+    fitted = f"B={fit.batches[0]},{fit.batches[1]}"
+    if fit.residual is not None and fit.residual > tolerance:
+        why = f"affine fit on {fitted} missed by {100 * fit.residual:.2g}% (bytes not affine in batch, e.g. MoE)"
+        if not explore:
+            return result(None, None, "none", note=f"{why}; no search on a real device (each batch is real "
+                          "memory): rerun the sweep with --device meta for a searched critical batch")
+        return _searched(probe, ridge, max_batch, {}, why, result)
+    if crit_fit is None:
+        return result(None, fit.saturation, "affine fit")
+    if not explore:
+        return result(crit_fit if crit_fit <= max_batch else None, fit.saturation, "affine fit")
+    seen: dict[int, float | None] = {}
+
+    def at(b: int) -> float | None:
+        if b not in seen:
+            seen[b] = intensity(*probe(b))
+        return seen[b]
+
+    if crit_fit > max_batch:
+        if not _reaches(at(max_batch), ridge):
+            return result(None, fit.saturation, "affine fit", seen, profiled=True)
+        why = f"the affine fit puts B* at {crit_fit}, but B={max_batch} already reaches the ridge"
+        return _searched(probe, ridge, max_batch, seen, why, result)
+    b = crit_fit
+    for _ in range(ROUNDING_STEPS + 1):  # step by one where rounding put the solved batch off the boundary
+        if b > max_batch:
+            break
+        if _reaches(at(b), ridge):
+            if b == 1 or not _reaches(at(b - 1), ridge):
+                return result(b, fit.saturation, "affine fit", seen, profiled=True)
+            b -= 1
+        else:
+            b += 1
+    why = (f"the affine fit's B*={crit_fit} (fitted on {fitted}, residual "
+           f"{'unchecked' if fit.residual is None else f'{100 * fit.residual:.2g}%'}) profiled at "
+           f"{_fmt(seen[crit_fit])} FLOP/B, below the ridge")
+    return _searched(probe, ridge, max_batch, seen, why, result)
+
+
+def _searched(probe: Probe, ridge: float, max_batch: int, seen: dict, why: str, result) -> CriticalBatch:
+    crit, marginal, seen = search_critical(probe, ridge, max_batch, seen)
+    note = (f"searched with real profiles at {len(seen)} batches up to {max(seen)}; the saturation shown is the "
+            "marginal intensity between the two largest batches profiled")
+    return result(crit, marginal, "search", seen, note, profiled=True, fallback=why)
+
+
+# -- the sweep --------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepResult:
+    """Rows per point, critical batch per context, and whether the user stopped it early."""
+
+    header: dict
+    base: dict
+    batches: list[int]
+    contexts: list[int]
+    points: list[dict] = field(default_factory=list)
+    critical: list[CriticalBatch] = field(default_factory=list)
+    critical_ideal: list[CriticalBatch] = field(default_factory=list)
+    interrupted: bool = False
+    profiles: int = 0
+    wall_s: float = 0.0
+    max_batch: int = MAX_BATCH
+    explore: bool = True  # whether the critical batch may profile batches the sweep did not ask for
+    notes: list[str] = field(default_factory=list)  # every profile's notes, each once, then the sweep's own
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        notes = list(self.notes)
+        if self.critical:
+            notes.append(assumption(self.max_batch, self.explore))
+        if self.interrupted:
+            total = len(self.batches) * len(self.contexts)
+            notes.append(f"interrupted: {len(self.points)} of {total} points done"
+                         + ("" if len(self.points) == total else "; critical batch not computed")
+                         + (f"; critical batch for {len(self.critical)} of {len(self.contexts)} contexts"
+                            if len(self.points) == total else ""))
+        return {
+            "schema_version": self.header.get("schema_version", SCHEMA_VERSION),
+            "kind": "sweep",
+            "tool": self.header.get("tool", {"name": "rooflinekit", "version": __version__}),
+            "model": self.header.get("model", {}),
+            "hardware": self.header.get("hardware", {}),
+            "workload": dict(self.base, batches=self.batches, contexts=self.contexts),
+            "points": self.points,
+            "critical_batch": [c.to_dict() for c in self.critical],
+            "critical_batch_attention_minimum": [c.to_dict() for c in self.critical_ideal],
+            "interrupted": self.interrupted,
+            "profiles": self.profiles,
+            "wall_s": self.wall_s,
+            "warnings": list(self.warnings),
+            "notes": notes,
+        }
+
+
+def run_sweep(
+    source,
+    base,
+    batches: list[int],
+    contexts: list[int],
+    hardware: str,
+    *,
+    critical: bool = True,
+    max_batch: int = MAX_BATCH,
+    progress: Callable[[dict], None] | None = None,
+    profiler: Profiler | None = None,
+) -> SweepResult:
+    """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done.
+
+    On the meta device the critical batch is checked with profiles at any batch up to `max_batch`
+    (they cost the same at any batch). On a real device (cpu, cuda) each batch is real memory, so
+    only the sweep's own batches are profiled: the critical batch is then the fit's extrapolation,
+    and a note says so.
+    """
+
+    start = time.perf_counter()
+    prof = profiler or Profiler(source, base, hardware)
+    base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
+    explore = base.device == "meta"
+    result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts),
+                         max_batch=max_batch, explore=explore)
+    try:
+        for context in contexts:
+            for batch in batches:
+                row = prof.row(batch, context)
+                result.points.append(row)
+                if progress:
+                    progress(row)
+        if critical:
+            ridge = prof.header["hardware"]["ridge"]
+            for context in contexts:
+                result.critical.append(critical_batch(prof.probe(context), context, ridge, batches,
+                                                      max_batch=max_batch, explore=explore))
+                if prof.row(batches[0], context)["attention"]["recognised"]:
+                    result.critical_ideal.append(critical_batch(
+                        prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
+                        max_batch=max_batch, explore=explore))
+    except KeyboardInterrupt:
+        result.interrupted = True
+    result.header = prof.header or {}
+    result.profiles = prof.profiles
+    result.notes = list(prof.notes)
+    result.warnings = list(prof.warnings)
+    if critical and not explore:
+        result.notes.append(
+            f"device {base.device}: the critical batch is fitted on profiles no larger than the sweep's "
+            "largest batch, and neither checked with a profile at the batch it solves nor searched (each "
+            "batch is real memory there): it is extrapolated; rerun the sweep with --device meta for a "
+            "profiled critical batch")
+    uncounted = [p for p in result.points if p.get("uncounted_bytes_share")]
+    if uncounted:
+        top = max(uncounted, key=lambda p: p["uncounted_bytes_share"])
+        result.notes.append(
+            f"ops without a FLOP formula move up to {100 * top['uncounted_bytes_share']:.1f}% of a step's bytes "
+            f"(B={top['batch']}, S={top['context']}; uncounted_bytes_share per point): their FLOPs count as 0")
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+ROW_FIELDS = ["batch", "context", "flops", "bytes", "intensity", "bound", "predicted_step_s", "tokens_per_s",
+              "mfu_bound", "weight_bytes", "kv_bytes_executed", "other_bytes", "weight_share", "kv_share",
+              "other_share", "attention_intensity_min", "attention_intensity_executed", "time_bound_s",
+              "flops_model", "mfu_bound_model", "kv_bytes_min", "uncounted_bytes", "uncounted_bytes_share"]
+
+
+def flat_row(row: dict) -> dict:
+    """A point row with the attention figures lifted to the top level (CSV, tables)."""
+    out = {k: row.get(k) for k in ROW_FIELDS}
+    out["attention_intensity_min"] = row["attention"]["intensity_min"]
+    out["attention_intensity_executed"] = row["attention"]["intensity_executed"]
+    return out
+
+
+def render_sweep(data: dict, fmt: str) -> str:
+    """The sweep dict as table, markdown, csv or json."""
+
+
+
+    if fmt == "json":
+        return to_json(data)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=ROW_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        for row in data["points"]:
+            writer.writerow(flat_row(row))
+        return buf.getvalue()
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+
+    def num(v, digits=3):
+        return "-" if v is None else f"{v:.{digits}g}"
+
+    headers = ["B", "S", "FLOPs", "bytes", "FLOP/B", "bound", "step", "tokens/s", "MFU bound",
+               "weights", "KV", "other", "attn I min", "attn I exec"]
+    rows = [[r["batch"], r["context"], si(r["flops"]), si(r["bytes"], "B"), num(r["intensity"]), r["bound"],
+             seconds(r["predicted_step_s"]), si(r["tokens_per_s"]), pct(r["mfu_bound"]),
+             pct(r["weight_share"]), pct(r["kv_share"]), pct(r["other_share"]),
+             num(r["attention"]["intensity_min"]), num(r["attention"]["intensity_executed"])]
+            for r in data["points"]]
+    md = fmt == "markdown"
+    hw, w, model = data["hardware"], data["workload"], data["model"]
+    head = [
+        f"model: {model.get('name', '?')} ({model.get('path', '')}), options {w.get('options') or '{}'}",
+        f"sweep: {w['phase']}, batches {','.join(map(str, w['batches']))}, contexts "
+        f"{','.join(map(str, w['contexts']))}, {w['dtype']}, device {w['device']}",
+    ]
+    if hw:
+        head.append(f"hardware: {hw['name']}: {si(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
+                    f"{si(hw['bandwidth'], 'B/s')}, ridge {hw['ridge']:.1f} FLOP/B")
+    out = io.StringIO()
+    if md:
+        out.write("# rooflinekit sweep\n\n" + "\n".join(f"- {h}" for h in head) + "\n\n")
+    else:
+        out.write("\n".join(head) + "\n\n")
+    out.write(("## Points\n\n" if md else "")
+              + tabulate(rows, headers=headers, tablefmt="github" if md else "simple", disable_numparse=True)
+              + "\n\n")
+    if data["critical_batch"]:
+        out.write("## Critical batch\n\n" if md else "Critical batch (whole step reaches the ridge):\n")
+        ideal = {c["context"]: c for c in data.get("critical_batch_attention_minimum", [])}
+        for c in data["critical_batch"]:
+            line = f"S={c['context']}: {c['summary']}"
+            if c["context"] in ideal:
+                line += f"; with attention at its architecture minimum: {ideal[c['context']]['summary']}"
+            out.write(("- " if md else "  ") + line + "\n")
+            notes = [c.get("note") if c["method"] != "none" else ""]  # "none": the summary is the note
+            if c["context"] in ideal and ideal[c["context"]].get("note") and ideal[c["context"]]["method"] != "none":
+                notes.append("with attention at its architecture minimum: " + ideal[c["context"]]["note"])
+            for note in filter(None, notes):
+                out.write(("  " if md else "    ") + note + "\n")
+        out.write("\n")
+    for line in data.get("notes", []):
+        out.write(f"note: {line}\n" if not md else f"- note: {line}\n")
+    for line in data.get("warnings", []):
+        out.write(f"warning: {line}\n" if not md else f"- warning: {line}\n")
+    return out.getvalue()
+
+
+

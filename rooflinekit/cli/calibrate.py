@@ -1,0 +1,78 @@
+"""`rooflinekit calibrate`: measure real ceilings and save them as a hardware entry."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import click
+from tabulate import tabulate
+
+from rooflinekit.analyses.calibrate import (
+    calibrate,
+    check_device,
+    check_output,
+    check_size_mb,
+    datasheet_entry,
+    default_name,
+    hardware_argument,
+    save,
+)
+from rooflinekit.cli.base import Command
+from rooflinekit.cli.options import debug_option
+from rooflinekit.core.files import check_writable
+from rooflinekit.core.units import si
+from rooflinekit.stages.hardware import hardware_db
+
+
+@click.command("calibrate", cls=Command)
+@click.option("--device", default=None, help="cuda or cpu (default: cuda if available, else cpu).")
+@click.option("--output", "-o", default=None,
+              help="Write the entry to this .toml file (default: the user hardware folder, "
+                   "$ROOFLINEKIT_HOME/hardware).")
+@click.option("--name", default=None, help="Entry name (default: '<datasheet entry> calibrated', or 'CPU calibrated').")
+@click.option("--size-mb", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Copy buffer for the bandwidth test, MB (default 1024 on CUDA, 128 on CPU).")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
+              help="Matmul dtypes to measure (repeatable; default fp32, bf16, fp16, and tf32 on CUDA).")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
+@debug_option
+def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, debug):
+    """Measure achievable memory bandwidth (large copies, read + write bytes) and matmul
+    throughput per dtype, and save them as a hardware entry (calibrated = true) that
+    `profile --hardware NAME` and `--compare-hardware NAME` accept."""
+
+    check_size_mb(size_mb)
+    if output:
+        check_output(output)
+        check_writable(output)
+    device = check_device(device)
+    db = hardware_db()
+    sheet = datasheet_entry(device, db)
+    cal = calibrate(device, size_mb, tuple(dtypes) or None, datasheet=sheet)
+    name = name or default_name(cal)
+    path = save(cal, name, output)
+    spec = db.find(sheet) if sheet else None
+    if fmt == "json":
+        click.echo(json.dumps({
+            "name": name, "path": str(path), "device": cal.device, "device_name": cal.device_name,
+            "calibrated_from": sheet, "memory_bandwidth": cal.bandwidth, "peak_flops": cal.peaks,
+            "matmul_n": cal.matmul_n, "skipped": cal.skipped, "wall_s": cal.wall_s,
+        }, indent=2))
+        return
+    click.echo(f"calibrated {cal.device_name} ({cal.device}) in {cal.wall_s:.1f} s"
+               + (f"; datasheet entry {sheet}" if sheet else ""))
+    rows = [["memory bandwidth", si(cal.bandwidth, "B/s"), si(cal.bandwidth_median, "B/s"),
+             si(spec.memory_bandwidth, "B/s") if spec else "-",
+             f"{cal.bandwidth / spec.memory_bandwidth:.0%}" if spec else "-"]]
+    for k, v in cal.peaks.items():
+        sheet_v = spec.peak_flops.get(k) if spec else None
+        rows.append([f"{k} matmul (n={cal.matmul_n[k]})", si(v, "FLOP/s"), si(cal.peaks_median[k], "FLOP/s"),
+                     si(sheet_v, "FLOP/s") if sheet_v else "-", f"{v / sheet_v:.0%}" if sheet_v else "-"])
+    for k, why in cal.skipped.items():
+        rows.append([f"{k} matmul", "not supported", why[:60], "-", "-"])
+
+    click.echo(tabulate(rows, headers=["ceiling", "measured (best)", "median", "datasheet", "of datasheet"],
+                        disable_numparse=True))
+    click.echo(f"wrote {path}")
+    click.echo(f"use it with: rooflinekit profile MODEL --hardware {shlex.quote(hardware_argument(name, path))}")

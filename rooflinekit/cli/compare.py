@@ -1,0 +1,29 @@
+"""`rooflinekit compare A.json B.json`: two saved reports side by side, with A/B ratios."""
+
+from __future__ import annotations
+
+import click
+
+from rooflinekit.analyses.compare import compare, render_compare
+from rooflinekit.cli.base import Command
+from rooflinekit.cli.options import debug_option, emit
+from rooflinekit.core.files import check_writable
+from rooflinekit.outputs.render import FORMATS
+from rooflinekit.outputs.report_io import load_report
+
+
+@click.command("compare", cls=Command)
+@click.argument("report_a", metavar="A.json")
+@click.argument("report_b", metavar="B.json")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS[:2] + ("markdown",)), default="table",
+              show_default=True)
+@click.option("--output", "-o", default=None, help="Write the comparison to this file (atomically).")
+@debug_option
+def compare_cmd(report_a, report_b, fmt, output, debug):
+    """Two profile reports side by side, with A/B ratios: totals, attention (cache bytes per
+    token, per layer), and modules whose names match."""
+    if output:
+        check_writable(output)
+    a = load_report(report_a, ("profile",))
+    b = load_report(report_b, ("profile",))
+    emit(render_compare(compare(a, b, report_a, report_b), fmt), output)

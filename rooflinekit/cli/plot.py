@@ -1,0 +1,28 @@
+"""`rooflinekit plot REPORT.json`: a roofline chart from a saved profile or sweep report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rooflinekit.cli.base import Command
+from rooflinekit.cli.options import debug_option
+from rooflinekit.outputs.plot import check_target, write_plot
+from rooflinekit.outputs.report_io import load_report
+
+
+@click.command("plot", cls=Command)
+@click.argument("report", metavar="REPORT.json")
+@click.option("--output", "-o", default=None, metavar="FILE.png|.svg",
+              help="Chart file (default: REPORT with .png).")
+@click.option("--plot-depth", type=click.IntRange(1), default=None,
+              help="Plot every module at this depth instead of the weights-dominated ones.")
+@debug_option
+def plot(report, output, plot_depth, debug):
+    """Draw a roofline chart from a profile or sweep JSON report."""
+    data = load_report(report)
+    output = output or str(Path(report).with_suffix(".png"))
+    check_target(output)
+    n = write_plot(data, output, plot_depth)
+    click.echo(f"wrote {output} ({n} points)", err=True)

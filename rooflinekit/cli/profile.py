@@ -1,0 +1,120 @@
+"""`rooflinekit profile MODEL`: one model, one workload, placed on one accelerator."""
+
+from __future__ import annotations
+
+import click
+
+from rooflinekit.analyses.distributed import (
+    check_options,
+    leave,
+    multi_process,
+    requested,
+    run_ranks,
+)
+from rooflinekit.analyses.profile import profile as run_profile
+from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
+from rooflinekit.cli.options import (
+    debug_option,
+    emit,
+    make_workload,
+    parallel_options,
+    workload_options,
+)
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.files import check_writable
+from rooflinekit.outputs.plot import check_target, write_plot
+from rooflinekit.outputs.render import FORMATS, render
+from rooflinekit.stages.workload import load_source
+
+PROFILE_HELP = """Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place on a roofline.
+
+\b
+MODEL is a Python file that defines:
+  build_model(**options) -> torch.nn.Module
+  make_inputs(batch, context, phase, **options) -> tuple or list (positional args) or dict (kwargs)
+Both are called with the target device (meta by default) and the default dtype already in
+effect, so they must not pass device=/dtype= for floating tensors; on meta nothing is allocated.
+Options given with -O KEY=VALUE reach whichever of the two accepts KEY.
+
+\b
+CONTEXT is the number of key/value positions each new token attends to:
+  prefill: CONTEXT new tokens per sequence, causal among themselves;
+  decode:  one new token per sequence; its KV cache has CONTEXT slots, CONTEXT-1 earlier
+           tokens plus the new token's own K/V written into the last slot.
+
+MODEL may also be a transformers config.json (needs the hf extra) or anything a plugin loads.
+"""
+
+
+@click.command("profile", cls=Command, help=PROFILE_HELP, context_settings=CONTEXT_SETTINGS)
+@click.argument("model", metavar="MODEL")
+@workload_options
+@click.option("--depth", default=3, show_default=True, type=int, help="Roll modules up to this many path components.")
+@click.option("--group-layers", is_flag=True, help="Merge repeated layers (layers.*.mlp) in the module table.")
+@click.option("--top", default=25, show_default=True, type=click.IntRange(0),
+              help="Modules shown in the table (0: all).")
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
+@click.option("--measure/--no-measure", default=None,
+              help="Time the real forward (random weights) and join times to the counts; default: on "
+                   "with --device cuda, off otherwise (needs --device cpu or cuda).")
+@click.option("--warmup", default=2, show_default=True, type=int, help="Measured mode: untimed forwards first.")
+@click.option("--repeats", default=5, show_default=True, type=int, help="Measured mode: timed forwards (mean).")
+@click.option("--trace", default=None, metavar="FILE.json",
+              help="Measured mode: write a Chrome/Perfetto trace, op events annotated with their counts.")
+@click.option("--compare-hardware", default=None, metavar="NAME",
+              help="Also place every point on a second entry (e.g. a calibrated one): placement_alt.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
+@click.option("--plot-depth", type=click.IntRange(1), default=None,
+              help="Chart every module at this depth (default: the weights-dominated modules).")
+@parallel_options
+@click.option("--distributed/--no-distributed", default=None,
+              help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
+                   "writes one merged report. See docs/parallel.md.")
+@debug_option
+def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
+            measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
+            tp=1, ep=1, distributed=None):
+    workload, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep)
+    if output:
+        check_writable(output)
+    if trace:
+        check_writable(trace)
+    if depth < 1:
+        raise UserError(f"--depth must be at least 1, got {depth}")
+    if plot_depth is not None and not plot_path:
+        raise UserError("--plot-depth needs --plot FILE.png|.svg")
+    if plot_path:
+        check_target(plot_path)
+    if warmup < 0 or repeats < 1:
+        raise UserError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
+
+    def run(on_stage=None):
+        return run_profile(load_source(model, opts), workload, hardware or "auto", depth=depth,
+                           group_layers=group_layers, measure=measure, warmup=warmup, repeats=repeats,
+                           trace=trace, compare_hardware=compare_hardware, on_stage=on_stage).report
+
+    if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
+        check_options(tp, ep, trace)
+        try:
+            report = run_ranks(run, device)
+        except SystemExit as exc:
+            if multi_process():
+                leave(exc.code if isinstance(exc.code, int) else 1)
+            raise
+        if report is None:
+            if multi_process():
+                leave(0)
+            return
+    else:
+        report = run()
+    for w in report["warnings"]:
+        click.echo(f"rooflinekit: warning: {w}", err=True)
+    emit(render(report, fmt, top or None), output)
+    if trace:
+        click.echo(f"wrote {trace} (Chrome/Perfetto trace of the measured run)", err=True)
+    if plot_path:
+        click.echo(f"wrote {plot_path} ({write_plot(report, plot_path, plot_depth)} points)", err=True)
+    if requested(distributed):
+        if multi_process():
+            leave(0)

@@ -1,0 +1,95 @@
+"""`rooflinekit sweep MODEL`: a grid of batch x context, and the critical batch per context."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from rooflinekit.analyses.sweep import MAX_BATCH, render_sweep, run_sweep
+from rooflinekit.cli.base import Command
+from rooflinekit.cli.options import (
+    debug_option,
+    emit,
+    make_workload,
+    parallel_options,
+    workload_options,
+)
+from rooflinekit.core.files import check_writable
+from rooflinekit.outputs.plot import check_target, write_plot
+from rooflinekit.outputs.render import FORMATS
+from rooflinekit.outputs.report_io import int_list
+from rooflinekit.stages.workload import load_source
+
+SWEEP_HELP = """Profile MODEL at every BATCH x CONTEXT; find the critical batch per context.
+
+\b
+One row per point: the whole step's FLOPs, bytes, intensity, bound, predicted step time,
+tokens/s, bound MFU, the byte split (weights / KV cache / other) and attention's intensity
+(architecture minimum and as executed). The model is built once.
+
+\b
+Critical batch: the smallest batch at which the whole step reaches the ridge point, from an
+affine fit of per-step FLOPs and bytes in batch (checked on a third batch; the batch it solves
+is profiled; a fit off by more than 1%, or a solved batch below the ridge, falls back to a
+search with real profiles up to --max-batch), or "never" with the intensity it saturates at.
+On --device cpu/cuda only the sweep's own batches are profiled: the critical batch is then
+extrapolated from the fit, and says so.
+Ctrl-C keeps the points already done (written with a note), and exits non-zero.
+"""
+
+def decorate(f):
+    f = workload_options(f)
+    f.__click_params__ = [p for p in f.__click_params__ if p.name not in ("batch", "context")]
+    f = click.option("--batch", "-b", "batches", default="1,4,16,48", show_default=True, callback=int_list,
+                     help="Batches, comma-separated.")(f)
+    f = click.option("--context", "-s", "contexts", default="4096,32768", show_default=True, callback=int_list,
+                     help="Contexts, comma-separated.")(f)
+    return f
+
+@click.command("sweep", cls=Command, help=SWEEP_HELP)
+@click.argument("model", metavar="MODEL")
+@decorate
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", default=None, help="Write the sweep to this file (atomically).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
+@click.option("--no-critical", is_flag=True, help="Skip the critical batch.")
+@click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
+              help="Largest batch the critical-batch check and search profile, and the largest reported.")
+@parallel_options
+@debug_option
+def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
+          no_critical, max_batch, debug, tp=1, ep=1):
+    base, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
+    for c in contexts:
+        make_workload(phase, batches[0], c, dtype, device, ())
+    if output:
+        check_writable(output)
+    if plot_path:
+        check_target(plot_path)
+    source = load_source(model, opts)
+    total = len(batches) * len(contexts)
+    tty = sys.stderr.isatty()
+    bar = click.progressbar(length=total, label="sweep", file=sys.stderr) if tty else None
+    try:
+        if bar:
+            bar.__enter__()
+        result = run_sweep(source, base, batches, contexts, hardware or "auto",
+                           critical=not no_critical, max_batch=max_batch,
+                           progress=(lambda _row: bar.update(1)) if bar else None)
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+    data = result.to_dict()
+    if result.interrupted and not data["points"]:
+        raise KeyboardInterrupt
+    for w in data["warnings"]:
+        click.echo(f"rooflinekit: warning: {w}", err=True)
+    emit(render_sweep(data, fmt), output)
+    if plot_path:
+        n = write_plot(data, plot_path)
+        click.echo(f"wrote {plot_path} ({n} points)", err=True)
+    if result.interrupted:
+        click.echo(f"rooflinekit: error: interrupted after {len(data['points'])} of {total} points "
+                   "(the points done were written)", err=True)
+        sys.exit(130)

@@ -1,0 +1,56 @@
+"""Differences between torch releases, in one place; each entry names the version that needs it."""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.nn.modules import module as nn_module
+from torch.utils import flop_counter
+
+TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+
+#: The CPU flash-attention kernel that CPU SDPA dispatches to (torch >= 2.3); torch's flop
+#: registry has no entry for it, so torch 2.13 counts 0 FLOPs for CPU SDPA.
+CPU_FLASH_SDPA = "aten._scaled_dot_product_flash_attention_for_cpu"
+
+
+#: Before torch 2.8, destroying a gloo process group holds the GIL while it joins the group's
+#: worker threads, and a worker that is still dropping the last reference to a tensor of a
+#: collective that just finished needs the GIL to do so: destroy_process_group right after a
+#: collective can deadlock (seen on 2.5.1 within a few dozen one-rank groups). 2.8 releases the
+#: GIL in the destructor.
+GLOO_TEARDOWN_NEEDS_IDLE_WORKERS = TORCH_VERSION < (2, 8)
+
+
+@cache
+def torch_flop_registry() -> dict:
+    """torch.utils.flop_counter.flop_registry (present since torch 2.1)."""
+
+    return dict(getattr(flop_counter, "flop_registry", {}))
+
+
+@cache
+def sdpa_accepts_enable_gqa() -> bool:
+    """F.scaled_dot_product_attention(enable_gqa=...) exists from torch 2.5."""
+    return TORCH_VERSION >= (2, 5)
+
+
+def register_global_forward_hooks(pre, post):
+    """Global module forward hooks; `always_call=True` (torch >= 2.1) runs `post` on exceptions too."""
+
+    h1 = nn_module.register_module_forward_pre_hook(pre)
+    params = inspect.signature(nn_module.register_module_forward_hook).parameters
+    if "always_call" in params:
+        h2 = nn_module.register_module_forward_hook(post, always_call=True)
+    else:  # pragma: no cover - torch < 2.1 is unsupported; kept for clarity
+        h2 = nn_module.register_module_forward_hook(post)
+    return h1, h2
+
+
+def storage_ref(tensor: torch.Tensor):
+    """A weak reference to a tensor's storage (StorageWeakRef moved around; stable since 2.0)."""
+
+    return StorageWeakRef(tensor.untyped_storage())

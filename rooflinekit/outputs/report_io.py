@@ -1,0 +1,193 @@
+"""Reading saved reports back: load and check a profile or sweep JSON report, the figures that
+`sweep`, `plot` and `compare` all derive from a profile report, and the comma-list option parser.
+
+A report is checked before any command uses it: a file that is not a rooflinekit report, a report
+of another schema major version, or one that lacks a field the commands read is answered with one
+line naming what is wrong (UserError), never a KeyError.
+"""
+
+from __future__ import annotations
+
+import json
+from numbers import Real
+from pathlib import Path
+
+import click
+
+from rooflinekit.core.errors import ReportFileError
+from rooflinekit.core.version import READABLE_SCHEMAS
+
+#: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
+SCHEMA_MAJORS = tuple(dict.fromkeys(v.split(".")[0] for v in READABLE_SCHEMAS))
+
+_HARDWARE = {"name": str, "dtype": str, "peak_flops": "positive", "bandwidth": "positive", "ridge": "positive"}
+
+#: What the commands read from each kind of report: section -> {key: expected type}. "number" is a
+#: number or null, "positive" a number > 0, "list" a list; a list section's keys are checked on
+#: every element.
+REQUIRED = {
+    "profile": {
+        "workload": {"phase": str, "batch": int, "context": int, "dtype": str},
+        "hardware": _HARDWARE,
+        "totals": {"flops": "number", "bytes": "number", "intensity": "number", "flops_model": "number",
+                   "weight_bytes": "number", "kv_bytes_executed": "number", "kv_bytes_min": "number",
+                   "other_bytes": "number"},
+        "attention_totals": {"layers": int, "recognised": int, "flops_model": "number",
+                             "kv_bytes_min": "number", "kv_bytes_executed": "number",
+                             "cache_bytes_per_token": "number", "intensity_min": "number"},
+        "attention": {"module": str, "recognised": bool, "bytes_min": "number", "bytes_executed": "number",
+                      "flops_executed": "number"},
+        "modules": {"name": str, "flops": "number", "bytes": "number", "weight_bytes": "number"},
+    },
+    "sweep": {
+        "workload": {"phase": str, "dtype": str, "batches": "list", "contexts": "list"},
+        "hardware": _HARDWARE,
+        "points": {"batch": int, "context": int, "intensity": "number", "attention": dict},
+    },
+}
+LIST_SECTIONS = {"attention", "modules", "points"}
+
+
+def report_kind(data: object) -> str | None:
+    """'profile', 'sweep', or None when `data` does not look like a rooflinekit report at all.
+
+    A report says its kind (`"kind": "profile"` or `"sweep"`); a profile report written before
+    `kind` existed is recognised by `schema_version` with `totals` and `modules`. This only names
+    the kind: `check_report` says whether the fields the commands read are there.
+    """
+    if not isinstance(data, dict) or "schema_version" not in data:
+        return None
+    kind = data.get("kind")
+    if kind in ("profile", "sweep"):
+        return kind
+    if kind is None and "totals" in data and "modules" in data:
+        return "profile"
+    return None
+
+
+def _type_ok(value: object, expected) -> bool:
+    if expected == "number":
+        return value is None or (isinstance(value, Real) and not isinstance(value, bool))
+    if expected == "positive":
+        return isinstance(value, Real) and not isinstance(value, bool) and value > 0
+    if expected == "list":
+        return isinstance(value, list)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+def check_report(data: dict, kind: str) -> list[str]:
+    """The problems of a `kind` report: wrong schema major version, missing or mistyped fields."""
+    version = data.get("schema_version")
+    if not isinstance(version, str) or version.split(".")[0] not in SCHEMA_MAJORS:
+        readable = " and ".join(f"{m}.x" for m in SCHEMA_MAJORS)
+        return [f"schema_version {version!r} (this rooflinekit reads schema {readable})"]
+    problems: list[str] = []
+    for section, keys in REQUIRED[kind].items():
+        value = data.get(section)
+        if section in LIST_SECTIONS:
+            if not isinstance(value, list):
+                problems.append(f"{section} (a list)")
+                continue
+            for i, item in enumerate(value):
+                if not isinstance(item, dict):
+                    problems.append(f"{section}[{i}] (an object)")
+                    break
+                bad = [k for k, t in keys.items() if k not in item or not _type_ok(item[k], t)]
+                if bad:
+                    problems.append(", ".join(f"{section}[{i}].{k}" for k in bad))
+                    break  # the first bad element says enough
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"{section} (an object)")
+            continue
+        problems += [f"{section}.{k}" for k, t in keys.items() if k not in value or not _type_ok(value[k], t)]
+    if kind == "sweep" and not problems:
+        for i, p in enumerate(data["points"]):
+            bad = [k for k in ("intensity_min", "intensity_executed")
+                   if not _type_ok(p["attention"].get(k, ""), "number")]
+            if bad:
+                problems.append(", ".join(f"points[{i}].attention.{k}" for k in bad))
+                break
+    return problems
+
+
+def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> dict:
+    """Read a rooflinekit JSON report (profile or sweep) from `path`; UserError if it is not a usable one."""
+
+    file = Path(path)
+    if not file.exists():
+        raise ReportFileError(f"report not found: {path}")
+    if file.is_dir():
+        raise ReportFileError(f"{path} is a folder: give a report .json file")
+    try:
+        data = json.loads(file.read_text())
+    except UnicodeDecodeError:
+        raise ReportFileError(f"{path} is not a rooflinekit report: not a JSON text file") from None
+    except json.JSONDecodeError as exc:
+        raise ReportFileError(f"{path} is not a rooflinekit report: invalid JSON at line {exc.lineno}") from None
+    kind = report_kind(data)
+    if kind is None:
+        raise ReportFileError(f"{path} is not a rooflinekit report (write one with `rooflinekit profile -f json`)")
+    if kind not in kinds:
+        raise ReportFileError(f"{path} is a {kind} report; this command takes a {' or '.join(kinds)} report")
+    problems = check_report(data, kind)
+    if problems:
+        raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: missing or invalid "
+                        + "; ".join(problems))
+    return data
+
+
+def attention_figures(report: dict) -> dict:
+    """All recognised attention layers of a profile report together: FLOPs, bytes (architecture
+    minimum and as executed), KV bytes, cache bytes per token (in all and per layer), intensities."""
+    at = report["attention_totals"]
+    recognised = [a for a in report["attention"] if a["recognised"]]
+    bytes_min = sum(a["bytes_min"] for a in recognised)
+    bytes_exec = sum(a["bytes_executed"] for a in recognised)
+    flops_exec = sum(a["flops_executed"] for a in recognised)
+    layers = len(recognised)
+    return {
+        "layers": at["layers"],
+        "recognised": at["recognised"],
+        "flops_model": at["flops_model"],
+        "flops_executed": flops_exec,
+        "bytes_min": bytes_min,
+        "bytes_executed": bytes_exec,
+        "kv_bytes_min": at["kv_bytes_min"],
+        "kv_bytes_executed": at["kv_bytes_executed"],
+        "cache_bytes_per_token": at["cache_bytes_per_token"],
+        "cache_bytes_per_token_per_layer": at["cache_bytes_per_token"] / layers if layers else None,
+        "intensity_min": at["intensity_min"],
+        "intensity_executed": flops_exec / bytes_exec if bytes_exec else None,
+    }
+
+
+def positive_ints(text: str, what: str = "value") -> list[int]:
+    """'1,4,16' -> [1, 4, 16] (order kept, duplicates dropped); ValueError says what is wrong."""
+    items: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise ValueError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
+        if n < 1:
+            raise ValueError(f"{n}: every {what} must be at least 1")
+        if n not in items:
+            items.append(n)
+    if not items:
+        raise ValueError(f"give at least one {what}")
+    return items
+
+
+def int_list(ctx, param, value) -> list[int]:
+    """Click callback for comma-separated positive integers (see `positive_ints`)."""
+
+    try:
+        return positive_ints(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

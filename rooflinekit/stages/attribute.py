@@ -1,0 +1,324 @@
+"""Attribute: find attention layers in a capture, ask plugins what they are, split K/V traffic.
+
+An attention *site* is a module whose own ops (not its children's) include a fused attention call
+or a matrix product of two activations (QK^T, PV). For each site:
+
+- executed FLOPs and bytes are those of the site's own ops, less the ops that read parameters
+  (projections run inside the module, e.g. nn.MultiheadAttention's in_proj, MLA's W_UK);
+- K/V operands are the fused call's k and v, or for plain matmuls the operand that spans the key
+  length (`context`; on a tie, the second operand of QK^T, the conventional q @ k^T order) and is
+  not derived from another attention product (the probabilities);
+- executed K/V bytes are the K/V operands' reads plus every op of the site that produced them
+  (cache writes, torch.cat cache updates, repeat_kv copies, rope on k), found by walking the
+  storages backwards until a projection, a parameter or another module's op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.specs import AttentionCall, AttentionCost, AttentionSpec, AttentionWorkload
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.workload import Workload
+
+
+@dataclass
+class AttentionRow:
+    """One attention layer: what it is, what its architecture needs, what its code moved."""
+
+    module: str
+    module_class: str
+    spec: AttentionSpec | None
+    plugin: str | None
+    cost: AttentionCost | None
+    flops_executed: float
+    bytes_executed: float
+    kv_bytes_executed: float
+    kv_read_bytes: float  # K/V operands read by the attention products themselves
+    kv_copy_bytes: float  # cache updates, repeats and other copies on the K/V path
+    dtype: str
+    op_indices: list[int] = field(default_factory=list)
+    kv_op_indices: list[int] = field(default_factory=list)
+    kv_reexpand_flops: float = 0.0  # projections re-applied to cached positions every step
+    causal: bool | None = None  # what the model FLOPs assumed (see `_causality`)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def recognised(self) -> bool:
+        return self.spec is not None and self.cost is not None
+
+    @property
+    def amplification(self) -> float | None:
+        if not self.recognised or not self.cost.kv_bytes_min:
+            return None
+        return self.kv_bytes_executed / self.cost.kv_bytes_min
+
+    @property
+    def read_amplification(self) -> float | None:
+        if not self.recognised or not self.cost.kv_bytes_min:
+            return None
+        return self.kv_read_bytes / self.cost.kv_bytes_min
+
+    @property
+    def intensity_min(self) -> float | None:
+        if not self.recognised or not self.cost.bytes_min:
+            return None
+        return self.cost.flops_model / self.cost.bytes_min
+
+    @property
+    def intensity_executed(self) -> float | None:
+        return self.flops_executed / self.bytes_executed if self.bytes_executed else None
+
+
+def _is_attention_product(op: OpRecord, params: set[int]) -> bool:
+    if op.kind == "fused" and op.name.endswith("scaled_dot_product_attention"):
+        return True
+    sids = op.attrs.get("operand_sids")
+    return bool(op.sinks) and sids is not None and len(sids) == 2 and not (set(sids) & params)
+
+
+def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
+    """Module path -> its own ops, for every module that ran attention."""
+    by_module: dict[str, list[OpRecord]] = {}
+    for op in cap.ops:
+        by_module.setdefault(op.module, []).append(op)
+    return {
+        path: ops for path, ops in by_module.items()
+        if any(_is_attention_product(op, cap.param_storages) for op in ops)
+    }
+
+
+def _kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[int, list[tuple[int, float]]]:
+    """op index -> [(storage, bytes read)] of its K/V operands, for the site's attention products."""
+    derived: set[int] = set()  # storages computed from an attention product (scores, probs)
+    result: dict[int, list[tuple[int, float]]] = {}
+    for op in ops:
+        reads = {sid for sid, _ in op.reads}
+        if _is_attention_product(op, params):
+            if op.kind == "fused":
+                kv_bytes = op.attrs.get("kv_read_bytes", 0.0)
+                sids = list(op.sinks)
+                per = kv_bytes / max(1, len(sids))
+                result[op.index] = [(s, per) for s in sids]
+            else:
+                sids = op.attrs["operand_sids"]
+                nbytes = op.attrs["operand_bytes"]
+                free = op.attrs["free_dims"]
+                cands = [i for i in (0, 1) if sids[i] not in derived]
+                if len(cands) == 2:
+                    spanning = [i for i in cands if free[i] == context]
+                    cands = spanning if len(spanning) == 1 else [1]
+                result[op.index] = [(sids[i], nbytes[i]) for i in cands]
+            derived.update(s for s, _ in op.writes)
+        elif reads & derived:
+            derived.update(s for s, _ in op.writes)
+    return result
+
+
+def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], params: set[int],
+             tokens: int) -> list[int]:
+    """Indices of the ops under the site that produced the K/V operands (storages walked backwards).
+
+    `ops` are all ops of the site's module subtree. The walk stops at a projection of this step's
+    `tokens` (k_proj, a fused qkv: they make the new K/V from hidden states, and their traffic is
+    theirs). It passes through a projection over more rows than that (a transformers MLA layer
+    re-expanding its whole latent cache with kv_b_proj every step is K/V traffic of the
+    implementation), of which only the activation bytes count as K/V bytes.
+    """
+    position = {op.index: i for i, op in enumerate(ops)}
+    products = set(sinks)
+    chosen: set[int] = set()
+    for sink_index, operands in sinks.items():
+        frontier = [(sid, position[sink_index]) for sid, _ in operands]
+        while frontier:
+            sid, before = frontier.pop()
+            for i in range(before - 1, -1, -1):
+                op = ops[i]
+                if op.index in products:
+                    continue
+                if any(s == sid for s, _ in op.writes):
+                    if _is_projection(op) and op.attrs.get("rows", 0) <= tokens:
+                        break  # the new K/V, made from hidden states: the walk ends here
+                    if op.index not in chosen:
+                        chosen.add(op.index)
+                        frontier.extend((s, i) for s, _ in op.reads if s not in params)
+    return sorted(chosen)
+
+
+def _subtrees(ops: list[OpRecord], sites: set[str]) -> dict[str, list[OpRecord]]:
+    """Site path -> the ops of its module and all its descendants, in execution order."""
+    out: dict[str, list[OpRecord]] = {s: [] for s in sites}
+    for op in ops:
+        path = op.module
+        while path:
+            if path in out:
+                out[path].append(op)
+            path = path.rpartition(".")[0]
+    return out
+
+
+def _is_projection(op: OpRecord) -> bool:
+    """A product with a parameter operand (q/k/v/o projections, MLA's W_UK run inside a module)."""
+    return op.param_bytes > 0 and op.flops > 0
+
+
+def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int]) -> AttentionCall | None:
+    """The attention call of a site, from its fused SDPA record or its QK^T and PV products."""
+    for op in ops:
+        if op.kind == "fused" and "q_shape" in op.attrs:
+            q, k, v = (tuple(op.attrs[n]) for n in ("q_shape", "k_shape", "v_shape"))
+            distinct = op.attrs.get("k_heads_distinct")
+            unique = distinct if distinct is not None and len(k) >= 4 and distinct < k[-3] else None
+            return AttentionCall(path, module_class, q, k, v, op.attrs.get("enable_gqa", False), unique, True)
+    products = [op for op in ops if op.kind != "fused" and _is_attention_product(op, params)
+                and len(op.attrs.get("operand_shapes", [[], []])[0]) >= 4]
+    if not products:
+        return None
+    (q, kt), (_, kt_heads) = products[0].attrs["operand_shapes"], products[0].attrs["operand_heads"]
+    if kt[-2] != q[-1]:
+        return None  # not q @ k^T over a shared head dimension
+    k = (*kt[:-2], kt[-1], kt[-2])
+    v = tuple(products[1].attrs["operand_shapes"][1]) if len(products) > 1 else k
+    unique = kt_heads if kt_heads is not None and kt_heads < k[-3] else None
+    return AttentionCall(path, module_class, tuple(q), k, v, False, unique, False)
+
+
+def _causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, str | None]:
+    """Whether the site's attention is causal, from its fused call, and a note when assumed.
+
+    is_causal=True: causal. No mask and not is_causal: every query sees every key (an encoder,
+    cross-attention). An explicit mask, or attention written with matmuls, is not inspected:
+    causal is assumed for prefill and the note says so. Decode (one query row) is the same either way.
+    """
+    fused = next((op for op in core if op.kind == "fused" and "is_causal" in op.attrs), None)
+    if fused is not None and fused.attrs["is_causal"]:
+        return True, None
+    if fused is not None and not fused.attrs.get("has_mask"):
+        return False, None
+    if workload.q_len <= 1:
+        return None, None
+    how = "an explicit attention mask" if fused is not None else "attention written with matmuls"
+    return None, f"{how}: its values are not inspected; model FLOPs assume a causal mask"
+
+
+def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, OpRecord]) -> float | None:
+    """Largest written/read ratio among K/V-path copies: >1 means K/V were repeated before use."""
+    best = None
+    for i in kv_path:
+        op = by_index[i]
+        if op.name in ("aten.clone", "aten.repeat", "aten.repeat_interleave", "aten.index_select",
+                       "aten.expand_copy", "aten.index", "aten._to_copy", "aten.copy_") and op.bytes_read:
+            ratio = op.bytes_written / op.bytes_read
+            if ratio > 1.01:
+                best = max(best or 0, ratio)
+    return best
+
+
+def attribute_attention(
+    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
+) -> list[AttentionRow]:
+    """One AttentionRow per attention site, in execution order."""
+    modules = dict(model.named_modules())
+    by_index = {op.index: op for op in cap.ops}
+    rows = []
+    sites = find_sites(cap)
+    subtrees = _subtrees(cap.ops, set(sites))
+    for path, ops in sites.items():
+        core = [op for op in ops if not _is_projection(op)]
+        subtree = subtrees.get(path, []) if path else cap.ops
+        sinks = _kv_operands(core, cap.param_storages, workload.context)
+        kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
+        kv_read = sum(b for operands in sinks.values() for _, b in operands)
+        kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
+        # Projections on the K/V path over more rows than this step's new tokens re-compute
+        # K/V of cached positions (transformers' MLA expands its latent cache every step).
+        reexpand = [by_index[i] for i in kv_path if _is_projection(by_index[i])
+                    and by_index[i].attrs.get("rows", 0) > workload.tokens]
+        kv_reexpand_flops = sum(op.flops for op in reexpand)
+        module = modules.get(path)
+        module_class = type(module).__name__ if module is not None else "?"
+        dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
+
+        call = _call_for(path, module_class, core, cap.param_storages)
+        if call is not None and call.kv_heads_unique is None and not call.enable_gqa \
+                and call.k_shape[-3] == call.q_shape[-3]:
+            factor = _repeat_factor(core, kv_path, by_index)
+            heads = call.q_shape[-3] / factor if factor else 0
+            if heads == int(heads) and 1 <= heads < call.q_shape[-3]:
+                call = AttentionCall(**{**call.__dict__, "kv_heads_unique": int(heads)})
+
+        spec, plugin = None, None
+        notes: list[str] = []
+        # Ask for the module itself, then up to two ancestors (a parameter-free core module
+        # inside an attention block), innermost first.
+        candidates = [path]
+        parts = path.split(".") if path else []
+        for cut in (1, 2):
+            if len(parts) > cut:
+                candidates.append(".".join(parts[:-cut]))
+        for candidate in candidates:
+            mod = modules.get(candidate)
+            if mod is None:
+                continue
+            spec, plugin = host.call_first(
+                "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate, call=call
+            )
+            if spec is not None:
+                break
+        if spec is None and call is not None:
+            spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
+        causal, causal_note = _causality(core, workload)
+        if causal_note:
+            notes.append(causal_note)
+        cost = None
+        if spec is not None:
+            itemsize = _itemsize(dtype)
+            aw = AttentionWorkload(
+                batch=workload.batch, q_len=workload.q_len, context=workload.context,
+                phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize, causal=causal,
+            )
+            cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
+            if cost is None:
+                notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
+            elif kv_read < 0.99 * cost.kv_bytes_min:
+                notes.append(
+                    f"the attention read {kv_read / cost.kv_bytes_min:.3g}x the K/V minimum: it attends "
+                    f"fewer positions than the spec assumes (a sliding window or sparse pattern no "
+                    f"installed plugin models), so the minimum and model FLOPs over-state this layer"
+                )
+        else:
+            notes.append("not recognised by any plugin: executed FLOPs and bytes counted, minimum not attributed")
+        if kv_reexpand_flops:
+            where = sorted({op.module for op in reexpand})
+            notes.append(
+                f"K/V of all cached positions re-computed every step by {', '.join(where)}: "
+                f"{kv_reexpand_flops:.3g} FLOPs the architecture does not need (not in model FLOPs)"
+            )
+        rows.append(
+            AttentionRow(
+                module=path or "(root)",
+                module_class=module_class,
+                spec=spec,
+                plugin=plugin,
+                cost=cost,
+                flops_executed=sum(op.flops for op in core),
+                bytes_executed=sum(op.bytes for op in core),
+                kv_bytes_executed=kv_read + kv_copy,
+                kv_read_bytes=kv_read,
+                kv_copy_bytes=kv_copy,
+                kv_reexpand_flops=kv_reexpand_flops,
+                causal=causal,
+                dtype=dtype,
+                op_indices=[op.index for op in core],
+                kv_op_indices=kv_path,
+                notes=notes + list(spec.notes if spec else ()),
+            )
+        )
+    return rows
+
+
+def _itemsize(dtype_key: str) -> int:
+    return {"fp32": 4, "tf32": 4, "fp64": 8, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}.get(dtype_key, 2)

@@ -1,0 +1,641 @@
+"""Capture: one forward under a dispatch mode (every aten op) and a function mode (fused attention).
+
+Each op becomes an OpRecord with its full module path, FLOPs from the formula book, and bytes
+read and written. Bytes follow the storage actually touched: views and metadata ops are free,
+a broadcast (stride-0) dimension is read once, a tensor passed twice is read once, and an output
+that aliases an input (in-place ops, out=) is one write, not two.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rooflinekit.core import compat
+from rooflinekit.stages import collectives
+from rooflinekit.stages.formulas import (
+    DATA_MOVEMENT_OPS,
+    FREE_OPS,
+    FormulaBook,
+    op_key,
+    sdpa_flops,
+)
+from rooflinekit.stages.hardware import dtype_key
+
+#: Matrix-multiply ops whose non-parameter operands can carry K/V (attention sinks).
+MATMUL_OPS = {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.matmul", "aten.dot"}
+
+#: The op name given to a function-level attention call.
+SDPA_NAME = "F.scaled_dot_product_attention"
+
+#: Ops that overwrite their mutated argument without reading it.
+_OVERWRITES = {"aten.copy_", "aten.fill_", "aten.zero_", "aten.uniform_", "aten.normal_", "aten.random_",
+               "aten.bernoulli_", "aten.resize_"}
+#: Ops that write part of `self`: (argument holding what is written, whether self is read there).
+_PARTIAL_WRITES = {
+    "aten.index_put_": ("values", False),
+    "aten.index_copy_": ("source", False),
+    "aten.scatter_": ("src", False),
+    "aten.index_add_": ("source", True),
+    "aten.scatter_add_": ("src", True),
+    "aten.index_fill_": ("index", False),
+    "aten.masked_scatter_": ("source", False),
+}
+#: Gathers: the source argument is read only where the output takes from it.
+_GATHERS = {"aten.embedding": "weight", "aten.index_select": "self", "aten.index": "self",
+            "aten.gather": "self", "aten.take": "self", "aten._embedding_bag": "weight"}
+
+
+@dataclass
+class OpRecord:
+    """One executed op (or fused call, or modelled block) with its counts and where it ran."""
+
+    index: int
+    name: str
+    module: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    dtype: str
+    counted: bool
+    kind: str = "op"  # "op" | "fused" | "modelled"
+    param_bytes: float = 0.0
+    reads: tuple[tuple[int, float], ...] = ()
+    writes: tuple[tuple[int, float], ...] = ()
+    sinks: tuple[int, ...] = ()  # storages of K/V-carrying operands (SDPA k, v; matmul candidates)
+    shapes: str = ""
+    attrs: dict = field(default_factory=dict)
+    time_s: float | None = None
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class _OpInfo:
+    name: str
+    args: tuple[tuple[str, bool], ...]  # (argument name, written by the op)
+    returns_alias: tuple[bool, ...]  # return i aliases an input
+
+
+@dataclass
+class CaptureResult:
+    """Everything one forward produced, plus what the attribute stage needs to know of the model."""
+
+    ops: list[OpRecord]
+    modules: dict[str, str]  # path -> class name, in registration order
+    param_storages: set[int]
+    param_bytes_total: float
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+    param_owners: dict[int, str] = field(default_factory=dict)  # parameter storage -> module path
+
+
+def unique_bytes(t: torch.Tensor) -> int:
+    """Bytes of the distinct elements a tensor view addresses: stride-0 dims count once."""
+    try:
+        strides = t.stride()
+    except RuntimeError:  # sparse, nested: fall back to numel
+        return t.numel() * t.element_size()
+    n = 1
+    for size, stride in zip(t.shape, strides, strict=False):
+        if size == 0:
+            return 0
+        if stride != 0:
+            n *= size
+    return n * t.element_size()
+
+
+def distinct_heads(t: torch.Tensor) -> int | None:
+    """Distinct heads of a [..., H, L, E] attention operand: 1 when H is a stride-0 expand of one
+    head (MQA written with .expand), H otherwise; None below 4 dims (heads folded into batch)."""
+    if t.dim() < 4:
+        return None
+    try:
+        return 1 if t.stride(-3) == 0 else t.shape[-3]
+    except RuntimeError:
+        return t.shape[-3]
+
+
+def _tensors(value) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                yield v
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "x".join(str(s) for s in t.shape) or "scalar"
+
+
+class _Storages:
+    """Stable serial numbers for storages, robust to address reuse after a storage dies."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, tuple[object, int]] = {}
+        self._next = itertools.count(1)
+
+    def id(self, t: torch.Tensor) -> int:
+        try:
+            ref = compat.storage_ref(t)
+        except (RuntimeError, NotImplementedError, TypeError):
+            return -1
+        key = ref.cdata
+        entry = self._refs.get(key)
+        if entry is None or entry[0].expired():
+            entry = (ref, next(self._next))
+            self._refs[key] = entry
+        return entry[1]
+
+
+class Recorder:
+    """Turns dispatched ops into OpRecords; shared by the dispatch and function modes."""
+
+    #: Give SDPA's output on real tensors the fused kernels' layout (see fused_sdpa), so counts
+    #: match meta; a timed run sets it False and keeps the backend's own output.
+    canonical_sdpa_layout = True
+
+    def __init__(self, formulas: FormulaBook, module_names: dict[int, str]):
+        self.formulas = formulas
+        self.module_names = module_names
+        self.stack: list[tuple[int, str]] = []
+        self.ops: list[OpRecord] = []
+        self.storages = _Storages()
+        self.param_storages: set[int] = set()
+        self.suppress = 0
+        # Operand shapes of a tensor-level matmul in progress: at the aten level a [B, H, L, E]
+        # product is a bmm over [B*H, L, E], which has lost the heads.
+        self.matmul_hint: tuple[list, list] | None = None
+        self.on_record: Callable[[OpRecord], None] | None = None
+        self._infos: dict[object, _OpInfo | None] = {}
+        self.param_owners: dict[int, str] = {}
+        self.saw_subclass = False
+
+    def run_op(self, func, args, kwargs):
+        """Run an op the dispatch mode is about to record (a subclass can wrap the call)."""
+        return func(*args, **kwargs)
+
+    # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
+    def pre_hook(self, module, args):
+        name = self.module_names.get(id(module))
+        if name is None:
+            parent = self.stack[-1][1] if self.stack else ""
+            name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+        self.stack.append((id(module), name))
+
+    def post_hook(self, module, args, output):
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] == id(module):
+                del self.stack[i:]
+                break
+
+    @property
+    def module(self) -> str:
+        return self.stack[-1][1] if self.stack else ""
+
+    # -- records --
+    def emit(self, record: OpRecord) -> OpRecord:
+        """Append a record made elsewhere (fused calls, modelled blocks from plugins)."""
+        record.index = len(self.ops)
+        if not record.module:
+            record.module = self.module
+        self.ops.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+        return record
+
+    def _reads(self, tensors, cap: dict[int, int] | None = None):
+        seen = set()
+        reads: list[tuple[int, float]] = []
+        param = 0.0
+        for t in tensors:
+            sid = self.storages.id(t)
+            key = (sid, t.storage_offset(), tuple(t.shape), t.stride()) if sid >= 0 else id(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            nbytes = float(unique_bytes(t))
+            if cap is not None and id(t) in cap:
+                nbytes = min(nbytes, cap[id(t)])
+            reads.append((sid, nbytes))
+            if sid in self.param_storages:
+                param += nbytes
+        return reads, param
+
+    def _info(self, func) -> _OpInfo | None:
+        """Per-op facts that do not change between calls (schema, formula), computed once."""
+        try:
+            return self._infos[func]
+        except KeyError:
+            pass
+        name = op_key(func)
+        if func.is_view or name in FREE_OPS:
+            info = None
+        else:
+            schema = func._schema
+            info = _OpInfo(
+                name=name,
+                args=tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments),
+                returns_alias=tuple(r.alias_info is not None for r in schema.returns),
+            )
+        self._infos[func] = info
+        return info
+
+    def record_aten(self, func, args, kwargs, out) -> None:
+        info = self._info(func)
+        if info is None:
+            return
+        name = info.name
+        bound: list[tuple[str, object, bool]] = []
+        for i, (arg_name, written) in enumerate(info.args):
+            if i < len(args):
+                bound.append((arg_name, args[i], written))
+            elif arg_name in kwargs:
+                bound.append((arg_name, kwargs[arg_name], written))
+
+        out_tensors = list(_tensors(out if isinstance(out, (list, tuple)) else [out]))
+        aliases = info.returns_alias
+        new_outputs = [t for i, t in enumerate(out_tensors) if i >= len(aliases) or not aliases[i]]
+
+        read_tensors: list[torch.Tensor] = []
+        writes: list[tuple[int, float]] = []
+        cap: dict[int, int] = {}
+        partial = _PARTIAL_WRITES.get(name)
+        gather_arg = _GATHERS.get(name)
+        out_bytes = sum(unique_bytes(t) for t in new_outputs)
+        values = {n: v for n, v, _ in bound}
+        for arg_name, value, written in bound:
+            for t in _tensors(value):
+                if written:
+                    if partial is not None:
+                        src = values.get(partial[0])
+                        nbytes = (
+                            math.prod(src.shape) * t.element_size()
+                            if isinstance(src, torch.Tensor)
+                            else unique_bytes(t)
+                        )
+                        writes.append((self.storages.id(t), float(nbytes)))
+                        if partial[1]:
+                            read_tensors.append(t)
+                            cap[id(t)] = nbytes
+                    else:
+                        writes.append((self.storages.id(t), float(unique_bytes(t))))
+                        if name not in _OVERWRITES:
+                            read_tensors.append(t)
+                else:
+                    read_tensors.append(t)
+                    if arg_name == gather_arg:
+                        cap[id(t)] = out_bytes
+        for t in new_outputs:
+            writes.append((self.storages.id(t), float(unique_bytes(t))))
+        reads, param = self._reads(read_tensors, cap)
+
+        fn = self.formulas.lookup(name)
+        counted = fn is not None or name in DATA_MOVEMENT_OPS
+        flops = 0.0
+        attrs: dict = {}
+        if fn is not None:
+            try:
+                flops = float(fn(*args, out=out, **kwargs))
+            except Exception as exc:  # a formula that cannot handle these args is reported, not fatal
+                counted = False
+                attrs["formula_error"] = f"{type(exc).__name__}: {exc}"
+
+        sinks: tuple[int, ...] = ()
+        inputs = [t for _, v, w in bound if not w for t in _tensors(v)]
+        if name in MATMUL_OPS and len(inputs) >= 2:
+            a, b = inputs[-2], inputs[-1]
+            sids = [self.storages.id(a), self.storages.id(b)]
+            sinks = tuple(s for s in sids if s not in self.param_storages)
+            attrs["operand_sids"] = sids
+            attrs["operand_bytes"] = [float(unique_bytes(a)), float(unique_bytes(b))]
+            attrs["free_dims"] = [a.shape[-2] if a.dim() >= 2 else 1, b.shape[-1] if b.dim() >= 2 else 1]
+            if len(sinks) == 2:  # two activations (QK^T, PV?): shapes for rooflinekit.stages.attribute
+                if self.matmul_hint is not None:  # the first product of a tensor-level matmul
+                    attrs["operand_shapes"], attrs["operand_heads"] = self.matmul_hint
+                else:
+                    attrs["operand_shapes"] = [list(a.shape), list(b.shape)]
+                    attrs["operand_heads"] = [distinct_heads(a), distinct_heads(b)]
+            self.matmul_hint = None
+            attrs["rows"] = math.prod(a.shape[:-1])  # tokens (or positions) the product processes
+        dt = next((t.dtype for t in inputs if t.is_floating_point()), None)
+        if dt is None:
+            dt = next((t.dtype for t in out_tensors), torch.float32)
+        shapes = ",".join(_shape(t) for t in inputs[:3])
+        self.emit(
+            OpRecord(
+                index=0,
+                name=name,
+                module=self.module,
+                flops=flops,
+                bytes_read=sum(b for _, b in reads),
+                bytes_written=sum(b for _, b in writes),
+                dtype=dtype_key(dt),
+                counted=counted,
+                param_bytes=param,
+                reads=tuple(reads),
+                writes=tuple(writes),
+                sinks=sinks,
+                shapes=shapes,
+                attrs=attrs,
+            )
+        )
+
+    def record_collective(self, func, args, kwargs, kind) -> None:
+        """One record for a c10d collective: 0 FLOPs, 0 HBM bytes, its link traffic in attrs
+        (rooflinekit.stages.collectives: message bytes, group size, ring wire bytes)."""
+        d = collectives.describe(func, args, kwargs, kind)
+        self.emit(
+            OpRecord(
+                index=0, name=op_key(func), module=self.module, flops=0.0, bytes_read=0.0,
+                bytes_written=0.0, dtype=dtype_key(d["dtype"]), counted=True, kind="collective",
+                shapes=d["shapes"],
+                attrs=collectives.attrs(d["collective"], d["group_size"], d["message_bytes"], "captured"),
+            )
+        )
+
+    def fused_sdpa(self, func, args, kwargs):
+        """Run SDPA with op recording suppressed, then record it as one fused call.
+
+        The output takes the memory layout fused kernels (flash, CPU flash) return, [B, L, H, E]
+        in memory, so that later ops' traffic (a transpose(1, 2).reshape is then free) does not
+        depend on the backend picked on CPU or meta (unless canonical_sdpa_layout is False). On
+        meta nothing is computed at all.
+        """
+        self.suppress += 1
+        try:
+            q, v = args[0] if args else kwargs["query"], (args[2] if len(args) > 2 else kwargs["value"])
+            shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+            if q.is_meta:
+                out = _fused_layout(shape, q)
+            else:
+                out = func(*args, **kwargs)
+                if self.canonical_sdpa_layout and len(shape) == 4 and not _is_fused_layout(out):
+                    out = _fused_layout(shape, q).copy_(out)
+        finally:
+            self.suppress -= 1
+        self.record_sdpa(args, kwargs, out)
+        return out
+
+    def record_sdpa(self, args, kwargs, out) -> None:
+        """One fused record for F.scaled_dot_product_attention, independent of the backend chosen."""
+        names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+        bound = dict(zip(names, args, strict=False))
+        bound.update(kwargs)
+        q, k, v = bound["query"], bound["key"], bound["value"]
+        mask = bound.get("attn_mask")
+        is_causal = bool(bound.get("is_causal", False))
+        read_tensors = [q, k, v] + ([mask] if isinstance(mask, torch.Tensor) else [])
+        reads, param = self._reads(read_tensors)
+        out_t = out[0] if isinstance(out, (tuple, list)) else out
+        writes = [(self.storages.id(out_t), float(unique_bytes(out_t)))]
+        flops = sdpa_flops(tuple(q.shape), tuple(k.shape), tuple(v.shape), is_causal)
+        self.emit(
+            OpRecord(
+                index=0,
+                name=SDPA_NAME,
+                module=self.module,
+                flops=float(flops),
+                bytes_read=sum(b for _, b in reads),
+                bytes_written=sum(b for _, b in writes),
+                dtype=dtype_key(q.dtype),
+                counted=True,
+                kind="fused",
+                param_bytes=param,
+                reads=tuple(reads),
+                writes=tuple(writes),
+                sinks=tuple(s for s in (self.storages.id(k), self.storages.id(v)) if s not in self.param_storages),
+                shapes=",".join(_shape(t) for t in (q, k, v)),
+                attrs={
+                    "q_shape": list(q.shape),
+                    "k_shape": list(k.shape),
+                    "v_shape": list(v.shape),
+                    "is_causal": is_causal,
+                    "enable_gqa": bool(bound.get("enable_gqa", False)),
+                    "has_mask": isinstance(mask, torch.Tensor),
+                    "kv_read_bytes": float(unique_bytes(k) + unique_bytes(v)),
+                    "k_heads_distinct": distinct_heads(k),
+                },
+            )
+        )
+
+
+def _fused_layout(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    """An empty tensor of `shape` laid out as [B, L, H, E] in memory when 4-D."""
+    if len(shape) != 4:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    b, h, seq, e = shape
+    return torch.empty((b, seq, h, e), dtype=like.dtype, device=like.device).transpose(1, 2)
+
+
+def _is_fused_layout(t: torch.Tensor) -> bool:
+    return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
+
+
+class _DispatchRecorder(TorchDispatchMode):
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if types and collectives.defer_to_subclass(types):
+            rec.saw_subclass = True
+            return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
+        if rec.suppress:
+            return func(*args, **kwargs)
+        kind = collectives.classify(func)
+        if kind is None:
+            if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
+                return func(*args, **kwargs)
+            out = rec.run_op(func, args, kwargs)
+            rec.record_aten(func, args, kwargs, out)
+        elif kind is True:  # waits and autograd wrappers of collectives move nothing
+            return func(*args, **kwargs)
+        else:
+            out = rec.run_op(func, args, kwargs)
+            rec.record_collective(func, args, kwargs, kind)
+        return out
+
+
+class _FunctionRecorder(TorchFunctionMode):
+    """Intercepts attention at the function level, so CPU/meta backend choices cannot distort it."""
+
+    def __init__(self, recorder: Recorder):
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        rec = self.recorder
+        if rec.suppress:
+            return func(*args, **kwargs)
+        if func is _SDPA:
+            return rec.fused_sdpa(func, args, kwargs)
+        hint = None
+        if func in _MATMULS and len(args) >= 2:
+            a, b = args[0], args[1]
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
+                hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
+        elif func is torch.einsum:
+            hint = einsum_hint(args)
+        if hint is not None:
+            rec.matmul_hint = hint
+            try:
+                return func(*args, **kwargs)
+            finally:
+                rec.matmul_hint = None
+        return func(*args, **kwargs)
+
+
+_SDPA = F.scaled_dot_product_attention
+_MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+
+
+def einsum_hint(args) -> tuple[list, list] | None:
+    """A two-operand einsum product as a matmul hint: operand shapes in the [..., H, L, c] @
+    [..., H, c, S] form (batch-like indices first, then the free index, the contracted one last
+    or first), and the distinct heads of each operand.
+
+    Only the plain attention products are read: one contracted index, one free index per operand,
+    and at least two indices shared by both operands and the output (batch, heads: heads is the
+    last of them in the output). Anything else gives None, and heads stay unknown.
+    """
+    if len(args) != 3 or not isinstance(args[0], str):
+        return None
+    equation, a, b = args
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or "..." in equation:
+        return None
+    try:
+        inputs, out = equation.replace(" ", "").split("->")
+        ia, ib = inputs.split(",")
+    except ValueError:
+        return None
+    if len(ia) != a.dim() or len(ib) != b.dim():
+        return None
+    shared = [i for i in out if i in ia and i in ib]
+    contracted = [i for i in ia if i in ib and i not in out]
+    free_a = [i for i in ia if i not in ib]
+    free_b = [i for i in ib if i not in ia]
+    if len(contracted) != 1 or len(free_a) != 1 or len(free_b) != 1 or len(shared) < 2:
+        return None
+    if len(shared) + 2 != len(ia) or len(shared) + 2 != len(ib):
+        return None
+    (c,), (fa,), (fb,) = contracted, free_a, free_b
+    size_a = dict(zip(ia, a.shape, strict=True))
+    size_b = dict(zip(ib, b.shape, strict=True))
+    shape_a = [size_a[i] for i in shared] + [size_a[fa], size_a[c]]
+    shape_b = [size_b[i] for i in shared] + [size_b[c], size_b[fb]]
+    heads = shared[-1]
+
+    def distinct(t, letters, size):
+        return 1 if t.stride(letters.index(heads)) == 0 else size[heads]
+
+    return [shape_a, shape_b], [distinct(a, ia, size_a), distinct(b, ib, size_b)]
+
+
+@contextmanager
+def _patched_sdpa(recorder: Recorder) -> Iterator[None]:
+    """Also catch SDPA called from inside other torch functions (nn.MultiheadAttention's
+    F.multi_head_attention_forward), where function modes are switched off: those call the
+    module-level name, which is swapped for a recording wrapper for the duration."""
+
+    def wrapper(*args, **kwargs):
+        if recorder.suppress:
+            return _SDPA(*args, **kwargs)
+        return recorder.fused_sdpa(_SDPA, args, kwargs)
+
+    F.scaled_dot_product_attention = wrapper
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = _SDPA
+
+
+def _storage_ids(recorder: Recorder, model: torch.nn.Module) -> tuple[set[int], float]:
+    ids: set[int] = set()
+    total = 0.0
+    seen = set()
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        t = getattr(t, "_local_tensor", t)  # a DTensor: this rank's shard is what its ops read
+        sid = recorder.storages.id(t)
+        ids.add(sid)
+        if sid not in seen:
+            seen.add(sid)
+            total += t.numel() * t.element_size()
+    return ids, total
+
+
+_ACTIVE: list[Recorder] = []
+
+
+def active_recorder() -> Recorder | None:
+    """The recorder of the capture in progress (for modelled modules that emit records)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextmanager
+def recording(model: torch.nn.Module, formulas: FormulaBook) -> Iterator[Recorder]:
+    """Activate module tracking, the function mode and the dispatch mode around a forward."""
+    names = {id(m): n for n, m in model.named_modules()}
+    recorder = Recorder(formulas, names)
+    recorder.param_storages, recorder.param_total = _storage_ids(recorder, model)
+    for pname, p in model.named_parameters():
+        recorder.param_owners.setdefault(recorder.storages.id(getattr(p, "_local_tensor", p)), pname.rpartition(".")[0])
+    hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
+    _ACTIVE.append(recorder)
+    try:
+        with _patched_sdpa(recorder), _FunctionRecorder(recorder), _DispatchRecorder(recorder):
+            yield recorder
+    finally:
+        _ACTIVE.remove(recorder)
+        for h in hooks:
+            h.remove()
+
+
+def call_forward(model: torch.nn.Module, inputs):
+    """Call the model with positional (tuple/list) or keyword (dict) inputs."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None) -> CaptureResult:
+    """Run one forward of `model` on `inputs` and record every op."""
+    formulas = formulas or FormulaBook()
+    start = time.perf_counter()
+    # The records are long-lived small objects: cyclic GC passes over them (and over the model's
+    # thousands of modules) cost more than the capture itself on large models.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with torch.no_grad(), recording(model, formulas) as rec:
+            call_forward(model, inputs)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    modules = {n: type(m).__name__ for n, m in model.named_modules()}
+    return CaptureResult(
+        ops=rec.ops,
+        modules=modules,
+        param_storages=rec.param_storages,
+        param_bytes_total=rec.param_total,
+        wall_s=time.perf_counter() - start,
+        param_owners=dict(rec.param_owners),
+    )

@@ -1,0 +1,129 @@
+"""Modelled modules: plugins replace data-dependent blocks (MoE routing) with analytic models.
+
+During capture, every module for which a plugin's `rooflinekit_module_model` hook answers has its
+forward replaced by the model's `forward`, which returns an output of the right shape and emits
+OpRecords (kind "modelled") carrying the assumption they rest on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from rooflinekit.stages import collectives
+from rooflinekit.stages.capture import OpRecord, active_recorder
+
+
+class ModuleModel:
+    """Base class for analytic stand-ins. Subclasses implement `forward` and set `assumption`."""
+
+    #: One sentence stating the model's assumption, shown in every report that used it.
+    assumption: str = ""
+
+    def forward(self, module: torch.nn.Module, path: str, args: tuple, kwargs: dict):
+        raise NotImplementedError
+
+    @property
+    def assumption_note(self) -> str:
+        return f"{type(self).__name__}: {self.assumption}"
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """Ops run inside are not recorded (shape bookkeeping of a modelled forward)."""
+    rec = active_recorder()
+    if rec is not None:
+        rec.suppress += 1
+    try:
+        yield
+    finally:
+        if rec is not None:
+            rec.suppress -= 1
+
+
+def emit(
+    name: str,
+    *,
+    flops: float,
+    bytes_read: float,
+    bytes_written: float,
+    param_bytes: float = 0.0,
+    dtype: str = "bf16",
+    module: str = "",
+    assumption: str = "",
+    counted: bool = True,
+    shapes: str = "",
+) -> OpRecord | None:
+    """Add one modelled op to the capture in progress (no-op outside a capture)."""
+    rec = active_recorder()
+    if rec is None:
+        return None
+    return rec.emit(
+        OpRecord(
+            index=0, name=name, module=module, flops=float(flops), bytes_read=float(bytes_read),
+            bytes_written=float(bytes_written), dtype=dtype, counted=counted, kind="modelled",
+            param_bytes=float(param_bytes), shapes=shapes, attrs={"assumption": assumption},
+        )
+    )
+
+
+@contextmanager
+def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[ModuleModel]]:
+    """Patch the forward of every module a plugin models; restore them afterwards."""
+    patched: list[tuple[torch.nn.Module, object, bool]] = []
+    used: list[ModuleModel] = []
+    try:
+        for path, module in model.named_modules():
+            answer, _ = host.call_first(
+                "rooflinekit_module_model", expect=ModuleModel, module=module, path=path, workload=workload
+            )
+            if answer is None:
+                continue
+            had_own = "forward" in module.__dict__
+            previous = module.__dict__.get("forward")
+
+            def forward(*args, _m=answer, _mod=module, _path=path, **kwargs):
+                return _m.forward(_mod, _path, args, kwargs)
+
+            module.forward = forward
+            patched.append((module, previous, had_own))
+            if not any(type(u) is type(answer) for u in used):
+                used.append(answer)
+        yield used
+    finally:
+        for module, previous, had_own in patched:
+            if had_own:
+                module.forward = previous
+            else:
+                del module.forward
+
+
+def emit_collective(
+    collective: str,
+    *,
+    group_size: int,
+    message_bytes: float,
+    module: str = "",
+    dtype: str = "bf16",
+    assumption: str = "",
+    shapes: str = "",
+) -> OpRecord | None:
+    """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
+
+    `message_bytes` follows rooflinekit.stages.collectives' conventions (all-reduce: the buffer; all-to-all:
+    this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
+    """
+
+    rec = active_recorder()
+    if rec is None:
+        return None
+    return rec.emit(
+        OpRecord(
+            index=0, name=f"comm.{collective}", module=module, flops=0.0, bytes_read=0.0,
+            bytes_written=0.0, dtype=dtype, counted=True, kind="collective", shapes=shapes,
+            attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
+                                    assumption=assumption),
+        )
+    )

@@ -1,0 +1,75 @@
+"""Pure roofline placement: intensity, attainable rate, bound, time bound, bound MFU."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from rooflinekit.stages.hardware import HardwareSpec
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a (flops, bytes) pair lands on one dtype's roofline."""
+
+    flops: float
+    bytes: float
+    intensity: float | None  # FLOP/B; None when nothing is moved
+    peak_flops: float
+    bandwidth: float
+    ridge: float
+    attainable_flops: float
+    bound: str  # "memory" | "compute" | "none"
+    time_bound_s: float
+    mfu_bound: float  # attainable / peak, a ceiling on MFU
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def intensity(flops: float, nbytes: float) -> float | None:
+    """Arithmetic intensity in FLOP/B; None when no bytes move (undefined, not infinite)."""
+    if nbytes <= 0:
+        return None
+    return flops / nbytes
+
+
+def attainable(intensity_: float | None, peak: float, bandwidth: float) -> float:
+    """attainable(I) = min(peak, I * bandwidth)."""
+    if intensity_ is None:
+        return peak
+    return min(peak, intensity_ * bandwidth)
+
+
+def time_bound(flops: float, nbytes: float, peak: float, bandwidth: float) -> float:
+    """Lower bound on execution time: max(flops / peak, bytes / bandwidth)."""
+    return max(flops / peak, nbytes / bandwidth)
+
+
+def place(flops: float, nbytes: float, peak: float, bandwidth: float) -> Placement:
+    """Place one workload on the roofline of (peak, bandwidth)."""
+    ridge = peak / bandwidth
+    i = intensity(flops, nbytes)
+    att = attainable(i, peak, bandwidth)
+    if flops <= 0 and nbytes <= 0:
+        bound = "none"
+    elif i is None or i >= ridge:
+        bound = "compute"
+    else:
+        bound = "memory"
+    return Placement(
+        flops=flops,
+        bytes=nbytes,
+        intensity=i,
+        peak_flops=peak,
+        bandwidth=bandwidth,
+        ridge=ridge,
+        attainable_flops=att,
+        bound=bound,
+        time_bound_s=time_bound(flops, nbytes, peak, bandwidth),
+        mfu_bound=att / peak if flops > 0 else 0.0,
+    )
+
+
+def place_on(hw: HardwareSpec, dtype_key: str, flops: float, nbytes: float) -> Placement:
+    """Place on a hardware entry's roofline for one dtype."""
+    return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth)

@@ -1,0 +1,301 @@
+"""Workloads: load the user's model file, build the model on the target device, make phase inputs.
+
+The model-file contract
+-----------------------
+A model file defines two functions:
+
+    build_model(**options) -> torch.nn.Module
+    make_inputs(batch, context, phase, **options) -> tuple | dict
+
+`make_inputs` returns the forward's positional args (a tuple) or keyword args (a dict). Both are
+called with the target device (meta by default) and the default dtype already in effect, so they
+allocate nothing on meta. Each receives the `--option KEY=VALUE` pairs its signature accepts.
+
+`context` is the number of key/value positions each new token attends to:
+- prefill: `context` new tokens per sequence, attending causally among themselves;
+- decode: one new token per sequence, with a KV cache whose `context` slots hold context-1 earlier
+  tokens plus the new token's own K/V (written into the last slot), so it attends `context` positions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import linecache
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from rooflinekit.core.errors import ModelError, UserError, WorkloadError
+from rooflinekit.core.plugins import PluginHost, get_host
+
+PHASES = ("prefill", "decode")
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is being analysed: phase, batch, context, dtype, device (and model options)."""
+
+    phase: str
+    batch: int
+    context: int
+    dtype: str = "bf16"
+    device: str = "meta"
+    options: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def q_len(self) -> int:
+        """Query positions per sequence: 1 in decode, `context` in prefill."""
+        return 1 if self.phase == "decode" else self.context
+
+    @property
+    def tokens(self) -> int:
+        """New tokens processed in this step, over the whole batch."""
+        return self.batch * self.q_len
+
+    def to_dict(self) -> dict:
+        return {
+            "phase": self.phase,
+            "batch": self.batch,
+            "context": self.context,
+            "q_len": self.q_len,
+            "tokens": self.tokens,
+            "dtype": self.dtype,
+            "device": self.device,
+            "options": dict(self.options),
+        }
+
+
+def validate(phase: str, batch: int, context: int, dtype: str, device: str) -> None:
+    """One clear error per bad argument."""
+    if phase not in PHASES:
+        raise WorkloadError(f"unknown phase '{phase}': use one of {', '.join(PHASES)}")
+    if batch < 1:
+        raise WorkloadError(f"batch must be at least 1, got {batch}")
+    if context < 1:
+        raise WorkloadError(f"context must be at least 1, got {context}")
+    if dtype not in DTYPES:
+        raise WorkloadError(f"unknown dtype '{dtype}': use one of bf16, fp16, fp32")
+    if device.split(":")[0] not in ("meta", "cpu", "cuda"):
+        raise WorkloadError(f"unknown device '{device}': use meta, cpu or cuda")
+
+
+@dataclass
+class ModelSource:
+    """Something that can build a model and its inputs: a model file, a transformers config..."""
+
+    name: str
+    path: str
+    build_model: Callable[..., torch.nn.Module]
+    make_inputs: Callable[..., object]
+    kind: str = "model file"
+    notes: list[str] = field(default_factory=list)
+    options_handled: bool = False  # the loader consumed the options itself
+
+
+def parse_options(pairs: tuple[str, ...] | list[str]) -> dict[str, object]:
+    """KEY=VALUE strings to a dict; values become int, float, bool, None or stay strings."""
+    options: dict[str, object] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise WorkloadError(f"option '{pair}' is not KEY=VALUE (e.g. --option layers=4)")
+        key, raw = pair.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if not key.isidentifier():
+            raise WorkloadError(f"option name '{key}' is not a valid Python identifier")
+        options[key] = _coerce(raw.strip())
+    return options
+
+
+def _coerce(raw: str) -> object:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "none":
+        return None
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def _user_frame(exc: BaseException, path: str) -> str:
+    """'model.py:12: ValueError: boom' from the deepest frame in the user's file."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    target = os.path.realpath(path)
+    mine = [f for f in frames if os.path.realpath(f.filename) == target]
+    frame = mine[-1] if mine else (frames[-1] if frames else None)
+    where = f"{Path(frame.filename).name}:{frame.lineno}: " if frame else ""
+    code = f" (in `{frame.line.strip()}`)" if frame and frame.line else ""
+    return f"{where}{type(exc).__name__}: {exc}{code}"
+
+
+def load_model_file(path: str) -> ModelSource:
+    """Import a user's model file and check it follows the contract."""
+    file = Path(path)
+    if not file.exists():
+        raise ModelError(f"model file not found: {path}")
+    if file.is_dir():
+        raise ModelError(f"{path} is a folder: give a model .py file or a config .json")
+    name = f"rooflinekit_user_model_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ModelError(f"cannot import {path}: give a Python file (.py)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise ModelError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
+    except Exception as exc:
+        raise ModelError(f"importing {path} failed: {_user_frame(exc, str(file))}") from exc
+    finally:
+        linecache.checkcache(str(file))
+    missing = [f for f in ("build_model", "make_inputs") if not callable(getattr(module, f, None))]
+    if missing:
+        raise ModelError(
+            f"{path} does not define {' and '.join(missing)}(): a model file needs "
+            "build_model() -> nn.Module and make_inputs(batch, context, phase) (see `rooflinekit profile --help`)"
+        )
+    return ModelSource(
+        name=file.stem, path=str(file), build_model=module.build_model, make_inputs=module.make_inputs
+    )
+
+
+def _accepted(fn: Callable, options: dict[str, object]) -> dict[str, object]:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(options)
+    return {k: v for k, v in options.items() if k in params}
+
+
+def check_options(source: ModelSource, options: dict[str, object]) -> None:
+    """An option that neither function accepts is a typo: say so rather than ignore it."""
+    used = set(_accepted(source.build_model, options)) | set(_accepted(source.make_inputs, options))
+    unknown = sorted(set(options) - used)
+    if unknown:
+        raise ModelError(
+            f"option {', '.join(unknown)} is not accepted by build_model() or make_inputs() in {source.path}"
+        )
+
+
+@dataclass
+class Built:
+    """A model on its device and the inputs for one phase."""
+
+    model: torch.nn.Module
+    inputs: object
+
+
+@contextmanager
+def in_effect(workload: Workload) -> Iterator[None]:
+    """The workload's device and default dtype, for building and for the forward alike."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(workload.torch_dtype)
+    try:
+        with torch.device(workload.device):
+            yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+_INIT_METHODS = {"normal_", "uniform_", "trunc_normal_", "fill_", "zero_", "random_", "exponential_",
+                 "bernoulli_", "cauchy_", "log_normal_", "geometric_", "copy_"}
+
+
+class _SkipMetaInit(TorchFunctionMode):
+    """While building on meta, in-place initialisers are skipped: there is no data to fill.
+
+    Besides saving work, this avoids the one-off import cost of the Python meta kernels of
+    random initialisers (seconds on first use).
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in _INIT_METHODS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+#: torch's RNG seed while build_model() and make_inputs() run.
+BUILD_SEED = 0
+
+
+def build(source: ModelSource, workload: Workload) -> Built:
+    """Build the model and inputs with the workload's device and default dtype in effect."""
+    options = {k: v for k, v in workload.options if not k.startswith("_")}
+    if source.options_handled:
+        options = {}
+    check_options(source, options)
+    skip = _SkipMetaInit() if workload.device == "meta" else nullcontext()
+    # Seeded, so that runs repeat where values matter (data-dependent MoE routing on cpu/cuda);
+    # the caller's CPU RNG state is restored afterwards.
+    with in_effect(workload), skip, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BUILD_SEED)
+        try:
+            model = source.build_model(**_accepted(source.build_model, options))
+        except UserError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"build_model() failed: {_user_frame(exc, source.path)}") from exc
+        if not isinstance(model, torch.nn.Module):
+            raise ModelError(
+                f"build_model() returned {type(model).__name__}, expected a torch.nn.Module"
+            )
+        model.eval()
+        try:
+            inputs = source.make_inputs(
+                workload.batch, workload.context, workload.phase,
+                **_accepted(source.make_inputs, options),
+            )
+        except UserError:
+            raise
+        except Exception as exc:
+            raise ModelError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
+        if not isinstance(inputs, (tuple, dict, list)):
+            raise ModelError(
+                f"make_inputs() returned {type(inputs).__name__}, expected a tuple (or list) of positional "
+                "args or a dict of keyword args"
+            )
+    return Built(model=model, inputs=inputs)
+
+
+def load_source(path: str, options: dict, host: PluginHost | None = None) -> ModelSource:
+    host = host or get_host()
+    if not Path(path).exists():
+        raise UserError(f"model file not found: {path}")
+    source, _ = host.call_first("rooflinekit_workload_loader", path=path, options=options)
+    if source is None:
+        raise UserError(
+            f"don't know how to load {path}: give a model .py file (build_model/make_inputs) or a "
+            "transformers config .json"
+        )
+    return source
