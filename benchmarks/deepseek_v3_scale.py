@@ -67,7 +67,7 @@ def main() -> None:
             call_forward(built.model, built.inputs)
 
     def analyse(w, src):
-        return profile(src, w, "H800").report
+        return profile(src, w, "H800").report.to_dict()
 
     w = workload()
     bare(w, source)  # first meta forward pays torch's one-off meta-kernel imports

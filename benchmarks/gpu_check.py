@@ -128,7 +128,7 @@ def run(args) -> str:
                 t0 = time.perf_counter()
                 result = profile(load_source(str(ROOT / path), options), workload, str(entry), measure=True,
                                  warmup=args.warmup, repeats=args.repeats, compare_hardware=sheet)
-                r = result.report
+                r = result.report.to_dict()
                 if args.json_dir:
                     out = Path(args.json_dir)
                     out.mkdir(parents=True, exist_ok=True)
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
         text = run(args)
     except UserError as exc:
         fail(str(exc))
-    from rooflinekit.outputs.render import write_atomic
+    from rooflinekit.core.files import write_atomic
 
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.output, text)

@@ -21,10 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import profile  # noqa: E402
 from rooflinekit.analyses.sweep import Profiler, run_sweep  # noqa: E402
 from rooflinekit.core.plugins import get_host  # noqa: E402
-from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.hardware import hardware_db  # noqa: E402
 from rooflinekit.stages.workload import (  # noqa: E402
     Workload,
     load_source,  # noqa: E402

@@ -26,7 +26,7 @@ CASES = [
 def row(label: str, file: str, options: dict) -> list[str]:
     options = {"layers": 1, **options}
     workload = Workload("decode", B, S, "bf16", "meta", tuple(sorted(options.items())))
-    report = profile(load_source(str(ROOT / "examples" / file), options), workload, "H800").report
+    report = profile(load_source(str(ROOT / "examples" / file), options), workload, "H800").report.to_dict()
     a = report["attention"][0]
     ridge = report["hardware"]["ridge"]
     return [

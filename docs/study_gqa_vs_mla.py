@@ -23,7 +23,7 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.outputs.plot import Chart, sweep_series, write_chart  # noqa: E402
-from rooflinekit.outputs.render import check_writable, write_atomic  # noqa: E402
+from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import (
     Workload,  # noqa: E402
@@ -102,7 +102,7 @@ def run_config(cfg: Config) -> dict:
 
 def single(path: str, options: dict, batch: int = 1, context: int = CONTEXT) -> dict:
     source = load_source(str(ROOT / path), options)
-    return profile(source, Workload("decode", batch, context, options=tuple(sorted(options.items()))), HARDWARE).report
+    return profile(source, Workload("decode", batch, context, options=tuple(sorted(options.items()))), HARDWARE).report.to_dict()
 
 
 def per_layer_cache(report_or_row: dict) -> float:

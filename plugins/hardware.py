@@ -1,7 +1,9 @@
 """Built-in plugin: the packaged hardware database."""
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import hookimpl
 from rooflinekit_hardware_db import DB_DIR
+
+PROVIDES = ("hardware entries",)
 
 
 @hookimpl(trylast=True)

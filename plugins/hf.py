@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.core.errors import UserError
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import UserError, hookimpl
 from rooflinekit.stages.workload import ModelSource
+
+PROVIDES = ("transformers configs",)
 
 
 def _is_config(path: str) -> bool:

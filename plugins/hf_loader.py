@@ -265,7 +265,13 @@ def load_hf_config(path: str, options: dict | None = None) -> HFModelSource:
         raise ValueError("option config must be a dict of config overrides")
     data.update(overrides)
     if options.get("layers") is not None:
-        data["num_hidden_layers"] = int(options["layers"])
+        layers = int(options["layers"])
+        data["num_hidden_layers"] = layers
+        # per-layer lists follow the override (transformers checks their length): the first
+        # `layers` layers keep their own kinds (sliding/full/chunked attention, rope or not)
+        for key in ("layer_types", "no_rope_layers"):
+            if isinstance(data.get(key), list) and len(data[key]) > layers:
+                data[key] = data[key][:layers]
     data.pop("model_type")
     config = auto_config.for_model(model_type, **data)  # no file or network access
     return HFModelSource(config, file, options, notes)

@@ -1,7 +1,9 @@
 """Built-in plugin: load a Python model file that defines build_model() and make_inputs()."""
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import hookimpl
 from rooflinekit.stages.workload import load_model_file
+
+PROVIDES = ("model files",)
 
 
 @hookimpl(trylast=True)

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rooflinekit.core.errors import UserError
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import UserError, hookimpl
 from rooflinekit.stages.hardware import dtype_key
 from rooflinekit.stages.modelled import ModuleModel, emit, emit_collective, suppressed
+
+PROVIDES = ("MoE expert models",)
 
 
 def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> float:

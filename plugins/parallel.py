@@ -10,7 +10,9 @@ others colwise, the vocabulary embedding and head vocab-parallel, the rest repli
 
 from __future__ import annotations
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import hookimpl
+
+PROVIDES = ("tensor-parallel plans",)
 
 
 def transformers_plan(model) -> dict:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from rooflinekit.analyses.profile import profile
 from rooflinekit.cli.main import cli
+from rooflinekit.core.report import SCHEMA_FILE, Report
 from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +27,7 @@ def run_profile(path, phase="decode", batch=1, context=64, dtype="bf16", device=
                 hardware="H800", **options):
     """Profile a model file and return the report dict."""
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, hardware).report
+    return profile(load_source(str(path), options), workload, hardware).report.to_dict()
 
 
 @pytest.fixture
@@ -45,3 +48,22 @@ def one_line_error(result, *needles):
     assert "Traceback" not in result.stderr + result.stdout
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+# -- every report a test produces is checked against the shipped JSON Schema -------------------------
+
+_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+_to_dict = Report.to_dict
+
+
+def _validated_to_dict(self):
+    data = _to_dict(self)
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        path = "/".join(map(str, e.absolute_path))
+        raise AssertionError(f"report does not validate against {SCHEMA_FILE.name} at {path}: {e.message}")
+    return data
+
+
+Report.to_dict = _validated_to_dict

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rooflinekit.analyses.compare import compare, ratio
+from rooflinekit.core.report import Report
 from tests.conftest import EXAMPLES, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -37,7 +38,7 @@ def _row(data, section, key):
 
 
 def test_cache_bytes_ratio_per_token_per_layer(reports):
-    a, b = (json.loads(reports[k].read_text()) for k in ("gqa", "mla"))
+    a, b = (Report.from_dict(json.loads(reports[k].read_text())) for k in ("gqa", "mla"))
     data = compare(a, b)
     per_layer = _row(data, "attention", "cache_bytes_per_token_per_layer")
     assert (per_layer["a"], per_layer["b"]) == (GQA_CACHE, MLA_CACHE)
@@ -62,7 +63,7 @@ def test_compare_command_table_and_json(invoke, reports, tmp_path):
 
 
 def test_a_report_against_itself(reports):
-    a = json.loads(reports["gqa"].read_text())
+    a = Report.from_dict(json.loads(reports["gqa"].read_text()))
     data = compare(a, a)
     numeric = [r for r in data["rows"] if r["ratio"] is not None]
     assert numeric and all(r["ratio"] == pytest.approx(1.0) for r in numeric)

@@ -18,6 +18,7 @@ from rooflinekit.analyses.distributed import (
     meta_collectives_supported,
     requested,
 )
+from rooflinekit.core.report import Report
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
 TP_MLP = EXAMPLES / "tp_mlp.py"
@@ -73,26 +74,35 @@ def test_the_earliest_failure_comes_first():
 
 
 def _fake(flops, step, collectives=()):
-    ops = [{"collective": {"collective": c, "group_size": 2, "message_bytes": m}} for c, m in collectives]
-    return {"totals": {"flops": flops, "flops_model": flops, "bytes": 10.0, "weight_bytes": 5.0,
-                       "kv_bytes_executed": 0.0, "predicted_step_s": step, "ops": 3, "time_compute_s": 1.0,
-                       "time_memory_s": 2.0, "time_comm_s": 0.5, "binding": "memory"},
-            "comm": {"calls": len(ops), "message_bytes": 0.0, "wire_bytes": 0.0, "collectives": []},
-            "ops": ops, "warnings": [], "notes": []}
+    op = {"name": "c10d.all_reduce_", "module": "(root)", "kind": "collective", "flops": 0.0, "bytes_read": 0.0,
+          "bytes_written": 0.0, "param_bytes": 0.0, "dtype": "bf16", "counted": True, "intensity": None,
+          "bound": "communication", "time_bound_s": 0.0}
+    ops = [dict(op, index=i, collective={"collective": c, "group_size": 2, "message_bytes": m})
+           for i, (c, m) in enumerate(collectives)]
+    return Report.from_dict({
+        "workload": {"phase": "decode", "batch": 1, "context": 8, "q_len": 1, "tokens": 1, "dtype": "bf16",
+                     "device": "cpu"},
+        "hardware": {"name": "x", "dtype": "bf16", "peak_flops": 1.0, "bandwidth": 1.0, "ridge": 1.0},
+        "totals": {"flops": flops, "flops_model": flops, "bytes": 10.0, "weight_bytes": 5.0, "intensity": 1.0,
+                   "attainable_flops": 1.0, "bound": "memory", "time_bound_s": 1.0, "mfu_bound": 1.0,
+                   "dtype": "bf16", "kv_bytes_executed": 0.0, "predicted_step_s": step, "ops": 3,
+                   "time_compute_s": 1.0, "time_memory_s": 2.0, "time_comm_s": 0.5, "binding": "memory"},
+        "comm": {"calls": len(ops), "message_bytes": 0.0, "wire_bytes": 0.0, "collectives": []},
+        "ops": ops, "warnings": [], "notes": []})
 
 
 def test_merge_keeps_the_slowest_rank_and_a_row_per_rank():
     merged = merge_reports([_fake(1.0, 2.0, [("all_reduce", 8)]), _fake(3.0, 5.0, [("all_reduce", 8)])],
                            {"backend": "gloo", "device": "cpu"})
-    d = merged["distributed"]
+    d = merged.distributed
     assert d["world_size"] == 2 and d["slowest_rank"] == 1
     assert [r["rank"] for r in d["ranks"]] == [0, 1] and [r["flops"] for r in d["ranks"]] == [1.0, 3.0]
-    assert merged["totals"]["flops"] == 3.0 and not merged["warnings"]
+    assert merged.totals.flops == 3.0 and not merged.warnings
 
 
 def test_merge_warns_when_ranks_ran_different_collectives():
     merged = merge_reports([_fake(1.0, 1.0, [("all_reduce", 8)]), _fake(1.0, 1.0, [("all_reduce", 16)])])
-    assert any("different collectives" in w for w in merged["warnings"])
+    assert any("different collectives" in w for w in merged.warnings)
 
 
 def test_collectives_are_recorded_with_bytes_and_group_in_a_one_rank_group(invoke, tmp_path):

@@ -12,9 +12,10 @@ path, and runs with ``--no-index --no-deps --no-build-isolation``: nothing is do
 
 Then the ``rooflinekit`` command of that venv shows each contribution: ``plugins`` lists the four
 plugins, a profile of the sliding-window model has its KV cache capped at the window (closed form
-below), ``--hardware "H100 NVL"`` finds the plugin's entry, grouped-mm FLOPs are counted (torch
->= 2.8), the broken plugin is named in one warning while the rest goes on; and the plugin's own
-tests pass against the installed distribution.
+below) and the plugin's what-if window overrides rooflinekit's built-in one, ``--hardware "H100
+NVL"`` finds the plugin's entry, grouped-mm FLOPs are counted (torch >= 2.8), the broken plugin is
+named in one warning while the rest goes on; and the plugin's own tests pass against the installed
+distribution.
 """
 
 from __future__ import annotations
@@ -115,12 +116,13 @@ def test_plugins_lists_the_distribution_and_names_the_broken_one(fresh):
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     info = {p["name"]: p for p in data["plugins"]}
-    expected = {"swa_attention": "rooflinekit_attention_spec", "swa_grouped_mm": "rooflinekit_op_formulas",
+    expected = {"swa_attention": "rooflinekit_attention_window", "swa_grouped_mm": "rooflinekit_op_formulas",
                 "swa_hardware": "rooflinekit_hardware_dirs", "swa_card": "rooflinekit_workload_loader"}
     for name, hook in expected.items():
         assert info[name]["distribution"] == "rooflinekit-swa" and info[name]["version"] == "0.1.0"
         assert hook in info[name]["hooks"]
-    assert info["attention"]["distribution"] == "rooflinekit"  # built-ins: same entry-point group
+    assert info["sliding_window"]["distribution"] == "rooflinekit"  # built-ins: same entry-point group
+    assert "rooflinekit_attention_window" in info["sliding_window"]["hooks"]  # the hook swa_attention overrides
     assert "rk_broken" not in info
     assert [w for w in data["warnings"] if "rk_broken" in w] == [
         "plugin 'rk_broken' (rk-broken) failed to load: ImportError: this plugin fails on import on purpose"
@@ -144,7 +146,7 @@ def test_profile_caps_kv_bytes_at_the_window_on_the_plugins_hardware(fresh, tmp_
     assert report["hardware"]["name"] == "H100 NVL"
     assert report["hardware"]["bandwidth"] == 3.9e12
     (row,) = report["attention"]
-    assert row["plugin"] == "swa_attention" and row["window"] == window
+    assert row["window"] == window  # the model's own window, read by the built-in sliding_window plugin
     cache_bytes_per_token = SMALL["kv_heads"] * 2 * SMALL["head_dim"] * 2  # K and V, bf16
     assert row["cache_bytes_per_token"] == cache_bytes_per_token
     assert row["kv_bytes_min"] == batch * window * cache_bytes_per_token  # context > window
@@ -152,6 +154,14 @@ def test_profile_caps_kv_bytes_at_the_window_on_the_plugins_hardware(fresh, tmp_
     # the broken plugin: one warning line, and the run completed
     assert result.stderr.count("rk_broken") == 1
     assert any("rk_broken" in w for w in report["warnings"])
+
+    # the plugin's what-if window overrides the built-in's answer (tryfirst)
+    what_if = tmp_path / "what_if.json"
+    result = run("profile", plugin / "examples" / "mistral_swa.py", "--phase", "decode", "--batch", batch,
+                 "--context", context, *args, "-f", "json", "-o", what_if, ROOFLINEKIT_SWA_WINDOW="64")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(what_if.read_text())["attention"]
+    assert row["window"] == 64 and row["kv_bytes_min"] == batch * 64 * cache_bytes_per_token
 
     table = run("profile", plugin / "examples" / "mistral_swa.py", "--phase", "decode", "--context", context,
                 "-H", "NVIDIA GH200 480GB", *args)

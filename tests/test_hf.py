@@ -6,6 +6,9 @@ import json
 
 import pytest
 
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, run_profile
 
 pytest.importorskip("transformers")
@@ -161,13 +164,21 @@ def test_a_class_refusing_sdpa_is_built_eager_and_says_so(tmp_path):
 
 
 def test_a_window_the_plugins_do_not_model_is_flagged(tmp_path):
-    # transformers' cache keeps only the last `sliding_window` positions; the built-in attention
-    # plugin does not model windows, so the layer reads less than the full-context minimum.
+    # transformers' cache keeps only the last `sliding_window` positions. Without the built-in
+    # `sliding_window` plugin no window is modelled: the layer reads less than the full-context
+    # minimum, and the report says so. With it, the minimum is the window's.
     path = _write(tmp_path, {"model_type": "mistral", "hidden_size": 256, "intermediate_size": 512,
                              "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
                              "sliding_window": 256})
     s, window = 1024, 256
-    report = run_profile(path, batch=2, context=s)
+    workload = Workload("decode", 2, s, "bf16", "meta", ())
+    host = PluginHost(disabled={"sliding_window"})
+    report = profile(load_source(str(path), {}, host), workload, "H800", host=host).report.to_dict()
     for row in report["attention"]:
+        assert row["window"] is None
         assert row["read_amplification"] == pytest.approx(window / s, rel=0.01)
         assert any("fewer positions than the spec assumes" in n for n in row["notes"])
+    for row in run_profile(path, batch=2, context=s)["attention"]:
+        assert row["window"] == window
+        assert row["read_amplification"] == pytest.approx(1, rel=0.01)
+        assert not any("fewer positions than the spec assumes" in n for n in row["notes"])

@@ -33,7 +33,7 @@ def planned(path, tp=1, ep=1, batch=4, context=32768, host=None, **options):
     workload = with_parallel(Workload("decode", batch, context, "bf16", "meta", tuple(sorted(options.items()))),
                              tp, ep)
     kwargs = {"host": host} if host is not None else {}
-    return profile(load_source(str(path), options, host), workload, "H800", **kwargs).report
+    return profile(load_source(str(path), options, host), workload, "H800", **kwargs).report.to_dict()
 
 
 # -- the acceptance figures ---------------------------------------------------------------------

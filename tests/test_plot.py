@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 
 import pytest
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.report import ModuleRow
 from rooflinekit.outputs.plot import MISSING, chart_for, module_points, placed, write_plot
 from tests.conftest import EXAMPLES, one_line_error, run_profile
 
@@ -108,19 +110,21 @@ def test_plot_depth_points_and_skipped(invoke, tmp_path, mla_report):
 
 def test_layers_merge_only_when_equal():
     def module(name, flops, nbytes, weights):
-        return {"name": name, "flops": flops, "bytes": nbytes, "weight_bytes": weights}
+        return ModuleRow(flops=flops, bytes=nbytes, intensity=flops / nbytes, attainable_flops=0.0,
+                         bound="memory", time_bound_s=0.0, mfu_bound=0.0, dtype="bf16", name=name,
+                         weight_bytes=weights)
 
     dense = [module(f"layers.{i}.mlp", 100.0, 10.0, 8.0) for i in range(3)]      # I = 10
     moe = [module(f"layers.{i}.mlp", 300.0, 20.0, 15.0) for i in range(3, 5)]    # I = 15
     head = module("head", 50.0, 25.0, 20.0)                                       # I = 2
-    points, skipped = module_points({"modules": [*dense, *moe, head]})
+    points, skipped = module_points(SimpleNamespace(modules=[*dense, *moe, head]))
     assert sorted(points) == [(2.0, "head"), (10.0, "layers.0-2.mlp (x3)"), (15.0, "layers.3-4.mlp (x2)")]
     assert skipped == []
     # equal within 1e-9: one point; and an interleaved pattern keeps its runs
     same = [module(f"layers.{i}.mlp", 100.0 * (1 + 1e-12 * i), 10.0, 8.0) for i in range(4)]
-    assert module_points({"modules": same})[0] == [(pytest.approx(10.0), "layers.*.mlp (x4)")]
+    assert module_points(SimpleNamespace(modules=same))[0] == [(pytest.approx(10.0), "layers.*.mlp (x4)")]
     mixed = [module(f"layers.{i}.mlp", 100.0 if i % 2 else 200.0, 10.0, 8.0) for i in range(4)]
-    assert sorted(module_points({"modules": mixed})[0]) == [(10.0, "layers.1,3.mlp (x2)"),
+    assert sorted(module_points(SimpleNamespace(modules=mixed))[0]) == [(10.0, "layers.1,3.mlp (x2)"),
                                                             (20.0, "layers.0,2.mlp (x2)")]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -235,7 +236,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
     source = load_source(str(MOE), {})
 
     def intensity(b):
-        return profile(source, Workload("decode", b, 16), "H20").report["totals"]["intensity"]
+        return profile(source, Workload("decode", b, 16), "H20").report.totals.intensity
 
     assert intensity(cb.critical_batch) >= H20_RIDGE > intensity(cb.critical_batch - 1)
     assert result.critical_ideal == []  # no attention: nothing to put at its minimum
@@ -274,7 +275,7 @@ def test_point_row_byte_split_closed_form():
     assert row["weight_bytes"] == 2 * params + batch * h * 2 + (d // 2) * 4
     # K and V of every cached position read once: 2 * B * S * H_kv * d * 2 B
     assert row["kv_bytes_min"] == 2 * batch * context * kv_heads * d * 2
-    assert row["weight_share"] == pytest.approx(row["weight_bytes"] / rep["totals"]["bytes"])
+    assert row["weight_share"] == pytest.approx(row["weight_bytes"] / rep.totals.bytes)
 
 
 # -- a model whose intensity bends: the fit's batch must be profiled ---------------------------
@@ -326,7 +327,7 @@ def _bend_crossing(h, passes, ridge):
 
 def _bend_intensity(path, batch, **options):
     workload = Workload("decode", batch, 1, options=tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, "H800").report["totals"]["intensity"]
+    return profile(load_source(str(path), options), workload, "H800").report.totals.intensity
 
 
 def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
@@ -414,9 +415,9 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
 
     def noted(source, workload, *args, **kwargs):
         out = real(source, workload, *args, **kwargs)
-        out.report["notes"].append(f"note of B={workload.batch}")
-        out.report["notes"].append("shared note")
-        out.report["warnings"].append(f"warning of B={workload.batch}")
+        out.report = dataclasses.replace(
+            out.report, notes=[*out.report.notes, f"note of B={workload.batch}", "shared note"],
+            warnings=[*out.report.warnings, f"warning of B={workload.batch}"])
         return out
 
     monkeypatch.setattr(rooflinekit.analyses.sweep, "profile", noted)

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 
 from tabulate import tabulate
 
+from rooflinekit.core.codec import encode
+from rooflinekit.core.report import Report
 from rooflinekit.core.units import seconds, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
@@ -54,31 +56,30 @@ def _rows(section: str, name: str, a: dict, b: dict, keys) -> list[Row]:
             for key, unit in keys]
 
 
-def _attention(report: dict) -> dict:
-    at = dict(report["attention_totals"])
-    at.update(attention_figures(report))
-    return at
+def _attention(report: Report) -> dict:
+    return {**encode(report.attention_totals), **attention_figures(report)}
 
 
-def _describe(report: dict, path: str) -> dict:
-    w, m, hw = report["workload"], report.get("model", {}), report["hardware"]
-    return {"path": path, "model": m.get("name"), "model_path": m.get("path"), "options": w.get("options", {}),
-            "workload": {k: w.get(k) for k in WORKLOAD_KEYS}, "hardware": hw.get("name")}
+def _describe(report: Report, path: str) -> dict:
+    w = encode(report.workload)
+    return {"path": path, "model": report.model.name, "model_path": report.model.path,
+            "options": w.get("options", {}), "workload": {k: w.get(k) for k in WORKLOAD_KEYS},
+            "hardware": report.hardware.name}
 
 
-def compare(a: dict, b: dict, a_path: str = "A", b_path: str = "B") -> dict:
+def compare(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> dict:
     """The comparison as a JSON-ready dict; every ratio is A/B."""
-    rows = _rows("step", "whole step", a["totals"], b["totals"], TOTALS)
+    rows = _rows("step", "whole step", encode(a.totals), encode(b.totals), TOTALS)
     rows += _rows("attention", "all layers", _attention(a), _attention(b), ATTENTION)
-    layers_a = [x for x in a["attention"] if x["recognised"]]
-    layers_b = [x for x in b["attention"] if x["recognised"]]
+    layers_a = [x for x in a.attention if x.recognised]
+    layers_b = [x for x in b.attention if x.recognised]
     for la, lb in zip(layers_a, layers_b, strict=False):
-        name = la["module"] if la["module"] == lb["module"] else f"{la['module']} | {lb['module']}"
-        rows += _rows("attention layer", name, la, lb, LAYER)
-    mods_b = {m["name"]: m for m in b["modules"]}
-    matched = [m for m in a["modules"] if m["name"] in mods_b]
+        name = la.module if la.module == lb.module else f"{la.module} | {lb.module}"
+        rows += _rows("attention layer", name, encode(la), encode(lb), LAYER)
+    mods_b = {m.name: m for m in b.modules}
+    matched = [m for m in a.modules if m.name in mods_b]
     for m in matched:
-        rows += _rows("module", m["name"], m, mods_b[m["name"]], MODULE)
+        rows += _rows("module", m.name, encode(m), encode(mods_b[m.name]), MODULE)
     notes = []
     da, db = _describe(a, a_path), _describe(b, b_path)
     differ = [f"{k} ({da['workload'][k]} vs {db['workload'][k]})" for k in WORKLOAD_KEYS
@@ -90,7 +91,7 @@ def compare(a: dict, b: dict, a_path: str = "A", b_path: str = "B") -> dict:
     if len(layers_a) != len(layers_b):
         notes.append(f"recognised attention layers: {len(layers_a)} in A, {len(layers_b)} in B; "
                      f"the first {min(len(layers_a), len(layers_b))} are compared in order")
-    unmatched = len(a["modules"]) - len(matched) + len(b["modules"]) - len(matched)
+    unmatched = len(a.modules) - len(matched) + len(b.modules) - len(matched)
     if unmatched:
         notes.append(f"{unmatched} modules have no namesake in the other report and are not compared")
     return {"kind": "compare", "ratio": "A/B", "a": da, "b": db, "rows": [asdict(r) for r in rows], "notes": notes}

@@ -30,13 +30,16 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from rooflinekit.core import compat
+from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.report import Report
 
 ENV_TIMEOUT = "ROOFLINEKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
@@ -300,50 +303,49 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
-def _collective_signature(report: dict) -> list[tuple]:
-    return [(o["collective"]["collective"], o["collective"]["group_size"], o["collective"]["message_bytes"])
-            for o in report["ops"] if o.get("collective")]
+def _collective_signature(report: Report) -> list[tuple]:
+    return [(o.collective.collective, o.collective.group_size, o.collective.message_bytes)
+            for o in report.ops if o.collective is not None]
 
 
-def rank_row(rank: int, report: dict) -> dict:
-    t, comm = report["totals"], report.get("comm", {})
+def rank_row(rank: int, report: Report) -> dict:
+    t, comm = report.totals, report.comm
     return {
         "rank": rank,
-        "flops": t["flops"],
-        "flops_model": t["flops_model"],
-        "bytes": t["bytes"],
-        "weight_bytes": t["weight_bytes"],
-        "kv_bytes_executed": t["kv_bytes_executed"],
-        "time_compute_s": t.get("time_compute_s"),
-        "time_memory_s": t.get("time_memory_s"),
-        "time_comm_s": t.get("time_comm_s"),
-        "predicted_step_s": t["predicted_step_s"],
-        "binding": t.get("binding"),
-        "ops": t["ops"],
-        "comm_calls": comm.get("calls", 0),
-        "comm_message_bytes": comm.get("message_bytes", 0.0),
-        "comm_wire_bytes": comm.get("wire_bytes", 0.0),
-        "collectives": comm.get("collectives", []),
+        "flops": t.flops,
+        "flops_model": t.flops_model,
+        "bytes": t.bytes,
+        "weight_bytes": t.weight_bytes,
+        "kv_bytes_executed": t.kv_bytes_executed,
+        "time_compute_s": t.time_compute_s,
+        "time_memory_s": t.time_memory_s,
+        "time_comm_s": t.time_comm_s,
+        "predicted_step_s": t.predicted_step_s,
+        "binding": t.binding,
+        "ops": t.ops,
+        "comm_calls": comm.calls,
+        "comm_message_bytes": comm.message_bytes,
+        "comm_wire_bytes": comm.wire_bytes,
+        "collectives": encode(comm.collectives),
     }
 
 
-def merge_reports(reports: list[dict], info: dict | None = None) -> dict:
+def merge_reports(reports: list[Report], info: dict | None = None) -> Report:
     """One report for the job: the slowest rank's, plus one row per rank in `distributed`."""
     info = info or {}
     rows = [rank_row(i, r) for i, r in enumerate(reports)]
-    slowest = max(range(len(reports)), key=lambda i: reports[i]["totals"]["predicted_step_s"] or 0.0)
-    merged = dict(reports[slowest])
-    warnings = list(merged.get("warnings", []))
+    slowest = max(range(len(reports)), key=lambda i: reports[i].totals.predicted_step_s or 0.0)
+    base = reports[slowest]
+    warnings = list(base.warnings)
     signatures = [_collective_signature(r) for r in reports]
     if any(s != signatures[0] for s in signatures[1:]):
         warnings.append("ranks ran different collectives (count, type, group or size): on real devices "
                         "such a model hangs or computes garbage; see distributed.ranks[].collectives")
-    merged["warnings"] = warnings
-    merged["notes"] = list(merged.get("notes", [])) + [
+    notes = list(base.notes) + [
         f"torch.distributed run on {len(reports)} rank{'s' if len(reports) != 1 else ''}: totals, modules, attention and ops are rank "
         f"{slowest}'s (the slowest by predicted step); one row per rank in `distributed.ranks`"
     ]
-    merged["distributed"] = {
+    return replace(base, warnings=warnings, notes=notes, distributed={
         "world_size": len(reports),
         "backend": info.get("backend"),
         "device": info.get("device"),
@@ -351,5 +353,4 @@ def merge_reports(reports: list[dict], info: dict | None = None) -> dict:
         "slowest_rank": slowest,
         "ranks": rows,
         "totals_of": "the slowest rank (largest predicted_step_s)",
-    }
-    return merged
+    })

@@ -39,18 +39,20 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from rooflinekit.core import compat
+from rooflinekit.core.codec import encode
 from rooflinekit.core.files import write_atomic
+from rooflinekit.core.report import AltPlacement, Measured, Placement, Report, StepMeasured
 from rooflinekit.stages import capture as _capture
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import SDPA_NAME, OpRecord, Recorder, call_forward
 from rooflinekit.stages.formulas import FormulaBook, op_key
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.place import ROOT, _placed, rollup_name
+from rooflinekit.stages.place import hardware_info, placement, rollup_name
 from rooflinekit.stages.roofline import place_on
 
 STEP_PREFIX = "rk:step#"
@@ -349,102 +351,101 @@ def _util(amount: float, seconds: float | None, ceiling: float) -> float | None:
 
 
 def _measured(time_s: float | None, flops_exec: float, flops_model: float, nbytes: float,
-              peak: float, bandwidth: float, bound_s: float | None) -> dict:
-    return {
-        "time_s": time_s,
-        "achieved_flops": _rate(flops_exec, time_s),
-        "achieved_bandwidth": _rate(nbytes, time_s),
-        "mfu": _util(flops_model, time_s, peak),
-        "hfu": _util(flops_exec, time_s, peak),
-        "mbu": _util(nbytes, time_s, bandwidth),
-        "time_vs_bound": time_s / bound_s if time_s is not None and bound_s else None,
-    }
+              peak: float, bandwidth: float, bound_s: float | None, **more) -> Measured:
+    return Measured(
+        time_s=time_s,
+        achieved_flops=_rate(flops_exec, time_s),
+        achieved_bandwidth=_rate(nbytes, time_s),
+        mfu=_util(flops_model, time_s, peak),
+        hfu=_util(flops_exec, time_s, peak),
+        mbu=_util(nbytes, time_s, bandwidth),
+        time_vs_bound=time_s / bound_s if time_s is not None and bound_s else None,
+        **more,
+    )
 
 
-def model_flops_per_op(ops: list[OpRecord], attention_rows) -> dict[int, float]:
+def model_flops_per_op(report: Report) -> dict[int, float]:
     """Model FLOPs per op: executed FLOPs, except inside a recognised attention layer, where its
     architecture's model FLOPs are spread over the layer's ops in proportion to their executed
     FLOPs (so the ops of a layer sum to its model FLOPs and the step sums to totals.flops_model)."""
-    out = {op.index: op.flops for op in ops}
-    by_index = {op.index: op for op in ops}
-    for row in attention_rows or ():
-        if not row.recognised or not row.flops_executed:
+    by_index = {op.index: op for op in report.ops}
+    out = {i: op.flops for i, op in by_index.items()}
+    for row in report.attention:
+        if not row.recognised or not row.flops_executed or row.flops_model is None:
             continue
-        scale = row.cost.flops_model / row.flops_executed
+        scale = row.flops_model / row.flops_executed
         for i in row.op_indices:
             if i in by_index:
                 out[i] = by_index[i].flops * scale
     return out
 
 
-def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: HardwareSpec,
-                      m: Measurement) -> dict:
-    """Add measured fields to `report` in place (and return it)."""
-    depth = report["capture"]["depth"]
-    group = report["capture"]["group_layers"]
-    model_flops = model_flops_per_op(ops, attention_rows)
-    by_index = {op.index: op for op in ops}
+def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
+                     modelled_modules: list[str] | tuple[str, ...] = ()) -> Report:
+    """A new report: `report` with the measured times of `m` joined to its ops, modules, attention
+    layers and step. `modelled_modules`: modules whose analytic stand-in ran (their ops have no time)."""
+    depth, group = report.capture.depth, report.capture.group_layers
+    model_flops = model_flops_per_op(report)
+    cuda = m.device.startswith("cuda")
 
     module_time: dict[str, float] = defaultdict(float)
     module_model_flops: dict[str, float] = defaultdict(float)
-    for row in report["ops"]:
-        i = row["index"]
-        op = by_index[i]
-        t = m.op_time_s.get(i)
-        if t is not None:
-            op.time_s = t
-        peak = hw.peak(row["dtype"]) if row["dtype"] else report["hardware"]["peak_flops"]
-        row.update(_measured(t, row["flops"], model_flops[i], row["bytes_read"] + row["bytes_written"],
-                             peak, hw.memory_bandwidth, row["time_bound_s"]))
-        row["flops_model"] = model_flops[i]
-        if m.device.startswith("cuda"):
-            row["cpu_time_s"] = m.op_cpu_time_s.get(i)
-        name = rollup_name(row["module"] if row["module"] != ROOT else "", depth, group)
+    ops = []
+    for row in report.ops:
+        t = m.op_time_s.get(row.index)
+        peak = hw.peak(row.dtype) if row.dtype else report.hardware.peak_flops
+        measured = _measured(t, row.flops, model_flops[row.index], row.bytes, peak, hw.memory_bandwidth,
+                             row.time_bound_s, cpu_time_s=m.op_cpu_time_s.get(row.index) if cuda else None)
+        ops.append(replace(row, measured=measured, flops_model=model_flops[row.index]))
+        name = rollup_name(row.module, depth, group)
         module_time[name] += t or 0.0
-        module_model_flops[name] += model_flops[i]
+        module_model_flops[name] += model_flops[row.index]
 
-    for mod in report["modules"]:
-        name = mod["name"]
-        mod.update(_measured(module_time.get(name, 0.0), mod["flops"], module_model_flops.get(name, 0.0),
-                             mod["bytes"], hw.peak(mod["dtype"]), hw.memory_bandwidth, mod["time_bound_ops_s"]))
-        mod["flops_model"] = module_model_flops.get(name, 0.0)
+    modules = [
+        replace(mod, flops_model=module_model_flops.get(mod.name, 0.0), measured=_measured(
+            module_time.get(mod.name, 0.0), mod.flops, module_model_flops.get(mod.name, 0.0), mod.bytes,
+            hw.peak(mod.dtype), hw.memory_bandwidth, mod.time_bound_ops_s))
+        for mod in report.modules
+    ]
 
-    for att, row in zip(report["attention"], attention_rows or (), strict=False):
-        t = sum(m.op_time_s.get(i, 0.0) for i in row.op_indices)
-        pe = att["placement_executed"]
-        peak = hw.peak(att["dtype"])
-        att_flops_model = att["flops_model"] if att["flops_model"] is not None else pe["flops"]
-        predicted = sum(report["ops"][i]["time_bound_s"] for i in row.op_indices
-                        if i < len(report["ops"]))
-        measured = _measured(t, pe["flops"], att_flops_model, pe["bytes"], peak, hw.memory_bandwidth,
-                             predicted)
-        measured["predicted_ops_s"] = predicted
-        measured["mbu_min"] = _util(att["bytes_min"], t, hw.memory_bandwidth) if att["bytes_min"] else None
-        att["measured"] = measured
+    bound_of = {op.index: op.time_bound_s for op in report.ops}
+    attention = []
+    for att in report.attention:
+        t = sum(m.op_time_s.get(i, 0.0) for i in att.op_indices)
+        pe = att.placement_executed
+        predicted = sum(bound_of.get(i, 0.0) for i in att.op_indices)
+        attention.append(replace(att, measured=_measured(
+            t, pe.flops, att.flops_model if att.flops_model is not None else pe.flops, pe.bytes,
+            hw.peak(att.dtype), hw.memory_bandwidth, predicted, predicted_ops_s=predicted,
+            mbu_min=_util(att.bytes_min, t, hw.memory_bandwidth) if att.bytes_min else None)))
 
-    totals = report["totals"]
+    totals = report.totals
     step = m.step_time_s
     op_sum = sum(m.op_time_s.values())
-    peak = report["hardware"]["peak_flops"]
-    summary = _measured(step, totals["flops_executed"], totals["flops_model"], totals["bytes"], peak,
-                        hw.memory_bandwidth, totals["predicted_step_s"])
-    summary.pop("time_s")
-    summary.update(
+    whole = _measured(step, totals.flops_executed, totals.flops_model, totals.bytes,
+                      report.hardware.peak_flops, hw.memory_bandwidth, totals.predicted_step_s)
+    summary = StepMeasured(
         step_time_s=step,
         step_times_s=list(m.step_times_s),
         op_time_s=op_sum,
         unattributed_s=step - op_sum,
+        achieved_flops=whole.achieved_flops,
+        achieved_bandwidth=whole.achieved_bandwidth,
+        mfu=whole.mfu,
+        hfu=whole.hfu,
+        mbu=whole.mbu,
+        time_vs_bound=whole.time_vs_bound,
         op_time_share=op_sum / step if step else None,
         step_time_plain_s=m.step_time_plain_s,
-        time_vs_whole_step_bound=step / totals["time_bound_s"] if totals["time_bound_s"] else None,
-        tokens_per_s=report["workload"]["tokens"] / step if step else None,
+        time_vs_whole_step_bound=step / totals.time_bound_s if totals.time_bound_s else None,
+        tokens_per_s=report.workload.tokens / step if step else None,
         device=m.device,
-        threads=torch.get_num_threads() if not m.device.startswith("cuda") else None,
+        threads=torch.get_num_threads() if not cuda else None,
         warmup=m.warmup,
         repeats=m.repeats,
         timing=m.timing,
         ops_timed=len(m.op_time_s),
-        ops_unmatched=m.unmatched,
+        ops_unmatched=list(m.unmatched),
         conventions={
             "step_time_s": "mean over repeats of the profiler range around one forward and its "
             "device synchronisation (instrumented run)",
@@ -458,26 +459,32 @@ def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: Har
             "(totals: predicted_step_s; modules: time_bound_ops_s; ops: time_bound_s)",
         },
     )
-    totals["measured"] = summary
+    warnings, notes = list(report.warnings), list(report.notes)
     if m.unmatched:
-        report.setdefault("warnings", []).append(
+        warnings.append(
             f"the timed forward ran a different op sequence from the counted one ({len(m.unmatched)} "
             "difference(s), e.g. " + m.unmatched[0] + "): unmatched ops are left out of op times "
             "and counted in unattributed_s"
         )
-    modelled = sorted({op.module for op in ops if not _timed(op)})
+    modelled = sorted(set(modelled_modules))
     if modelled:
-        report.setdefault("notes", []).append(
+        notes.append(
             f"measured mode ran the analytic stand-in of {len(modelled)} modelled module(s) "
             f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
             "their records have no time, and the stand-in's own time is in unattributed_s"
         )
-    if not m.device.startswith("cuda") and not hw.calibrated:
-        report.setdefault("notes", []).append(
+    if not cuda and not hw.calibrated:
+        notes.append(
             f"measured on {m.device} but placed on {hw.name}: MFU/MBU compare CPU times with that "
             "device's ceilings; run `rooflinekit calibrate --device cpu` and pass --hardware with its name"
         )
-    return report
+    return replace(report, ops=ops, modules=modules, attention=attention,
+                   totals=replace(totals, measured=summary), warnings=warnings, notes=notes)
+
+
+def modelled_modules(ops: list[OpRecord]) -> list[str]:
+    """Modules whose records came from an analytic stand-in (not timed by the profiler)."""
+    return sorted({op.module for op in ops if not _timed(op)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -485,72 +492,54 @@ def apply_measurement(report: dict, ops: list[OpRecord], attention_rows, hw: Har
 # ----------------------------------------------------------------------------------------------
 
 
-def _alt(placed: dict, hw: HardwareSpec) -> dict:
-    return {
-        "hardware": hw.name,
-        "calibrated": hw.calibrated,
-        "intensity": placed["intensity"],
-        "attainable_flops": placed["attainable_flops"],
-        "bound": placed["bound"],
-        "time_bound_s": placed["time_bound_s"],
-        "mfu_bound": placed["mfu_bound"],
-        "ridge": hw.peak(placed["dtype"]) / hw.memory_bandwidth,
-    }
+def _alt(placed: Placement, hw: HardwareSpec, **more) -> AltPlacement:
+    return AltPlacement(
+        hardware=hw.name, calibrated=hw.calibrated, intensity=placed.intensity,
+        attainable_flops=placed.attainable_flops, bound=placed.bound, time_bound_s=placed.time_bound_s,
+        mfu_bound=placed.mfu_bound, ridge=hw.peak(placed.dtype) / hw.memory_bandwidth, **more,
+    )
 
 
-def apply_alt_placement(report: dict, hw: HardwareSpec) -> dict:
-    """Add `placement_alt` (the same counts placed on `hw`) to totals, modules and attention rows."""
-    depth = report["capture"]["depth"]
-    group = report["capture"]["group_layers"]
+def with_alt_placement(report: Report, hw: HardwareSpec) -> Report:
+    """A new report: `report` with `placement_alt` (the same counts placed on `hw`) on its totals,
+    modules and attention rows, and `hardware_alt`."""
+    depth, group = report.capture.depth, report.capture.group_layers
     module_ops_bound: dict[str, float] = defaultdict(float)
     total_ops_bound = 0.0
-    op_bound: dict[int, float] = {}
-    for row in report["ops"]:
-        t = place_on(hw, row["dtype"], row["flops"], row["bytes_read"] + row["bytes_written"]).time_bound_s
-        op_bound[row["index"]] = t
+    for row in report.ops:
+        t = place_on(hw, row.dtype, row.flops, row.bytes).time_bound_s
         total_ops_bound += t
-        module_ops_bound[rollup_name(row["module"] if row["module"] != ROOT else "", depth, group)] += t
+        module_ops_bound[rollup_name(row.module, depth, group)] += t
 
-    def with_measured(alt: dict, flops_model: float | None, flops: float, nbytes: float,
-                      measured_s: float | None, dtype: str, ops_bound: float) -> dict:
-        alt["time_bound_ops_s"] = ops_bound
-        if measured_s:
-            alt["mfu"] = _util(flops_model if flops_model is not None else flops, measured_s, hw.peak(dtype))
-            alt["hfu"] = _util(flops, measured_s, hw.peak(dtype))
-            alt["mbu"] = _util(nbytes, measured_s, hw.memory_bandwidth)
-            alt["time_vs_bound"] = measured_s / ops_bound if ops_bound else None
-        return alt
+    def alt(placed: Placement, flops_model: float | None, flops: float, nbytes: float,
+            measured_s: float | None, dtype: str, ops_bound: float, **more) -> AltPlacement:
+        if not measured_s:
+            return _alt(placed, hw, time_bound_ops_s=ops_bound, **more)
+        return _alt(placed, hw, time_bound_ops_s=ops_bound,
+                    mfu=_util(flops_model if flops_model is not None else flops, measured_s, hw.peak(dtype)),
+                    hfu=_util(flops, measured_s, hw.peak(dtype)),
+                    mbu=_util(nbytes, measured_s, hw.memory_bandwidth),
+                    time_vs_bound=measured_s / ops_bound if ops_bound else None, **more)
 
-    totals = report["totals"]
-    placed = _placed(hw, totals["dtype"], totals["flops"], totals["bytes"])
-    alt = _alt(placed, hw)
-    alt["predicted_step_s"] = total_ops_bound
-    measured = totals.get("measured") or {}
-    totals["placement_alt"] = with_measured(alt, totals["flops_model"], totals["flops"], totals["bytes"],
-                                            measured.get("step_time_s"), totals["dtype"], total_ops_bound)
-    for mod in report["modules"]:
-        placed = _placed(hw, mod["dtype"], mod["flops"], mod["bytes"])
-        mod["placement_alt"] = with_measured(_alt(placed, hw), mod.get("flops_model"), mod["flops"],
-                                             mod["bytes"], mod.get("time_s"), mod["dtype"],
-                                             module_ops_bound.get(mod["name"], 0.0))
-    for att in report["attention"]:
-        pe = att["placement_executed"]
-        placed = _placed(hw, att["dtype"], pe["flops"], pe["bytes"])
-        alt = _alt(placed, hw)
-        if att.get("placement_min"):
-            pm = att["placement_min"]
-            alt["min"] = _alt(_placed(hw, att["dtype"], pm["flops"], pm["bytes"]), hw)
-        att["placement_alt"] = alt
-    report["hardware_alt"] = {
-        "name": hw.name,
-        "dtype": totals["dtype"],
-        "peak_flops": hw.peak(totals["dtype"]),
-        "bandwidth": hw.memory_bandwidth,
-        "ridge": hw.peak(totals["dtype"]) / hw.memory_bandwidth,
-        "calibrated": hw.calibrated,
-        "source": hw.path,
-    }
-    return report
+    t = report.totals
+    step = t.measured.step_time_s if t.measured else None
+    totals = replace(t, placement_alt=alt(placement(hw, t.dtype, t.flops, t.bytes), t.flops_model, t.flops,
+                                          t.bytes, step, t.dtype, total_ops_bound,
+                                          predicted_step_s=total_ops_bound))
+    modules = [
+        replace(mod, placement_alt=alt(placement(hw, mod.dtype, mod.flops, mod.bytes), mod.flops_model,
+                                       mod.flops, mod.bytes, mod.measured.time_s if mod.measured else None,
+                                       mod.dtype, module_ops_bound.get(mod.name, 0.0)))
+        for mod in report.modules
+    ]
+    attention = []
+    for att in report.attention:
+        pe, pm = att.placement_executed, att.placement_min
+        minimum = _alt(placement(hw, att.dtype, pm.flops, pm.bytes), hw) if pm else None
+        attention.append(replace(att, placement_alt=_alt(placement(hw, att.dtype, pe.flops, pe.bytes), hw,
+                                                         min=minimum)))
+    return replace(report, totals=totals, modules=modules, attention=attention,
+                   hardware_alt=hardware_info(hw, t.dtype))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -558,9 +547,9 @@ def apply_alt_placement(report: dict, hw: HardwareSpec) -> dict:
 # ----------------------------------------------------------------------------------------------
 
 
-def annotate_trace(trace: dict, report: dict) -> dict:
+def annotate_trace(trace: dict, report: Report) -> dict:
     """Add each op's counts (FLOPs, bytes, intensity, bound, module...) to its range events."""
-    rows = {row["index"]: row for row in report["ops"]}
+    rows = {row.index: row for row in report.ops}
     events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
     for evt in events:
         if not isinstance(evt, dict):
@@ -573,39 +562,39 @@ def annotate_trace(trace: dict, report: dict) -> dict:
                 continue
             args = evt.setdefault("args", {})
             args.update({
-                "rk_index": row["index"],
-                "op": row["name"],
-                "module": row["module"],
-                "flops": row["flops"],
-                "flops_model": row.get("flops_model", row["flops"]),
-                "bytes": row["bytes_read"] + row["bytes_written"],
-                "bytes_read": row["bytes_read"],
-                "bytes_written": row["bytes_written"],
-                "intensity": row["intensity"],
-                "bound": row["bound"],
-                "time_bound_s": row["time_bound_s"],
-                "dtype": row["dtype"],
-                "shapes": row["shapes"],
-                "counted": row["counted"],
+                "rk_index": row.index,
+                "op": row.name,
+                "module": row.module,
+                "flops": row.flops,
+                "flops_model": row.flops_model if row.flops_model is not None else row.flops,
+                "bytes": row.bytes,
+                "bytes_read": row.bytes_read,
+                "bytes_written": row.bytes_written,
+                "intensity": row.intensity,
+                "bound": row.bound,
+                "time_bound_s": row.time_bound_s,
+                "dtype": row.dtype,
+                "shapes": row.shapes,
+                "counted": row.counted,
             })
-            if row.get("time_s") is not None:
-                args["mean_time_s"] = row["time_s"]
+            if row.measured is not None and row.measured.time_s is not None:
+                args["mean_time_s"] = row.measured.time_s
         elif isinstance(name, str) and name.startswith(STEP_PREFIX):
-            t = report["totals"]
+            t = report.totals
             evt.setdefault("args", {}).update({
-                "flops": t["flops"], "flops_model": t["flops_model"], "bytes": t["bytes"],
-                "predicted_step_s": t["predicted_step_s"], "hardware": report["hardware"]["name"],
+                "flops": t.flops, "flops_model": t.flops_model, "bytes": t.bytes,
+                "predicted_step_s": t.predicted_step_s, "hardware": report.hardware.name,
             })
     if isinstance(trace, dict):
         trace.setdefault("rooflinekit", {
-            "workload": report["workload"],
-            "hardware": report["hardware"]["name"],
+            "workload": encode(report.workload),
+            "hardware": report.hardware.name,
             "note": "ranges 'rk#<index> <op>' carry the counted record of op <index> in their args",
         })
     return trace
 
 
-def write_trace(path: str, trace: dict, report: dict) -> None:
+def write_trace(path: str, trace: dict, report: Report) -> None:
     """Annotate and write a Chrome/Perfetto trace atomically."""
 
     write_atomic(path, json.dumps(annotate_trace(trace, report)))

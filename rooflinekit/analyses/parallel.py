@@ -6,8 +6,9 @@
    a transformers model's `tp_plan` and filling the rest with `structural_plan` below);
 2. `shard_capture` (a pure function: records in, per-GPU records out) scales every op by the share
    of its data one GPU holds, and inserts the collectives the split implies;
-3. `shard_attention` restates each attention layer per GPU (heads / N, KV heads split or
-   replicated, the MLA latent replicated) and re-costs it with the attention plugins.
+3. `shard_attention` restates each attention layer per GPU as its architecture's plugin says
+   (`rooflinekit_attention_shard`: heads / N, KV heads split or replicated, the MLA latent
+   replicated) and re-costs it with the attention plugins.
 
 Styles: "colwise" (output features split: FLOPs, weights and output / N, input whole),
 "rowwise" (input features split: FLOPs, weights and input / N, output whole, then an all-reduce),
@@ -28,11 +29,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 
 import torch
 
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.specs import AttentionSpec, AttentionWorkload
+from rooflinekit.core.heads import split_heads
+from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.specs import AttentionShard, AttentionSpec, AttentionWorkload
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionRow, _itemsize, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, OpRecord
@@ -56,8 +60,6 @@ STYLE_ALIASES = {
 
 #: Output projections of attention blocks, by name (else: found by shape).
 ATTN_OUT_NAMES = ("o_proj", "wo", "out_proj", "c_proj", "dense", "o", "proj_out", "out")
-#: MLA low-rank down projections: replicated, as DeepSeek's reference tensor parallelism does.
-MLA_DOWN_NAMES = ("wq_a", "q_a_proj", "wkv_a", "kv_a_proj_with_mqa", "kv_a_proj")
 #: MLP down projections, by name (else: found by shape).
 MLP_DOWN_NAMES = ("down_proj", "w2", "c_proj", "fc2", "dense_4h_to_h", "proj_out", "wo")
 
@@ -179,23 +181,45 @@ def attention_blocks(modules: dict[str, torch.nn.Module], attention: dict[str, A
     return blocks
 
 
-def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec) -> str | None:
+def attention_shard(spec: AttentionSpec, tp: int, host: PluginHost, where: str = "") -> AttentionShard:
+    """How a layer of this spec splits N ways, as the plugin of its architecture answers
+    (`rooflinekit_attention_shard`); without an answer, heads and K/V heads split as
+    `rooflinekit.core.heads.split_heads` does, and the note says so. A plugin's UserError (a split
+    the architecture cannot make) is raised with the layer's path."""
+    try:
+        shard, _ = host.call_first("rooflinekit_attention_shard", expect=AttentionShard, spec=spec, tp=tp)
+        if shard is None:
+            shard = split_heads(spec, tp)
+            fallback = (f"no plugin says how arch '{spec.arch}' splits under tensor parallelism: heads "
+                        "and K/V heads split as standard attention's")
+            shard = replace(shard, spec=replace(shard.spec, notes=shard.spec.notes + (fallback,)),
+                            note=f"{shard.note}; {fallback}")
+    except UserError as exc:
+        raise UserError(f"{exc} ({where or '(root)'})") from None
+    return shard
+
+
+def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec,
+                    shard: AttentionShard) -> str | None:
     for name, _ in lins:
         if name in ATTN_OUT_NAMES:
             return name
-    v_dim = spec.mla_v_head_dim if spec.arch == "mla" else spec.v_head_dim
+    v_dim = shard.out_head_dim if shard.out_head_dim is not None else spec.v_head_dim
     width = spec.num_heads * (v_dim or spec.head_dim)
     cands = [n for n, m in lins if m.in_features == width]
     return cands[-1] if cands else (lins[-1][0] if lins else None)
 
 
-def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec]) -> dict[str, str]:
-    """Styles from the model's structure alone (no plugin knowledge of the architecture).
+def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
+                    host: PluginHost | None = None) -> dict[str, str]:
+    """Styles from the model's structure, and what each attention layer's plugin says about it.
 
     - in each attention block, the Linear that consumes the attention output (by name: o_proj,
-      wo, out_proj, c_proj, ...; else the one whose input is heads x value width) is rowwise, the
-      others colwise, except MLA's low-rank down projections (q_a/wq_a, kv_a/wkv_a, or any Linear
-      narrower than heads x qk_nope_head_dim): replicated, as DeepSeek's reference TP does;
+      wo, out_proj, c_proj, ...; else the one whose input is heads x the value width the plugin's
+      `rooflinekit_attention_shard` gives) is rowwise, the others colwise, except those the plugin
+      keeps whole (MLA's low-rank down projections: q_a/wq_a, kv_a/wkv_a, or any Linear narrower
+      than heads x qk_nope_head_dim): replicated, as DeepSeek's reference TP does. The plugin is
+      asked with N = 1: these rules do not depend on N (`host`: the process-wide one by default);
     - in a block with two or more Linear children where one maps the others' output width back to
       their input width (down_proj/w2/c_proj/fc2), that one is rowwise and the others colwise;
       a block's Linear that fits neither (a MoE router) stays replicated;
@@ -203,20 +227,20 @@ def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec])
       (the output head: colwise, then an all-gather of the logits);
     - everything else (norms, position embeddings, routers) is replicated.
     """
+    host = host or get_host()
     modules = dict(model.named_modules())
     plan: dict[str, str] = {}
     blocks = attention_blocks(modules, attention)
     for block, spec in blocks.items():
+        shard = attention_shard(spec, 1, host, block)
         lins = _linear_children(modules[block])
-        out_name = _out_projection(lins, spec)
+        out_name = _out_projection(lins, spec, shard)
         for name, lin in lins:
             path = _join(block, name)
             if name == out_name:
                 plan[path] = "rowwise"
-            elif spec.arch == "mla" and (
-                name in MLA_DOWN_NAMES
-                or lin.out_features < spec.num_heads * (spec.qk_nope_head_dim or 1)
-            ):
+            elif any(fnmatchcase(name, pattern) for pattern in shard.replicated) \
+                    or lin.out_features < shard.replicated_below:
                 plan[path] = "replicate"
             else:
                 plan[path] = "colwise"
@@ -264,40 +288,34 @@ class Plan:
     replicated_kv: dict[str, str] = field(default_factory=dict)  # colwise path -> why not /N
 
 
-def _colwise_fraction(lin: torch.nn.Module, spec: AttentionSpec | None, tp: int) -> tuple[float, str | None]:
-    """Share of a colwise Linear's output one GPU computes: 1/N, or per-head limits for K/V."""
-    if spec is None or spec.arch == "mla" or not isinstance(lin, torch.nn.Linear):
+def _colwise_fraction(lin: torch.nn.Module, shard: AttentionShard | None, tp: int) -> tuple[float, str | None]:
+    """Share of a colwise Linear's output one GPU computes: 1/N, or what the layer's plugin says
+    for a projection of its width (K/V heads replicated over GPUs: one K/V head per GPU)."""
+    if shard is None or not isinstance(lin, torch.nn.Linear):
         return 1.0 / tp, None
-    h, hkv, d, dv = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
-    if hkv >= tp or hkv >= h:
+    share = shard.colwise_shares.get(lin.out_features)
+    if share is None:
         return 1.0 / tp, None
-    kv_per = 1  # N > H_kv: one KV head per GPU, each shared by N/H_kv GPUs
-    out = lin.out_features
-    why = f"{hkv} KV heads over {tp} GPUs: each GPU holds 1 KV head (replicated {tp // hkv} ways)"
-    if out in (hkv * d, hkv * dv, hkv * (d + dv)):
-        return kv_per / hkv, why
-    if out == h * d + hkv * (d + dv):  # fused qkv
-        return (h / tp * d + kv_per * (d + dv)) / out, why
-    return 1.0 / tp, None
+    return share, shard.note
 
 
 def build_plan(styles: dict[str, str], modules: dict[str, torch.nn.Module],
-               attention: dict[str, AttentionSpec], tp: int) -> Plan:
-    """Check that the heads divide, and work out each colwise module's share."""
+               attention: dict[str, AttentionSpec], tp: int, host: PluginHost | None = None) -> Plan:
+    """Check that the heads divide (and that each architecture can split N ways: its plugin's
+    `rooflinekit_attention_shard`), and work out each colwise module's share."""
+    host = host or get_host()
     for site, spec in attention.items():
         where = site or "(root)"
         if spec.num_heads % tp:
             raise UserError(f"--tp {tp} does not divide the {spec.num_heads} attention heads of {where}")
-        if spec.arch != "mla" and spec.num_kv_heads < spec.num_heads:
-            hkv = spec.num_kv_heads
-            if (hkv >= tp and hkv % tp) or (hkv < tp and tp % hkv):
-                raise UserError(f"--tp {tp} and the {hkv} KV heads of {where}: one must divide the other")
+        attention_shard(spec, tp, host, where)
     blocks = attention_blocks(modules, attention)
+    shards = {block: attention_shard(spec, tp, host, block) for block, spec in blocks.items()}
     plan = Plan(tp=tp, styles=dict(styles))
     for path, style in styles.items():
         if style in ("colwise", "colwise_gather", "vocab"):
             parent = path.rpartition(".")[0]
-            frac, why = _colwise_fraction(modules.get(path), blocks.get(parent), tp)
+            frac, why = _colwise_fraction(modules.get(path), shards.get(parent), tp)
             plan.fractions[path] = frac
             if why:
                 plan.replicated_kv[path] = why
@@ -398,34 +416,24 @@ def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
 
 
 def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host) -> tuple[list[AttentionRow], list[dict]]:
-    """Per-GPU attention rows (heads / N; KV heads split or replicated; MLA latent replicated),
-    re-costed by the attention plugins, and a summary per layer for the report."""
+    """Per-GPU attention rows (one GPU's spec as the architecture's plugin says: heads / N; KV
+    heads split or replicated; MLA latent replicated), re-costed by the attention plugins, and a
+    summary per layer for the report."""
     out, summary = [], []
     for row in rows:
         if not row.recognised or tp == 1:
             out.append(row)
             continue
         spec = row.spec
-        heads = spec.num_heads // tp
-        if spec.arch == "mla":
-            kv_heads, kv = spec.num_kv_heads, "latent replicated"
-            note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; the MLA latent cache "
-                    f"({spec.kv_lora_rank}+{spec.qk_rope_head_dim} per token) is replicated: every GPU holds and reads all of it")
-        elif spec.num_kv_heads >= tp:
-            kv_heads, kv = spec.num_kv_heads // tp, "split"
-            note = f"TP {tp}: {heads} of {spec.num_heads} heads and {kv_heads} of {spec.num_kv_heads} KV heads per GPU"
-        else:
-            kv_heads, kv = 1, "replicated"
-            note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; KV heads replicated: "
-                    f"{spec.num_kv_heads} KV heads over {tp} GPUs, each GPU holds 1 (each KV head on "
-                    f"{tp // spec.num_kv_heads} GPUs)")
-        new_spec = replace(spec, num_heads=heads, num_kv_heads=kv_heads, notes=tuple(spec.notes) + (note,))
+        shard = attention_shard(spec, tp, host, row.module)
+        new_spec, kv, note = shard.spec, shard.kv, shard.note
+        heads, kv_heads = new_spec.num_heads, new_spec.num_kv_heads
         itemsize = _itemsize(row.dtype)
         aw = AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
                                phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize,
                                causal=row.causal)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
-        new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + [note])
+        new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + ([note] if note else []))
         out.append(new)
         summary.append({
             "module": row.module, "arch": spec.arch, "num_heads": heads, "num_heads_total": spec.num_heads,
@@ -493,12 +501,12 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
             sources.append(plugin)
         # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
         # plugin answers with them already; they also stand in when it is not installed)
-        rules, _ = resolve(structural_plan(model, attention), modules)
+        rules, _ = resolve(structural_plan(model, attention, host), modules)
         added = {p: st for p, st in rules.items() if p not in styles}
         if added:
             styles.update(added)
             sources.append("structural rules")
-        plan = build_plan(styles, modules, attention, par.tp)
+        plan = build_plan(styles, modules, attention, par.tp, host)
         plan.sources, plan.notes = sources, notes
         cap = shard_capture(cap, plan)
         for path, style in styles.items():

@@ -7,11 +7,17 @@ from dataclasses import dataclass
 
 import torch
 
-from rooflinekit.analyses.measure import apply_alt_placement, apply_measurement, write_trace
 from rooflinekit.analyses.measure import measure as run_measure
+from rooflinekit.analyses.measure import (
+    modelled_modules,
+    with_alt_placement,
+    with_measurement,
+    write_trace,
+)
 from rooflinekit.analyses.parallel import ParallelConfig, plan_parallel
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.report import Report
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.detect import auto_hardware
@@ -25,7 +31,7 @@ from rooflinekit.stages.workload import _user_frame as user_frame
 
 @dataclass
 class Profiled:
-    report: dict
+    report: Report
     model: torch.nn.Module
     capture: object
 
@@ -131,18 +137,15 @@ def profile(
             raise
         except Exception as exc:
             raise _forward_error(exc, source, workload) from exc
-        for op in cap.ops:
-            op.time_s = measurement.op_time_s.get(op.index)
     report = build_report(
         cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
+        parallel=planned.section if planned is not None else None,
     )
-    if planned is not None:
-        report["parallel"] = planned.section
     if measurement is not None:
-        apply_measurement(report, cap.ops, rows, hw, measurement)
+        report = with_measurement(report, hw, measurement, modelled_modules(cap.ops))
     if alt_hw is not None:
-        apply_alt_placement(report, alt_hw)
+        report = with_alt_placement(report, alt_hw)
     if measurement is not None and trace:
         write_trace(trace, measurement.trace, report)
     return Profiled(report=report, model=built.model, capture=cap)

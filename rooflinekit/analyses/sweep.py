@@ -20,7 +20,9 @@ from dataclasses import asdict, dataclass, field, replace
 from tabulate import tabulate
 
 from rooflinekit.analyses.profile import profile
+from rooflinekit.core.codec import encode
 from rooflinekit.core.plugins import get_host
+from rooflinekit.core.report import Report
 from rooflinekit.core.units import seconds, si
 from rooflinekit.core.version import SCHEMA_VERSION, __version__
 from rooflinekit.outputs.render import to_json
@@ -61,9 +63,9 @@ Probe = Callable[[int], tuple[float, float]]
 # -- one point -------------------------------------------------------------------------------
 
 
-def point_row(report: dict) -> dict:
+def point_row(report: Report) -> dict:
     """The sweep row of one profile report: the whole step, its byte split, attention totals."""
-    w, t = report["workload"], report["totals"]
+    w, t = encode(report.workload), encode(report.totals)
     att = attention_figures(report)
     nbytes = t["bytes"] or 0.0
     uncounted = t.get("uncounted_bytes")
@@ -145,7 +147,7 @@ class Profiler:
             self.rows[key] = point_row(self.report(batch, context))
         return self.rows[key]
 
-    def report(self, batch: int, context: int) -> dict:
+    def report(self, batch: int, context: int) -> Report:
         """A full profile report at (batch, context) with the model built once (counts, not timed)."""
 
         workload = replace(self.base, batch=batch, context=context)
@@ -157,9 +159,9 @@ class Profiler:
             self._built = replace(self.source, build_model=_always(result.model))
         r = result.report
         if self.header is None:
-            self.header = {k: r[k] for k in ("schema_version", "tool", "model", "hardware")}
-        self.notes.update(dict.fromkeys(r.get("notes", [])))
-        self.warnings.update(dict.fromkeys(r.get("warnings", [])))
+            self.header = {k: encode(getattr(r, k)) for k in ("schema_version", "tool", "model", "hardware")}
+        self.notes.update(dict.fromkeys(r.notes))
+        self.warnings.update(dict.fromkeys(r.warnings))
         return r
 
     def probe(self, context: int, basis: str = "executed") -> Probe:

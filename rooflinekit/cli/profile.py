@@ -108,7 +108,7 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
             return
     else:
         report = run()
-    for w in report["warnings"]:
+    for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     emit(render(report, fmt, top or None), output)
     if trace:

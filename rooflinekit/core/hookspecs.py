@@ -1,7 +1,8 @@
 """Hook specifications: the plugin author's reference.
 
-Implement any of these in a module or object decorated with `rooflinekit.hookimpl`, and expose it
-through the `rooflinekit` entry-point group:
+Implement any of these in a module or object, each function decorated with `hookimpl` from
+`rooflinekit.plugin` (the plugin author's one import: the marker, the data types and the helpers),
+and expose it through the `rooflinekit` entry-point group:
 
     [project.entry-points.rooflinekit]
     my_plugin = "my_package.my_module"
@@ -13,15 +14,40 @@ the wrong type, is named in one warning and skipped; the run goes on.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import pluggy
+
+if TYPE_CHECKING:  # annotations only (never evaluated): no import at run time, no cycle
+    from collections.abc import Callable, Mapping
+    from pathlib import Path
+
+    import torch
+
+    from rooflinekit.core.specs import (
+        AttentionCall,
+        AttentionCost,
+        AttentionShard,
+        AttentionSpec,
+        AttentionWindow,
+        AttentionWorkload,
+    )
+    from rooflinekit.stages.modelled import ModuleModel
+    from rooflinekit.stages.workload import ModelSource, Workload
 
 hookspec = pluggy.HookspecMarker("rooflinekit")
 hookimpl = pluggy.HookimplMarker("rooflinekit")
 
 
 @hookspec(firstresult=True)
-def rooflinekit_attention_spec(module, path, call):
-    """Recognise an attention layer from its module.
+def rooflinekit_attention_spec(
+    module: torch.nn.Module, path: str, call: AttentionCall | None
+) -> AttentionSpec | None:
+    """firstresult: stops at the first non-None answer.
+
+    Recognise an attention layer from its module. The core sets the answer's `plugin` to this
+    plugin's name. The built-in `mla` plugin answers in the ordinary order; `mha` and `gqa` are
+    `trylast`, so any plain implementation goes before them.
 
     :param module: the torch.nn.Module whose forward ran the attention (or one of its two nearest
         ancestors, asked in turn from innermost).
@@ -34,8 +60,10 @@ def rooflinekit_attention_spec(module, path, call):
 
 
 @hookspec(firstresult=True)
-def rooflinekit_attention_spec_from_call(call):
-    """Recognise an attention layer from an intercepted call, when no module answered.
+def rooflinekit_attention_spec_from_call(call: AttentionCall) -> AttentionSpec | None:
+    """firstresult: stops at the first non-None answer.
+
+    Recognise an attention layer from an intercepted call, when no module answered.
 
     :param call: an `AttentionCall` (shapes of q, k, v; enable_gqa; heads after undoing a repeat).
     :return: an `AttentionSpec`, or None.
@@ -43,8 +71,37 @@ def rooflinekit_attention_spec_from_call(call):
 
 
 @hookspec(firstresult=True)
-def rooflinekit_attention_cost(spec, workload):
-    """Architecture-level cost of one attention layer for one step.
+def rooflinekit_attention_window(
+    module: torch.nn.Module, path: str, call: AttentionCall | None, spec: AttentionSpec
+) -> int | AttentionWindow | None:
+    """firstresult: stops at the first non-None answer.
+
+    Which keys a recognised attention layer's queries see: a sliding window, or chunks.
+
+    Asked after a layer is recognised, whatever plugin recognised it (MHA, GQA, MLA or another
+    plugin's arch), when its spec has neither `window` nor `chunk` set: windows are independent of
+    the architecture. The core applies the answer with ``dataclasses.replace(spec, window=...)``
+    and the arch's cost caps the positions read and the pairs scored (`rooflinekit.core.keys`).
+    The built-in `sliding_window` plugin answers from module attributes, a transformers `config`
+    and banded masks; a plugin with ``@hookimpl(tryfirst=True)`` goes before it (an override).
+
+    :param module: the module asked for the spec (the attention site or one of its two nearest
+        ancestors, innermost first; asked in the same order until one answers).
+    :param path: its dotted path in the model, e.g. ``model.layers.3.self_attn``.
+    :param call: the site's `AttentionCall` (shapes; `mask_keys` when the mask held values), or None.
+    :param spec: the `AttentionSpec` a recognising plugin returned.
+    :return: the window as an int (positions each query attends, itself included); an
+        `AttentionWindow` (window and/or chunk, with notes saying where it came from); 0 for full
+        attention (stops the asking: nothing is applied); or None if this plugin does not know.
+        A window at or above the context changes no number.
+    """
+
+
+@hookspec(firstresult=True)
+def rooflinekit_attention_cost(spec: AttentionSpec, workload: AttentionWorkload) -> AttentionCost | None:
+    """firstresult: stops at the first non-None answer.
+
+    Architecture-level cost of one attention layer for one step.
 
     :param spec: the `AttentionSpec` a recognising hook returned.
     :param workload: an `AttentionWorkload` (batch, q_len, context, phase, itemsizes).
@@ -53,9 +110,33 @@ def rooflinekit_attention_cost(spec, workload):
     """
 
 
+@hookspec(firstresult=True)
+def rooflinekit_attention_shard(spec: AttentionSpec, tp: int) -> AttentionShard | None:
+    """firstresult: stops at the first non-None answer.
+
+    How an attention layer of this spec's `arch` splits under planned tensor parallelism
+    (`--tp N`): what one GPU holds, which of the layer's projections stay whole, what the
+    output projection reads. Asked once per layer for the plan (with N, and with N = 1 by
+    `structural_plan`, whose rules do not depend on N) and once per layer to re-cost it.
+    `rooflinekit.plugin.split_heads(spec, tp)` answers for heads split N ways with K/V heads
+    split or replicated; without any answer the core uses it and says so in a note.
+
+    :param spec: the layer's single-GPU `AttentionSpec`.
+    :param tp: the tensor-parallel size N (the core has checked that N divides the heads).
+    :return: an `AttentionShard` (one GPU's spec, how the cache splits, the projections kept
+        whole, the output projection's per-head width, colwise shares that are not 1/N, a note),
+        or None if this plugin does not know this spec's `arch`. Raise
+        `rooflinekit.core.errors.UserError` for a split the architecture cannot make.
+    """
+
+
 @hookspec
-def rooflinekit_op_formulas():
-    """FLOP formulas for ops torch's registry lacks or gets wrong.
+def rooflinekit_op_formulas() -> Mapping[object, Callable[..., float]] | None:
+    """every plugin's answer is collected.
+
+    FLOP formulas for ops torch's registry lacks or gets wrong. A plugin's formula wins over
+    rooflinekit's and torch's; when two plugins give one for the same op, the first asked wins
+    (later-registered first, `tryfirst` before plain) and one warning names both.
 
     :return: a dict mapping an op name (``"aten._grouped_mm"``) or OpOverloadPacket to a function
         ``f(*args, out=None, **kwargs) -> flops`` called with the op's real arguments.
@@ -63,16 +144,20 @@ def rooflinekit_op_formulas():
 
 
 @hookspec
-def rooflinekit_hardware_dirs():
-    """Folders (or single .toml files) of hardware entries to add to the database.
+def rooflinekit_hardware_dirs() -> list[Path] | None:
+    """every plugin's answer is collected.
+
+    Folders (or single .toml files) of hardware entries to add to the database.
 
     :return: a list of `pathlib.Path`. Later folders override earlier entries of the same name.
     """
 
 
 @hookspec(firstresult=True)
-def rooflinekit_workload_loader(path, options):
-    """Turn a path given to `rooflinekit profile` into something that builds a model.
+def rooflinekit_workload_loader(path: str, options: dict[str, Any]) -> ModelSource | None:
+    """firstresult: stops at the first non-None answer.
+
+    Turn a path given to `rooflinekit profile` into something that builds a model.
 
     :param path: the path as given on the command line.
     :param options: dict of ``--option KEY=VALUE`` pairs.
@@ -81,8 +166,10 @@ def rooflinekit_workload_loader(path, options):
 
 
 @hookspec(firstresult=True)
-def rooflinekit_module_model(module, path, workload):
-    """Replace a module's forward with an analytic model during capture (e.g. MoE routing).
+def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workload) -> ModuleModel | None:
+    """firstresult: stops at the first non-None answer.
+
+    Replace a module's forward with an analytic model during capture (e.g. MoE routing).
 
     Data-dependent blocks cannot run on the meta device. A plugin that knows such a block returns
     a `rooflinekit.stages.modelled.ModuleModel`, whose `forward` computes the output shape and emits
@@ -96,8 +183,12 @@ def rooflinekit_module_model(module, path, workload):
 
 
 @hookspec
-def rooflinekit_tp_plan(model, workload, attention):
-    """How tensor parallelism splits the model's modules (planned parallelism, `--tp N`).
+def rooflinekit_tp_plan(
+    model: torch.nn.Module, workload: Workload, attention: dict[str, AttentionSpec]
+) -> dict[str, str] | None:
+    """every plugin's answer is collected.
+
+    How tensor parallelism splits the model's modules (planned parallelism, `--tp N`).
 
     Called once per profile with `--tp`/`--ep` (not for real torch.distributed runs, whose model
     is already split). Every plugin may answer; for a module named by several, the first answer

@@ -18,12 +18,15 @@ GROUP = "rooflinekit"
 #: Built-ins, registered directly only when the package's own entry points are not installed
 #: (running from a source tree without `pip install`).
 BUILTINS = {
-    "attention": "rooflinekit_plugins.attention",
+    "mha": "rooflinekit_plugins.mha",
+    "gqa": "rooflinekit_plugins.gqa",
+    "mla": "rooflinekit_plugins.mla",
     "hardware_db": "rooflinekit_plugins.hardware",
     "modelfile": "rooflinekit_plugins.modelfile",
     "hf": "rooflinekit_plugins.hf",
     "moe": "rooflinekit_plugins.moe",
     "parallel": "rooflinekit_plugins.parallel",
+    "sliding_window": "rooflinekit_plugins.sliding_window",
 }
 
 
@@ -34,6 +37,9 @@ class PluginInfo:
     distribution: str
     version: str
     hooks: list[str] = field(default_factory=list)
+    #: What the plugin provides, as it declares in a module attribute `PROVIDES` (a string or a
+    #: tuple of strings: the architectures it recognises, "hardware entries", "model files", ...).
+    provides: list[str] = field(default_factory=list)
 
 
 class PluginHost:
@@ -97,7 +103,8 @@ class PluginHost:
             self.warn(f"plugin '{name}' ({distribution}) implements unknown hook {', '.join(unknown)}: "
                       "never called (see rooflinekit/hookspecs.py for the hook names)")
         self.infos.append(
-            PluginInfo(name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, hooks)
+            PluginInfo(name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, hooks,
+                       provides_of(plugin))
         )
 
     def _impls(self, hook_name: str):
@@ -148,6 +155,19 @@ class PluginHost:
             self._say(f"{hook_name}: '{name}' contributed")
             results.append((result, name))
         return results
+
+
+def provides_of(plugin: object) -> list[str]:
+    """A plugin's `PROVIDES` declaration as a list of strings (a single string is one item)."""
+    declared = getattr(plugin, "PROVIDES", None)
+    if declared is None:
+        return []
+    if isinstance(declared, str):
+        return [declared]
+    try:
+        return [str(item) for item in declared]
+    except TypeError:
+        return [str(declared)]
 
 
 def _disabled_from_env() -> set[str]:

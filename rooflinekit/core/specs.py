@@ -2,31 +2,42 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
     """What an attention layer is, as its architecture defines it (not as the code runs it).
 
+    The core knows no architecture: `arch` is the name a plugin gave (the built-ins: "mha", "gqa",
+    "mqa", "mla"), `mode` a variant of it (MLA: "absorbed" or "naive"), and `extra` carries the
+    fields one architecture needs (MLA: kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim,
+    v_head_dim), written into the JSON report's attention row as given (keep them JSON values).
     For MLA, `num_kv_heads` is 1 (one shared latent), `head_dim` is the latent plus rope width the
-    absorbed form attends over (576) and `v_head_dim` the latent width (512); the per-head sizes
-    live in the MLA fields. `window` caps the positions attended (sliding-window attention).
+    absorbed form attends over (576) and `v_head_dim` the latent width (512). `plugin` is filled
+    by the core with the name of the plugin that recognised the layer.
+
+    `window` caps the positions attended (sliding-window attention: each query sees itself and the
+    `window - 1` positions before it); `chunk` is chunked attention (Llama
+    4's `attention_chunk_size`: a query sees the keys of its own chunk of `chunk` positions up to
+    itself). Both are independent of the architecture; the core sets them from the
+    `rooflinekit_attention_window` hook when the recognising plugin left them unset, and
+    `rooflinekit.core.keys` counts the positions and pairs they leave.
     """
 
-    arch: str  # "mha" | "gqa" | "mqa" | "mla" | another plugin's name
+    arch: str  # the recognising plugin's name for the architecture ("mha", "gqa", "mla", ...)
     num_heads: int
     num_kv_heads: int
     head_dim: int
     v_head_dim: int
     window: int | None = None
-    kv_lora_rank: int | None = None
-    qk_rope_head_dim: int | None = None
-    qk_nope_head_dim: int | None = None
-    mla_v_head_dim: int | None = None
-    mode: str | None = None  # MLA: "absorbed" | "naive"
-    plugin: str = ""
+    mode: str | None = None  # a variant of the architecture (MLA: "absorbed" | "naive")
+    extra: Mapping[str, Any] = field(default_factory=dict)  # architecture-specific fields
+    plugin: str = ""  # set by the core: the plugin that recognised the layer
     notes: tuple[str, ...] = ()
+    chunk: int | None = None  # chunked attention: keys of the query's own chunk only
 
     @property
     def group_size(self) -> float:
@@ -53,6 +64,24 @@ class AttentionCall:
     enable_gqa: bool = False
     kv_heads_unique: int | None = None
     fused: bool = True
+    #: The most keys any query row of the call's attention mask lets through, where the mask holds
+    #: values (a real device, not meta); None without a mask or values. Below the key length, the
+    #: mask is banded (a sliding window written into the mask).
+    mask_keys: int | None = None
+
+
+@dataclass(frozen=True)
+class AttentionWindow:
+    """Which keys a query sees, as the `rooflinekit_attention_window` hook may answer it.
+
+    `window`: positions each query attends, itself included (0: full attention). `chunk`: chunked
+    attention, keys of the query's own chunk of `chunk` positions (0: none). `notes` say where the
+    answer came from and what was assumed; they join the layer's notes.
+    """
+
+    window: int = 0
+    chunk: int = 0
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,3 +111,25 @@ class AttentionCost:
     cache_bytes_per_token: float  # per layer
     flops_alt: dict[str, float] = field(default_factory=dict)  # other conventions, by name
     notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionShard:
+    """How one attention layer splits under planned tensor parallelism N (`--tp N`), as the
+    `rooflinekit_attention_shard` hook answers it for the layer's architecture.
+
+    The core splits the layer's projections by structure (the output projection rowwise, the
+    others colwise) and re-costs one GPU's spec; this says what depends on the architecture.
+    """
+
+    spec: AttentionSpec  # one GPU's spec: heads / N, the K/V heads one GPU holds, a note added
+    kv: str = "split"  # how the cache splits, for the report: "split", "replicated" (N > H_kv: each
+    # GPU holds one K/V head, each head on N / H_kv GPUs) or the plugin's word ("latent replicated")
+    replicated: tuple[str, ...] = ()  # fnmatch patterns of the layer's Linear children (by name)
+    # that stay whole on every GPU (MLA's low-rank down projections)
+    replicated_below: int = 0  # ... and any of its Linear children with fewer output features
+    out_head_dim: int | None = None  # per-head width the output projection reads (None: v_head_dim)
+    #: Output features -> the share of them one GPU computes, for colwise Linear children whose
+    #: share is not 1/N (K/V projections of K/V heads replicated over GPUs).
+    colwise_shares: Mapping[int, float] = field(default_factory=dict)
+    note: str = ""  # one sentence for the layer's notes: what one GPU holds

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import click
 
+from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_writable, write_atomic
 from rooflinekit.core.paths import layer_pattern
+from rooflinekit.core.report import ROOT, Report
 from rooflinekit.outputs.report_io import attention_figures
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
@@ -128,7 +130,7 @@ def _merge(members: dict[str, tuple[float, float]]) -> list[tuple[str, float, fl
     return out
 
 
-def module_points(report: dict, depth: int | None = None) -> tuple[list[tuple[float, str]], list[str]]:
+def module_points(report: Report, depth: int | None = None) -> tuple[list[tuple[float, str]], list[str]]:
     """(intensity, name) per module: weights-dominated ones at the report's depth, or all at `depth`.
 
     Repeated layers with equal FLOPs and bytes are merged into one point (layers.*.mlp (x32)):
@@ -136,20 +138,20 @@ def module_points(report: dict, depth: int | None = None) -> tuple[list[tuple[fl
     """
     members: dict[str, tuple[float, float]] = {}
     if depth is None:
-        for m in report["modules"]:
-            if not m["bytes"] or (m.get("weight_bytes") or 0) < WEIGHT_SHARE * m["bytes"]:
+        for m in report.modules:
+            if not m.bytes or (m.weight_bytes or 0) < WEIGHT_SHARE * m.bytes:
                 continue
-            f, b = members.get(m["name"], (0.0, 0.0))
-            members[m["name"]] = (f + (m["flops"] or 0.0), b + m["bytes"])
+            f, b = members.get(m.name, (0.0, 0.0))
+            members[m.name] = (f + (m.flops or 0.0), b + m.bytes)
     else:
-        if not report.get("ops"):
+        if not report.ops:
             raise UserError("--plot-depth needs the report's ops (a profile report written with -f json)")
-        for op in report["ops"]:
-            name = op["module"]
-            if name != "(root)":
+        for op in report.ops:
+            name = op.module
+            if name != ROOT:
                 name = ".".join(name.split(".")[: max(1, depth)])
             f, b = members.get(name, (0.0, 0.0))
-            members[name] = (f + op["flops"], b + op["bytes_read"] + op["bytes_written"])
+            members[name] = (f + op.flops, b + op.bytes)
     points, skipped = [], []
     for label, flops, nbytes in _merge(members):
         if flops > 0 and nbytes > 0:
@@ -159,14 +161,13 @@ def module_points(report: dict, depth: int | None = None) -> tuple[list[tuple[fl
     return points, skipped
 
 
-def profile_chart(report: dict, depth: int | None = None) -> Chart:
+def profile_chart(report: Report, depth: int | None = None) -> Chart:
     """The chart of one profile report."""
-    w, model = report["workload"], report.get("model", {})
+    w, model, t = report.workload, report.model, report.totals
     series = []
     skipped: list[str] = []
-    t = report["totals"]
-    if _ok(t["intensity"]):
-        series.append(Series("whole step", "step", [(t["intensity"], "step")]))
+    if _ok(t.intensity):
+        series.append(Series("whole step", "step", [(t.intensity, "step")]))
     else:
         skipped.append("whole step")
     att = attention_figures(report)
@@ -184,9 +185,9 @@ def profile_chart(report: dict, depth: int | None = None) -> Chart:
     if mods:
         what = "weights-dominated modules" if depth is None else f"modules at depth {depth}"
         series.append(Series(what, "module", mods))
-    title = (f"{report['hardware']['name']}: {model.get('name', '?')}, {w['phase']}, batch {w['batch']}, "
-             f"context {w['context']}, {w['dtype']}")
-    return Chart(title, report["hardware"], series, skipped)
+    title = (f"{report.hardware.name}: {model.name or '?'}, {w.phase}, batch {w.batch}, "
+             f"context {w.context}, {w.dtype}")
+    return Chart(title, encode(report.hardware), series, skipped)
 
 
 def sweep_series(sweep: dict, prefix: str = "", kinds: tuple[str, ...] = ("step", "attention_min", "attention_executed"),
@@ -230,8 +231,11 @@ def sweep_chart(sweep: dict) -> Chart:
     return Chart(title, sweep["hardware"], series, skipped)
 
 
-def chart_for(report: dict, depth: int | None = None) -> Chart:
-    if report.get("kind") == "sweep":
+def chart_for(report: Report | dict, depth: int | None = None) -> Chart:
+    """The chart of a profile report (a Report, or its JSON dict) or a sweep report's dict."""
+    if isinstance(report, dict) and report.get("kind") != "sweep":
+        report = Report.from_dict(report)
+    if not isinstance(report, Report):
         if depth is not None:
             raise UserError("--plot-depth applies to a profile report, not a sweep")
         return sweep_chart(report)
@@ -383,6 +387,6 @@ def write_chart(chart: Chart, path: str) -> int:
     return chart.points
 
 
-def write_plot(report: dict, path: str, depth: int | None = None) -> int:
+def write_plot(report: Report | dict, path: str, depth: int | None = None) -> int:
     """Chart a profile or sweep report to `path`; returns the number of points plotted."""
     return write_chart(chart_for(report, depth), path)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import math
 
 from tabulate import tabulate
 
+from rooflinekit.core.codec import encode
 from rooflinekit.core.paths import layer_pattern
+from rooflinekit.core.report import AttentionRow, Report, register_view
 from rooflinekit.core.units import seconds, si
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -29,31 +32,30 @@ def _pct(value):
     return "-" if value is None else f"{100 * value:.2f}%"
 
 
-def header_lines(report: dict) -> list[str]:
-    w, hw, t = report["workload"], report["hardware"], report["totals"]
-    model = report.get("model", {})
+def header_lines(report: Report) -> list[str]:
+    w, hw, t, model = report.workload, report.hardware, report.totals, report.model
     lines = [
-        f"model: {model.get('name', '?')} ({model.get('kind', '')}: {model.get('path', '')}), "
-        f"{_num(model.get('parameters'))} parameters, {_num(model.get('param_bytes'), 'B')} of weights",
-        f"workload: {w['phase']}, batch {w['batch']}, context {w['context']}, {w['dtype']}, device {w['device']}",
-        f"hardware: {hw['name']}: {_num(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
-        f"{_num(hw['bandwidth'], 'B/s')}, ridge {hw['ridge']:.1f} FLOP/B",
-        f"step: {_num(t['flops'], 'FLOP')} executed ({_num(t['flops_model'], 'FLOP')} model), "
-        f"{_num(t['bytes'], 'B')} moved (weights {_num(t['weight_bytes'], 'B')}, "
-        f"KV {_num(t['kv_bytes_executed'], 'B')}, other {_num(t['other_bytes'], 'B')})",
-        f"intensity {_ratio(t['intensity'])} FLOP/B -> {t['bound']}-bound, bound MFU {_pct(t['mfu_bound'])} "
-        f"(model-FLOP MFU bound {_pct(t['mfu_bound_model'])})",
-        f"predicted step {seconds(t['predicted_step_s'])} (sum of op bounds; whole-step bound "
-        f"{seconds(t['time_bound_s'])})"
-        + (f", {t['tokens_per_s']:.4g} tokens/s" if t.get("tokens_per_s") else ""),
+        f"model: {model.name or '?'} ({model.kind or ''}: {model.path or ''}), "
+        f"{_num(model.parameters)} parameters, {_num(model.param_bytes, 'B')} of weights",
+        f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}, device {w.device}",
+        f"hardware: {hw.name}: {_num(hw.peak_flops, 'FLOP/s')} dense {hw.dtype}, "
+        f"{_num(hw.bandwidth, 'B/s')}, ridge {hw.ridge:.1f} FLOP/B",
+        f"step: {_num(t.flops, 'FLOP')} executed ({_num(t.flops_model, 'FLOP')} model), "
+        f"{_num(t.bytes, 'B')} moved (weights {_num(t.weight_bytes, 'B')}, "
+        f"KV {_num(t.kv_bytes_executed, 'B')}, other {_num(t.other_bytes, 'B')})",
+        f"intensity {_ratio(t.intensity)} FLOP/B -> {t.bound}-bound, bound MFU {_pct(t.mfu_bound)} "
+        f"(model-FLOP MFU bound {_pct(t.mfu_bound_model)})",
+        f"predicted step {seconds(t.predicted_step_s)} (sum of op bounds; whole-step bound "
+        f"{seconds(t.time_bound_s)})"
+        + (f", {t.tokens_per_s:.4g} tokens/s" if t.tokens_per_s else ""),
     ]
     return lines + measured_lines(report) + parallel_lines(report)
 
 
-def parallel_lines(report: dict) -> list[str]:
+def parallel_lines(report: Report) -> list[str]:
     """Header lines for planned parallelism (--tp/--ep), distributed runs and collectives."""
-    t, lines = report["totals"], []
-    par, dist, comm = report.get("parallel"), report.get("distributed"), report.get("comm") or {}
+    t, lines = report.totals, []
+    par, dist, comm = report.parallel, report.distributed, report.comm
     if par:
         kv = par.get("kv_heads_replicated") or []
         lines.append(
@@ -65,75 +67,78 @@ def parallel_lines(report: dict) -> list[str]:
     if dist:
         lines.append(f"distributed: {dist['world_size']} ranks ({dist['backend']}, {dist['device']}); figures "
                      f"are rank {dist['slowest_rank']}'s, the slowest; every rank in the Ranks table")
-    if par or dist or comm.get("calls"):
+    if par or dist or comm.calls:
         lines.append(
-            f"time bounds per GPU: compute {seconds(t.get('time_compute_s'))}, memory {seconds(t.get('time_memory_s'))}, "
-            f"communication {seconds(t.get('time_comm_s'))} -> {t.get('binding')} binds"
-            + (f" ({comm['calls']} collectives, {_num(comm['wire_bytes'], 'B')} on the links at "
-               f"{_num(comm['link_bandwidth_per_direction'], 'B/s')} per direction)" if comm.get("calls") and
-               comm.get("link_bandwidth_per_direction") else ""))
+            f"time bounds per GPU: compute {seconds(t.time_compute_s)}, memory {seconds(t.time_memory_s)}, "
+            f"communication {seconds(t.time_comm_s)} -> {t.binding} binds"
+            + (f" ({comm.calls} collectives, {_num(comm.wire_bytes, 'B')} on the links at "
+               f"{_num(comm.link_bandwidth_per_direction, 'B/s')} per direction)" if comm.calls and
+               comm.link_bandwidth_per_direction else ""))
     return lines
 
 
-def comm_table(report: dict) -> tuple[list[str], list[list]]:
+def comm_table(report: Report) -> tuple[list[str], list[list]]:
     headers = ["collective", "group", "calls", "message", "wire bytes/GPU", "time bound"]
-    rows = [[c["collective"], c["group_size"], c["calls"], _num(c["message_bytes"], "B"), _num(c["wire_bytes"], "B"),
-             seconds(c["time_bound_s"])] for c in (report.get("comm") or {}).get("collectives", [])]
+    rows = [[c.collective, c.group_size, c.calls, _num(c.message_bytes, "B"), _num(c.wire_bytes, "B"),
+             seconds(c.time_bound_s)] for c in report.comm.collectives]
     return headers, rows
 
 
-def ranks_table(report: dict) -> tuple[list[str], list[list]]:
+def ranks_table(report: Report) -> tuple[list[str], list[list]]:
     headers = ["rank", "FLOPs", "bytes", "weights", "compute", "memory", "comm", "binds", "collectives",
                "wire bytes", "predicted step"]
     rows = [[r["rank"], _num(r["flops"]), _num(r["bytes"], "B"), _num(r["weight_bytes"], "B"),
              seconds(r["time_compute_s"]), seconds(r["time_memory_s"]), seconds(r["time_comm_s"]), r["binding"],
              r["comm_calls"], _num(r["comm_wire_bytes"], "B"), seconds(r["predicted_step_s"])]
-            for r in report["distributed"]["ranks"]]
+            for r in report.distributed["ranks"]]
     return headers, rows
 
 
-def measured_lines(report: dict) -> list[str]:
+def measured_lines(report: Report) -> list[str]:
     """Header lines for measured mode and for a second hardware entry (--compare-hardware)."""
-    t, lines = report["totals"], []
-    m = t.get("measured")
+    t, lines = report.totals, []
+    m = t.measured
     if m:
-        share = m["unattributed_s"] / m["step_time_s"] if m["step_time_s"] else None
+        share = m.unattributed_s / m.step_time_s if m.step_time_s else None
         lines.append(
-            f"measured ({m['device']}, mean of {m['repeats']} after {m['warmup']} warm-up): step "
-            f"{seconds(m['step_time_s'])} = ops {seconds(m['op_time_s'])} + unattributed "
-            f"{seconds(m['unattributed_s'])} ({_pct(share)}); uninstrumented {seconds(m['step_time_plain_s'])}"
+            f"measured ({m.device}, mean of {m.repeats} after {m.warmup} warm-up): step "
+            f"{seconds(m.step_time_s)} = ops {seconds(m.op_time_s)} + unattributed "
+            f"{seconds(m.unattributed_s)} ({_pct(share)}); uninstrumented {seconds(m.step_time_plain_s)}"
         )
         lines.append(
-            f"achieved {_num(m['achieved_flops'], 'FLOP/s')}, {_num(m['achieved_bandwidth'], 'B/s')}: "
-            f"MFU {_pct(m['mfu'])} (model FLOPs), HFU {_pct(m['hfu'])} (executed), MBU {_pct(m['mbu'])}; "
-            f"{_ratio(m['time_vs_bound'])}x the predicted step"
+            f"achieved {_num(m.achieved_flops, 'FLOP/s')}, {_num(m.achieved_bandwidth, 'B/s')}: "
+            f"MFU {_pct(m.mfu)} (model FLOPs), HFU {_pct(m.hfu)} (executed), MBU {_pct(m.mbu)}; "
+            f"{_ratio(m.time_vs_bound)}x the predicted step"
         )
-    alt = report.get("hardware_alt")
-    if alt:
-        pa = t["placement_alt"]
+    alt = report.hardware_alt
+    if alt and t.placement_alt:
+        pa = t.placement_alt
         lines.append(
-            f"compared with {alt['name']}{' (calibrated)' if alt['calibrated'] else ''}: "
-            f"{_num(alt['peak_flops'], 'FLOP/s')} {alt['dtype']}, {_num(alt['bandwidth'], 'B/s')}, ridge "
-            f"{alt['ridge']:.1f} FLOP/B -> {pa['bound']}-bound, predicted step {seconds(pa['predicted_step_s'])}"
-            + (f", measured MFU {_pct(pa.get('mfu'))}, MBU {_pct(pa.get('mbu'))}" if pa.get("mbu") is not None else "")
+            f"compared with {alt.name}{' (calibrated)' if alt.calibrated else ''}: "
+            f"{_num(alt.peak_flops, 'FLOP/s')} {alt.dtype}, {_num(alt.bandwidth, 'B/s')}, ridge "
+            f"{alt.ridge:.1f} FLOP/B -> {pa.bound}-bound, predicted step {seconds(pa.predicted_step_s)}"
+            + (f", measured MFU {_pct(pa.mfu)}, MBU {_pct(pa.mbu)}" if pa.mbu is not None else "")
             + " (modules: placement_alt in JSON)"
         )
     return lines
 
 
-def module_table(report: dict, top: int | None) -> tuple[list[str], list[list]]:
+def module_table(report: Report, top: int | None) -> tuple[list[str], list[list]]:
     headers = ["module", "FLOPs", "bytes", "FLOP/B", "bound", "time bound", "share", "MFU bound"]
     rows = []
-    for m in report["modules"][: top or None]:
+    shown = report.modules[: top or None]
+    for m in shown:
         rows.append([
-            m["name"], _num(m["flops"]), _num(m["bytes"], "B"), _ratio(m["intensity"]), m["bound"],
-            seconds(m["time_bound_ops_s"]), _pct(m["time_share"]), _pct(m["mfu_bound"]),
+            m.name, _num(m.flops), _num(m.bytes, "B"), _ratio(m.intensity), m.bound,
+            seconds(m.time_bound_ops_s), _pct(m.time_share), _pct(m.mfu_bound),
         ])
-    if any(m.get("time_s") is not None for m in report["modules"]):  # measured mode
+    if any(m.measured is not None for m in report.modules):  # measured mode
         headers += ["measured", "x bound", "MFU", "MBU"]
-        for row, m in zip(rows, report["modules"], strict=False):
-            row += [seconds(m["time_s"]) if m.get("time_s") is not None else "-", _ratio(m.get("time_vs_bound")),
-                    _pct(m.get("mfu")), _pct(m.get("mbu"))]
+        for row, m in zip(rows, shown, strict=False):
+            me = m.measured
+            row += [seconds(me.time_s) if me and me.time_s is not None else "-",
+                    _ratio(me.time_vs_bound if me else None), _pct(me.mfu if me else None),
+                    _pct(me.mbu if me else None)]
     return headers, rows
 
 
@@ -141,45 +146,46 @@ _SAME_LAYER_KEYS = ("arch", "mode", "num_heads", "num_kv_heads", "head_dim", "ca
                     "kv_bytes_min", "kv_bytes_executed", "flops_model", "flops_executed")
 
 
-def _collapse_layers(rows: list[dict]) -> list[tuple[dict, str, int]]:
+def _collapse_layers(rows: list[AttentionRow]) -> list[tuple[AttentionRow, str, int]]:
     """Runs of attention rows that differ only in their layer index -> (row, name, count)."""
-    out: list[tuple[dict, str, int]] = []
+    out: list[tuple[AttentionRow, str, int]] = []
+    keys: list[tuple] = []
     for a in rows:
-        pattern = layer_pattern(a["module"])
-        key = (pattern,) + tuple(a.get(k) for k in _SAME_LAYER_KEYS)
-        if out and out[-1][0].get("_key") == key:
+        pattern = layer_pattern(a.module)
+        key = (pattern,) + tuple(getattr(a, k) for k in _SAME_LAYER_KEYS)
+        if out and keys[-1] == key:
             first, _, count = out[-1]
             out[-1] = (first, f"{pattern} (x{count + 1})", count + 1)
         else:
-            out.append((dict(a, _key=key), a["module"], 1))
+            out.append((a, a.module, 1))
+            keys.append(key)
     return out
 
 
-def attention_table(report: dict) -> tuple[list[str], list[list]]:
+def attention_table(report: Report) -> tuple[list[str], list[list]]:
     headers = ["attention (per layer)", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
                "amplif.", "FLOPs model", "FLOPs exec", "I min", "bound"]
     rows = []
-    for a, name, _ in _collapse_layers(report["attention"]):
-        pm = a.get("placement_min") or {}
+    for a, name, _ in _collapse_layers(report.attention):
         rows.append([
-            name, a["arch"] + (f"/{a['mode']}" if a.get("mode") else ""), a["num_heads"] or "-",
-            a["num_kv_heads"] or "-", a["head_dim"] or "-", _num(a["cache_bytes_per_token"], "B"),
-            _num(a["kv_bytes_min"], "B"), _num(a["kv_bytes_executed"], "B"), _ratio(a["amplification"]),
-            _num(a["flops_model"]), _num(a["flops_executed"]), _ratio(a["intensity_min"]),
-            pm.get("bound", "-"),
+            name, a.arch + (f"/{a.mode}" if a.mode else ""), a.num_heads or "-",
+            a.num_kv_heads or "-", a.head_dim or "-", _num(a.cache_bytes_per_token, "B"),
+            _num(a.kv_bytes_min, "B"), _num(a.kv_bytes_executed, "B"), _ratio(a.amplification),
+            _num(a.flops_model), _num(a.flops_executed), _ratio(a.intensity_min),
+            a.placement_min.bound if a.placement_min else "-",
         ])
     return headers, rows
 
 
-def uncounted_table(report: dict) -> tuple[list[str], list[list]]:
+def uncounted_table(report: Report) -> tuple[list[str], list[list]]:
     headers = ["op without FLOP formula", "count", "bytes", "bytes share", "time-bound share"]
-    rows = [[u["name"] + (" (formula failed)" if u.get("formula_error") else ""), u["count"],
-             _num(u["bytes"], "B"), _pct(u["bytes_share"]), _pct(u["time_share"])]
-            for u in report["uncounted_ops"]]
+    rows = [[u.name + (" (formula failed)" if u.formula_error else ""), u.count,
+             _num(u.bytes, "B"), _pct(u.bytes_share), _pct(u.time_share)]
+            for u in report.uncounted_ops]
     return headers, rows
 
 
-def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
+def to_text(report: Report, fmt: str = "table", top: int | None = 25) -> str:
     """The human report: header, modules, attention, uncounted ops, warnings."""
     tablefmt = "github" if fmt == "markdown" else "simple"
     out = io.StringIO()
@@ -189,81 +195,87 @@ def to_text(report: dict, fmt: str = "table", top: int | None = 25) -> str:
     else:
         out.write("\n".join(header_lines(report)) + "\n\n")
     sections = [("Modules (by time bound)", module_table(report, top))]
-    if report["attention"]:
-        a = report["attention_totals"]
-        if a["recognised"] == a["layers"]:
-            kv = (f"KV executed {_num(a['kv_bytes_executed'], 'B')} vs minimum "
-                  f"{_num(a['kv_bytes_min'], 'B')}, amplification {_ratio(a['amplification'])}")
-        elif a["recognised"]:
+    if report.attention:
+        a = report.attention_totals
+        if a.recognised == a.layers:
+            kv = (f"KV executed {_num(a.kv_bytes_executed, 'B')} vs minimum "
+                  f"{_num(a.kv_bytes_min, 'B')}, amplification {_ratio(a.amplification)}")
+        elif a.recognised:
             kv = (f"recognised layers: KV executed "
-                  f"{_num(a['kv_bytes_executed'] - a.get('kv_bytes_executed_unrecognised', 0), 'B')} vs "
-                  f"minimum {_num(a['kv_bytes_min'], 'B')}, amplification {_ratio(a['amplification'])}; "
-                  f"others: {_num(a.get('kv_bytes_executed_unrecognised'), 'B')} executed, minimum unknown")
+                  f"{_num(a.kv_bytes_executed - a.kv_bytes_executed_unrecognised, 'B')} vs "
+                  f"minimum {_num(a.kv_bytes_min, 'B')}, amplification {_ratio(a.amplification)}; "
+                  f"others: {_num(a.kv_bytes_executed_unrecognised, 'B')} executed, minimum unknown")
         else:
-            kv = f"KV executed {_num(a['kv_bytes_executed'], 'B')}, minimum unknown"
-        title = f"Attention ({a['recognised']}/{a['layers']} layers recognised; {kv})"
+            kv = f"KV executed {_num(a.kv_bytes_executed, 'B')}, minimum unknown"
+        title = f"Attention ({a.recognised}/{a.layers} layers recognised; {kv})"
         sections.append((title, attention_table(report)))
-    if report["uncounted_ops"]:
+    if report.uncounted_ops:
         sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", uncounted_table(report)))
-    if (report.get("comm") or {}).get("calls"):
+    if report.comm.calls:
         sections.append(("Collectives per GPU (ring algorithms; no FLOPs, no HBM bytes)", comm_table(report)))
-    if report.get("distributed"):
+    if report.distributed:
         sections.append(("Ranks", ranks_table(report)))
     for title, (headers, rows) in sections:
         out.write(f"## {title}\n\n" if fmt == "markdown" else f"{title}\n")
         out.write(tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) + "\n\n")
-    if top and len(report["modules"]) > top:
-        out.write(f"({len(report['modules']) - top} more modules: use --top 0 for all, or --format json)\n")
-    for line in report.get("notes", []):
+    if top and len(report.modules) > top:
+        out.write(f"({len(report.modules) - top} more modules: use --top 0 for all, or --format json)\n")
+    for line in report.notes:
         out.write(f"note: {line}\n")
-    for line in (report.get("parallel") or {}).get("notes", []):
+    for line in (report.parallel or {}).get("notes", []):
         out.write(f"note (parallel): {line}\n")
-    if (report.get("comm") or {}).get("calls"):
-        out.write(f"note (collectives): {report['comm']['assumption']}\n")
-    attention_notes = {layer_pattern(n) for a in report.get("attention", []) for n in a.get("notes", [])}
+    if report.comm.calls:
+        out.write(f"note (collectives): {report.comm.assumption}\n")
+    attention_notes = {layer_pattern(n) for a in report.attention for n in a.notes}
     for line in sorted(attention_notes):
         out.write(f"note (attention): {line}\n")
-    for line in report.get("warnings", []):
+    for line in report.warnings:
         out.write(f"warning: {line}\n")
     return out.getvalue()
 
 
-def to_csv(report: dict) -> str:
+CSV_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
+              "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
+CSV_MEASURED = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
+
+
+def to_csv(report: Report) -> str:
     """One row per module (rolled up), then one row for the whole step."""
     buf = io.StringIO()
-    fields = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
-              "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
-    measured = report["totals"].get("measured")
-    if measured:  # measured mode: the same columns for modules and the step
-        fields += ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
+    measured = report.totals.measured
+    fields = CSV_FIELDS + (CSV_MEASURED if measured else [])
     writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for m in report["modules"]:
-        writer.writerow(m)
-    t = dict(report["totals"], name="(step)", time_bound_ops_s=report["totals"]["predicted_step_s"], time_share=1.0)
+    for m in report.modules:
+        row = encode(m)
+        row.update(row.pop("measured", None) or {})
+        writer.writerow(row)
+    step = dict(encode(report.totals), name="(step)", time_bound_ops_s=report.totals.predicted_step_s,
+                time_share=1.0)
+    step.pop("measured", None)
     if measured:
-        t.update(measured, time_s=measured["step_time_s"])
-    writer.writerow(t)
+        step.update(encode(measured), time_s=measured.step_time_s)
+    writer.writerow(step)
     return buf.getvalue()
 
 
-def _clean(value):
-    if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+def to_json(data: dict | Report) -> str:
+    """A report (or a sweep or comparison dict) as indented JSON; non-finite numbers as null."""
+    return json.dumps(encode(data.to_dict() if isinstance(data, Report) else data), indent=2) + "\n"
 
 
-def to_json(report: dict) -> str:
-    return json.dumps(_clean(report), indent=2) + "\n"
+def to_html(report: Report) -> str:
+    """A minimal HTML view (Jupyter): the text report in a <pre>."""
+    return f"<pre>{html.escape(to_text(report, 'table'))}</pre>"
 
 
-def render(report: dict, fmt: str, top: int | None = 25) -> str:
+def render(report: Report, fmt: str, top: int | None = 25) -> str:
     if fmt == "json":
         return to_json(report)
     if fmt == "csv":
         return to_csv(report)
     return to_text(report, fmt, top)
+
+
+register_view("table", to_text)
+register_view("html", to_html)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import click
 
+from rooflinekit.core.codec import DecodeError
 from rooflinekit.core.errors import ReportFileError
+from rooflinekit.core.report import Report
 from rooflinekit.core.version import READABLE_SCHEMAS
 
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
@@ -113,8 +115,9 @@ def check_report(data: dict, kind: str) -> list[str]:
     return problems
 
 
-def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> dict:
-    """Read a rooflinekit JSON report (profile or sweep) from `path`; UserError if it is not a usable one."""
+def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Report | dict:
+    """Read a rooflinekit JSON report from `path`: a profile report as a `Report` (schema 1.x
+    upgraded), a sweep report as its dict; ReportFileError if it is not a usable one."""
 
     file = Path(path)
     if not file.exists():
@@ -135,31 +138,37 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> dic
     problems = check_report(data, kind)
     if problems:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: missing or invalid "
-                        + "; ".join(problems))
-    return data
+                              + "; ".join(problems))
+    if kind != "profile":
+        return data
+    try:
+        return Report.from_dict(data)
+    except DecodeError as exc:
+        raise ReportFileError(f"{path} is not a usable rooflinekit profile report: {exc}") from None
 
 
-def attention_figures(report: dict) -> dict:
+def attention_figures(report: Report) -> dict:
     """All recognised attention layers of a profile report together: FLOPs, bytes (architecture
     minimum and as executed), KV bytes, cache bytes per token (in all and per layer), intensities."""
-    at = report["attention_totals"]
-    recognised = [a for a in report["attention"] if a["recognised"]]
-    bytes_min = sum(a["bytes_min"] for a in recognised)
-    bytes_exec = sum(a["bytes_executed"] for a in recognised)
-    flops_exec = sum(a["flops_executed"] for a in recognised)
+    at = report.attention_totals
+    recognised = [a for a in report.attention if a.recognised]
+    bytes_min = sum(a.bytes_min or 0.0 for a in recognised)
+    bytes_exec = sum(a.bytes_executed for a in recognised)
+    flops_exec = sum(a.flops_executed for a in recognised)
     layers = len(recognised)
+    per_token = at.cache_bytes_per_token
     return {
-        "layers": at["layers"],
-        "recognised": at["recognised"],
-        "flops_model": at["flops_model"],
+        "layers": at.layers,
+        "recognised": at.recognised,
+        "flops_model": at.flops_model,
         "flops_executed": flops_exec,
         "bytes_min": bytes_min,
         "bytes_executed": bytes_exec,
-        "kv_bytes_min": at["kv_bytes_min"],
-        "kv_bytes_executed": at["kv_bytes_executed"],
-        "cache_bytes_per_token": at["cache_bytes_per_token"],
-        "cache_bytes_per_token_per_layer": at["cache_bytes_per_token"] / layers if layers else None,
-        "intensity_min": at["intensity_min"],
+        "kv_bytes_min": at.kv_bytes_min,
+        "kv_bytes_executed": at.kv_bytes_executed,
+        "cache_bytes_per_token": per_token,
+        "cache_bytes_per_token_per_layer": per_token / layers if layers and per_token is not None else None,
+        "intensity_min": at.intensity_min,
         "intensity_executed": flops_exec / bytes_exec if bytes_exec else None,
     }
 

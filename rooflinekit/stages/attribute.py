@@ -15,12 +15,18 @@ or a matrix product of two activations (QK^T, PV). For each site:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.specs import AttentionCall, AttentionCost, AttentionSpec, AttentionWorkload
+from rooflinekit.core.specs import (
+    AttentionCall,
+    AttentionCost,
+    AttentionSpec,
+    AttentionWindow,
+    AttentionWorkload,
+)
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.workload import Workload
 
@@ -172,7 +178,8 @@ def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int
             q, k, v = (tuple(op.attrs[n]) for n in ("q_shape", "k_shape", "v_shape"))
             distinct = op.attrs.get("k_heads_distinct")
             unique = distinct if distinct is not None and len(k) >= 4 and distinct < k[-3] else None
-            return AttentionCall(path, module_class, q, k, v, op.attrs.get("enable_gqa", False), unique, True)
+            return AttentionCall(path, module_class, q, k, v, op.attrs.get("enable_gqa", False), unique, True,
+                                 op.attrs.get("mask_keys"))
     products = [op for op in ops if op.kind != "fused" and _is_attention_product(op, params)
                 and len(op.attrs.get("operand_shapes", [[], []])[0]) >= 4]
     if not products:
@@ -270,6 +277,10 @@ def attribute_attention(
                 break
         if spec is None and call is not None:
             spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
+        if spec is not None and spec.plugin != plugin:
+            spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
+        if spec is not None:
+            spec = _with_window(spec, host, modules, candidates, call, workload.context)
         causal, causal_note = _causality(core, workload)
         if causal_note:
             notes.append(causal_note)
@@ -318,6 +329,42 @@ def attribute_attention(
             )
         )
     return rows
+
+
+def _with_window(spec: AttentionSpec, host: PluginHost, modules: dict, candidates: list[str],
+                 call: AttentionCall | None, context: int) -> AttentionSpec:
+    """The spec with the window or chunk `rooflinekit_attention_window` gives, whatever its arch.
+
+    Asked only when the recognising plugin set neither; for the candidate modules innermost first,
+    until a plugin answers (0: full attention, nothing applied). The answer's plugin is named in a note.
+    """
+    if spec.window or spec.chunk:
+        return spec
+    for candidate in candidates:
+        mod = modules.get(candidate)
+        if mod is None:
+            continue
+        answer, plugin = host.call_first("rooflinekit_attention_window", expect=(int, AttentionWindow),
+                                         module=mod, path=candidate, call=call, spec=spec)
+        if answer is None or isinstance(answer, bool):
+            continue
+        if isinstance(answer, int):
+            answer = AttentionWindow(window=answer)
+        window = answer.window if isinstance(answer.window, int) and answer.window > 0 else None
+        chunk = answer.chunk if isinstance(answer.chunk, int) and answer.chunk > 0 else None
+        if window is None and chunk is None:
+            return spec  # full attention, as the plugin says
+        notes = list(answer.notes)
+        if not notes:
+            what = f"sliding window of {window}" if window else f"chunked attention, chunks of {chunk}"
+            notes.append(f"{what} positions")
+        notes[0] += f" [plugin '{plugin}']"
+        limit = min(x for x in (window, chunk) if x)
+        if limit >= context:
+            notes.append(f"the {'window' if window else 'chunk'} ({limit}) is not below the context "
+                         f"({context}): every position is attended, no number changes")
+        return replace(spec, window=window, chunk=chunk, notes=spec.notes + tuple(notes))
+    return spec
 
 
 def _itemsize(dtype_key: str) -> int:

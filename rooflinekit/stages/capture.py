@@ -403,6 +403,11 @@ class Recorder:
         out_t = out[0] if isinstance(out, (tuple, list)) else out
         writes = [(self.storages.id(out_t), float(unique_bytes(out_t)))]
         flops = sdpa_flops(tuple(q.shape), tuple(k.shape), tuple(v.shape), is_causal)
+        self.suppress += 1  # reading the mask's values is not the model's traffic
+        try:
+            mask_keys = mask_keys_max(mask, k.shape[-2]) if isinstance(mask, torch.Tensor) else None
+        finally:
+            self.suppress -= 1
         self.emit(
             OpRecord(
                 index=0,
@@ -426,11 +431,34 @@ class Recorder:
                     "is_causal": is_causal,
                     "enable_gqa": bool(bound.get("enable_gqa", False)),
                     "has_mask": isinstance(mask, torch.Tensor),
+                    "mask_keys": mask_keys,
                     "kv_read_bytes": float(unique_bytes(k) + unique_bytes(v)),
                     "k_heads_distinct": distinct_heads(k),
                 },
             )
         )
+
+
+def mask_keys_max(mask: torch.Tensor, kv_len: int) -> int | None:
+    """The most keys any query row of an attention mask lets through, or None without values.
+
+    Boolean masks attend where True; floating masks are additive (a position is masked by -inf or
+    the dtype's lowest value, as transformers writes them). A mask on meta (or a fake tensor) holds
+    no values, and one that does not span the `kv_len` keys is not read: both give None. Below
+    `kv_len`, no query sees every key: the mask is banded (a sliding window written into it).
+    """
+    if mask.dim() < 1 or mask.shape[-1] != kv_len or mask.is_meta or mask.numel() == 0:
+        return None
+    try:
+        if mask.dtype == torch.bool:
+            visible = mask
+        elif mask.is_floating_point():
+            visible = mask > torch.finfo(mask.dtype).min / 2
+        else:
+            return None
+        return int(visible.sum(dim=-1).max())
+    except Exception:  # a fake tensor, or a tensor subclass without data: values unknown
+        return None
 
 
 def _fused_layout(shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from rooflinekit.core import compat
+from rooflinekit.core.keys import causal_pairs
 from rooflinekit.core.plugins import PluginHost, get_host
 
 aten = torch.ops.aten
@@ -77,13 +78,9 @@ def op_key(op: object) -> str:
     return str(packet)
 
 
-def attention_pairs(q_len: int, kv_len: int, is_causal: bool) -> int:
-    """Query-key pairs scored: all of them, or the causal (top-left aligned, as torch) triangle."""
-    if not is_causal:
-        return q_len * kv_len
-    full_rows = max(0, q_len - kv_len)  # rows that see every key
-    tri = min(q_len, kv_len)
-    return tri * (tri + 1) // 2 + full_rows * kv_len
+#: Query-key pairs scored: all of them, or the causal (top-left aligned, as torch) triangle
+#: (rooflinekit.core.keys, shared with the attention plugins' costs).
+attention_pairs = causal_pairs
 
 
 def sdpa_flops(q_shape, k_shape, v_shape, is_causal: bool = False) -> int:
@@ -162,11 +159,19 @@ class FormulaBook:
 
 
 def formula_book(host: PluginHost | None = None) -> FormulaBook:
+    """Plugins' formulas (`rooflinekit_op_formulas`) over ours and torch's. When two plugins give
+    a formula for the same op, the first asked wins (as with every other hook: later-registered
+    first, tryfirst before plain), and one warning names both."""
     host = host or get_host()
-    extra = {}
-    # call_all answers first-asked first; apply them in reverse so the first-asked plugin wins,
-    # as with every other hook (tryfirst plugins before the built-ins)
-    for answer, _ in reversed(host.call_all("rooflinekit_op_formulas", expect=dict)):
+    extra: dict[str, FlopFormula] = {}
+    owner: dict[str, str] = {}
+    # call_all answers first-asked first: the first plugin to name an op keeps it
+    for answer, plugin in host.call_all("rooflinekit_op_formulas", expect=dict):
         for op, fn in answer.items():
-            extra[op_key(op)] = fn
+            key = op_key(op)
+            if owner.get(key, plugin) != plugin:
+                host.warn(f"plugins '{owner[key]}' and '{plugin}' both give a FLOP formula for {key}: "
+                          f"'{owner[key]}''s is used (asked first)")
+                continue
+            extra[key], owner[key] = fn, plugin
     return FormulaBook(extra)

@@ -2,7 +2,8 @@
 
 Four plugins, one per entry point in the ``rooflinekit`` group (see pyproject.toml):
 
-- ``swa_attention`` (rooflinekit_swa.attention): sliding-window attention, KV cache capped at the window
+- ``swa_attention`` (rooflinekit_swa.attention): a what-if sliding window (``ROOFLINEKIT_SWA_WINDOW``)
+  that overrides rooflinekit's built-in window recognition (``tryfirst``)
 - ``swa_grouped_mm`` (rooflinekit_swa.grouped_mm): FLOPs of ``aten._grouped_mm`` (MoE experts)
 - ``swa_hardware`` (rooflinekit_swa.hardware): H100 NVL and GH200 hardware entries
 - ``swa_card`` (rooflinekit_swa.card): a loader for ``*.swa.toml`` model cards

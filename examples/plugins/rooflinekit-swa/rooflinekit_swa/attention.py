@@ -1,75 +1,57 @@
-"""Sliding-window attention: recognise layers that declare a window, cap their KV cache at it.
+"""Sliding windows, overridden: a what-if window for every attention layer, ahead of the built-in.
 
-rooflinekit's built-in attention plugin knows heads and head sizes but not windows: it costs a
-Mistral-style layer as full attention (every cached position read). This plugin answers first
-(`tryfirst=True`) for modules that declare a window, reuses the built-in recognition for the rest
-of the spec, and sets `AttentionSpec.window`. The built-in cost hook then caps the positions
-attended at the window: KV bytes ``B * min(context, window) * cache_bytes_per_token``.
+rooflinekit (0.2+) recognises sliding windows itself: its built-in `sliding_window` plugin answers
+the `rooflinekit_attention_window` hook from module attributes (``sliding_window``,
+``window_size``, ...), a transformers ``config`` (``layer_types``, ``use_sliding_window``, ...)
+and banded masks, for layers of any architecture. This plugin shows how a third party *overrides*
+such a built-in answer: it implements the same hook with ``tryfirst=True``, so pluggy asks it
+first, and whatever it returns (other than None) is the answer.
 
-Where a window is declared:
-  * ``module.sliding_window`` or ``module.window_size`` (an int; flash-attn's ``(left, right)``
-    tuple means ``left + 1`` positions). An attribute that is present but None means this layer
-    attends fully (transformers' Qwen2/Gemma full-attention layers), and config is not consulted.
-  * else ``module.config.sliding_window`` (transformers' Mistral attention keeps only
-    ``self.config``), unless ``config.use_sliding_window`` is False (Qwen2 sets a window it does
-    not use), or ``config.layer_types[module.layer_idx]`` is not ``"sliding_attention"``. Mistral
-    v0.2+ configs set ``sliding_window`` to null: no window.
+What it answers comes from the environment, a what-if lever for any model:
+
+  * ``ROOFLINEKIT_SWA_WINDOW=N`` (N > 0): every recognised attention layer attends a window of N
+    positions ("what would this model cost with a 1024 window?"); the KV minimum of a decode
+    step becomes ``B * min(context, N) * cache_bytes_per_token``;
+  * ``ROOFLINEKIT_SWA_WINDOW=0`` (or ``full``): every layer attends fully, windows the model
+    declares ignored ("what do Mistral's windows save?"); returning 0 stops the built-in;
+  * unset or empty: None, and the built-in answers as usual.
+
+A layer whose spec already carries a window (set by its recognising plugin) is never asked.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import os
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import AttentionWindow, UserError, hookimpl
 
-# The module, not its function: pluggy registers every hookimpl-marked attribute of a plugin
-# module, so `from ... import rooflinekit_attention_spec as builtin_spec` would register the
-# built-in's function a second time, under the name `builtin_spec`.
-from rooflinekit_plugins import attention as builtin
-
-MODULE_ATTRS = ("sliding_window", "window_size")
+PROVIDES = ("what-if sliding windows (ROOFLINEKIT_SWA_WINDOW)",)
+ENV = "ROOFLINEKIT_SWA_WINDOW"
 
 
-def _positive_int(value) -> int | None:
-    if isinstance(value, bool):
+def what_if_window() -> int | None:
+    """The window ROOFLINEKIT_SWA_WINDOW asks for: N > 0, 0 for full attention, None when unset."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if not value:
         return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, int) for v in value):
-        left = value[0]  # flash-attn: (left, right) positions each side; -1 means unbounded
-        return left + 1 if left >= 0 else None
-    return None
-
-
-def window_of(module) -> int | None:
-    """The window a module declares (positions each query attends, itself included), or None."""
-    for name in MODULE_ATTRS:
-        if hasattr(module, name):
-            return _positive_int(getattr(module, name))
-    layer_type = getattr(module, "layer_type", None)
-    if layer_type is not None and layer_type != "sliding_attention":
-        return None
-    config = getattr(module, "config", None)
-    if config is None or getattr(config, "use_sliding_window", True) is False:
-        return None
-    layer_types = getattr(config, "layer_types", None)
-    layer_idx = getattr(module, "layer_idx", None)
-    if layer_types and isinstance(layer_idx, int) and layer_idx < len(layer_types):
-        if layer_types[layer_idx] != "sliding_attention":
-            return None
-    return _positive_int(getattr(config, "sliding_window", None))
+    if value in ("0", "full", "none", "off"):
+        return 0
+    try:
+        window = int(value)
+    except ValueError:
+        raise UserError(f"{ENV}={value!r}: give a window in positions (an int), or 0/full") from None
+    if window < 0:
+        raise UserError(f"{ENV}={window}: a window is at least 1 position (0/full: full attention)")
+    return window
 
 
 @hookimpl(tryfirst=True)
-def rooflinekit_attention_spec(module, path, call):
-    window = window_of(module)
+def rooflinekit_attention_window(module, path, call, spec):
+    window = what_if_window()
     if window is None:
-        return None  # not windowed: let the built-in answer
-    spec = builtin.rooflinekit_attention_spec(module=module, path=path, call=call)
-    if spec is None:
-        return None
-    return dataclasses.replace(
-        spec, window=window, plugin="rooflinekit-swa",
-        notes=spec.notes + (f"sliding window of {window} positions (rooflinekit-swa): KV cache "
-                            "read capped at min(context, window)",),
-    )
+        return None  # no override: the built-in `sliding_window` plugin answers
+    if window == 0:
+        return 0  # full attention, whatever the model declares
+    return AttentionWindow(window=window, notes=(
+        f"what-if sliding window of {window} positions ({ENV}, rooflinekit-swa): overrides any "
+        "window the model declares",))

@@ -10,7 +10,7 @@ Sliding window: each query attends to itself and the ``sliding_window - 1`` posi
 The KV cache is a rolling buffer (as Mistral's reference code): ``min(context, sliding_window)``
 slots per layer, position ``p`` stored in slot ``p % slots``. So the *executed* decode traffic is
 capped at the window too: a decode step reads ``min(context, window)`` cached positions per layer,
-which is the architecture minimum the rooflinekit-swa plugin reports.
+which is the architecture minimum rooflinekit's built-in `sliding_window` plugin reports.
 
 Model-file contract (docs/model-files.md): ``build_model(**options)`` and
 ``make_inputs(batch, context, phase, **options)``; both run with the target device and default
@@ -62,7 +62,7 @@ class SlidingWindowAttention(nn.Module):
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
-        self.sliding_window = sliding_window  # what the rooflinekit-swa plugin recognises
+        self.sliding_window = sliding_window  # what rooflinekit's `sliding_window` plugin reads
         self.q_proj = nn.Linear(hidden, num_heads * head_dim, bias=False)
         self.k_proj = nn.Linear(hidden, num_kv_heads * head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, num_kv_heads * head_dim, bias=False)

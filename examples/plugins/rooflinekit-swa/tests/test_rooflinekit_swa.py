@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,7 +18,9 @@ if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, no
     sys.path.insert(0, str(PLUGIN_ROOT))
 
 from rooflinekit.analyses.profile import profile
+from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost  # noqa: E402
+from rooflinekit.core.specs import AttentionSpec
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import (
     Workload,  # noqa: E402
@@ -28,7 +29,7 @@ from rooflinekit.stages.workload import (
 
 import rooflinekit_swa  # noqa: E402
 from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
-from rooflinekit_swa.attention import window_of  # noqa: E402
+from rooflinekit_swa.attention import ENV, what_if_window  # noqa: E402
 from rooflinekit_swa.grouped_mm import grouped_mm_flops  # noqa: E402
 
 EXAMPLES = PLUGIN_ROOT / "examples"
@@ -52,10 +53,16 @@ def make_host(with_plugin: bool = True) -> PluginHost:
 
 def run(path, phase, batch, context, options, host, hardware_name="H800"):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, hardware_name, host=host).report
+    return profile(load_source(str(path), options, host), workload, hardware_name, host=host).report.to_dict()
 
 
-# -- recognition ---------------------------------------------------------------------------------
+# -- the override ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _no_what_if(monkeypatch):
+    """Each test starts without the what-if window; the ones that want it set it."""
+    monkeypatch.delenv(ENV, raising=False)
 
 
 def _attn(**attrs):
@@ -66,41 +73,35 @@ def _attn(**attrs):
     return module
 
 
-@pytest.mark.parametrize(
-    ("attrs", "expected"),
-    [
-        ({"sliding_window": 4096}, 4096),
-        ({"window_size": 512}, 512),
-        ({"window_size": (255, 0)}, 256),  # flash-attn (left, right): itself plus 255 before
-        ({"window_size": (-1, -1)}, None),  # flash-attn: unbounded
-        ({"config": SimpleNamespace(sliding_window=4096)}, 4096),  # transformers' Mistral v0.1
-        ({"config": SimpleNamespace(sliding_window=None)}, None),  # Mistral v0.2+: null
-        # Qwen2: a window in the config that is not used
-        ({"config": SimpleNamespace(sliding_window=131072, use_sliding_window=False)}, None),
-        # Qwen2/Gemma full-attention layer: the module's own None wins over the config's window
-        ({"sliding_window": None, "config": SimpleNamespace(sliding_window=4096)}, None),
-        ({"layer_type": "full_attention", "config": SimpleNamespace(sliding_window=4096)}, None),
-        ({"layer_idx": 1, "config": SimpleNamespace(
-            sliding_window=1024, layer_types=["sliding_attention", "full_attention"])}, None),
-        ({"layer_idx": 0, "config": SimpleNamespace(
-            sliding_window=1024, layer_types=["sliding_attention", "full_attention"])}, 1024),
-        ({"sliding_window": True}, None),
-        ({}, None),
-    ],
-)
-def test_window_declarations(attrs, expected):
-    assert window_of(_attn(**attrs)) == expected
+def _ask(host, module):
+    spec = AttentionSpec(arch="gqa", num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
+    return host.call_first("rooflinekit_attention_window", module=module, path="model.layers.0.self_attn",
+                           call=None, spec=spec)
 
 
-def test_spec_copies_builtin_recognition_and_sets_window():
+@pytest.mark.parametrize(("value", "expected"), [("1024", 1024), ("0", 0), ("full", 0), ("", None), (None, None)])
+def test_what_if_window_from_the_environment(monkeypatch, value, expected):
+    if value is not None:
+        monkeypatch.setenv(ENV, value)
+    assert what_if_window() == expected
+
+
+def test_override_answers_before_the_builtin(monkeypatch):
     host = make_host()
-    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(sliding_window=4096), path="x",
-                                   call=None)
-    assert plugin == "swa_attention"
-    assert (spec.arch, spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.window) == ("gqa", 32, 8, 128, 4096)
-    # a module without a window is left to the built-in
-    spec, plugin = host.call_first("rooflinekit_attention_spec", module=_attn(), path="x", call=None)
-    assert plugin == "attention" and spec.window is None
+    module = _attn(sliding_window=4096)
+    # unset: the built-in `sliding_window` plugin reads the module's own window
+    answer, plugin = _ask(host, module)
+    assert plugin == "sliding_window" and answer.window == 4096
+    # a what-if window: this plugin answers first (tryfirst), over the declared one
+    monkeypatch.setenv(ENV, "1024")
+    answer, plugin = _ask(host, module)
+    assert plugin == "swa_attention" and answer.window == 1024
+    # full attention: 0 stops the asking, the built-in never answers
+    monkeypatch.setenv(ENV, "full")
+    assert _ask(host, module) == (0, "swa_attention")
+    monkeypatch.setenv(ENV, "a lot")
+    with pytest.raises(UserError, match=ENV):
+        _ask(host, module)
 
 
 # -- capped cache bytes through the pipeline ------------------------------------------------------
@@ -115,7 +116,7 @@ def test_decode_kv_bytes_capped_at_window(context):
     batch, window = 3, TINY["sliding_window"]
     report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host())
     (row,) = report["attention"]
-    assert row["plugin"] == "swa_attention" and row["window"] == window
+    assert row["arch"] == "gqa" and row["window"] == window  # the built-in reads the model's window
     per_token = _cache_bytes_per_token(TINY)
     assert row["cache_bytes_per_token"] == per_token
     assert row["kv_bytes_min"] == batch * min(context, window) * per_token
@@ -125,14 +126,36 @@ def test_decode_kv_bytes_capped_at_window(context):
     assert row["flops_model"] == 4 * batch * TINY["heads"] * min(context, window) * TINY["head_dim"]
 
 
-def test_without_the_plugin_the_window_is_ignored():
-    batch, context = 2, 200
-    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host(with_plugin=False))
+def test_what_if_window_through_the_pipeline(monkeypatch):
+    batch, context, what_if = 2, 200, 16
+    monkeypatch.setenv(ENV, str(what_if))
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host())
     (row,) = report["attention"]
-    assert row["plugin"] == "attention" and row["window"] is None
+    per_token = _cache_bytes_per_token(TINY)
+    assert row["window"] == what_if and row["kv_bytes_min"] == batch * what_if * per_token
+    assert any(ENV in n for n in row["notes"])
+    # the model still runs its own 64-slot rolling cache: it reads 64 / 16 times the what-if minimum
+    assert row["kv_read_bytes"] == batch * TINY["sliding_window"] * per_token
+
+
+def test_full_attention_override_ignores_the_declared_window(monkeypatch):
+    batch, context = 2, 200
+    monkeypatch.setenv(ENV, "0")
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host())
+    (row,) = report["attention"]
+    assert row["window"] is None
     assert row["kv_bytes_min"] == batch * context * _cache_bytes_per_token(TINY)
     # the model's rolling cache really moved less than that "minimum": amplification below 1
     assert row["amplification"] < 1
+
+
+def test_without_the_plugin_the_builtin_still_caps(monkeypatch):
+    monkeypatch.setenv(ENV, "16")  # ignored: the plugin is not registered
+    batch, context = 2, 200
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, context, TINY, make_host(with_plugin=False))
+    (row,) = report["attention"]
+    assert row["window"] == TINY["sliding_window"]
+    assert row["kv_bytes_min"] == batch * TINY["sliding_window"] * _cache_bytes_per_token(TINY)
 
 
 def test_prefill_model_flops_count_the_band_and_every_key_is_read():
@@ -237,7 +260,5 @@ def test_model_card_builds_the_model_it_describes(tmp_path):
     assert row["window"] == 4096 and row["kv_bytes_min"] == 4096 * 8 * 2 * 128 * 2
     bad = tmp_path / "bad.swa.toml"
     bad.write_text("layers = 2\nwindow = 10\n")
-    from rooflinekit.core.errors import UserError
-
     with pytest.raises(UserError, match="unknown key window"):
         load_source(str(bad), {}, host)

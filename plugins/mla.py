@@ -1,0 +1,111 @@
+"""Built-in plugin: DeepSeek's multi-head latent attention (MLA), naive and absorbed.
+
+Recognises modules declaring `kv_lora_rank` and `qk_rope_head_dim` (and heads, `qk_nope_head_dim`,
+`v_head_dim`), on the module or its transformers `config`. The spec has one K/V "head", the latent
+plus the shared rope key (`head_dim` = rank + rope, `v_head_dim` = rank), `mode` "absorbed" or
+"naive" (from the module's `mode`/`attn_impl`), and the MLA sizes in `extra`. Minimum bytes are
+the latent cache read once (FlashMLA's accounting); model FLOPs are the absorbed or the
+un-absorbed form's, both in `flops_alt`. Under tensor parallelism the latent cache and its
+low-rank down projections are replicated (DeepSeek's reference TP) and the heads split.
+
+Asked in the ordinary order, before the `trylast` head plugins (`mha`, `gqa`), which would
+otherwise take an MLA module for plain attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rooflinekit.plugin import (
+    HEAD_ATTRS,
+    AttentionCost,
+    AttentionShard,
+    AttentionSpec,
+    hookimpl,
+    lookup,
+    pairs_attended,
+    positions_attended,
+)
+
+ARCH = "mla"
+PROVIDES = (ARCH,)
+#: Low-rank down projections, kept whole on every GPU under TP (DeepSeek's reference code and
+#: transformers' names).
+DOWN_PROJECTIONS = ("wq_a", "q_a_proj", "wkv_a", "kv_a_proj_with_mqa", "kv_a_proj")
+
+
+@hookimpl
+def rooflinekit_attention_spec(module, path, call):
+    rank = lookup(module, ("kv_lora_rank",))
+    rope = lookup(module, ("qk_rope_head_dim",))
+    if rank is None or rope is None:
+        return None
+    heads = lookup(module, HEAD_ATTRS)
+    nope = lookup(module, ("qk_nope_head_dim",))
+    v_dim = lookup(module, ("v_head_dim",))
+    if heads is None or nope is None or v_dim is None:
+        return None
+    declared = str(getattr(module, "mode", getattr(module, "attn_impl", "")) or "").lower()
+    notes: tuple[str, ...] = ()
+    if declared.startswith("absorb"):
+        mode = "absorbed"
+    elif declared in ("naive", "unabsorbed"):
+        mode = "naive"
+    else:
+        mode = "naive"
+        notes = ("MLA mode not declared by the module (no `mode`/`attn_impl`): model FLOPs in the "
+                 "un-absorbed form, attention over per-head K and V, as transformers' DeepSeek code "
+                 "computes it",)
+    return AttentionSpec(
+        arch=ARCH, num_heads=heads, num_kv_heads=1, head_dim=rank + rope, v_head_dim=rank, mode=mode,
+        extra={"kv_lora_rank": rank, "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": v_dim},
+        notes=notes,
+    )
+
+
+@hookimpl
+def rooflinekit_attention_cost(spec, workload):
+    if spec.arch != ARCH:
+        return None
+    x = spec.extra
+    r, rope, nope, v = x["kv_lora_rank"], x["qk_rope_head_dim"], x["qk_nope_head_dim"], x["v_head_dim"]
+    # keys some query of this step sees (a window or chunk honoured), and the pairs scored
+    chunk = getattr(spec, "chunk", None)
+    positions = positions_attended(workload.q_len, workload.context, spec.window, chunk)
+    pairs = pairs_attended(workload.q_len, workload.context, workload.is_causal, spec.window, chunk)
+    b, h = workload.batch, spec.num_heads
+    cache_per_token = (r + rope) * workload.cache_itemsize
+    kv_min = b * positions * cache_per_token
+    # FlashMLA's accounting: q in the absorbed space (r + rope), output in the latent (r).
+    q_out = b * workload.q_len * h * ((r + rope) + r) * workload.act_itemsize
+    absorbed = 2 * b * h * pairs * ((r + rope) + r)
+    unabsorbed = 2 * b * h * pairs * ((nope + rope) + v)
+    flops = absorbed if spec.mode == "absorbed" else unabsorbed
+    return AttentionCost(
+        flops_model=flops, kv_bytes_min=kv_min, bytes_min=kv_min + q_out,
+        cache_bytes_per_token=cache_per_token,
+        flops_alt={"absorbed": absorbed, "unabsorbed": unabsorbed},
+        notes=(f"MLA model FLOPs in the {spec.mode} form; minimum bytes are the latent cache "
+               f"({r}+{rope} per token) read once",),
+    )
+
+
+@hookimpl
+def rooflinekit_attention_shard(spec, tp):
+    if spec.arch != ARCH:
+        return None
+    x = spec.extra
+    heads = spec.num_heads // tp
+    note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; the MLA latent cache "
+            f"({x['kv_lora_rank']}+{x['qk_rope_head_dim']} per token) is replicated: every GPU holds "
+            "and reads all of it")
+    return AttentionShard(
+        spec=replace(spec, num_heads=heads, notes=tuple(spec.notes) + (note,)),
+        kv="latent replicated",
+        # the down projections by name, and any projection narrower than the heads' no-rope keys
+        # (a q or kv down projection under another name)
+        replicated=DOWN_PROJECTIONS,
+        replicated_below=spec.num_heads * (x.get("qk_nope_head_dim") or 1),
+        out_head_dim=x.get("v_head_dim"),
+        note=note,
+    )

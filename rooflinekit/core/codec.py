@@ -1,0 +1,226 @@
+"""One JSON encoder and decoder for the report dataclasses, and the JSON Schema they imply.
+
+Everything here reads the dataclasses' own fields and type hints, so the types, the JSON and the
+schema cannot drift apart: add a field to a dataclass and all three follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from functools import cache
+from typing import Any, Union
+
+# -- encode ---------------------------------------------------------------------------------------
+
+
+def encode(obj: Any) -> Any:
+    """A JSON-ready value: dataclasses become dicts (fields marked omit_none left out when None),
+    tuples lists, and non-finite floats null (JSON has no NaN)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = encode(value)
+        return out
+    if isinstance(obj, dict):
+        return {str(k): encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [encode(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def flatten(data: dict, prefix: str = "") -> dict:
+    """Nested dicts as one level of dotted keys (for tables and data frames)."""
+    out = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+# -- decode ---------------------------------------------------------------------------------------
+
+
+class DecodeError(ValueError):
+    """A JSON value that does not fit the report types; the message names the field."""
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    if tp is Any:
+        return value
+    if _is_union(tp):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where)
+            except DecodeError as exc:
+                errors.append(str(exc))
+        raise DecodeError(errors[0] if errors else f"{where}: unexpected null")
+    origin = typing.get_origin(tp)
+    if origin is list:
+        if not isinstance(value, list):
+            raise DecodeError(f"{where}: expected a list")
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise DecodeError(f"{where}: expected an object")
+        _, item = typing.get_args(tp) or (str, Any)
+        return {k: _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return decode(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DecodeError(f"{where}: expected a number")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise DecodeError(f"{where}: expected an integer")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise DecodeError(f"{where}: expected true or false")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise DecodeError(f"{where}: expected a string")
+        return value
+    return value
+
+
+def decode(cls: type, data: Any, where: str = "") -> Any:
+    """An instance of dataclass `cls` from its JSON form (unknown keys ignored, missing keys take
+    their defaults); DecodeError names the first field that does not fit."""
+    if not isinstance(data, dict):
+        raise DecodeError(f"{where or cls.__name__}: expected an object")
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        name = f"{where}.{f.name}" if where else f.name
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name], name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise DecodeError(f"{name}: missing")
+    return cls(**kwargs)
+
+
+# -- older schemas --------------------------------------------------------------------------------
+
+#: Measured fields that schema 1.x wrote flat into op and module rows (2.0 nests them in `measured`).
+_FLAT_MEASURED = ("time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound",
+                  "cpu_time_s")
+
+
+def upgrade_profile(data: dict) -> dict:
+    """A schema 1.x profile report in the 2.0 shape (a copy; 2.x reports are returned as they are).
+
+    1.x differences: no `kind`; measured fields flat in op and module rows; MLA sizes in an `mla`
+    object of the attention row instead of `extra`; no `op_indices` on attention rows.
+    """
+    if not isinstance(data, dict) or not str(data.get("schema_version", "")).startswith("1."):
+        return data
+    out = dict(data, kind="profile")
+    for section in ("ops", "modules"):
+        rows = []
+        for row in out.get(section) or []:
+            if not isinstance(row, dict):
+                rows.append(row)
+                continue
+            row = dict(row)
+            flat = {k: row.pop(k) for k in _FLAT_MEASURED if k in row}
+            if any(v is not None for v in flat.values()):
+                row["measured"] = flat
+            rows.append(row)
+        out[section] = rows
+    rows = []
+    for row in out.get("attention") or []:
+        if isinstance(row, dict) and "mla" in row:
+            row = dict(row)
+            row["extra"] = dict(row.pop("mla") or {})
+        rows.append(row)
+    out["attention"] = rows
+    return out
+
+
+# -- JSON Schema ----------------------------------------------------------------------------------
+
+
+def _schema_of(tp: Any, defs: dict) -> dict:
+    if tp is Any:
+        return {}
+    if _is_union(tp):
+        args = typing.get_args(tp)
+        parts = [_schema_of(a, defs) for a in args if a is not type(None)]
+        if type(None) in args:
+            parts.append({"type": "null"})
+        return parts[0] if len(parts) == 1 else {"anyOf": parts}
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return {"type": "array", "items": _schema_of(item, defs)}
+    if origin is dict:
+        _, item = typing.get_args(tp) or (str, Any)
+        return {"type": "object", "additionalProperties": _schema_of(item, defs)}
+    if dataclasses.is_dataclass(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # placeholder: recursive types refer to themselves
+            defs[name] = _object_schema(tp, defs)
+        return {"$ref": f"#/$defs/{name}"}
+    simple = {float: {"type": ["number", "null"]}, int: {"type": "integer"}, bool: {"type": "boolean"},
+              str: {"type": "string"}}
+    return dict(simple.get(tp, {}))
+
+
+def _object_schema(cls: type, defs: dict) -> dict:
+    hints = _hints(cls)
+    props, required = {}, []
+    for f in dataclasses.fields(cls):
+        props[f.name] = _schema_of(hints[f.name], defs)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.append(f.name)
+    doc = (cls.__doc__ or "").strip().split("\n")[0]
+    out = {"type": "object", "properties": props, "required": required}
+    if doc and not doc.startswith(f"{cls.__name__}("):
+        out["description"] = doc
+    return out
+
+
+def json_schema(cls: type, title: str, version: str) -> dict:
+    """The JSON Schema (draft 2020-12) of dataclass `cls` and everything under it.
+
+    Floats allow null: JSON has no NaN or infinity, and the encoder writes those as null.
+    """
+    defs: dict = {}
+    root = _object_schema(cls, defs)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://rooflinekit.invalid/schema/{title}-{version}.schema.json",
+        "title": f"rooflinekit {title} report, schema {version}",
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }

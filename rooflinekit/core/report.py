@@ -1,0 +1,428 @@
+"""The report tree: plain frozen dataclasses from the workload down to single ops.
+
+A report is built once by `rooflinekit.stages.place.build_report` from a capture and a hardware
+entry. Measured times, a second hardware entry and parallel views make *new* reports
+(`dataclasses.replace`); nothing edits a report after it is built. JSON happens only at the edge:
+`Report.to_dict()` / `Report.from_dict()` (rooflinekit.core.codec), against the JSON Schema shipped
+in rooflinekit/schema/ (docs/schema.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rooflinekit.core import codec
+from rooflinekit.core.version import SCHEMA_VERSION, __version__
+
+#: The module name the report gives ops that ran outside every module.
+ROOT = "(root)"
+#: Field metadata: leave the key out of the JSON when the value is None (keeps op rows small).
+OMIT_NONE = {"omit_none": True}
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str = "rooflinekit"
+    version: str = __version__
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """Phase and shape of the step: part of every result."""
+
+    phase: str
+    batch: int
+    context: int
+    q_len: int
+    tokens: int
+    dtype: str
+    device: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str | None = None
+    path: str | None = None
+    kind: str | None = None
+    parameters: int | None = None
+    param_bytes: float | None = None
+    modules: int | None = None
+
+
+@dataclass(frozen=True)
+class HardwareInfo:
+    """The entry a report is placed on, with the peak of the workload's dtype."""
+
+    name: str
+    dtype: str
+    peak_flops: float
+    bandwidth: float
+    ridge: float
+    peaks: dict[str, float] = field(default_factory=dict)
+    interconnect_bandwidth: float | None = None
+    calibrated: bool = False
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One point on one roofline: counts, intensity, the bound it meets and its time."""
+
+    flops: float
+    bytes: float
+    intensity: float | None
+    attainable_flops: float
+    bound: str
+    time_bound_s: float
+    mfu_bound: float
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Measured time of a record and what it implies against the ceilings."""
+
+    time_s: float | None = None
+    achieved_flops: float | None = None
+    achieved_bandwidth: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    mbu: float | None = None
+    time_vs_bound: float | None = None
+    predicted_ops_s: float | None = field(default=None, metadata=OMIT_NONE)  # attention rows
+    mbu_min: float | None = field(default=None, metadata=OMIT_NONE)  # attention rows
+    cpu_time_s: float | None = field(default=None, metadata=OMIT_NONE)  # ops on CUDA
+
+
+@dataclass(frozen=True)
+class StepMeasured:
+    """The measured step: times, utilisations, and how they were taken."""
+
+    step_time_s: float
+    step_times_s: list[float]
+    op_time_s: float
+    unattributed_s: float
+    device: str
+    warmup: int
+    repeats: int
+    timing: str
+    ops_timed: int
+    achieved_flops: float | None = None
+    achieved_bandwidth: float | None = None
+    mfu: float | None = None
+    hfu: float | None = None
+    mbu: float | None = None
+    time_vs_bound: float | None = None
+    op_time_share: float | None = None
+    step_time_plain_s: float | None = None
+    time_vs_whole_step_bound: float | None = None
+    tokens_per_s: float | None = None
+    threads: int | None = None
+    ops_unmatched: list[str] = field(default_factory=list)
+    conventions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AltPlacement:
+    """The same counts placed on a second hardware entry (`--compare-hardware`)."""
+
+    hardware: str
+    calibrated: bool
+    intensity: float | None
+    attainable_flops: float
+    bound: str
+    time_bound_s: float
+    mfu_bound: float
+    ridge: float
+    time_bound_ops_s: float | None = field(default=None, metadata=OMIT_NONE)
+    predicted_step_s: float | None = field(default=None, metadata=OMIT_NONE)
+    mfu: float | None = field(default=None, metadata=OMIT_NONE)
+    hfu: float | None = field(default=None, metadata=OMIT_NONE)
+    mbu: float | None = field(default=None, metadata=OMIT_NONE)
+    time_vs_bound: float | None = field(default=None, metadata=OMIT_NONE)
+    min: AltPlacement | None = field(default=None, metadata=OMIT_NONE)  # attention rows
+
+
+@dataclass(frozen=True)
+class Totals(Placement):
+    """The whole step. `flop_conventions` and `time_conventions` say what each figure means."""
+
+    flops_executed: float = 0.0
+    flops_model: float = 0.0
+    predicted_step_s: float = 0.0
+    tokens_per_s: float | None = None
+    sequences_per_s: float | None = None
+    mfu_bound_model: float = 0.0
+    weight_bytes: float = 0.0
+    kv_bytes_executed: float = 0.0
+    kv_bytes_min: float | None = None
+    other_bytes: float = 0.0
+    uncounted_bytes: float = 0.0
+    ops: int = 0
+    time_compute_s: float = 0.0
+    time_memory_s: float = 0.0
+    time_comm_s: float = 0.0
+    binding: str = "none"
+    flop_conventions: dict[str, str] = field(default_factory=dict)
+    time_conventions: dict[str, str] = field(default_factory=dict)
+    measured: StepMeasured | None = field(default=None, metadata=OMIT_NONE)
+    placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class ModuleRow(Placement):
+    """Ops rolled up to a module path (cut to the report's depth; layers merged when grouped)."""
+
+    name: str = ""
+    ops: int = 0
+    weight_bytes: float = 0.0
+    time_bound_ops_s: float = 0.0
+    time_share: float = 0.0
+    flops_model: float | None = field(default=None, metadata=OMIT_NONE)
+    measured: Measured | None = field(default=None, metadata=OMIT_NONE)
+    placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class CollectiveInfo:
+    collective: str | None = None
+    group_size: int | None = None
+    message_bytes: float | None = None
+    wire_bytes: float | None = None
+    algorithm: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One aten op (or a modelled / collective record) as counted and placed."""
+
+    index: int
+    name: str
+    module: str
+    kind: str
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    param_bytes: float
+    dtype: str
+    counted: bool
+    intensity: float | None
+    bound: str
+    time_bound_s: float
+    shapes: str = ""
+    assumption: str | None = field(default=None, metadata=OMIT_NONE)
+    formula_error: str | None = field(default=None, metadata=OMIT_NONE)
+    collective: CollectiveInfo | None = field(default=None, metadata=OMIT_NONE)
+    flops_model: float | None = field(default=None, metadata=OMIT_NONE)
+    measured: Measured | None = field(default=None, metadata=OMIT_NONE)
+
+    @property
+    def bytes(self) -> float:
+        return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class AttentionRow:
+    """One attention layer: what its architecture needs beside what its code moved.
+
+    `extra` holds the recognising plugin's architecture-specific fields, as it gave them.
+    `op_indices` are the layer's own ops in `Report.ops` (not its projections).
+    """
+
+    module: str
+    module_class: str
+    recognised: bool
+    plugin: str | None
+    arch: str
+    mode: str | None
+    num_heads: int | None
+    num_kv_heads: int | None
+    head_dim: int | None
+    v_head_dim: int | None
+    window: int | None
+    cache_bytes_per_token: float | None
+    kv_bytes_min: float | None
+    bytes_min: float | None
+    kv_bytes_executed: float
+    kv_read_bytes: float
+    kv_copy_bytes: float
+    kv_reexpand_flops: float
+    amplification: float | None
+    read_amplification: float | None
+    flops_model: float | None
+    flops_executed: float
+    bytes_executed: float
+    intensity_min: float | None
+    intensity_executed: float | None
+    dtype: str
+    placement_executed: Placement
+    placement_min: Placement | None
+    flops_alt: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    op_indices: list[int] = field(default_factory=list)
+    measured: Measured | None = field(default=None, metadata=OMIT_NONE)
+    placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class AttentionTotals:
+    layers: int = 0
+    recognised: int = 0
+    flops_model: float = 0.0
+    flops_executed: float = 0.0
+    kv_reexpand_flops: float = 0.0
+    kv_bytes_min: float | None = None
+    kv_bytes_executed: float = 0.0
+    kv_bytes_executed_unrecognised: float = 0.0
+    amplification: float | None = None
+    cache_bytes_per_token: float | None = None
+    intensity_min: float | None = None
+
+
+@dataclass(frozen=True)
+class UncountedOp:
+    """An op without a FLOP formula: listed with its share of bytes and time, never a silent zero."""
+
+    name: str
+    count: int
+    bytes: float
+    time_bound_s: float
+    bytes_share: float = 0.0
+    time_share: float = 0.0
+    formula_error: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class CollectiveSummary:
+    collective: str
+    group_size: int
+    calls: int
+    message_bytes: float
+    wire_bytes: float
+    time_bound_s: float
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Collectives per type, their bytes on the wire and time bound (rooflinekit.stages.collectives)."""
+
+    collectives: list[CollectiveSummary] = field(default_factory=list)
+    calls: int = 0
+    message_bytes: float = 0.0
+    wire_bytes: float = 0.0
+    time_s: float = 0.0
+    interconnect_bandwidth: float | None = None
+    link_bandwidth_per_direction: float | None = None
+    assumption: str = ""
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    wall_s: float = 0.0
+    depth: int = 3
+    group_layers: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """A profile of one step of one model on one accelerator (schema in docs/schema.md)."""
+
+    workload: WorkloadInfo
+    hardware: HardwareInfo
+    totals: Totals
+    model: ModelInfo = field(default_factory=ModelInfo)
+    attention_totals: AttentionTotals = field(default_factory=AttentionTotals)
+    modules: list[ModuleRow] = field(default_factory=list)
+    attention: list[AttentionRow] = field(default_factory=list)
+    uncounted_ops: list[UncountedOp] = field(default_factory=list)
+    comm: Communication = field(default_factory=Communication)
+    ops: list[OpRow] = field(default_factory=list)
+    capture: CaptureInfo = field(default_factory=CaptureInfo)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    hardware_alt: HardwareInfo | None = field(default=None, metadata=OMIT_NONE)
+    parallel: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    distributed: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    schema_version: str = SCHEMA_VERSION
+    kind: str = "profile"
+    tool: Tool = field(default_factory=Tool)
+
+    # -- the edge: JSON -----------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        """The JSON-ready dict the CLI writes with `-f json` (non-finite numbers become null)."""
+        return codec.encode(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Report:
+        """A report from its JSON form; schema 1.x reports are upgraded first."""
+        return codec.decode(cls, codec.upgrade_profile(data))
+
+    # -- for people in notebooks ----------------------------------------------------------------
+
+    def table(self, top: int | None = 25) -> str:
+        """The text report the CLI prints."""
+        return _view("table")(self, top)
+
+    def _repr_html_(self) -> str:
+        return _view("html")(self)
+
+    def to_dataframe(self, section: str = "modules"):
+        """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame.
+
+        pandas is optional: install it to use this.
+        """
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ImportError("Report.to_dataframe needs pandas: pip install pandas") from exc
+        rows = getattr(self, section, None)
+        if section.startswith("_") or not isinstance(rows, list):
+            raise ValueError(f"no table section {section!r}: use modules, ops, attention or uncounted_ops")
+        return pd.DataFrame([codec.flatten(codec.encode(r)) for r in rows])
+
+
+#: Views of a report registered by the outputs layer (text, HTML): the data types sit below the
+#: renderers, so the renderers register themselves here instead of being imported.
+_VIEWS: dict[str, Callable] = {}
+#: The module that registers the built-in views when it is imported.
+VIEWS_MODULE = "rooflinekit.outputs.render"
+
+
+def register_view(name: str, fn: Callable) -> None:
+    _VIEWS[name] = fn
+
+
+def _view(name: str) -> Callable:
+    if name not in _VIEWS:
+        importlib.import_module(VIEWS_MODULE)
+    return _VIEWS[name]
+
+
+# -- the shipped JSON Schema -----------------------------------------------------------------------
+
+#: The JSON Schema of profile reports, shipped inside the package (docs/schema.md).
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / f"profile-{SCHEMA_VERSION}.schema.json"
+
+
+def report_schema() -> dict:
+    """The JSON Schema of `Report.to_dict()`, derived from the dataclasses above."""
+    return codec.json_schema(Report, "profile", SCHEMA_VERSION)
+
+
+def write_schema(path: Path = SCHEMA_FILE) -> Path:
+    """Regenerate the shipped schema file (after changing a report dataclass)."""
+    path.write_text(json.dumps(report_schema(), indent=1) + "\n")
+    return path

@@ -1,0 +1,71 @@
+"""The plugin author's module: the hook marker, the data types hooks receive and return, and helpers.
+
+    from rooflinekit.plugin import AttentionCost, AttentionSpec, hookimpl, module_heads
+
+Hooks and what each receives and returns are documented in `rooflinekit.core.hookspecs` and
+docs/plugins.md. Everything named here is the public surface for plugins; rooflinekit's built-in
+plugins (package `rooflinekit_plugins`) import from it too. Import the helpers freely: none is a
+hook implementation, so importing them into a plugin module registers nothing.
+"""
+
+from __future__ import annotations
+
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.heads import (
+    HEAD_ATTRS,
+    HEAD_DIM_ATTRS,
+    HIDDEN_ATTRS,
+    KV_GROUP_ATTRS,
+    KV_HEAD_ATTRS,
+    Heads,
+    call_heads,
+    call_layout,
+    heads_cost,
+    int_attr,
+    lookup,
+    module_heads,
+    split_heads,
+)
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.keys import causal_pairs, pairs_attended, positions_attended
+from rooflinekit.core.specs import (
+    AttentionCall,
+    AttentionCost,
+    AttentionShard,
+    AttentionSpec,
+    AttentionWindow,
+    AttentionWorkload,
+)
+
+__all__ = [
+    # the hook marker
+    "hookimpl",
+    # data types
+    "AttentionCall",
+    "AttentionCost",
+    "AttentionShard",
+    "AttentionSpec",
+    "AttentionWindow",
+    "AttentionWorkload",
+    "Heads",
+    # head recognition
+    "HEAD_ATTRS",
+    "HEAD_DIM_ATTRS",
+    "HIDDEN_ATTRS",
+    "KV_GROUP_ATTRS",
+    "KV_HEAD_ATTRS",
+    "call_heads",
+    "call_layout",
+    "int_attr",
+    "lookup",
+    "module_heads",
+    # costs and splits of softmax attention over K/V heads
+    "heads_cost",
+    "split_heads",
+    # keys attended: causal, windowed and chunked pair counts
+    "causal_pairs",
+    "pairs_attended",
+    "positions_attended",
+    # a deliberate message to the user (stops the run with one line)
+    "UserError",
+]

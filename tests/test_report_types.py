@@ -1,0 +1,96 @@
+"""The typed report: one codec at the edge, the shipped JSON Schema, schema 1.0 still read, and
+new placements as new values (nothing edits a report after it is built)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from conftest import EXAMPLES, TINY_LLAMA, run_profile
+
+from rooflinekit.analyses.measure import with_alt_placement
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core import codec
+from rooflinekit.core.report import SCHEMA_FILE, Report, report_schema
+from rooflinekit.core.version import SCHEMA_VERSION
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import Workload, load_source
+
+DATA = EXAMPLES.parent / "tests" / "data"
+GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"
+
+
+def test_the_shipped_schema_is_the_one_the_types_imply():
+    assert json.loads(SCHEMA_FILE.read_text()) == report_schema(), (
+        "the report dataclasses changed: regenerate with "
+        "python -c 'from rooflinekit.core.report import write_schema; write_schema()'")
+    assert SCHEMA_VERSION == "2.0" and SCHEMA_FILE.name == "profile-2.0.schema.json"
+
+
+def test_json_round_trip_is_exact():
+    data = run_profile(MLA, batch=4, context=256, layers=2, mode="absorbed")
+    again = Report.from_dict(data).to_dict()
+    assert again == data
+    assert data["schema_version"] == "2.0" and data["kind"] == "profile"
+
+
+def test_decode_names_the_field_that_does_not_fit():
+    data = run_profile(GQA, batch=1, context=64, **TINY_LLAMA)
+    data["totals"]["flops"] = "many"
+    with pytest.raises(codec.DecodeError, match=r"totals\.flops: expected a number"):
+        Report.from_dict(data)
+    del data["hardware"]
+    with pytest.raises(codec.DecodeError, match="hardware: missing"):
+        Report.from_dict(data)
+
+
+def test_reports_are_frozen_and_new_placements_are_new_values():
+    source = load_source(str(GQA), dict(TINY_LLAMA))
+    workload = Workload("decode", 2, 64, options=tuple(sorted(TINY_LLAMA.items())))
+    report = profile(source, workload, "H800").report
+    before = report.to_dict()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.totals = None
+    h20 = hardware_db().get("H20")
+    alt = with_alt_placement(report, h20)
+    assert report.to_dict() == before  # the original is untouched
+    assert report.totals.placement_alt is None and alt.totals.placement_alt is not None
+    # the same bytes over the second entry's bandwidth: an independent recomputation
+    assert alt.totals.placement_alt.time_bound_s == pytest.approx(
+        max(report.totals.flops / h20.peak("bf16"), report.totals.bytes / h20.memory_bandwidth))
+    assert alt.hardware_alt.name == h20.name
+
+
+@pytest.mark.parametrize("name", ["mla", "gqa"])
+def test_schema_1_reports_are_read(name):
+    """Reports written by rooflinekit 0.1 (schema 1.0) decode, with measured fields and MLA sizes moved."""
+    data = json.loads((DATA / f"report-1.0-{name}.json").read_text())
+    assert data["schema_version"] == "1.0"
+    report = Report.from_dict(data)
+    assert report.totals.flops == data["totals"]["flops"]
+    assert [a.kv_bytes_min for a in report.attention] == [a["kv_bytes_min"] for a in data["attention"]]
+    if name == "mla":
+        assert report.attention[0].extra == data["attention"][0]["mla"]
+    else:  # measured on cpu and placed on a second entry: flat fields now nested
+        timed = [op for op in data["ops"] if op.get("time_s")]
+        assert timed and all(report.ops[op["index"]].measured.time_s == op["time_s"] for op in timed)
+        assert report.totals.measured.step_time_s == data["totals"]["measured"]["step_time_s"]
+        assert report.hardware_alt.name == data["hardware_alt"]["name"]
+
+
+def test_plot_and_compare_read_schema_1_reports(invoke, tmp_path):
+    old = DATA / "report-1.0-mla.json"
+    out = tmp_path / "old.png"
+    result = invoke("plot", old, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the same model and workload profiled now: every compared quantity is equal (ratio 1)
+    new = tmp_path / "new.json"
+    result = invoke("profile", MLA, "-O", "layers=2", "-b", 4, "-s", 4096, "-H", "H800", "-f", "json", "-o", new)
+    assert result.exit_code == 0, result.stderr
+    result = invoke("compare", old, new, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    assert len(ratios) > 20 and all(r == pytest.approx(1.0, rel=1e-12) for r in ratios)
