@@ -35,10 +35,10 @@ def transformers_plan(model) -> dict:
 
 
 @hookimpl(trylast=True)
-def rooflinekit_tp_plan(model, workload, attention):
+def rooflinekit_tp_plan(model, workload, attention, shards):
     from rooflinekit.analyses.parallel import resolve, structural_plan
 
-    plan = structural_plan(model, attention)
+    plan = structural_plan(model, attention, shards=shards)
     hf = transformers_plan(model)
     if hf:  # transformers' own entries win where they name a module
         resolved, _ = resolve(hf, dict(model.named_modules()))

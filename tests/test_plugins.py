@@ -88,7 +88,9 @@ def test_third_party_plugin_is_listed_and_answers(installed, tmp_path):
     assert info["rk_good"]["distribution"] == "rk-testplugin"
     assert info["rk_good"]["version"] == "0.3.1"
     assert "rooflinekit_attention_spec" in info["rk_good"]["hooks"]
-    assert "attention" in info  # the built-ins come through the same entry-point group
+    # the built-ins come through the same entry-point group, one plugin per attention architecture
+    assert {"mha", "gqa", "mla"} <= set(info)
+    assert info["gqa"]["provides"] == ["gqa", "mqa"] and info["rk_good"]["provides"] == []
 
     out = tmp_path / "r.json"
     run = _run(installed, "profile", str(EXAMPLES / "llama_gqa.py"), "-O", "layers=1", "--context", "256",
@@ -119,7 +121,7 @@ def test_raising_plugin_is_skipped_and_named():
 
     mha = torch.nn.MultiheadAttention(64, 4)
     spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x", call=None)
-    assert plugin == "attention" and spec.num_heads == 4
+    assert plugin == "mha" and spec.num_heads == 4
     assert any("raiser" in w and "boom" in w for w in host.warnings)
 
 
@@ -177,10 +179,11 @@ def test_failing_collecting_hooks_are_named_and_the_rest_is_collected():
 
 
 def test_disabled_plugins_are_not_loaded(monkeypatch):
-    monkeypatch.setenv("ROOFLINEKIT_DISABLE_PLUGINS", "attention, modelfile")
+    monkeypatch.setenv("ROOFLINEKIT_DISABLE_PLUGINS", "mha, modelfile")
     host = PluginHost()
     names = {i.name for i in host.infos}
-    assert "hardware_db" in names and not names & {"attention", "modelfile"}
+    assert "hardware_db" in names and not names & {"mha", "modelfile"}
+    assert "gqa" in names  # the other architectures still load
     import torch
 
     spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x",

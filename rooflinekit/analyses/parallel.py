@@ -166,19 +166,25 @@ def _join(parent: str, name: str) -> str:
     return f"{parent}.{name}" if parent else name
 
 
-def attention_blocks(modules: dict[str, torch.nn.Module], attention: dict[str, AttentionSpec]) -> dict[str, AttentionSpec]:
-    """Attention block (the site or its nearest ancestor, up to 2 up, with Linear children) -> spec."""
-    blocks: dict[str, AttentionSpec] = {}
-    for site, spec in attention.items():
-        site = "" if site == "(root)" else site
+def _block_sites(modules: dict[str, torch.nn.Module], attention: dict[str, AttentionSpec]) -> dict[str, str]:
+    """Attention block (the site or its nearest ancestor, up to 2 up, with Linear children) -> the
+    first site (a key of `attention`) in it."""
+    blocks: dict[str, str] = {}
+    for key in attention:
+        site = "" if key == "(root)" else key
         parts = site.split(".") if site else []
         for cut in range(0, min(2, len(parts)) + 1):
             path = ".".join(parts[: len(parts) - cut])
             module = modules.get(path)
             if module is not None and _linear_children(module):
-                blocks.setdefault(path, spec)
+                blocks.setdefault(path, key)
                 break
     return blocks
+
+
+def attention_blocks(modules: dict[str, torch.nn.Module], attention: dict[str, AttentionSpec]) -> dict[str, AttentionSpec]:
+    """Attention block (the site or its nearest ancestor, up to 2 up, with Linear children) -> spec."""
+    return {block: attention[key] for block, key in _block_sites(modules, attention).items()}
 
 
 def attention_shard(spec: AttentionSpec, tp: int, host: PluginHost, where: str = "") -> AttentionShard:
@@ -199,6 +205,17 @@ def attention_shard(spec: AttentionSpec, tp: int, host: PluginHost, where: str =
     return shard
 
 
+def attention_shards(attention: dict[str, AttentionSpec], tp: int, host: PluginHost) -> dict[str, AttentionShard]:
+    """Site -> how its layer splits N ways, once the heads are checked to divide by N."""
+    shards = {}
+    for site, spec in attention.items():
+        where = site or "(root)"
+        if spec.num_heads % tp:
+            raise UserError(f"--tp {tp} does not divide the {spec.num_heads} attention heads of {where}")
+        shards[site] = attention_shard(spec, tp, host, where)
+    return shards
+
+
 def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec,
                     shard: AttentionShard) -> str | None:
     for name, _ in lins:
@@ -211,15 +228,17 @@ def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec
 
 
 def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
-                    host: PluginHost | None = None) -> dict[str, str]:
+                    host: PluginHost | None = None,
+                    shards: dict[str, AttentionShard] | None = None) -> dict[str, str]:
     """Styles from the model's structure, and what each attention layer's plugin says about it.
 
     - in each attention block, the Linear that consumes the attention output (by name: o_proj,
       wo, out_proj, c_proj, ...; else the one whose input is heads x the value width the plugin's
       `rooflinekit_attention_shard` gives) is rowwise, the others colwise, except those the plugin
       keeps whole (MLA's low-rank down projections: q_a/wq_a, kv_a/wkv_a, or any Linear narrower
-      than heads x qk_nope_head_dim): replicated, as DeepSeek's reference TP does. The plugin is
-      asked with N = 1: these rules do not depend on N (`host`: the process-wide one by default);
+      than heads x qk_nope_head_dim): replicated, as DeepSeek's reference TP does. `shards` are
+      the answers by site (as `rooflinekit_tp_plan` receives them); without them the plugins of
+      `host` (the process-wide one by default) are asked with N = 1: these rules do not depend on N;
     - in a block with two or more Linear children where one maps the others' output width back to
       their input width (down_proj/w2/c_proj/fc2), that one is rowwise and the others colwise;
       a block's Linear that fits neither (a MoE router) stays replicated;
@@ -227,12 +246,13 @@ def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
       (the output head: colwise, then an all-gather of the logits);
     - everything else (norms, position embeddings, routers) is replicated.
     """
-    host = host or get_host()
+    shards = shards or {}
     modules = dict(model.named_modules())
     plan: dict[str, str] = {}
-    blocks = attention_blocks(modules, attention)
-    for block, spec in blocks.items():
-        shard = attention_shard(spec, 1, host, block)
+    blocks = _block_sites(modules, attention)
+    for block, site in blocks.items():
+        spec = attention[site]
+        shard = shards[site] if site in shards else attention_shard(spec, 1, host or get_host(), site)
         lins = _linear_children(modules[block])
         out_name = _out_projection(lins, spec, shard)
         for name, lin in lins:
@@ -300,17 +320,14 @@ def _colwise_fraction(lin: torch.nn.Module, shard: AttentionShard | None, tp: in
 
 
 def build_plan(styles: dict[str, str], modules: dict[str, torch.nn.Module],
-               attention: dict[str, AttentionSpec], tp: int, host: PluginHost | None = None) -> Plan:
+               attention: dict[str, AttentionSpec], tp: int, host: PluginHost | None = None,
+               shards: dict[str, AttentionShard] | None = None) -> Plan:
     """Check that the heads divide (and that each architecture can split N ways: its plugin's
-    `rooflinekit_attention_shard`), and work out each colwise module's share."""
-    host = host or get_host()
-    for site, spec in attention.items():
-        where = site or "(root)"
-        if spec.num_heads % tp:
-            raise UserError(f"--tp {tp} does not divide the {spec.num_heads} attention heads of {where}")
-        attention_shard(spec, tp, host, where)
-    blocks = attention_blocks(modules, attention)
-    shards = {block: attention_shard(spec, tp, host, block) for block, spec in blocks.items()}
+    `rooflinekit_attention_shard`; `shards` by site when already asked), and work out each colwise
+    module's share."""
+    if shards is None:
+        shards = attention_shards(attention, tp, host or get_host())
+    shards = {block: shards[site] for block, site in _block_sites(modules, attention).items()}
     plan = Plan(tp=tp, styles=dict(styles))
     for path, style in styles.items():
         if style in ("colwise", "colwise_gather", "vocab"):
@@ -491,8 +508,9 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
     sources: list[str] = []
     if par.tp > 1:
         styles: dict[str, str] = {}
+        shards = attention_shards(attention, par.tp, host)  # how each architecture splits
         answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload,
-                                attention=attention)
+                                attention=attention, shards=shards)
         for answer, plugin in answers:
             resolved, more = resolve(answer, modules)
             notes.extend(more)
@@ -501,12 +519,12 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
             sources.append(plugin)
         # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
         # plugin answers with them already; they also stand in when it is not installed)
-        rules, _ = resolve(structural_plan(model, attention, host), modules)
+        rules, _ = resolve(structural_plan(model, attention, host, shards), modules)
         added = {p: st for p, st in rules.items() if p not in styles}
         if added:
             styles.update(added)
             sources.append("structural rules")
-        plan = build_plan(styles, modules, attention, par.tp, host)
+        plan = build_plan(styles, modules, attention, par.tp, host, shards)
         plan.sources, plan.notes = sources, notes
         cap = shard_capture(cap, plan)
         for path, style in styles.items():

@@ -184,7 +184,8 @@ def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workl
 
 @hookspec
 def rooflinekit_tp_plan(
-    model: torch.nn.Module, workload: Workload, attention: dict[str, AttentionSpec]
+    model: torch.nn.Module, workload: Workload, attention: dict[str, AttentionSpec],
+    shards: dict[str, AttentionShard],
 ) -> dict[str, str] | None:
     """every plugin's answer is collected.
 
@@ -198,6 +199,9 @@ def rooflinekit_tp_plan(
     :param workload: the `rooflinekit.stages.workload.Workload` (options ``_tp``/``_ep`` hold the sizes).
     :param attention: dict of attention-site module path -> `AttentionSpec` (single-GPU heads),
         as the attention plugins recognised them in the unsplit capture.
+    :param shards: dict of the same paths -> `AttentionShard`: how each layer splits N ways, as
+        its architecture's plugin answered `rooflinekit_attention_shard` (the projections it keeps
+        whole, the output projection's width). Pass it to `structural_plan` to follow it.
     :return: a dict mapping a module path, or a pattern whose ``*`` matches one path component
         (``"layers.*.self_attn.q_proj"``), to a style: ``"colwise"`` (output features split:
         FLOPs, weights and output / N, input whole), ``"rowwise"`` (input features split: FLOPs,

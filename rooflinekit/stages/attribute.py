@@ -207,6 +207,9 @@ def _causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, s
         return False, None
     if workload.q_len <= 1:
         return None, None
+    if fused is not None and fused.attrs.get("mask_keys") is not None:
+        return None, ("an explicit attention mask: only its widest row is read (for a window); model "
+                      "FLOPs assume a causal mask")
     how = "an explicit attention mask" if fused is not None else "attention written with matmuls"
     return None, f"{how}: its values are not inspected; model FLOPs assume a causal mask"
 

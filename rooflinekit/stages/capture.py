@@ -183,6 +183,20 @@ class Recorder:
         self._infos: dict[object, _OpInfo | None] = {}
         self.param_owners: dict[int, str] = {}
         self.saw_subclass = False
+        #: The model, and the inputs of its call (a recording started without a model adopts the
+        #: first module called at top level: rooflinekit.capture()).
+        self.root: torch.nn.Module | None = None
+        self.root_inputs: tuple[tuple, dict] = ((), {})
+        self.param_total = 0.0
+
+    def adopt(self, model: torch.nn.Module) -> None:
+        """Take `model` as the one recorded: its module names, parameter storages and owners."""
+        self.root = model
+        self.module_names.update({id(m): n for n, m in model.named_modules()})
+        self.param_storages, self.param_total = _storage_ids(self, model)
+        for pname, p in model.named_parameters():
+            sid = self.storages.id(getattr(p, "_local_tensor", p))
+            self.param_owners.setdefault(sid, pname.rpartition(".")[0])
 
     def run_op(self, func, args, kwargs):
         """Run an op the dispatch mode is about to record (a subclass can wrap the call)."""
@@ -190,6 +204,9 @@ class Recorder:
 
     # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
     def pre_hook(self, module, args):
+        if self.root is None and not self.stack:
+            self.adopt(module)
+            self.root_inputs = (tuple(args), {})
         name = self.module_names.get(id(module))
         if name is None:
             parent = self.stack[-1][1] if self.stack else ""
@@ -617,13 +634,14 @@ def active_recorder() -> Recorder | None:
 
 
 @contextmanager
-def recording(model: torch.nn.Module, formulas: FormulaBook) -> Iterator[Recorder]:
-    """Activate module tracking, the function mode and the dispatch mode around a forward."""
-    names = {id(m): n for n, m in model.named_modules()}
-    recorder = Recorder(formulas, names)
-    recorder.param_storages, recorder.param_total = _storage_ids(recorder, model)
-    for pname, p in model.named_parameters():
-        recorder.param_owners.setdefault(recorder.storages.id(getattr(p, "_local_tensor", p)), pname.rpartition(".")[0])
+def recording(model: torch.nn.Module | None, formulas: FormulaBook) -> Iterator[Recorder]:
+    """Activate module tracking, the function mode and the dispatch mode around a forward.
+
+    Without a `model`, the first module called at top level is adopted as the model.
+    """
+    recorder = Recorder(formulas, {})
+    if model is not None:
+        recorder.adopt(model)
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
     _ACTIVE.append(recorder)
     try:

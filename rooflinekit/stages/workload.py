@@ -291,10 +291,10 @@ def build(source: ModelSource, workload: Workload) -> Built:
 def load_source(path: str, options: dict, host: PluginHost | None = None) -> ModelSource:
     host = host or get_host()
     if not Path(path).exists():
-        raise UserError(f"model file not found: {path}")
+        raise ModelError(f"model file not found: {path}")
     source, _ = host.call_first("rooflinekit_workload_loader", path=path, options=options)
     if source is None:
-        raise UserError(
+        raise ModelError(
             f"don't know how to load {path}: give a model .py file (build_model/make_inputs) or a "
             "transformers config .json"
         )
