@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.profile import profile
 from rooflinekit.cli.main import cli
-from rooflinekit.core.report import SCHEMA_FILE, Report
+from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report, SweepReport
 from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,20 +50,24 @@ def one_line_error(result, *needles):
         assert needle in lines[0], lines[0]
 
 
-# -- every report a test produces is checked against the shipped JSON Schema -------------------------
-
-_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
-_to_dict = Report.to_dict
+# -- every report a test produces is checked against the shipped JSON Schemas ------------------------
 
 
-def _validated_to_dict(self):
-    data = _to_dict(self)
-    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        path = "/".join(map(str, e.absolute_path))
-        raise AssertionError(f"report does not validate against {SCHEMA_FILE.name} at {path}: {e.message}")
-    return data
+def _validating(cls, schema_file):
+    validator = jsonschema.Draft202012Validator(json.loads(schema_file.read_text()))
+    to_dict = cls.to_dict
+
+    def validated_to_dict(self):
+        data = to_dict(self)
+        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+        if errors:
+            path = "/".join(map(str, errors[0].absolute_path))
+            raise AssertionError(f"report does not validate against {schema_file.name} at {path}: "
+                                 f"{errors[0].message}")
+        return data
+
+    cls.to_dict = validated_to_dict
 
 
-Report.to_dict = _validated_to_dict
+_validating(Report, SCHEMA_FILE)
+_validating(SweepReport, SWEEP_SCHEMA_FILE)

@@ -12,7 +12,7 @@ from conftest import EXAMPLES, TINY_LLAMA, run_profile
 from rooflinekit.analyses.measure import with_alt_placement
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import codec
-from rooflinekit.core.report import SCHEMA_FILE, Report, report_schema
+from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report, report_schema
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import Workload, load_source
@@ -21,11 +21,25 @@ DATA = EXAMPLES.parent / "tests" / "data"
 GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"
 
 
-def test_the_shipped_schema_is_the_one_the_types_imply():
-    assert json.loads(SCHEMA_FILE.read_text()) == report_schema(), (
+@pytest.mark.parametrize("kind,path", [("profile", SCHEMA_FILE), ("sweep", SWEEP_SCHEMA_FILE)])
+def test_the_shipped_schemas_are_the_ones_the_types_imply(kind, path):
+    assert json.loads(path.read_text()) == report_schema(kind), (
         "the report dataclasses changed: regenerate with "
         "python -c 'from rooflinekit.core.report import write_schema; write_schema()'")
-    assert SCHEMA_VERSION == "2.0" and SCHEMA_FILE.name == "profile-2.0.schema.json"
+    assert SCHEMA_VERSION == "2.0" and path.name == f"{kind}-2.0.schema.json"
+
+
+def test_the_schema_rejects_what_the_types_reject():
+    """The schema is no rubber stamp: a wrong type or a missing field fails validation."""
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    data = run_profile(GQA, batch=1, context=64, **TINY_LLAMA)
+    jsonschema.validate(data, schema)
+    for broken in (dict(data, totals=dict(data["totals"], bound=3)), {k: v for k, v in data.items() if k != "totals"},
+                   dict(data, ops=[dict(data["ops"][0], counted="yes")])):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
 
 
 def test_json_round_trip_is_exact():

@@ -20,11 +20,18 @@ from dataclasses import asdict, dataclass, field, replace
 from tabulate import tabulate
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.codec import encode
+from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.plugins import get_host
-from rooflinekit.core.report import Report
+from rooflinekit.core.report import (
+    CriticalBatchInfo,
+    HardwareInfo,
+    ModelInfo,
+    Report,
+    SweepPoint,
+    SweepReport,
+    SweepWorkload,
+)
 from rooflinekit.core.units import seconds, si
-from rooflinekit.core.version import SCHEMA_VERSION, __version__
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
 from rooflinekit.stages.hardware import hardware_db
@@ -483,22 +490,24 @@ class SweepResult:
                          + ("" if len(self.points) == total else "; critical batch not computed")
                          + (f"; critical batch for {len(self.critical)} of {len(self.contexts)} contexts"
                             if len(self.points) == total else ""))
-        return {
-            "schema_version": self.header.get("schema_version", SCHEMA_VERSION),
-            "kind": "sweep",
-            "tool": self.header.get("tool", {"name": "rooflinekit", "version": __version__}),
-            "model": self.header.get("model", {}),
-            "hardware": self.header.get("hardware", {}),
-            "workload": dict(self.base, batches=self.batches, contexts=self.contexts),
-            "points": self.points,
-            "critical_batch": [c.to_dict() for c in self.critical],
-            "critical_batch_attention_minimum": [c.to_dict() for c in self.critical_ideal],
-            "interrupted": self.interrupted,
-            "profiles": self.profiles,
-            "wall_s": self.wall_s,
-            "warnings": list(self.warnings),
-            "notes": notes,
-        }
+        header = self.header
+        return SweepReport(
+            workload=decode(SweepWorkload, dict(self.base, batches=self.batches, contexts=self.contexts)),
+            hardware=decode(HardwareInfo, header["hardware"]) if header.get("hardware") else _NO_HARDWARE,
+            model=decode(ModelInfo, header.get("model") or {}),
+            points=[decode(SweepPoint, p) for p in self.points],
+            critical_batch=[decode(CriticalBatchInfo, c.to_dict()) for c in self.critical],
+            critical_batch_attention_minimum=[decode(CriticalBatchInfo, c.to_dict()) for c in self.critical_ideal],
+            interrupted=self.interrupted,
+            profiles=self.profiles,
+            wall_s=self.wall_s,
+            warnings=list(self.warnings),
+            notes=notes,
+        ).to_dict()
+
+
+#: A sweep interrupted before its first profile has no hardware header yet.
+_NO_HARDWARE = HardwareInfo(name="?", dtype="?", peak_flops=0.0, bandwidth=0.0, ridge=0.0)
 
 
 def run_sweep(

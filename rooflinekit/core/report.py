@@ -394,6 +394,123 @@ class Report:
         return pd.DataFrame([codec.flatten(codec.encode(r)) for r in rows])
 
 
+# -- sweeps -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionFigures:
+    """All recognised attention layers of one profile together (a sweep point's `attention`)."""
+
+    layers: int
+    recognised: int
+    flops_model: float
+    flops_executed: float
+    bytes_min: float
+    bytes_executed: float
+    kv_bytes_min: float | None
+    kv_bytes_executed: float
+    cache_bytes_per_token: float | None
+    cache_bytes_per_token_per_layer: float | None
+    intensity_min: float | None
+    intensity_executed: float | None
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    flops: float
+    bytes: float
+    intensity: float | None
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One (batch, context) of a sweep: the whole step, its byte split, attention together."""
+
+    batch: int
+    context: int
+    phase: str
+    tokens: int
+    flops: float
+    flops_model: float
+    bytes: float
+    intensity: float | None
+    attainable_flops: float
+    bound: str
+    time_bound_s: float
+    predicted_step_s: float
+    tokens_per_s: float | None
+    mfu_bound: float
+    mfu_bound_model: float
+    weight_bytes: float
+    kv_bytes_executed: float
+    kv_bytes_min: float | None
+    other_bytes: float
+    uncounted_bytes: float | None
+    weight_share: float | None
+    kv_share: float | None
+    other_share: float | None
+    uncounted_bytes_share: float | None
+    attention: AttentionFigures
+    step_at_attention_minimum: StepFigures
+
+
+@dataclass(frozen=True)
+class CriticalBatchInfo:
+    """The critical batch at one context (rooflinekit.analyses.sweep.CriticalBatch), as reported."""
+
+    context: int
+    critical_batch: int | None
+    saturation_intensity: float | None
+    ridge: float
+    method: str
+    basis: str
+    summary: str
+    residual: float | None = None
+    fit: dict[str, Any] | None = None
+    checked: dict[str, float | None] = field(default_factory=dict)
+    note: str = ""
+    max_batch: int | None = None
+    profiled: bool = False
+    fallback: str = ""
+
+
+@dataclass(frozen=True)
+class SweepWorkload:
+    phase: str
+    dtype: str
+    device: str
+    batches: list[int]
+    contexts: list[int]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """A model profiled over a grid of batch x context, with the critical batch per context."""
+
+    workload: SweepWorkload
+    hardware: HardwareInfo
+    model: ModelInfo = field(default_factory=ModelInfo)
+    points: list[SweepPoint] = field(default_factory=list)
+    critical_batch: list[CriticalBatchInfo] = field(default_factory=list)
+    critical_batch_attention_minimum: list[CriticalBatchInfo] = field(default_factory=list)
+    interrupted: bool = False
+    profiles: int = 0
+    wall_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    schema_version: str = SCHEMA_VERSION
+    kind: str = "sweep"
+    tool: Tool = field(default_factory=Tool)
+
+    def to_dict(self) -> dict:
+        return codec.encode(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> SweepReport:
+        return codec.decode(cls, data)
+
+
 #: Views of a report registered by the outputs layer (text, HTML): the data types sit below the
 #: renderers, so the renderers register themselves here instead of being imported.
 _VIEWS: dict[str, Callable] = {}
@@ -413,16 +530,19 @@ def _view(name: str) -> Callable:
 
 # -- the shipped JSON Schema -----------------------------------------------------------------------
 
-#: The JSON Schema of profile reports, shipped inside the package (docs/schema.md).
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / f"profile-{SCHEMA_VERSION}.schema.json"
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
+#: The JSON Schemas of profile and sweep reports, shipped inside the package (docs/schema.md).
+SCHEMA_FILE = SCHEMA_DIR / f"profile-{SCHEMA_VERSION}.schema.json"
+SWEEP_SCHEMA_FILE = SCHEMA_DIR / f"sweep-{SCHEMA_VERSION}.schema.json"
 
 
-def report_schema() -> dict:
-    """The JSON Schema of `Report.to_dict()`, derived from the dataclasses above."""
-    return codec.json_schema(Report, "profile", SCHEMA_VERSION)
+def report_schema(kind: str = "profile") -> dict:
+    """The JSON Schema of a profile (`Report`) or sweep (`SweepReport`) report, from the dataclasses."""
+    return codec.json_schema(Report if kind == "profile" else SweepReport, kind, SCHEMA_VERSION)
 
 
-def write_schema(path: Path = SCHEMA_FILE) -> Path:
-    """Regenerate the shipped schema file (after changing a report dataclass)."""
-    path.write_text(json.dumps(report_schema(), indent=1) + "\n")
-    return path
+def write_schema() -> list[Path]:
+    """Regenerate the shipped schema files (after changing a report dataclass)."""
+    for kind, path in (("profile", SCHEMA_FILE), ("sweep", SWEEP_SCHEMA_FILE)):
+        path.write_text(json.dumps(report_schema(kind), indent=1) + "\n")
+    return [SCHEMA_FILE, SWEEP_SCHEMA_FILE]

@@ -17,15 +17,12 @@ PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, not installed
     sys.path.insert(0, str(PLUGIN_ROOT))
 
-from rooflinekit.analyses.profile import profile
-from rooflinekit.core.errors import UserError
+from rooflinekit.analyses.profile import profile  # noqa: E402
+from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.plugins import PluginHost  # noqa: E402
-from rooflinekit.core.specs import AttentionSpec
-from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import (
-    Workload,  # noqa: E402
-    load_source,  # noqa: E402
-)
+from rooflinekit.core.specs import AttentionSpec  # noqa: E402
+from rooflinekit.stages.hardware import hardware_db  # noqa: E402
+from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
 
 import rooflinekit_swa  # noqa: E402
 from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
