@@ -6,7 +6,8 @@ other plugin); the arch's cost then caps the positions read and the pairs scored
 
 1. the module's own attributes: ``sliding_window``, ``window_size``, ``attention_window``,
    ``local_window``, ``sliding_window_size`` (an int: positions each query attends, itself
-   included; flash-attn's ``(left, right)`` tuple: ``left + 1``, ``-1`` unbounded). Present but
+   included; flash-attn's causal ``(left, 0)`` tuple: ``left + 1``, ``-1`` unbounded; a
+   two-sided tuple such as Swin's ``(7, 7)`` is not a causal window and is not read). Present but
    None (transformers' Qwen2/Gemma-2/GPT-OSS full-attention layers) means full attention, and the
    config is not consulted. ``attention_chunk_size`` on the module: chunked attention.
 2. a transformers ``module.config``:
@@ -51,8 +52,12 @@ def window_value(value) -> int | None:
         return max(value, 0)
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) for v in value):
-        left = value[0]  # flash-attn: (left, right) positions each side; -1 means unbounded
-        return left + 1 if left >= 0 else 0
+        left, right = value  # flash-attn: (left, right) positions each side; -1 means unbounded
+        if left < 0:
+            return 0
+        if right in (0, -1):  # a causal window: itself and `left` positions before it
+            return left + 1
+        return None  # a two-sided window (Swin's (7, 7) patches, an encoder's band): not read
     return None
 
 

@@ -109,6 +109,7 @@ LAYER_TYPES = ["sliding_attention", "full_attention"]
         ({"local_window": 128}, "x", (128, 0)),
         ({"window_size": (255, 0)}, "x", (256, 0)),  # flash-attn (left, right): itself plus 255 before
         ({"window_size": (-1, -1)}, "x", (0, 0)),  # flash-attn: unbounded
+        ({"window_size": (7, 7)}, "x", None),  # Swin's two-sided patch window: not a causal window
         ({"sliding_window": True}, "x", None),  # not a window
         ({"attention_chunk_size": 8192}, "x", (0, 8192)),
         # transformers' Qwen2/Gemma-2 full-attention layers: the module's own None wins over config

@@ -268,6 +268,7 @@ class AttentionRow:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     op_indices: list[int] = field(default_factory=list)
+    chunk: int | None = None  # chunked attention: keys of the query's own chunk only
     measured: Measured | None = field(default=None, metadata=OMIT_NONE)
     placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
 

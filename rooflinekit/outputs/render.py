@@ -142,7 +142,7 @@ def module_table(report: Report, top: int | None) -> tuple[list[str], list[list]
     return headers, rows
 
 
-_SAME_LAYER_KEYS = ("arch", "mode", "num_heads", "num_kv_heads", "head_dim", "cache_bytes_per_token",
+_SAME_LAYER_KEYS = ("arch", "mode", "window", "chunk", "num_heads", "num_kv_heads", "head_dim", "cache_bytes_per_token",
                     "kv_bytes_min", "kv_bytes_executed", "flops_model", "flops_executed")
 
 
@@ -162,13 +162,23 @@ def _collapse_layers(rows: list[AttentionRow]) -> list[tuple[AttentionRow, str, 
     return out
 
 
+def _arch_label(a: AttentionRow) -> str:
+    """'gqa', 'mla/absorbed', 'gqa win 4096', 'gqa chunk 8192'."""
+    label = a.arch + (f"/{a.mode}" if a.mode else "")
+    if a.window:
+        label += f" win {a.window}"
+    if a.chunk:
+        label += f" chunk {a.chunk}"
+    return label
+
+
 def attention_table(report: Report) -> tuple[list[str], list[list]]:
     headers = ["attention (per layer)", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
                "amplif.", "FLOPs model", "FLOPs exec", "I min", "bound"]
     rows = []
     for a, name, _ in _collapse_layers(report.attention):
         rows.append([
-            name, a.arch + (f"/{a.mode}" if a.mode else ""), a.num_heads or "-",
+            name, _arch_label(a), a.num_heads or "-",
             a.num_kv_heads or "-", a.head_dim or "-", _num(a.cache_bytes_per_token, "B"),
             _num(a.kv_bytes_min, "B"), _num(a.kv_bytes_executed, "B"), _ratio(a.amplification),
             _num(a.flops_model), _num(a.flops_executed), _ratio(a.intensity_min),

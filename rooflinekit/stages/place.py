@@ -142,6 +142,7 @@ def attention_row(row: AttentionSite, hw: HardwareSpec) -> AttentionRow:
         notes=list(row.notes) + (list(cost.notes) if cost else []),
         extra=dict(getattr(spec, "extra", None) or {}) if spec else {},
         op_indices=list(row.op_indices),
+        chunk=getattr(spec, "chunk", None) if spec else None,
     )
 
 
