@@ -30,8 +30,7 @@ transformers' ``chunked_overlay`` with no padding: a decode step at context S re
 
 from __future__ import annotations
 
-from rooflinekit.core.hookspecs import hookimpl
-from rooflinekit.core.specs import AttentionWindow
+from rooflinekit.plugin import AttentionWindow, hookimpl
 
 #: What this plugin adds (listed by `rooflinekit plugins`).
 PROVIDES = ("sliding windows",)

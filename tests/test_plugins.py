@@ -189,3 +189,57 @@ def test_disabled_plugins_are_not_loaded(monkeypatch):
     spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x",
                               call=None)
     assert spec is None and not host.warnings
+
+
+def test_plugins_command_shows_what_each_plugin_provides(invoke):
+    listed = invoke("plugins", "-f", "json")
+    assert listed.exit_code == 0, listed.output
+    provides = {p["name"]: p["provides"] for p in json.loads(listed.stdout)["plugins"]}
+    assert provides["mha"] == ["mha"] and provides["gqa"] == ["gqa", "mqa"] and provides["mla"] == ["mla"]
+    assert provides["hardware_db"] == ["hardware entries"]
+    assert provides["modelfile"] == ["model files"] and provides["hf"] == ["transformers configs"]
+    table = invoke("plugins")
+    assert table.exit_code == 0, table.output
+    header = table.stdout.splitlines()[0].split()
+    assert header == ["plugin", "distribution", "version", "module", "provides", "hooks"]
+    gqa_line = next(line for line in table.stdout.splitlines() if line.startswith("gqa "))
+    assert "gqa, mqa" in gqa_line
+
+
+class _Provides:
+    PROVIDES = "one thing"
+
+
+def test_provides_is_read_from_the_plugin():
+    host = PluginHost(load_entry_points=False)
+    host.register(_Provides(), "single", "tests", "0")
+    host.register(_Typo(), "none", "tests", "0")
+    info = {i.name: i.provides for i in host.infos}
+    assert info == {"single": ["one thing"], "none": []}
+
+
+def _formulas(flops_per_row):
+    class Formulas:
+        @hookimpl
+        def rooflinekit_op_formulas(self):
+            return {"aten._fake_op": lambda a, out=None, **kw: flops_per_row * a.shape[0]}
+
+    return Formulas()
+
+
+def test_two_formulas_for_one_op_warn_once_naming_both_and_the_first_asked_wins():
+    import torch
+
+    from rooflinekit.stages.formulas import formula_book
+
+    host = PluginHost()
+    host.register(_formulas(3), "early", "tests", "0")
+    host.register(_formulas(5), "late", "tests", "0")  # registered last: asked first
+    book = formula_book(host)
+    rows = 7
+    assert book.lookup("aten._fake_op")(torch.empty(rows, 2)) == 5 * rows
+    conflicts = [w for w in host.warnings if "aten._fake_op" in w]
+    assert conflicts == ["plugins 'late' and 'early' both give a FLOP formula for aten._fake_op: "
+                         "'late''s is used (asked first)"]
+    formula_book(host)  # asked again (a sweep): still one warning
+    assert len([w for w in host.warnings if "aten._fake_op" in w]) == 1

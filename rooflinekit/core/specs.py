@@ -122,14 +122,20 @@ class AttentionShard:
     others colwise) and re-costs one GPU's spec; this says what depends on the architecture.
     """
 
-    spec: AttentionSpec  # one GPU's spec: heads / N, the K/V heads one GPU holds, a note added
-    kv: str = "split"  # how the cache splits, for the report: "split", "replicated" (N > H_kv: each
-    # GPU holds one K/V head, each head on N / H_kv GPUs) or the plugin's word ("latent replicated")
-    replicated: tuple[str, ...] = ()  # fnmatch patterns of the layer's Linear children (by name)
-    # that stay whole on every GPU (MLA's low-rank down projections)
-    replicated_below: int = 0  # ... and any of its Linear children with fewer output features
-    out_head_dim: int | None = None  # per-head width the output projection reads (None: v_head_dim)
+    #: One GPU's spec: heads / N, the K/V heads one GPU holds, a note added; re-costed as is.
+    spec: AttentionSpec
+    #: How the cache splits, for the report: "split", "replicated" (N > H_kv: each GPU holds one
+    #: K/V head, each head on N / H_kv GPUs) or the plugin's own word ("latent replicated").
+    kv: str = "split"
+    #: fnmatch patterns of the layer's Linear children (by name) that every GPU runs whole (MLA's
+    #: low-rank down projections) ...
+    replicated: tuple[str, ...] = ()
+    #: ... and any of its Linear children with fewer output features than this.
+    replicated_below: int = 0
+    #: Per-head width of the attention output the output projection reads (None: `v_head_dim`).
+    out_head_dim: int | None = None
     #: Output features -> the share of them one GPU computes, for colwise Linear children whose
     #: share is not 1/N (K/V projections of K/V heads replicated over GPUs).
     colwise_shares: Mapping[int, float] = field(default_factory=dict)
-    note: str = ""  # one sentence for the layer's notes: what one GPU holds
+    #: One sentence for the layer's notes: what one GPU holds.
+    note: str = ""

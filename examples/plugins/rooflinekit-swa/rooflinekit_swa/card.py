@@ -16,8 +16,7 @@ import functools
 import inspect
 import sys
 
-from rooflinekit.core.errors import UserError
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import UserError, hookimpl
 from rooflinekit.stages.workload import ModelSource
 
 from rooflinekit_swa import model
@@ -28,6 +27,7 @@ else:  # pragma: no cover - rooflinekit depends on tomli for Python 3.10
     import tomli as tomllib
 
 SUFFIX = ".swa.toml"
+PROVIDES = ("model cards (*.swa.toml)",)
 INFO_KEYS = ("name", "source")
 
 

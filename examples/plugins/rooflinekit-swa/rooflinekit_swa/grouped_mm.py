@@ -25,9 +25,10 @@ not claim).
 
 from __future__ import annotations
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import hookimpl
 
 OP = "aten._grouped_mm"
+PROVIDES = ("aten._grouped_mm FLOPs",)
 
 
 def _covered(offs, full: int) -> int:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.plugin import hookimpl
 
 HARDWARE_DIR = Path(__file__).resolve().parent / "hardware"
+PROVIDES = ("hardware entries: H100 NVL, GH200 96GB",)
 
 
 @hookimpl
