@@ -19,16 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import profile  # noqa: E402
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
-from rooflinekit.outputs.plot import Chart, sweep_series, write_chart  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
-from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import (
-    Workload,  # noqa: E402
-    load_source,  # noqa: E402
-)
+from rooflinekit.outputs.plot import Chart, sweep_series, write_chart  # noqa: E402
+from rooflinekit.stages.hardware import hardware_db  # noqa: E402
+from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
 
 HARDWARE = "H800"
 CONTEXT = 32768

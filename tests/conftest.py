@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -71,3 +74,34 @@ def _validating(cls, schema_file):
 
 _validating(Report, SCHEMA_FILE)
 _validating(SweepReport, SWEEP_SCHEMA_FILE)
+
+
+# -- third-party plugin distributions, as a user would pip-install them --------------------------------
+
+
+def write_distribution(root: Path, name: str, package: str, modules: dict[str, str],
+                       entry_points: dict[str, str], version: str = "0.1.0") -> Path:
+    """A source tree of a plugin distribution: `package` with `modules` (name -> code) and
+    `rooflinekit` entry points (name -> module). Returns its folder."""
+    src = root / name
+    (src / package).mkdir(parents=True)
+    (src / package / "__init__.py").write_text(modules.get("__init__", ""))
+    for module, code in modules.items():
+        if module != "__init__":
+            (src / package / f"{module}.py").write_text(code)
+    eps = "\n".join(f'{k} = "{v}"' for k, v in entry_points.items())
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+        f"[project.entry-points.rooflinekit]\n{eps}\n"
+        f'[tool.setuptools]\npackages = ["{package}"]\n'
+    )
+    return src
+
+
+def pip_install_site(src: Path, site: Path) -> dict:
+    """pip-install `src` into the folder `site`; returns an environment whose Python sees it (and
+    this checkout) first, for running `python -m rooflinekit` in a subprocess."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(src)], check=True, capture_output=True)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))

@@ -15,7 +15,6 @@ import importlib.metadata
 import inspect
 import itertools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import pip_install_site, write_distribution
 
 from rooflinekit.analyses.parallel import attention_shard, structural_plan, with_parallel
 from rooflinekit.analyses.profile import profile
@@ -365,30 +365,11 @@ def test_the_docs_plugin_is_complete_and_short():
 @pytest.fixture(scope="module")
 def sinks_installed(tmp_path_factory):
     """The docs' plugin module, pip-installed as a distribution with a `rooflinekit` entry point."""
-    src = tmp_path_factory.mktemp("rk_sinks")
-    (src / "rooflinekit_sinks").mkdir()
-    (src / "rooflinekit_sinks" / "__init__.py").write_text("")
-    (src / "rooflinekit_sinks" / "sinks.py").write_text(docs_plugin_code())
-    (src / "pyproject.toml").write_text(textwrap.dedent(
-        """
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "rooflinekit-sinks"
-        version = "0.1.0"
-        [project.entry-points.rooflinekit]
-        sinks = "rooflinekit_sinks.sinks"
-        [tool.setuptools]
-        packages = ["rooflinekit_sinks"]
-        """
-    ))
-    site = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(src)], check=True, capture_output=True)
+    src = write_distribution(tmp_path_factory.mktemp("src"), "rooflinekit-sinks", "rooflinekit_sinks",
+                             {"sinks": docs_plugin_code()}, {"sinks": "rooflinekit_sinks.sinks"})
+    env = pip_install_site(src, tmp_path_factory.mktemp("site"))
     model = tmp_path_factory.mktemp("model") / "sink_model.py"
     model.write_text(SINK_MODEL)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
     return env, model
 
 

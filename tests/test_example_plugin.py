@@ -26,11 +26,11 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_distribution
 
 from tests.conftest import ROOT
 
@@ -41,24 +41,9 @@ SMALL = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, 
 
 
 def _broken_distribution(root: Path) -> Path:
-    src = root / "rk-broken"
-    (src / "rk_broken").mkdir(parents=True)
-    (src / "rk_broken" / "__init__.py").write_text("raise ImportError('this plugin fails on import on purpose')\n")
-    (src / "pyproject.toml").write_text(textwrap.dedent(
-        """
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "rk-broken"
-        version = "1.0"
-        [project.entry-points.rooflinekit]
-        rk_broken = "rk_broken"
-        [tool.setuptools]
-        packages = ["rk_broken"]
-        """
-    ))
-    return src
+    return write_distribution(root, "rk-broken", "rk_broken",
+                              {"__init__": "raise ImportError('this plugin fails on import on purpose')\n"},
+                              {"rk_broken": "rk_broken"}, version="1.0")
 
 
 @pytest.fixture(scope="module")

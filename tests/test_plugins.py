@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from conftest import pip_install_site, write_distribution
 
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
@@ -43,36 +43,11 @@ WRONG = textwrap.dedent(
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """Build and pip-install a tiny third-party distribution into a private site folder."""
-    src = tmp_path_factory.mktemp("rk_testplugin")
-    (src / "rk_testplugin").mkdir()
-    (src / "rk_testplugin" / "__init__.py").write_text("")
-    (src / "rk_testplugin" / "good.py").write_text(PLUGIN)
-    (src / "rk_testplugin" / "broken.py").write_text(BROKEN)
-    (src / "rk_testplugin" / "wrong.py").write_text(WRONG)
-    (src / "pyproject.toml").write_text(textwrap.dedent(
-        """
-        [build-system]
-        requires = ["setuptools"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "rk-testplugin"
-        version = "0.3.1"
-        [project.entry-points.rooflinekit]
-        rk_good = "rk_testplugin.good"
-        rk_broken = "rk_testplugin.broken"
-        rk_wrong = "rk_testplugin.wrong"
-        [tool.setuptools]
-        packages = ["rk_testplugin"]
-        """
-    ))
-    site = tmp_path_factory.mktemp("site")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(site), str(src)],
-        check=True, capture_output=True,
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
-    return env
+    src = write_distribution(tmp_path_factory.mktemp("src"), "rk-testplugin", "rk_testplugin",
+                             {"good": PLUGIN, "broken": BROKEN, "wrong": WRONG},
+                             {"rk_good": "rk_testplugin.good", "rk_broken": "rk_testplugin.broken",
+                              "rk_wrong": "rk_testplugin.wrong"}, version="0.3.1")
+    return pip_install_site(src, tmp_path_factory.mktemp("site"))
 
 
 def _run(env, *args):
