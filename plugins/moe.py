@@ -92,7 +92,8 @@ class ExpertsModel(ModuleModel):
         # tokens reaching the experts of this GPU's group, and the rows this GPU computes
         group_tokens = tokens * ep if self.dp_tokens else tokens
         rows = group_tokens * k / ep
-        touched = local * (1.0 - (1.0 - k / e_total) ** group_tokens) if group_tokens else 0.0
+        # uniform routing over all E experts; this GPU holds 1/ep of them, so 1/ep of the hits
+        touched = expected_distinct_experts(group_tokens, k, e_total) / ep
         isz = self.itemsize
         note = self.assumption + f" (T={group_tokens}, k={k}, E={e_total}: {touched:.1f} experts" + (
             f" of {local:g} local" if ep > 1 else "") + (f", each split {split} ways" if split > 1 else "") + ")"

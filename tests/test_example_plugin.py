@@ -34,6 +34,11 @@ from conftest import write_distribution
 
 from tests.conftest import ROOT
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 PLUGIN_SRC = ROOT / "examples" / "plugins" / "rooflinekit-swa"
 IGNORE = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", ".pytest_cache", ".tox")
 SMALL = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
@@ -170,10 +175,15 @@ def test_model_card_loader_and_grouped_mm_flops(fresh, tmp_path):
     assert report["model"]["kind"] == "swa model card"
     grouped = [op for op in report["ops"] if op["name"] == "aten._grouped_mm"]
     assert len(grouped) == 2 and all(op["counted"] for op in grouped)
-    rows, hidden, inter = batch * 2, 4096, 14336  # top-2 token-expert pairs
+    c = tomllib.loads(card.read_text())
+    # decode: T = batch tokens, each to top_k experts; every row through [hidden -> 2*inter] (gate and
+    # up) and [inter -> hidden]: 2*rows*hidden*(2*inter) + 2*rows*inter*hidden
+    rows, hidden, inter = batch * c["top_k"], c["hidden"], c["intermediate"]
     assert sum(op["flops"] for op in grouped) == 2 * rows * hidden * 2 * inter + 2 * rows * inter * hidden
     assert "aten._grouped_mm" not in {u["name"] for u in report["uncounted_ops"]}
-    assert report["attention"][0]["kv_bytes_min"] == batch * 4096 * 8 * 2 * 128 * 2
+    # context 8192 > the window: B * window * (K and V) * kv_heads * head_dim * 2 B (bf16)
+    assert report["attention"][0]["kv_bytes_min"] == (
+        batch * min(8192, c["sliding_window"]) * 2 * c["kv_heads"] * c["head_dim"] * 2)
 
 
 @pytest.mark.slow

@@ -230,10 +230,14 @@ def test_builtin_moe_model_takes_the_experts_when_present():
     if not host.pm.has_plugin("moe"):
         pytest.skip("this rooflinekit has no built-in moe plugin")
     options = dict(TINY, experts=4, top_k=2)
-    report = run(EXAMPLES / "mistral_swa.py", "decode", 3, 100, options, host)
+    batch = 3
+    report = run(EXAMPLES / "mistral_swa.py", "decode", batch, 100, options, host)
     assert not [op for op in report["ops"] if op["name"] == "aten._grouped_mm"]
     modelled = [op for op in report["ops"] if op["kind"] == "modelled"]
-    assert sum(op["flops"] for op in modelled) == 2 * 6 * 256 * 2 * 512 + 2 * 6 * 512 * 256
+    # T*k token-expert rows (decode: T = batch), each through [h -> 2*inter] (gate and up) and [inter -> h]:
+    #   2*rows*h*(2*inter) + 2*rows*inter*h
+    rows, h, inter = batch * options["top_k"], options["hidden"], options["intermediate"]
+    assert sum(op["flops"] for op in modelled) == 2 * rows * h * 2 * inter + 2 * rows * inter * h
 
 
 # -- hardware and model cards ---------------------------------------------------------------------
