@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
+from rooflinekit.core.limits import limit, over
 from rooflinekit.plugin import UserError, hookimpl
 from rooflinekit.stages.workload import ModelSource
 
@@ -15,6 +17,37 @@ def _is_config(path: str) -> bool:
     return p.suffix == ".json" or (p.is_dir() and (p / "config.json").is_file())
 
 
+def _user_error(exc: Exception, file: str, doing: str) -> UserError:
+    """One line for a loader failure: the loader's own message when it names the file, a size bound
+    with its limit, else the file, what was being done and transformers' reason."""
+    from rooflinekit_plugins.hf_loader import ConfigError, OptionError, SizeError, reason
+
+    if isinstance(exc, SizeError):
+        return over(exc.bound, str(exc))
+    if isinstance(exc, ConfigError):
+        return UserError(str(exc))
+    if isinstance(exc, OptionError):
+        return UserError(f"{file}: {exc}")
+    if isinstance(exc, ImportError):
+        return UserError(str(exc))
+    return UserError(f"{file}: {doing}: {reason(exc)}")
+
+
+def _guarded(fn, file: str, doing: str):
+    """`fn` with transformers' exceptions turned into one line naming the config file."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise _user_error(exc, file, doing) from None
+
+    return call
+
+
 @hookimpl(trylast=True)
 def rooflinekit_workload_loader(path, options):
     if not _is_config(path):
@@ -24,16 +57,19 @@ def rooflinekit_workload_loader(path, options):
     except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
         raise UserError(str(exc)) from None
     try:
-        source = load_hf_config(str(path), options)
-    except ImportError as exc:
+        source = load_hf_config(str(path), options, max_layers=int(limit("layers")),
+                                max_parameters=limit("parameters"))
+    except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
-    except (ValueError, FileNotFoundError, KeyError, TypeError) as exc:
-        raise UserError(f"{path}: {exc}") from None
+    except UserError:
+        raise
+    except Exception as exc:  # transformers raises ValueError, TypeError, KeyError, its own classes...
+        raise _user_error(exc, str(path), "cannot load this transformers config") from None
     return ModelSource(
         name=source.name,
         path=source.path,
-        build_model=source.build_model,
-        make_inputs=source.make_inputs,
+        build_model=_guarded(source.build_model, source.path, "transformers cannot build a model from this config"),
+        make_inputs=_guarded(source.make_inputs, source.path, "transformers cannot make this config's inputs"),
         kind=f"transformers config ({source.model_type})",
         notes=source.notes,  # the same list: building may add to it (an attention fallback)
         options_handled=True,

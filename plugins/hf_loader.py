@@ -28,9 +28,11 @@ Options (the `options` dict of `load_hf_config`):
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -46,6 +48,47 @@ EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
 CACHES = ("dynamic", "static")
 LOGITS = ("last", "all")
 OPTIONS = ("attn_implementation", "experts_implementation", "cache", "logits", "layers", "config")
+#: Keys that hold the number of decoder layers in a raw config.json (the standard name, and the
+#: names some families map to it), at the top level or in a `text_config`.
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+#: How the full list of supported model types can be printed.
+LIST_TYPES = ('python -c "import transformers.models.auto.modeling_auto as m; '
+              'print(*sorted(m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))"')
+
+
+class ConfigError(ValueError):
+    """A config this loader cannot use: the message names the file and says why, in one line."""
+
+
+class OptionError(ValueError):
+    """A bad `-O KEY=VALUE` option for a config (the message names the option, not the file)."""
+
+
+class SizeError(ConfigError):
+    """A config beyond a size bound (`bound`: "layers" or "parameters"); the caller adds the bound."""
+
+    def __init__(self, bound: str, message: str):
+        super().__init__(message)
+        self.bound = bound
+
+
+def reason(exc: BaseException) -> str:
+    """transformers' reason for rejecting a config, in one line: the innermost line of a (strict
+    dataclass) validation error without its exception-class prefix, else `Type: message`."""
+    text = str(exc)
+    sentence = isinstance(exc, ValueError)
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str) and " " in exc.args[0]:
+        text, sentence = exc.args[0], True  # a KeyError carrying a sentence: without the repr quotes
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[-1]
+    inner = re.match(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning): (.+)$", text)
+    if inner:
+        text = inner.group(1)
+    elif not sentence or len(lines) > 1:
+        text = f"{type(exc).__name__}: {text}"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _transformers():
@@ -67,14 +110,120 @@ def _read_config(path: str) -> tuple[dict, str]:
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"no transformers config at {path}")
-    with open(file, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{file} is not valid JSON: {exc}") from exc
+    try:
+        with open(file, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise ConfigError(f"{file} is empty: a transformers config is a JSON object")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file} is not a JSON text file (byte 0x{exc.object[exc.start:exc.start + 1].hex()} "
+                          f"at offset {exc.start} is not UTF-8)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{file} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{file} is not a usable config: JSON nested too deeply") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{file} does not hold a JSON object")
+        raise ConfigError(f"{file} does not hold a JSON object (a transformers config), but a "
+                          f"{type(data).__name__}")
     return data, file
+
+
+def _check_model_type(model_type: Any, file: str, causal_lm) -> str:
+    if model_type is None or model_type == "":
+        raise ConfigError(f"{file} has no model_type: a transformers config names its family "
+                          "(\"model_type\": \"llama\", ...)")
+    if not isinstance(model_type, str):
+        raise ConfigError(f"{file}: model_type must be a string, got {json.dumps(model_type)[:60]}")
+    if model_type in causal_lm:
+        return model_type
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:  # pragma: no cover - moved in some release
+        CONFIG_MAPPING_NAMES = {}
+    if model_type in CONFIG_MAPPING_NAMES:
+        raise ConfigError(f"{file}: model_type {model_type!r} has no causal-LM class in transformers "
+                          "(AutoModelForCausalLM); rooflinekit builds decoder language models")
+    close = difflib.get_close_matches(model_type.lower(), sorted(causal_lm), n=3, cutoff=0.6)
+    hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close
+            else f"{len(causal_lm)} types are supported; list them with {LIST_TYPES}")
+    raise ConfigError(f"{file}: unknown model_type {model_type!r} for transformers "
+                      f"{_transformers()[0].__version__}: {hint}")
+
+
+def _check_layers(value: Any, what: str, file: str, max_layers: int | None) -> None:
+    """A layer count (when it is an int: other types are transformers' to reject)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return
+    if value < 1:
+        raise ConfigError(f"{file}: {what} is {value}: a model needs at least 1 decoder layer")
+    if max_layers is not None and value > max_layers:
+        raise SizeError("layers", f"{file}: {what} is {value:,}: analyse a model this deep at fewer layers "
+                                  "(-O layers=N), the per-layer figures are the same")
+
+
+def _raw_layer_counts(data: dict):
+    """(key, value) of every layer count in a raw config (top level and text_config)."""
+    for prefix, scope in (("", data), ("text_config.", data.get("text_config"))):
+        if isinstance(scope, dict):
+            for key in LAYER_KEYS:
+                if key in scope:
+                    yield prefix + key, scope[key]
+
+
+def _count(c, *names: str, default: float = 0.0) -> float:
+    """The first of `names` that `c` holds as a positive number (a list: its largest)."""
+    for name in names:
+        value = getattr(c, name, None)
+        if isinstance(value, (list, tuple)):
+            value = max((v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)), default=None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(default)
+
+
+def estimate_parameters(c) -> float:
+    """Parameters of a decoder text config, from its sizes alone (before building anything): embeddings
+    and head, then per layer the Q/K/V/O projections and a gated MLP, or every routed and shared expert
+    of one (on every layer but DeepSeek's `first_k_dense_replace`). For bounding the work, not for
+    reporting: within 1% of the built count for the shipped configs, norms and biases left out."""
+    h = _count(c, "hidden_size")
+    layers = _count(c, "num_hidden_layers")
+    vocab = _count(c, "vocab_size")
+    heads = _count(c, "num_attention_heads", default=1.0)
+    kv = _count(c, "num_key_value_heads", default=heads)
+    d = _count(c, "head_dim", default=h / heads)
+    inter = _count(c, "intermediate_size", "ffn_dim", "n_inner", default=4 * h)
+    experts = _count(c, "n_routed_experts", "num_local_experts", "num_experts")
+    expert_inter = _count(c, "moe_intermediate_size", "expert_intermediate_size", default=inter)
+    shared = _count(c, "n_shared_experts", "num_shared_experts")
+    dense = min(layers, _count(c, "first_k_dense_replace")) if experts else layers  # DeepSeek's first dense layers
+    attention = h * d * (heads + 2 * kv) + heads * d * h
+    embeddings = vocab * h * (1 if getattr(c, "tie_word_embeddings", False) is True else 2)
+    return (embeddings + layers * attention + dense * 3 * h * inter
+            + (layers - dense) * 3 * h * expert_inter * (experts + shared))
+
+
+def check_text_config(c, file: str, max_layers: int | None = None, max_parameters: float | None = None) -> None:
+    """What transformers lets through but no decoder can run, and sizes beyond the bounds."""
+    _check_layers(getattr(c, "num_hidden_layers", None), "num_hidden_layers", file, max_layers)
+    for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
+        value = getattr(c, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ConfigError(f"{file}: {name} is {value}: it must be at least 1")
+    heads, kv = getattr(c, "num_attention_heads", None), getattr(c, "num_key_value_heads", None)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (heads, kv)) and heads % kv:
+        raise ConfigError(f"{file}: num_attention_heads ({heads}) is not a multiple of num_key_value_heads ({kv})")
+    if max_parameters is not None:
+        n = estimate_parameters(c)
+        if n > max_parameters:
+            sizes = ", ".join(f"{k} {int(_count(c, k)):,}" for k in ("hidden_size", "num_hidden_layers", "vocab_size"))
+            raise SizeError("parameters", f"{file}: about {n:.3g} parameters ({sizes}): too large to analyse")
 
 
 def cached_kv_heads(c) -> int:
@@ -88,7 +237,7 @@ def cached_kv_heads(c) -> int:
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
-        raise ValueError(f"option {name}={value!r}: use one of {', '.join(choices)}")
+        raise OptionError(f"option {name}={value!r}: use one of {', '.join(choices)}")
     return value
 
 
@@ -103,7 +252,7 @@ def _check_experts(value: Any) -> str:
         registered = ()
     if value in registered:
         return value
-    raise ValueError(
+    raise OptionError(
         f"option experts_implementation={value!r}: use one of "
         f"{', '.join(dict.fromkeys(EXPERTS_IMPLEMENTATIONS + registered))}"
     )
@@ -111,6 +260,9 @@ def _check_experts(value: Any) -> str:
 
 class HFModelSource:
     """A causal LM described by a transformers config, built without weights."""
+
+    #: Parameters the built model may hold (None: no bound); see load_hf_config.
+    max_parameters: float | None = None
 
     def __init__(self, config, file: str, options: dict, notes: list[str]):
         self.config = config
@@ -159,6 +311,10 @@ class HFModelSource:
             self.notes.append(f"{self._model_class.__name__} does not support attn_implementation=sdpa "
                               "in this transformers: built with eager attention (matmuls) instead")
         model.eval()
+        if self.max_parameters is not None:  # the estimate before building may miss a family's extras
+            n = sum(p.numel() for p in model.parameters())
+            if n > self.max_parameters:
+                raise SizeError("parameters", f"{self.path}: {n:.3g} parameters once built: too large to analyse")
         return model
 
     def make_inputs(self, batch: int, context: int, phase: str) -> dict:
@@ -238,12 +394,18 @@ class HFModelSource:
         return cache
 
 
-def load_hf_config(path: str, options: dict | None = None) -> HFModelSource:
-    """A transformers config.json (file, or directory holding one) as a model source."""
+def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | None = None,
+                   max_parameters: float | None = None) -> HFModelSource:
+    """A transformers config.json (file, or directory holding one) as a model source.
+
+    A config transformers rejects, or one no decoder can run, raises ConfigError naming the file and
+    the reason; one with more than `max_layers` decoder layers or (estimated before building,
+    counted after) more than `max_parameters` parameters raises SizeError (None: no bound).
+    """
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
-        raise ValueError(f"unknown option {', '.join(unknown)}: accepted are {', '.join(OPTIONS)}")
+        raise OptionError(f"unknown option {', '.join(unknown)}: accepted are {', '.join(OPTIONS)}")
     _, auto_config, _, causal_lm = _transformers()
 
     data, file = _read_config(path)
@@ -252,26 +414,30 @@ def load_hf_config(path: str, options: dict | None = None) -> HFModelSource:
         if key in data:
             data.pop(key)
             notes.append(f"ignored {key} from {os.path.basename(file)}")
-    model_type = data.get("model_type")
-    if not model_type:
-        raise ValueError(f"{file} has no model_type")
-    if model_type not in causal_lm:
-        raise ValueError(
-            f"model_type {model_type!r} is not supported by transformers' AutoModelForCausalLM; "
-            f"supported: {', '.join(sorted(causal_lm))}"
-        )
+    model_type = _check_model_type(data.get("model_type"), file, causal_lm)
     overrides = options.get("config") or {}
     if not isinstance(overrides, dict):
-        raise ValueError("option config must be a dict of config overrides")
+        raise OptionError("option config must be a dict of config overrides")
     data.update(overrides)
     if options.get("layers") is not None:
-        layers = int(options["layers"])
+        layers = options["layers"]
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise OptionError(f"option layers={layers!r}: give a whole number of decoder layers, at least 1")
+        _check_layers(layers, "option layers", file, max_layers)
         data["num_hidden_layers"] = layers
         # per-layer lists follow the override (transformers checks their length): the first
         # `layers` layers keep their own kinds (sliding/full/chunked attention, rope or not)
         for key in ("layer_types", "no_rope_layers"):
             if isinstance(data.get(key), list) and len(data[key]) > layers:
                 data[key] = data[key][:layers]
+    for key, value in _raw_layer_counts(data):  # before transformers builds per-layer lists
+        _check_layers(value, key, file, max_layers)
     data.pop("model_type")
-    config = auto_config.for_model(model_type, **data)  # no file or network access
-    return HFModelSource(config, file, options, notes)
+    try:
+        config = auto_config.for_model(model_type, **data)  # no file or network access
+    except Exception as exc:  # transformers' own validation: ValueError, TypeError, strict dataclass errors...
+        raise ConfigError(f"{file}: transformers rejects this {model_type} config: {reason(exc)}") from None
+    check_text_config(config.get_text_config(decoder=True), file, max_layers, max_parameters)
+    source = HFModelSource(config, file, options, notes)
+    source.max_parameters = max_parameters
+    return source

@@ -120,6 +120,47 @@ def test_unsupported_architecture_is_named(invoke, tmp_path):
     result = invoke("profile", cfg)
     assert result.exit_code != 0
     assert "not_a_real_arch" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr) < 400, result.stderr  # not every supported type: how to list them
+
+
+# -- bounded work: sizes from the config before building (rooflinekit/core/limits.py) -----------------
+
+
+@pytest.mark.parametrize("name,rel", [("llama-3.1-8b", 1e-3), ("qwen2.5-7b", 0.01), ("mixtral-8x7b", 1e-3),
+                                      ("deepseek-v3", 0.01), ("gpt-oss-20b", 0.01)])
+def test_the_parameter_estimate_is_close_to_the_built_count(name, rel):
+    import torch
+
+    from rooflinekit_plugins.hf_loader import estimate_parameters, load_hf_config
+
+    source = load_hf_config(str(CONFIGS / f"{name}.json"), {})
+    estimate = estimate_parameters(source.config.get_text_config(decoder=True))
+    with torch.device("meta"):
+        built = sum(p.numel() for p in source.build_model().parameters())
+    assert estimate == pytest.approx(built, rel=rel)  # norms and biases are left out
+
+
+def test_the_bounds_fail_fast_and_can_be_raised(invoke, tmp_path, monkeypatch):
+    import time
+
+    cfg = dict(_cfg("llama-3.1-8b"), num_hidden_layers=100_000)
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(cfg))
+    start = time.perf_counter()
+    result = invoke("profile", path)
+    assert time.perf_counter() - start < 10
+    assert result.exit_code != 0
+    assert "num_hidden_layers is 100,000" in result.stderr and "limit: 2,048 layers" in result.stderr
+    # the limits are the bound, not the model: 3 layers pass a limit of 3, 4 do not
+    monkeypatch.setenv("ROOFLINEKIT_MAX_LAYERS", "3")
+    assert invoke("profile", CONFIGS / "llama-3.1-8b.json", "-O", "layers=3", "-s", "16").exit_code == 0
+    result = invoke("profile", CONFIGS / "llama-3.1-8b.json", "-O", "layers=4")
+    assert result.exit_code != 0 and "option layers is 4" in result.stderr
+    # parameters: Llama-3.1-8B at 2 layers is about 1.49e9 by the estimate
+    monkeypatch.delenv("ROOFLINEKIT_MAX_LAYERS")
+    monkeypatch.setenv("ROOFLINEKIT_MAX_PARAMETERS", "1e9")
+    result = invoke("profile", CONFIGS / "llama-3.1-8b.json", "-O", "layers=2")
+    assert result.exit_code != 0 and "about 1.49e+09 parameters" in result.stderr, result.stderr
 
 
 # -- families with their own conventions ------------------------------------------------------------

@@ -441,3 +441,134 @@ def test_modelled_records_keep_the_numbering_and_get_no_time(tmp_path):
         else:
             assert op["measured"]["time_s"] > 0
     assert any("stand-in of 1 modelled module" in n for n in report["notes"])
+
+
+# ----------------------------------------------------------------------------------------------
+# The spread of step times; figures past the physical limit; the entry a CPU run is placed on
+# ----------------------------------------------------------------------------------------------
+
+
+def test_step_times_report_min_median_and_max_beside_the_mean():
+    from rooflinekit.outputs.render import measured_lines, seconds
+
+    workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(TINY_LLAMA.items())))
+    report = profile(load_source(str(GQA), TINY_LLAMA), workload, "H800", measure=True, warmup=1,
+                     repeats=4).report
+    m = report.totals.measured
+    steps = sorted(m.step_times_s)
+    assert len(steps) == 4
+    assert m.step_time_min_s == steps[0] and m.step_time_max_s == steps[-1]
+    assert m.step_time_median_s == pytest.approx((steps[1] + steps[2]) / 2, rel=1e-12)
+    assert m.step_time_min_s <= m.step_time_s <= m.step_time_max_s
+    header = measured_lines(report)[0]
+    assert (f"step {seconds(m.step_time_s)} (min {seconds(steps[0])}, median {seconds(m.step_time_median_s)}, "
+            f"max {seconds(steps[-1])})") in header
+    again = type(report).from_dict(json.loads(json.dumps(report.to_dict())))
+    assert again.totals.measured.step_time_median_s == m.step_time_median_s
+
+
+ONE_MATMUL = '''
+import torch
+
+
+class OneMatmul(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(64, 64))
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def build_model():
+    return OneMatmul()
+
+
+def make_inputs(batch, context, phase):
+    return (torch.randn(8, 64),)
+'''
+#: [8, 64] @ [64, 64] in fp32: 2*8*64*64 FLOPs; x and w read, the output written.
+MM_FLOPS = 2 * 8 * 64 * 64
+MM_BYTES = (8 * 64 + 64 * 64 + 8 * 64) * 4
+
+
+def _toy_entry(folder, name, peak, bandwidth, cpu_name):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name.lower().replace(' ', '_')}.toml"
+    path.write_text(f'''name = "{name}"
+vendor = "CPU"
+aliases = []
+calibrated = true
+memory_bandwidth = {float(bandwidth)!r}
+
+[peak_flops]
+fp32 = {float(peak)!r}
+
+[calibration]
+device = "cpu"
+device_name = "{cpu_name}"
+date = "2026-01-01"
+''')
+    return path
+
+
+def _one_matmul(tmp_path, hardware, **kw):
+    path = tmp_path / "one_matmul.py"
+    path.write_text(ONE_MATMUL)
+    workload = Workload("prefill", 8, 1, "fp32", "cpu", ())
+    return profile(load_source(str(path), {}), workload, hardware, **kw).report
+
+
+@pytest.mark.parametrize("peak,bandwidth,op_s,figures,first_cause", [
+    # compute-bound on the entry: half the bound's time is HFU (and MFU) 200%
+    (1e9, 1e9, MM_FLOPS / 1e9 / 2, ["MFU 200%", "HFU 200%", "0.50x the roofline bound"], "'Toy' is not this device"),
+    # memory-bound on the entry: 20 kB fit in any CPU cache, so the caches come first
+    (1e15, 1e8, MM_BYTES / 1e8 / 2, ["MBU 200%", "0.50x the roofline bound"], "the CPU caches hold the working set"),
+])
+def test_figures_past_the_physical_limit_are_flagged_with_the_likely_cause(tmp_path, peak, bandwidth, op_s, figures,
+                                                                           first_cause):
+    from rooflinekit.analyses.measure import Measurement, with_measurement
+
+    entry = _toy_entry(tmp_path / "hw", "Toy", peak, bandwidth, "some CPU")
+    report = _one_matmul(tmp_path, str(entry), measure=False)
+    (op,) = report.ops
+    assert (op.flops, op.bytes) == (MM_FLOPS, MM_BYTES)
+    hw = hardware_db().get(str(entry))
+    fast = Measurement("cpu", 0, 1, {op.index: op_s}, {}, [op_s], op_s, "cpu: test")
+    out = with_measurement(report, hw, fast)
+    flagged = [w for w in out.warnings if "past the physical limit" in w]
+    assert len(flagged) == 2, out.warnings  # the step, and the ops and modules together
+    step, rows = flagged
+    assert step.startswith(f"measured step past the physical limit ({', '.join(figures)} on 'Toy')")
+    assert f"likely {first_cause}" in step
+    assert rows.startswith("1 op(s) and 1 module(s) measured past the physical limit on 'Toy' "
+                           f"(e.g. op 0 aten.mm in '(root)': {', '.join(figures)})"), rows
+    # at twice the bound's time nothing is flagged
+    slow = Measurement("cpu", 0, 1, {op.index: 4 * op_s}, {}, [4 * op_s], 4 * op_s, "cpu: test")
+    assert not [w for w in with_measurement(report, hw, slow).warnings if "physical limit" in w]
+
+
+def test_a_cpu_run_without_hardware_is_placed_on_this_cpus_calibrated_entry(tmp_path, monkeypatch):
+    from rooflinekit.analyses.calibrate import device_name
+
+    monkeypatch.setenv("ROOFLINEKIT_HOME", str(tmp_path / "home"))
+    report = _one_matmul(tmp_path, "auto", measure=True, warmup=0, repeats=1)
+    fix = [w for w in report.warnings if "rooflinekit calibrate --device cpu" in w]
+    assert len(fix) == 1 and fix[0].startswith(f"measured on cpu but placed on {report.hardware.name}:"), report.warnings
+    assert 'then pass -H "CPU calibrated"' in fix[0]
+    assert not any("measured on cpu but placed on" in n for n in report.notes)  # said once, as the warning
+
+    user = tmp_path / "home" / "hardware"
+    _toy_entry(user, "Other CPU", 1e10, 1e10, "a CPU on another machine")  # not this CPU: never chosen
+    assert "rooflinekit calibrate --device cpu" in " ".join(
+        _one_matmul(tmp_path, "auto", measure=True, warmup=0, repeats=1).warnings)
+    _toy_entry(user, "Mine", 2e10, 3e9, device_name("cpu"))
+    report = _one_matmul(tmp_path, "auto", measure=True, warmup=0, repeats=1)
+    assert report.hardware.name == "Mine"
+    assert not any("calibrate --device cpu" in w for w in report.warnings), report.warnings
+    assert any("placed on its calibrated entry 'Mine'" in n for n in report.notes)
+    m = report.totals.measured
+    assert m.mbu == pytest.approx(MM_BYTES / (m.step_time_s * 3e9))
+    # counts only (no --measure), or an explicit --hardware: the entry asked for, as before
+    assert _one_matmul(tmp_path, "auto", measure=False).hardware.name != "Mine"
+    assert _one_matmul(tmp_path, "H800", measure=True, warmup=0, repeats=1).hardware.name == "H800 SXM5"

@@ -8,7 +8,12 @@ Method
   is kept beside it.
 - Matmul: square `a @ b` per dtype (fp32, bf16, fp16, plus tf32 on CUDA), 2*n^3 FLOPs each. On
   CUDA n = 8192 (4096 for fp32); on CPU n grows from 256 until one product takes ~20 ms (at most
-  2048), so the whole CPU calibration stays within a few seconds. Best trial again.
+  2048), each size timed after a warm-up product (the first pays for thread start-up and
+  allocation), so the whole CPU calibration stays within a few seconds. Best trial again.
+- Checks: the copy buffer is at least MIN_SIZE_MB (smaller copies time call overhead and caches)
+  and fits the device's memory twice over; a measured ceiling outside the hardware database's
+  plausible bounds (rooflinekit.stages.hardware.BOUNDS) is refused, never saved: the bandwidth
+  stops the calibration, a matmul dtype is dropped and named.
 - CUDA timings use CUDA events around the loop; CPU timings use perf_counter.
 
 The entry is a normal hardware TOML file with `calibrated = true` (so per-number sources may be
@@ -35,9 +40,19 @@ import torch
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import write_atomic
 from rooflinekit.stages.detect import detect, find_entry
-from rooflinekit.stages.hardware import HardwareFileError, hardware_db, load_file, user_hardware_dir
+from rooflinekit.stages.hardware import (
+    HardwareFileError,
+    check_value,
+    hardware_db,
+    load_file,
+    user_hardware_dir,
+)
 
 _TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+#: The smallest copy buffer, MB: below it a copy stays in the caches and times the call overhead
+#: (a 1e-6 MB copy "measures" a few MB/s).
+MIN_SIZE_MB = 1.0
 
 
 @dataclass
@@ -111,7 +126,12 @@ def measure_bandwidth(device: str, size_bytes: int, trials: int = 5, iters: int 
         iters = 10 if device.startswith("cuda") else 2
     timing = _trials(run, lambda: dst.copy_(src), iters, trials)
     moved = 2.0 * n * 4
-    return moved / timing.best_s, moved / timing.median_s, timing
+    return _rate(moved, timing.best_s), _rate(moved, timing.median_s), timing
+
+
+def _rate(amount: float, seconds: float) -> float:
+    """amount / seconds; inf for a time the clock could not resolve (refused by the bounds check)."""
+    return amount / seconds if seconds > 0 else math.inf
 
 
 def measure_matmul(device: str, key: str, n: int | None = None, trials: int = 3) -> tuple[float, float, int, Timing]:
@@ -130,7 +150,8 @@ def measure_matmul(device: str, key: str, n: int | None = None, trials: int = 3)
                 n = 256
                 while n < 2048:
                     a = torch.randn(n, n, dtype=dtype, device=device)
-                    t = run(lambda a=a: a @ a, 1)
+                    a @ a  # warm-up: the first product pays for thread start-up and allocation
+                    t = min(run(lambda a=a: a @ a, 1) for _ in range(2))
                     if t >= 0.02:
                         break
                     n *= 2
@@ -144,7 +165,7 @@ def measure_matmul(device: str, key: str, n: int | None = None, trials: int = 3)
         if cuda:
             torch.backends.cuda.matmul.allow_tf32 = previous
     flops = 2.0 * n**3
-    return flops / timing.best_s, flops / timing.median_s, n, timing
+    return _rate(flops, timing.best_s), _rate(flops, timing.median_s), n, timing
 
 
 def device_name(device: str) -> str:
@@ -186,6 +207,17 @@ def check_size_mb(size_mb: float | None) -> None:
         raise UserError(f"--size-mb must be a finite number of MB, got {size_mb}")
     if size_mb <= 0:
         raise UserError(f"--size-mb must be positive, got {size_mb:g}")
+    if size_mb < MIN_SIZE_MB:
+        raise UserError(f"--size-mb {size_mb:g} is below the {MIN_SIZE_MB:g} MB minimum: a copy that small "
+                        "times call overhead and caches, not memory")
+
+
+def check_size_fits(size_mb: float, device: str) -> None:
+    """The copy needs two buffers of `size_mb`: refuse sizes past 80% of the device's memory."""
+    memory = _memory_bytes(device)
+    if memory and 2 * size_mb * 1e6 > 0.8 * memory:
+        raise UserError(f"--size-mb {size_mb:g} does not fit {device}: the copy needs two buffers "
+                        f"({2 * size_mb:g} MB) of its {memory / 1e6:.0f} MB; give a smaller --size-mb")
 
 
 def check_output(output: str | os.PathLike) -> None:
@@ -209,12 +241,17 @@ def calibrate(device: str | None = None, size_mb: float | None = None, dtypes: t
     if unknown:
         raise UserError(f"calibrate: cannot measure {', '.join(unknown)} on {device} "
                         f"(use {', '.join(k for k in _TORCH_DTYPES if cuda or k != 'tf32')})")
+    check_size_fits(size_mb, device)
     start = time.perf_counter()
     size = int(size_mb * 1e6)
     try:
         bw, bw_med, copy = measure_bandwidth(device, size)
     except (RuntimeError, MemoryError) as exc:
         raise UserError(f"calibrate: copying {size_mb:g} MB failed on {device} ({exc}); try a smaller --size-mb") from None
+    why = check_value("memory_bandwidth", bw)
+    if why:
+        raise UserError(f"calibrate: the measured memory bandwidth {why}; not saved (a timer too coarse "
+                        f"for a {size_mb:g} MB copy? try a larger --size-mb)")
     cal = Calibration(
         device=device, device_name=device_name(device),
         date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
@@ -227,9 +264,14 @@ def calibrate(device: str | None = None, size_mb: float | None = None, dtypes: t
         except (RuntimeError, NotImplementedError, TypeError) as exc:  # dtype not supported here
             cal.skipped[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             continue
+        why = check_value(f"peak_flops.{key}", peak)
+        if why:  # a measurement no hardware entry may hold: not saved
+            cal.skipped[key] = f"measured rate refused: {why}"
+            continue
         cal.peaks[key], cal.peaks_median[key], cal.matmul_n[key], cal.matmul[key] = peak, med, n, timing
     if not cal.peaks:
-        raise UserError(f"calibrate: no matmul dtype could be measured on {device}: {cal.skipped}")
+        raise UserError(f"calibrate: no matmul dtype could be measured on {device}: "
+                        + "; ".join(f"{k}: {v}" for k, v in cal.skipped.items()))
     cal.wall_s = time.perf_counter() - start
     return cal
 
@@ -347,6 +389,8 @@ def save(cal: Calibration, name: str, output: str | os.PathLike | None = None) -
         except OSError as exc:
             raise UserError(f"cannot create {path.parent}: {exc.strerror}") from None
     write_atomic(str(path), to_toml(cal, name))
+    if not path.is_file():  # written through to a device or FIFO (-o /dev/null): nothing to read back
+        return path
     try:
         load_file(path)
     except HardwareFileError as exc:  # pragma: no cover - a bug in to_toml

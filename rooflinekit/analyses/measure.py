@@ -34,26 +34,36 @@ import difflib
 import json
 import os
 import re
+import statistics
+import sys
 import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 
+from rooflinekit.analyses.calibrate import device_name
 from rooflinekit.core import compat
 from rooflinekit.core.codec import encode
 from rooflinekit.core.files import write_atomic
 from rooflinekit.core.report import AltPlacement, Measured, Placement, Report, StepMeasured
+from rooflinekit.core.units import si
 from rooflinekit.stages import capture as _capture
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import SDPA_NAME, OpRecord, Recorder, call_forward
 from rooflinekit.stages.formulas import FormulaBook, op_key
-from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
 from rooflinekit.stages.place import hardware_info, placement, rollup_name
 from rooflinekit.stages.roofline import place_on
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 STEP_PREFIX = "rk:step#"
 _RANGE = re.compile(r"^rk#(\d+)(?: |$)")
@@ -338,6 +348,46 @@ def _export_events(prof) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# Which entry a CPU run is placed on
+# ----------------------------------------------------------------------------------------------
+
+
+def calibrated_cpu_entry(db: HardwareDB) -> HardwareSpec | None:
+    """The newest entry `rooflinekit calibrate --device cpu` wrote for this machine's CPU: calibrated,
+    its [calibration] table naming device cpu and this CPU's model name; None when there is none."""
+    here, best = device_name("cpu"), None
+    for spec in db.entries:
+        if not spec.calibrated or not spec.path:
+            continue
+        try:
+            with open(spec.path, "rb") as fh:
+                cal = tomllib.load(fh).get("calibration")
+        except (OSError, ValueError):  # unreadable now, or not TOML (it loaded once: rare)
+            continue
+        if not isinstance(cal, dict) or not str(cal.get("device", "")).startswith("cpu"):
+            continue
+        if cal.get("device_name") != here:
+            continue
+        date = str(cal.get("date", ""))
+        if best is None or date >= best[0]:
+            best = (date, spec)
+    return best[1] if best else None
+
+
+def cpu_hardware(db: HardwareDB, fallback: HardwareSpec, device: str = "cpu") -> tuple[HardwareSpec, str, str | None]:
+    """(entry, note, warning) for a measured CPU run given no --hardware: this CPU's calibrated entry
+    when there is one, else `fallback` (a GPU's datasheet entry) and a warning saying how to fix it."""
+    entry = calibrated_cpu_entry(db)
+    if entry is not None:
+        return entry, (f"hardware auto: measured on {device} ({device_name('cpu')}): placed on its calibrated "
+                       f"entry '{entry.name}' ({entry.path})"), None
+    warning = (f"measured on {device} but placed on {fallback.name}: MFU/MBU compare CPU times with that "
+               "device's ceilings; run `rooflinekit calibrate --device cpu`, then pass -H \"CPU calibrated\" "
+               "(later measured CPU runs find that entry themselves)")
+    return fallback, f"hardware auto: no calibrated entry for this CPU ({device_name('cpu')}); using {fallback.name}", warning
+
+
+# ----------------------------------------------------------------------------------------------
 # Measured fields of a report
 # ----------------------------------------------------------------------------------------------
 
@@ -381,9 +431,11 @@ def model_flops_per_op(report: Report) -> dict[int, float]:
 
 
 def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
-                     modelled_modules: list[str] | tuple[str, ...] = ()) -> Report:
+                     modelled_modules: list[str] | tuple[str, ...] = (), hardware_warning: str | None = None) -> Report:
     """A new report: `report` with the measured times of `m` joined to its ops, modules, attention
-    layers and step. `modelled_modules`: modules whose analytic stand-in ran (their ops have no time)."""
+    layers and step. `modelled_modules`: modules whose analytic stand-in ran (their ops have no time).
+    `hardware_warning`: why `hw` is not the measured device's own entry (a CPU run placed on a GPU's
+    datasheet entry by default); it replaces the note that says so."""
     depth, group = report.capture.depth, report.capture.group_layers
     model_flops = model_flops_per_op(report)
     cuda = m.device.startswith("cuda")
@@ -439,6 +491,9 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
         step_time_plain_s=m.step_time_plain_s,
         time_vs_whole_step_bound=step / totals.time_bound_s if totals.time_bound_s else None,
         tokens_per_s=report.workload.tokens / step if step else None,
+        step_time_min_s=min(m.step_times_s) if m.step_times_s else None,
+        step_time_median_s=statistics.median(m.step_times_s) if m.step_times_s else None,
+        step_time_max_s=max(m.step_times_s) if m.step_times_s else None,
         device=m.device,
         threads=torch.get_num_threads() if not cuda else None,
         warmup=m.warmup,
@@ -448,7 +503,8 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
         ops_unmatched=list(m.unmatched),
         conventions={
             "step_time_s": "mean over repeats of the profiler range around one forward and its "
-            "device synchronisation (instrumented run)",
+            "device synchronisation (instrumented run); step_time_min_s, step_time_median_s and "
+            "step_time_max_s: the spread of the same repeats (step_times_s)",
             "op_time_s": "sum over ops of each op's mean time; " + m.timing,
             "unattributed_s": "step_time_s - op_time_s: Python, hooks, launch gaps, synchronisation",
             "step_time_plain_s": "mean wall time of the same forward with no modes and no profiler",
@@ -473,13 +529,82 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
             f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
             "their records have no time, and the stand-in's own time is in unattributed_s"
         )
-    if not cuda and not hw.calibrated:
+    if hardware_warning:
+        warnings.append(hardware_warning)
+    elif not cuda and not hw.calibrated:
         notes.append(
             f"measured on {m.device} but placed on {hw.name}: MFU/MBU compare CPU times with that "
             "device's ceilings; run `rooflinekit calibrate --device cpu` and pass --hardware with its name"
         )
+    warnings += past_the_limit(summary, ops, modules, report, hw)
     return replace(report, ops=ops, modules=modules, attention=attention,
                    totals=replace(totals, measured=summary), warnings=warnings, notes=notes)
+
+
+def _over(me: Measured | StepMeasured | None) -> list[str]:
+    """The figures of `me` past the physical limit: MFU/HFU/MBU over 100%, faster than the bound."""
+    if me is None:
+        return []
+    out = [f"{name} {value:.0%}" for name, value in (("MFU", me.mfu), ("HFU", me.hfu), ("MBU", me.mbu))
+           if value is not None and value > 1.0]
+    if me.time_vs_bound is not None and me.time_vs_bound < 1.0:
+        out.append(f"{me.time_vs_bound:.2f}x the roofline bound")
+    return out
+
+
+def cpu_cache_bytes() -> float:
+    """The largest CPU cache (bytes) Linux lists for cpu0; 32 MB when it lists none."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = path.read_text().strip().upper()
+            scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+            sizes.append(float(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=32e6)
+
+
+def _likely_cause(device: str, hw: HardwareSpec, flops_too: bool, bytes_too: bool, nbytes: float) -> str:
+    """'likely <cause>; else <other causes>' for measured figures past the roofline."""
+    entry = (f"'{hw.name}' is not this device's entry or its ceilings are low for it "
+             + ("(rooflinekit calibrate --device cpu, then -H with its name)" if device.startswith("cpu")
+                else "(rooflinekit hardware detect, or rooflinekit calibrate)"))
+    counts = "a " + " or ".join(k for k, on in (("byte", bytes_too), ("FLOP", flops_too)) if on) + \
+        " count too high (a plugin's formula or module model)"
+    causes = [entry, counts]
+    if bytes_too:
+        cache = cpu_cache_bytes() if device.startswith("cpu") else (hw.l2_bytes or 0.0)
+        where = "CPU caches" if device.startswith("cpu") else "L2 cache"
+        held = (f"the {where} hold the working set ({si(nbytes, 'B')} moved), read faster than the entry's "
+                "memory bandwidth")
+        causes.insert(0 if nbytes <= cache else 1, held)
+    return f"likely {causes[0]}; else {' or '.join(causes[1:])}"
+
+
+def past_the_limit(step: StepMeasured, ops: list, modules: list, report: Report, hw: HardwareSpec) -> list[str]:
+    """Warnings for measured figures past the physical limit (each with its likely cause): one for
+    the step, one summing up the ops and modules."""
+    out = []
+    figures = _over(step)
+    if figures:
+        flops_too = any(f.startswith(("MFU", "HFU")) for f in figures)
+        bytes_too = any(f.startswith("MBU") for f in figures) or not flops_too
+        out.append(f"measured step past the physical limit ({', '.join(figures)} on '{hw.name}'): "
+                   + _likely_cause(step.device, hw, flops_too, bytes_too, report.totals.bytes))
+    rows = [(f"op {row.index} {row.name} in '{row.module}'", row.measured, row.bytes) for row in ops] + \
+           [(f"module '{mod.name}'", mod.measured, mod.bytes) for mod in modules]
+    flagged = [(what, me, nbytes, _over(me)) for what, me, nbytes in rows if me is not None and me.time_s]
+    flagged = [f for f in flagged if f[3]]
+    if flagged:
+        n_ops = sum(1 for f in flagged if f[0].startswith("op "))
+        worst = min(flagged, key=lambda f: f[1].time_vs_bound if f[1].time_vs_bound is not None else 1.0)
+        flops_too = any(x.startswith(("MFU", "HFU")) for f in flagged for x in f[3])
+        bytes_too = any(x.startswith("MBU") for f in flagged for x in f[3]) or not flops_too
+        out.append(f"{n_ops} op(s) and {len(flagged) - n_ops} module(s) measured past the physical limit on "
+                   f"'{hw.name}' (e.g. {worst[0]}: {', '.join(worst[3])}): "
+                   + _likely_cause(step.device, hw, flops_too, bytes_too, worst[2]))
+    return out
 
 
 def modelled_modules(ops: list[OpRecord]) -> list[str]:

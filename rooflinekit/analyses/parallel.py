@@ -117,6 +117,30 @@ def normalise_style(style: object) -> str | None:
     return STYLE_ALIASES.get(str(style).lower()) if style is not None else None
 
 
+def checked_plan(plan: dict, plugin: str, host) -> dict:
+    """A plugin's TP plan less the entries rooflinekit cannot use (a key that is no module path,
+    a style it does not know), each plugin's such entries named in one warning."""
+    usable: dict[str, object] = {}
+    unknown: dict[str, list[str]] = {}
+    bad_keys: list[str] = []
+    for key, raw in plan.items():
+        if not isinstance(key, str) or not key:
+            bad_keys.append(repr(key))
+        elif normalise_style(raw) is None:
+            unknown.setdefault(repr(raw) if not isinstance(raw, str) else f"'{raw}'", []).append(key)
+        else:
+            usable[key] = raw
+    if unknown:
+        styles = "; ".join(f"{style} (for {', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''})"
+                           for style, keys in unknown.items())
+        host.warn(f"plugin '{plugin}' answered rooflinekit_tp_plan with unknown TP style {styles}; ignored "
+                  f"(known: {', '.join(STYLES)} and transformers' names)")
+    if bad_keys:
+        host.warn(f"plugin '{plugin}' answered rooflinekit_tp_plan with keys that are no module path: "
+                  f"{', '.join(bad_keys[:5])}; ignored")
+    return usable
+
+
 def _pattern(key: str) -> re.Pattern:
     parts = key.split(".")
     return re.compile(r"\.".join("[^.]+" if p == "*" else re.escape(p) for p in parts) + r"\Z")
@@ -512,7 +536,7 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
         answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload,
                                 attention=attention, shards=shards)
         for answer, plugin in answers:
-            resolved, more = resolve(answer, modules)
+            resolved, more = resolve(checked_plan(answer, plugin, host), modules)
             notes.extend(more)
             for path, style in resolved.items():
                 styles.setdefault(path, style)

@@ -7,13 +7,14 @@ from dataclasses import dataclass
 
 import torch
 
-from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.measure import (
+    cpu_hardware,
     modelled_modules,
     with_alt_placement,
     with_measurement,
     write_trace,
 )
+from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.parallel import ParallelConfig, plan_parallel
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost, get_host
@@ -25,7 +26,7 @@ from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, hardware_db
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import build_report
-from rooflinekit.stages.workload import ModelSource, Workload, build, in_effect
+from rooflinekit.stages.workload import ModelSource, Workload, build, exit_error, in_effect
 from rooflinekit.stages.workload import _user_frame as user_frame
 
 
@@ -86,10 +87,14 @@ def profile(
     if measure is None:
         measure = workload.device.startswith("cuda")
     if measure and workload.device == "meta":
-        raise UserError("measured mode runs the real forward: pass --device cpu or --device cuda "
+        raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "
                         "(the meta device holds no data)")
     if trace and not measure:
         raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
+    hardware_warning = None
+    if hardware == "auto" and measure and workload.device.startswith("cpu"):
+        # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
+        hw, auto_note, hardware_warning = cpu_hardware(db, hw, workload.device)
     par = ParallelConfig.of(workload)
     if par.active and measure:
         raise UserError("--tp/--ep plan one GPU's share of a single-GPU model from its counts; measured "
@@ -102,6 +107,8 @@ def profile(
             cap = capture(built.model, built.inputs, formula_book(host))
     except UserError:
         raise
+    except SystemExit as exc:
+        raise exit_error(exc, source.path, "the model's forward") from None
     except Exception as exc:
         raise _forward_error(exc, source, workload) from exc
     if on_stage:
@@ -135,6 +142,8 @@ def profile(
                 )
         except UserError:
             raise
+        except SystemExit as exc:
+            raise exit_error(exc, source.path, "the measured forward") from None
         except Exception as exc:
             raise _forward_error(exc, source, workload) from exc
     report = build_report(
@@ -143,7 +152,7 @@ def profile(
         parallel=planned.section if planned is not None else None,
     )
     if measurement is not None:
-        report = with_measurement(report, hw, measurement, modelled_modules(cap.ops))
+        report = with_measurement(report, hw, measurement, modelled_modules(cap.ops), hardware_warning)
     if alt_hw is not None:
         report = with_alt_placement(report, alt_hw)
     if measurement is not None and trace:

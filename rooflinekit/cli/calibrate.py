@@ -19,8 +19,7 @@ from rooflinekit.analyses.calibrate import (
     save,
 )
 from rooflinekit.cli.base import Command
-from rooflinekit.cli.options import debug_option
-from rooflinekit.core.files import check_writable
+from rooflinekit.cli.options import check_destination, check_stdout, debug_option
 from rooflinekit.core.units import si
 from rooflinekit.stages.hardware import hardware_db
 
@@ -43,11 +42,13 @@ def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, debug):
     `profile --hardware NAME` and `--compare-hardware NAME` accept."""
 
     check_size_mb(size_mb)
+    check_stdout()
     if output:
         check_output(output)
-        check_writable(output)
     device = check_device(device)
     db = hardware_db()
+    if output:  # a datasheet entry is what calibrate reads, and kept beside the calibrated one
+        check_destination(output, [(f"the hardware entry '{e.name}'", e.path) for e in db.entries if not e.calibrated])
     sheet = datasheet_entry(device, db)
     cal = calibrate(device, size_mb, tuple(dtypes) or None, datasheet=sheet)
     name = name or default_name(cal)

@@ -6,8 +6,7 @@ import click
 
 from rooflinekit.analyses.compare import compare, render_compare
 from rooflinekit.cli.base import Command
-from rooflinekit.cli.options import debug_option, emit
-from rooflinekit.core.files import check_writable
+from rooflinekit.cli.options import check_destination, debug_option, emit
 from rooflinekit.outputs.render import FORMATS
 from rooflinekit.outputs.report_io import load_report
 
@@ -22,8 +21,7 @@ from rooflinekit.outputs.report_io import load_report
 def compare_cmd(report_a, report_b, fmt, output, debug):
     """Two profile reports side by side, with A/B ratios: totals, attention (cache bytes per
     token, per layer), and modules whose names match."""
-    if output:
-        check_writable(output)
+    check_destination(output, [("the first report", report_a), ("the second report", report_b)])
     a = load_report(report_a, ("profile",))
     b = load_report(report_b, ("profile",))
     emit(render_compare(compare(a, b, report_a, report_b), fmt), output)

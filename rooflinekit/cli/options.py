@@ -2,21 +2,60 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 import torch
 
 from rooflinekit.analyses.parallel import with_parallel
-from rooflinekit.core.errors import WorkloadError
-from rooflinekit.core.files import write_atomic
+from rooflinekit.cli.base import STDOUT_CLOSED, ClosedStdout
+from rooflinekit.core.errors import OutputError, WorkloadError
+from rooflinekit.core.files import check_not_input, check_writable, write_atomic
 from rooflinekit.stages.workload import Workload, parse_options, validate
+
+Inputs = list[tuple[str, "str | None"]]
+#: The most GPUs --tp or --ep splits a model over.
+MAX_PARALLEL = 1 << 16
+
+
+def model_inputs(model: str, *hardware: str | None) -> Inputs:
+    """What a profile or sweep reads that an output must not replace: the model file (a config
+    folder's config.json), and hardware .toml files given by path."""
+    inputs: Inputs = [("the model file", model)]
+    if os.path.isdir(model):
+        inputs.append(("the model config", os.path.join(model, "config.json")))
+    inputs += [("the hardware file", h) for h in hardware if h and h.endswith(".toml")]
+    return inputs
+
+
+def check_destination(output: str | None, inputs: Inputs = (), option: str = "--output") -> None:
+    """Before any work, the report's destination: a file must be writable and none of the
+    command's inputs ((what, path) pairs); with no file, stdout must be open."""
+    if output:
+        check_not_input(output, inputs, option)
+        check_writable(output)
+    else:
+        check_stdout()
+
+
+def check_stdout() -> None:
+    """Before any work, for a command that writes to stdout: fail if stdout was closed (`>&-`)."""
+    if isinstance(sys.stdout, ClosedStdout):
+        raise OutputError(STDOUT_CLOSED)
 
 
 def emit(report_text: str, output: str | None) -> None:
     if output:
         write_atomic(output, report_text)
         click.echo(f"wrote {output}", err=True)
-    else:
-        click.echo(report_text, nl=False)
+        return
+    try:
+        click.echo(report_text, nl=False)  # flushed: a failure shows here, not at exit
+    except BrokenPipeError:
+        raise  # the reader went away (`| head`): a quiet exit (rooflinekit.cli.base)
+    except (OSError, ValueError) as exc:
+        raise OutputError(f"cannot write the report to stdout: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def debug_option(f):
@@ -45,10 +84,10 @@ def workload_options(f):
 
 def parallel_options(f):
     """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel)."""
-    f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1),
+    f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
                      help="Planned expert parallelism: routed experts split over N GPUs (all-to-all "
                           "dispatch/combine; alone, the batch is per GPU).")(f)
-    return click.option("--tp", default=1, show_default=True, type=click.IntRange(1),
+    return click.option("--tp", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
                         help="Planned tensor parallelism: report one of N GPUs (heads and MLP columns "
                              "split, all-reduces added). See docs/parallel.md.")(f)
 

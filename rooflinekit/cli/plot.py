@@ -8,6 +8,7 @@ import click
 
 from rooflinekit.cli.base import Command
 from rooflinekit.cli.options import debug_option
+from rooflinekit.core.files import check_not_input
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.report_io import load_report
 
@@ -21,8 +22,10 @@ from rooflinekit.outputs.report_io import load_report
 @debug_option
 def plot(report, output, plot_depth, debug):
     """Draw a roofline chart from a profile or sweep JSON report."""
-    data = load_report(report)
+    option = "--output" if output else "the default chart file"
     output = output or str(Path(report).with_suffix(".png"))
+    check_not_input(output, [("the report", report)], option)
+    data = load_report(report)
     check_target(output)
     n = write_plot(data, output, plot_depth)
     click.echo(f"wrote {output} ({n} points)", err=True)

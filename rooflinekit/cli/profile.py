@@ -14,17 +14,23 @@ from rooflinekit.analyses.distributed import (
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.options import (
+    check_destination,
     debug_option,
     emit,
     make_workload,
+    model_inputs,
     parallel_options,
     workload_options,
 )
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.files import check_writable
+from rooflinekit.core.files import check_not_input
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS, render
 from rooflinekit.stages.workload import load_source
+
+#: The most --warmup or --repeats forwards a measured run takes.
+MAX_REPEATS = 10_000
 
 PROFILE_HELP = """Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place on a roofline.
 
@@ -76,18 +82,20 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
             measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
             tp=1, ep=1, distributed=None):
     workload, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep)
-    if output:
-        check_writable(output)
+    inputs = model_inputs(model, hardware, compare_hardware)
+    check_destination(output, inputs)
     if trace:
-        check_writable(trace)
+        check_destination(trace, inputs + [("the --output file", output)], "--trace")
     if depth < 1:
         raise UserError(f"--depth must be at least 1, got {depth}")
     if plot_depth is not None and not plot_path:
         raise UserError("--plot-depth needs --plot FILE.png|.svg")
     if plot_path:
+        check_not_input(plot_path, inputs + [("the --output file", output), ("the --trace file", trace)], "--plot")
         check_target(plot_path)
-    if warmup < 0 or repeats < 1:
-        raise UserError(f"--warmup must be >= 0 and --repeats >= 1, got {warmup} and {repeats}")
+    if not (0 <= warmup <= MAX_REPEATS and 1 <= repeats <= MAX_REPEATS):
+        raise UserError(f"--warmup must be 0 to {MAX_REPEATS} and --repeats 1 to {MAX_REPEATS}, "
+                        f"got {warmup} and {repeats}")
 
     def run(on_stage=None):
         return run_profile(load_source(model, opts), workload, hardware or "auto", depth=depth,
@@ -97,7 +105,8 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
         check_options(tp, ep, trace)
         try:
-            report = run_ranks(run, device)
+            with stdout_to_stderr():  # what the model and plugins print stays off the report
+                report = run_ranks(run, device)
         except SystemExit as exc:
             if multi_process():
                 leave(exc.code if isinstance(exc.code, int) else 1)
@@ -107,7 +116,8 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
                 leave(0)
             return
     else:
-        report = run()
+        with stdout_to_stderr():  # what the model and plugins print stays off the report
+            report = run()
     for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     emit(render(report, fmt, top or None), output)

@@ -9,16 +9,21 @@ import click
 from rooflinekit.analyses.sweep import MAX_BATCH, render_sweep, run_sweep
 from rooflinekit.cli.base import Command
 from rooflinekit.cli.options import (
+    check_destination,
     debug_option,
     emit,
     make_workload,
+    model_inputs,
     parallel_options,
     workload_options,
 )
-from rooflinekit.core.files import check_writable
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.files import check_not_input
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS
 from rooflinekit.outputs.report_io import int_list
+from rooflinekit.stages.workload import MAX_BATCH as BATCH_LIMIT
 from rooflinekit.stages.workload import load_source
 
 SWEEP_HELP = """Profile MODEL at every BATCH x CONTEXT; find the critical batch per context.
@@ -61,22 +66,26 @@ def decorate(f):
 def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
           no_critical, max_batch, debug, tp=1, ep=1):
     base, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
-    for c in contexts:
-        make_workload(phase, batches[0], c, dtype, device, ())
-    if output:
-        check_writable(output)
+    for b in batches:
+        for c in contexts:
+            make_workload(phase, b, c, dtype, device, ())
+    if max_batch > BATCH_LIMIT:
+        raise UserError(f"--max-batch must be at most {BATCH_LIMIT:,}, got {max_batch}")
+    inputs = model_inputs(model, hardware)
+    check_destination(output, inputs)
     if plot_path:
+        check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
-    source = load_source(model, opts)
     total = len(batches) * len(contexts)
     tty = sys.stderr.isatty()
     bar = click.progressbar(length=total, label="sweep", file=sys.stderr) if tty else None
     try:
         if bar:
             bar.__enter__()
-        result = run_sweep(source, base, batches, contexts, hardware or "auto",
-                           critical=not no_critical, max_batch=max_batch,
-                           progress=(lambda _row: bar.update(1)) if bar else None)
+        with stdout_to_stderr():  # what the model and plugins print stays off the report
+            result = run_sweep(load_source(model, opts), base, batches, contexts, hardware or "auto",
+                               critical=not no_critical, max_batch=max_batch,
+                               progress=(lambda _row: bar.update(1)) if bar else None)
     finally:
         if bar:
             bar.__exit__(None, None, None)

@@ -12,6 +12,7 @@ import pluggy
 
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.version import __version__
 
 GROUP = "rooflinekit"
@@ -56,7 +57,8 @@ class PluginHost:
         self.disabled = _disabled_from_env() if disabled is None else set(disabled)
         self._warned: set[str] = set()
         if load_entry_points:
-            self.load_entry_points()
+            with stdout_to_stderr():  # what a plugin prints at import stays off stdout's report
+                self.load_entry_points()
 
     def warn(self, message: str) -> None:
         if message not in self._warned:
@@ -74,7 +76,7 @@ class PluginHost:
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # sys.exit() at import time too
                 self.warn(f"plugin '{ep.name}' ({dist_name}) failed to load: {type(exc).__name__}: {exc}")
                 continue
             self.register(plugin, ep.name, dist_name, dist.version if dist is not None else "?")
@@ -123,9 +125,14 @@ class PluginHost:
         """
         for impl in self._impls(hook_name):
             try:
-                result = impl.function(*[kwargs[a] for a in impl.argnames])
+                with stdout_to_stderr():  # what a plugin prints stays off stdout's report
+                    result = impl.function(*[kwargs[a] for a in impl.argnames])
             except UserError:
                 raise  # a plugin's deliberate message to the user (e.g. a bad model file)
+            except KeyboardInterrupt:  # raised by the plugin, or Ctrl-C while it ran: say where
+                raise KeyboardInterrupt(f"interrupted in plugin '{impl.plugin_name}' ({hook_name})") from None
+            except SystemExit as exc:  # not the plugin's to end the run silently: name it
+                raise UserError(f"plugin '{impl.plugin_name}' called sys.exit({exc.code!r}) in {hook_name}") from None
             except Exception as exc:
                 self.warn(f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(exc).__name__}: {exc}")
                 continue

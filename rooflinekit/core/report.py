@@ -126,6 +126,10 @@ class StepMeasured:
     threads: int | None = None
     ops_unmatched: list[str] = field(default_factory=list)
     conventions: dict[str, str] = field(default_factory=dict)
+    #: The spread of step_times_s (step_time_s is their mean).
+    step_time_min_s: float | None = None
+    step_time_median_s: float | None = None
+    step_time_max_s: float | None = None
 
 
 @dataclass(frozen=True)

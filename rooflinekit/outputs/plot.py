@@ -71,7 +71,9 @@ MERGE_TOLERANCE = 1e-9
 
 
 def _ok(intensity) -> bool:
-    return isinstance(intensity, (int, float)) and intensity > 0
+    """A point a log axis can place: a positive, finite intensity (a ratio of huge FLOPs to tiny
+    bytes can overflow to inf)."""
+    return isinstance(intensity, (int, float)) and 0 < intensity < float("inf")
 
 
 def _same(a: tuple[float, float], b: tuple[float, float]) -> bool:
@@ -154,7 +156,7 @@ def module_points(report: Report, depth: int | None = None) -> tuple[list[tuple[
             members[name] = (f + op.flops, b + op.bytes)
     points, skipped = [], []
     for label, flops, nbytes in _merge(members):
-        if flops > 0 and nbytes > 0:
+        if flops > 0 and nbytes > 0 and _ok(flops / nbytes):
             points.append((flops / nbytes, label))
         else:
             skipped.append(label)

@@ -100,9 +100,11 @@ def measured_lines(report: Report) -> list[str]:
     m = t.measured
     if m:
         share = m.unattributed_s / m.step_time_s if m.step_time_s else None
+        spread = (f" (min {seconds(m.step_time_min_s)}, median {seconds(m.step_time_median_s)}, max "
+                  f"{seconds(m.step_time_max_s)})" if m.step_time_min_s is not None else "")
         lines.append(
             f"measured ({m.device}, mean of {m.repeats} after {m.warmup} warm-up): step "
-            f"{seconds(m.step_time_s)} = ops {seconds(m.op_time_s)} + unattributed "
+            f"{seconds(m.step_time_s)}{spread} = ops {seconds(m.op_time_s)} + unattributed "
             f"{seconds(m.unattributed_s)} ({_pct(share)}); uninstrumented {seconds(m.step_time_plain_s)}"
         )
         lines.append(

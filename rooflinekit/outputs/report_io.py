@@ -9,6 +9,8 @@ line naming what is wrong (UserError), never a KeyError.
 from __future__ import annotations
 
 import json
+import math
+import re
 from numbers import Real
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from rooflinekit.core.codec import DecodeError
 from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.report import Report
 from rooflinekit.core.version import READABLE_SCHEMAS
+from rooflinekit.stages.hardware import check_value
 
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
 SCHEMA_MAJORS = tuple(dict.fromkeys(v.split(".")[0] for v in READABLE_SCHEMAS))
@@ -48,6 +51,9 @@ REQUIRED = {
     },
 }
 LIST_SECTIONS = {"attention", "modules", "points"}
+
+
+_JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def report_kind(data: object) -> str | None:
@@ -115,6 +121,77 @@ def check_report(data: dict, kind: str) -> list[str]:
     return problems
 
 
+#: Numbers a report holds under these keys (or in an object under such a key: `peaks.bf16`) are
+#: counts, sizes, rates, times or ratios of them: never negative.
+_NON_NEGATIVE = re.compile(
+    r"flops|bytes|bandwidth|intensity|ridge|peak|time|_s$|share|amplification|mfu|hfu|mbu|per_s"
+    r"|^(batch|batches|context|contexts|q_len|tokens|count|calls|ops|layers|recognised|parameters|modules|"
+    r"depth|heads|num_heads|num_kv_heads|head_dim|v_head_dim|window|chunk|repeats|warmup|gpus|tp|ep)$")
+#: Signed by nature, although their names match the pattern above.
+_SIGNED = {"unattributed_s"}
+#: What the user or a plugin put there (model options, an architecture's own fields): not checked for sign.
+_FREE = {"options", "extra"}
+#: No count, size or time in a report comes near this: larger is a corrupt or hand-edited file
+#: (and would overflow to inf in the products plot and compare take).
+MAX_MAGNITUDE = 1e30
+#: Deeper than this is no rooflinekit report (its own nesting is a handful of levels).
+MAX_DEPTH = 64
+
+
+def _field(path: list) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def check_values(data: object, limit: int = 3) -> list[str]:
+    """Numbers that no report can hold, each as 'field: what' (at most `limit`): non-finite (NaN,
+    Infinity, or a number too large for a float, as 1e400), negative counts, sizes and times,
+    magnitudes past MAX_MAGNITUDE, hardware ceilings outside the plausible bounds of the hardware
+    database, and nesting past MAX_DEPTH. Walks without recursion."""
+    problems: list[str] = []
+    stack: list[tuple[object, list, bool]] = [(data, [], False)]
+    while stack and len(problems) < limit:
+        value, path, free = stack.pop()
+        if len(path) > MAX_DEPTH:
+            problems.append(f"{_field(path[:4])}...: nested too deeply (over {MAX_DEPTH} levels)")
+            break
+        if isinstance(value, dict):
+            items = [(v, path + [str(k)], free or k in _FREE) for k, v in value.items()]
+            stack.extend(reversed(items))
+            continue
+        if isinstance(value, list):
+            stack.extend(reversed([(v, path + [i], free) for i, v in enumerate(value)]))
+            continue
+        if isinstance(value, bool) or not isinstance(value, Real):
+            continue
+        where = _field(path)
+        if not math.isfinite(value):
+            problems.append(f"{where}: not a finite number ({value})")
+            continue
+        keys = [p for p in path if isinstance(p, str)][-2:]
+        if value < 0 and not free and keys and keys[-1] not in _SIGNED and any(_NON_NEGATIVE.search(k) for k in keys):
+            problems.append(f"{where}: negative ({value:g})")
+        elif abs(value) > MAX_MAGNITUDE:
+            problems.append(f"{where}: implausibly large ({value:g})")
+    return problems
+
+
+def _check_hardware(data: dict) -> list[str]:
+    """The hardware section's ceilings within the hardware database's plausible bounds."""
+    hw = data.get("hardware")
+    if not isinstance(hw, dict):
+        return []
+    problems = []
+    for key, bound in (("peak_flops", "peak_flops"), ("bandwidth", "memory_bandwidth")):
+        if isinstance(hw.get(key), Real) and not isinstance(hw.get(key), bool):
+            why = check_value(bound, hw[key])
+            if why:
+                problems.append(f"hardware.{key}: {why}")
+    return problems
+
+
 def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Report | dict:
     """Read a rooflinekit JSON report from `path`: a profile report as a `Report` (schema 1.x
     upgraded), a sweep report as its dict; ReportFileError if it is not a usable one."""
@@ -130,20 +207,33 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Rep
         raise ReportFileError(f"{path} is not a rooflinekit report: not a JSON text file") from None
     except json.JSONDecodeError as exc:
         raise ReportFileError(f"{path} is not a rooflinekit report: invalid JSON at line {exc.lineno}") from None
+    except RecursionError:
+        raise ReportFileError(f"{path} is not a rooflinekit report: JSON nested too deeply") from None
+    except OSError as exc:
+        raise ReportFileError(f"cannot read report {path}: {exc.strerror or exc}") from None
+    if not isinstance(data, dict):
+        raise ReportFileError(f"{path} is not a rooflinekit report: the top level is a JSON "
+                              f"{_JSON_TYPES.get(type(data), type(data).__name__)}, not an object")
     kind = report_kind(data)
     if kind is None:
         raise ReportFileError(f"{path} is not a rooflinekit report (write one with `rooflinekit profile -f json`)")
     if kind not in kinds:
         raise ReportFileError(f"{path} is a {kind} report; this command takes a {' or '.join(kinds)} report")
+    values = check_values(data)  # before the field check: its messages say which number and why
+    if values:
+        raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: " + "; ".join(values))
     problems = check_report(data, kind)
     if problems:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: missing or invalid "
                               + "; ".join(problems))
+    problems = _check_hardware(data)
+    if problems:
+        raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: " + "; ".join(problems))
     if kind != "profile":
         return data
     try:
         return Report.from_dict(data)
-    except DecodeError as exc:
+    except (DecodeError, TypeError, ValueError) as exc:
         raise ReportFileError(f"{path} is not a usable rooflinekit profile report: {exc}") from None
 
 

@@ -22,6 +22,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rooflinekit.core import compat
+from rooflinekit.core.limits import limit, over
 from rooflinekit.stages import collectives
 from rooflinekit.stages.formulas import (
     DATA_MOVEMENT_OPS,
@@ -188,6 +189,8 @@ class Recorder:
         self.root: torch.nn.Module | None = None
         self.root_inputs: tuple[tuple, dict] = ((), {})
         self.param_total = 0.0
+        #: Ops one forward may record (rooflinekit.core.limits): an absurd model stops here.
+        self.max_ops = int(limit("ops"))
 
     def adopt(self, model: torch.nn.Module) -> None:
         """Take `model` as the one recorded: its module names, parameter storages and owners."""
@@ -227,6 +230,10 @@ class Recorder:
     def emit(self, record: OpRecord) -> OpRecord:
         """Append a record made elsewhere (fused calls, modelled blocks from plugins)."""
         record.index = len(self.ops)
+        if record.index >= self.max_ops:
+            raise over("ops", f"the model's forward ran more than {self.max_ops:,} ops (the last in "
+                              f"'{record.module or self.module or '(top level)'}'): analyse a model this large "
+                              "at fewer layers (e.g. -O layers=N), the per-layer figures are the same")
         if not record.module:
             record.module = self.module
         self.ops.append(record)
@@ -324,12 +331,11 @@ class Recorder:
         counted = fn is not None or name in DATA_MOVEMENT_OPS
         flops = 0.0
         attrs: dict = {}
-        if fn is not None:
-            try:
-                flops = float(fn(*args, out=out, **kwargs))
-            except Exception as exc:  # a formula that cannot handle these args is reported, not fatal
+        if fn is not None:  # a formula that fails or answers no count is reported, not fatal
+            flops, error = self.formulas.evaluate(name, fn, args, kwargs, out)
+            if error is not None:
                 counted = False
-                attrs["formula_error"] = f"{type(exc).__name__}: {exc}"
+                attrs["formula_error"] = error
 
         sinks: tuple[int, ...] = ()
         inputs = [t for _, v, w in bound if not w for t in _tensors(v)]

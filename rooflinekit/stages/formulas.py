@@ -136,13 +136,67 @@ def torch_formula(op_name: str) -> FlopFormula | None:
     return None
 
 
-class FormulaBook:
-    """Which formula answers for each op: plugins', then ours, then torch's; cached per op name."""
+#: More FLOPs than this in one op is no count but a bug (a zetta-FLOP op would take a week on
+#: any machine); a formula answering more is not used.
+MAX_OP_FLOPS = 1e30
 
-    def __init__(self, extra: dict[str, FlopFormula] | None = None) -> None:
+
+def flops_problem(value: object) -> str | None:
+    """Why a formula's answer is no FLOP count (not a real number, NaN, inf, negative, absurd), or None."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        return f"a non-number ({type(value).__name__} {value!r:.40})"
+    try:
+        number = float(value)  # ints, floats, torch SymInts, numpy scalars
+    except (TypeError, ValueError, OverflowError) as exc:
+        return f"a non-number ({type(value).__name__}: {exc})"
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return f"{number} (not finite)"
+    if number < 0:
+        return f"a negative count ({number:g})"
+    if number > MAX_OP_FLOPS:
+        return f"an implausible count ({number:g} > {MAX_OP_FLOPS:g})"
+    return None
+
+
+class FormulaBook:
+    """Which formula answers for each op: plugins', then ours, then torch's; cached per op name.
+
+    `owners` names the plugin of each plugin formula; `warn` (the plugin host's) is told, once per
+    op, when a formula fails or answers something that is no FLOP count (`evaluate`)."""
+
+    def __init__(self, extra: dict[str, FlopFormula] | None = None, owners: dict[str, str] | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
         self.extra = dict(extra or {})
+        self.owners = dict(owners or {})
+        self.warn = warn
         self._cache: dict[str, FlopFormula | None] = {}
+        self._blamed: set[str] = set()
         self.sources: dict[str, str] = {}
+
+    def evaluate(self, op_name: str, fn: FlopFormula, args, kwargs, out) -> tuple[float, str | None]:
+        """(FLOPs, None), or (0.0, why) when the formula raises or answers no usable count: the op
+        is then listed as uncounted with `why`, and a plugin's formula is blamed in one warning."""
+        try:
+            value = fn(*args, out=out, **kwargs)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self._blame(op_name, f"failed: {error}", always=False)
+            return 0.0, error
+        problem = flops_problem(value)
+        if problem is not None:
+            self._blame(op_name, f"returned {problem}", always=True)
+            return 0.0, f"formula returned {problem}"
+        return float(value), None
+
+    def _blame(self, op_name: str, what: str, always: bool) -> None:
+        plugin = self.owners.get(op_name)
+        if self.warn is None or op_name in self._blamed or (plugin is None and not always):
+            return
+        self._blamed.add(op_name)
+        who = f"plugin '{plugin}':" if plugin else f"{self.sources.get(op_name, 'rooflinekit')}'s"
+        self.warn(f"{who} FLOP formula for {op_name} {what}; {op_name} is listed as uncounted")
 
     def lookup(self, op_name: str) -> FlopFormula | None:
         if op_name not in self._cache:
@@ -169,9 +223,13 @@ def formula_book(host: PluginHost | None = None) -> FormulaBook:
     for answer, plugin in host.call_all("rooflinekit_op_formulas", expect=dict):
         for op, fn in answer.items():
             key = op_key(op)
+            if not callable(fn):
+                host.warn(f"plugin '{plugin}' gave a FLOP formula for {key} that is not callable "
+                          f"({type(fn).__name__}); ignored")
+                continue
             if owner.get(key, plugin) != plugin:
                 host.warn(f"plugins '{owner[key]}' and '{plugin}' both give a FLOP formula for {key}: "
                           f"'{owner[key]}''s is used (asked first)")
                 continue
             extra[key], owner[key] = fn, plugin
-    return FormulaBook(extra)
+    return FormulaBook(extra, owner, warn=host.warn)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import sys
@@ -110,16 +111,67 @@ def normalise(name: str) -> str:
 
 
 class HardwareFileError(ValueError):
-    """A database file that cannot be used; carries its path."""
+    """A database file that cannot be used; the message names its path and the field at fault.
+
+    `names` holds the normalised names the file would answer to (its stem, and the name and
+    aliases it declares where readable), so that asking for that entry names this problem."""
+
+    names: frozenset[str] = frozenset()
 
 
-def _number(data: dict, key: str, path: Path) -> float | None:
+#: Plausible ranges (inclusive) for every number an entry gives, SI units: anything outside is a
+#: typo (GB/s written as B/s, a sparse or per-board figure, an exponent off by a few) or a broken
+#: measurement, and is refused naming the file and the field. hardware_db/README.md explains them.
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "peak_flops": (1e8, 1e18, "FLOP/s"),
+    "memory_bandwidth": (1e8, 1e17, "B/s"),
+    "interconnect_bandwidth": (1e6, 1e17, "B/s"),
+    "l2_bandwidth": (1e8, 1e17, "B/s"),
+    "memory_bytes": (1e6, 1e16, "B"),
+    "l2_bytes": (1e3, 1e12, "B"),
+}
+
+
+def check_value(field_name: str, value: object) -> str | None:
+    """Why `value` cannot be `field_name` (a key of BOUNDS, or 'peak_flops.<dtype>'), or None.
+
+    A number must be a real number (not a bool or a string), finite, positive, and inside the
+    field's plausible range (BOUNDS)."""
+    lo, hi, unit = BOUNDS[field_name.split(".")[0]]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number ({unit}), got {type(value).__name__} {value!r:.60}"
+    if not math.isfinite(value):
+        return f"must be a finite number ({unit}), got {value}"
+    if value <= 0:
+        return f"must be positive, got {value:g}"
+    if not lo <= value <= hi:
+        return (f"{value:g} {unit} is implausible (outside {lo:g} to {hi:g} {unit}; "
+                "see hardware_db/README.md)")
+    return None
+
+
+def _number(data: dict, key: str, path: Path, field_name: str | None = None) -> float | None:
     if key not in data:
         return None
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise HardwareFileError(f"{path}: '{key}' must be a positive number, got {value!r}")
-    return float(value)
+    field_name = field_name or key
+    problem = check_value(field_name, data[key])
+    if problem:
+        raise HardwareFileError(f"{path}: {field_name} {problem}")
+    return float(data[key])
+
+
+def _text(data: dict, key: str, path: Path, default: str = "") -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        raise HardwareFileError(f"{path}: {key} must be a string, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _flag(data: dict, key: str, path: Path, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise HardwareFileError(f"{path}: {key} must be true or false, got {type(value).__name__} {value!r:.60}")
+    return value
 
 
 def parse_entry(data: dict, path: Path, require_sources: bool = True) -> HardwareSpec:
@@ -136,12 +188,21 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
             raise HardwareFileError(
                 f"{path}: unknown dtype '{key}' in [peak_flops] (use {', '.join(DTYPE_KEYS)})"
             )
-        number = _number(peaks_raw, key, path)
+        number = _number(peaks_raw, key, path, f"peak_flops.{key}")
         assert number is not None
         peaks[key] = number
+    name = _text(data, "name", path)
+    if not name.strip():
+        raise HardwareFileError(f"{path}: name must not be empty")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise HardwareFileError(f"{path}: aliases must be a list of strings, got {aliases!r:.60}")
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise HardwareFileError(f"{path}: [sources] must be a table")
+    bad_sources = [str(k) for k, v in sources.items() if not isinstance(v, str)]
+    if bad_sources:
+        raise HardwareFileError(f"{path}: sources.{bad_sources[0]} must be a string (the source of the number)")
     numbers = {k: _number(data, k, path) for k in _NUMERIC_FIELDS}
     if require_sources:
         missing = [k for k, v in numbers.items() if v is not None and k not in sources]
@@ -152,34 +213,51 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
     bandwidth = numbers["memory_bandwidth"]
     assert bandwidth is not None
     return HardwareSpec(
-        name=str(data["name"]),
-        vendor=str(data.get("vendor", "")),
-        aliases=tuple(str(a) for a in data.get("aliases", [])),
+        name=name,
+        vendor=_text(data, "vendor", path),
+        aliases=tuple(aliases),
         peak_flops=peaks,
         memory_bandwidth=bandwidth,
         memory_bytes=numbers["memory_bytes"],
         interconnect_bandwidth=numbers["interconnect_bandwidth"],
-        interconnect=str(data.get("interconnect", "")),
+        interconnect=_text(data, "interconnect", path),
         l2_bytes=numbers["l2_bytes"],
         l2_bandwidth=numbers["l2_bandwidth"],
-        verified=bool(data.get("verified", True)),
-        notes=str(data.get("notes", "")),
-        sources={str(k): str(v) for k, v in sources.items()},
+        verified=_flag(data, "verified", path, True),
+        notes=_text(data, "notes", path),
+        sources={str(k): v for k, v in sources.items()},
         path=str(path),
-        calibrated=bool(data.get("calibrated", False)),
+        calibrated=_flag(data, "calibrated", path, False),
     )
 
 
+def _declared_names(data: dict, path: Path) -> frozenset[str]:
+    names = [Path(path).stem, data.get("name")]
+    aliases = data.get("aliases")
+    if isinstance(aliases, list):
+        names += aliases
+    return frozenset(normalise(n) for n in names if isinstance(n, str) and normalise(n))
+
+
 def load_file(path: Path) -> HardwareSpec:
-    """Read and validate one TOML file."""
+    """Read and validate one TOML file; HardwareFileError names the file and what is wrong."""
+    data: dict = {}
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise HardwareFileError(f"{path}: not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise HardwareFileError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_entry(data, path, require_sources=not data.get("calibrated", False))
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise HardwareFileError(f"{path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError:
+            raise HardwareFileError(f"{path}: not a TOML text file (not UTF-8)") from None
+        except RecursionError:
+            raise HardwareFileError(f"{path}: not a usable TOML file: nested too deeply") from None
+        except OSError as exc:
+            raise HardwareFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return parse_entry(data, path, require_sources=data.get("calibrated", False) is not True)
+    except HardwareFileError as exc:
+        exc.names = _declared_names(data, path)
+        raise
 
 
 @dataclass
@@ -188,20 +266,33 @@ class HardwareDB:
 
     entries: list[HardwareSpec] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: Files skipped as unusable: asking for the entry one of them declares names its problem.
+    rejected: list[HardwareFileError] = field(default_factory=list)
 
     @classmethod
     def from_dirs(cls, dirs: list[Path]) -> HardwareDB:
-        """Load every *.toml under each folder; a bad file is recorded, the rest still load."""
+        """Load every *.toml under each folder; a bad file is recorded (one problem naming the
+        file and the field), the rest still load."""
         db = cls()
         for folder in dirs:
             folder = Path(folder)
-            files = [folder] if folder.is_file() else sorted(folder.rglob("*.toml"))
+            try:
+                files = [folder] if folder.is_file() else sorted(folder.rglob("*.toml"))
+            except OSError as exc:
+                db.problems.append(f"{folder}: cannot list hardware folder: {exc.strerror or exc}")
+                continue
             for path in files:
                 try:
                     db.add(load_file(path))
                 except HardwareFileError as exc:
-                    db.problems.append(str(exc))
+                    db.reject(exc)
+                except Exception as exc:  # never let one file take the database down
+                    db.reject(HardwareFileError(f"{path}: cannot load: {type(exc).__name__}: {exc}"))
         return db
+
+    def reject(self, exc: HardwareFileError) -> None:
+        self.problems.append(str(exc))
+        self.rejected.append(exc)
 
     def add(self, spec: HardwareSpec) -> None:
         """Add an entry; a later entry with the same name replaces the earlier (user overrides)."""
@@ -233,6 +324,14 @@ class HardwareDB:
                 return load_file(path)
             except HardwareFileError as exc:
                 raise HardwareError(str(exc)) from None
+        key = normalise(name)
+        for exc in reversed(self.rejected):  # the entry asked for is in a file that was skipped
+            if key in exc.names:
+                raise HardwareError(str(exc))
+        if name.endswith(".toml") or "/" in name or os.sep in name:  # a path, not an entry name
+            if path.exists() and not name.endswith(".toml"):
+                raise HardwareError(f"hardware file {name}: not a .toml file (--hardware loads .toml paths)")
+            raise HardwareError(f"hardware file not found: {name}")
         raise HardwareError(f"unknown hardware '{name}'{self.suggest(name)}; see `rooflinekit hardware list`")
 
     def suggest(self, name: str) -> str:
@@ -262,11 +361,42 @@ def hardware_db(host: PluginHost | None = None) -> HardwareDB:
     """The database from every plugin's folders, then the user's folder and $ROOFLINEKIT_HARDWARE_PATH."""
     host = host or get_host()
     dirs: list[Path] = []
-    for answer, _ in reversed(host.call_all("rooflinekit_hardware_dirs", expect=(list, tuple))):
-        dirs.extend(Path(p) for p in answer)
+    problems: list[str] = []
+    for answer, plugin in reversed(host.call_all("rooflinekit_hardware_dirs", expect=(list, tuple))):
+        usable, unusable = _usable_dirs(answer)
+        dirs.extend(usable)
+        if unusable:
+            problems.append(f"plugin '{plugin}' answered rooflinekit_hardware_dirs with unusable items: "
+                            f"{', '.join(unusable)}; ignored")
     user = user_hardware_dir()
     if user.is_dir():
         dirs.append(user)
     extra = os.environ.get("ROOFLINEKIT_HARDWARE_PATH", "")
-    dirs.extend(Path(p) for p in extra.split(os.pathsep) if p)
-    return HardwareDB.from_dirs(dirs)
+    usable, unusable = _usable_dirs([p for p in extra.split(os.pathsep) if p])
+    dirs.extend(usable)
+    if unusable:
+        problems.append(f"ROOFLINEKIT_HARDWARE_PATH: {', '.join(unusable)}; ignored")
+    db = HardwareDB.from_dirs(dirs)
+    db.problems[:0] = problems
+    return db
+
+
+def _usable_dirs(items) -> tuple[list[Path], list[str]]:
+    """The items that are existing folders or files (str or path-like), and why each other one is not."""
+    usable: list[Path] = []
+    unusable: list[str] = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            unusable.append(f"{item!r} (not a path)")
+            continue
+        try:
+            path = Path(item)
+            exists = path.exists()
+        except (TypeError, ValueError, OSError) as exc:
+            unusable.append(f"{item!r} ({type(exc).__name__}: {exc})")
+            continue
+        if not exists:
+            unusable.append(f"{str(path)!r} (no such file or folder)")
+            continue
+        usable.append(path)
+    return usable, unusable

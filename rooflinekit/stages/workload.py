@@ -34,6 +34,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from rooflinekit.core.errors import ModelError, UserError, WorkloadError
+from rooflinekit.core.limits import limit, over
 from rooflinekit.core.plugins import PluginHost, get_host
 
 PHASES = ("prefill", "decode")
@@ -87,14 +88,25 @@ class Workload:
         }
 
 
+#: The largest batch and context a workload takes: far past any real serving batch or context
+#: window, and small enough that shapes such as batch x heads x context x head_dim stay inside
+#: torch's 64-bit sizes (beyond them torch fails with a C++ frame dump).
+MAX_BATCH = 1 << 20
+MAX_CONTEXT = 1 << 24
+
+
 def validate(phase: str, batch: int, context: int, dtype: str, device: str) -> None:
     """One clear error per bad argument."""
     if phase not in PHASES:
         raise WorkloadError(f"unknown phase '{phase}': use one of {', '.join(PHASES)}")
     if batch < 1:
         raise WorkloadError(f"batch must be at least 1, got {batch}")
+    if batch > MAX_BATCH:
+        raise WorkloadError(f"batch must be at most {MAX_BATCH:,} sequences, got {batch}")
     if context < 1:
         raise WorkloadError(f"context must be at least 1, got {context}")
+    if context > MAX_CONTEXT:
+        raise WorkloadError(f"context must be at most {MAX_CONTEXT:,} positions, got {context}")
     if dtype not in DTYPES:
         raise WorkloadError(f"unknown dtype '{dtype}': use one of bf16, fp16, fp32")
     if device.split(":")[0] not in ("meta", "cpu", "cuda"):
@@ -150,7 +162,27 @@ def _user_frame(exc: BaseException, path: str) -> str:
     frame = mine[-1] if mine else (frames[-1] if frames else None)
     where = f"{Path(frame.filename).name}:{frame.lineno}: " if frame else ""
     code = f" (in `{frame.line.strip()}`)" if frame and frame.line else ""
-    return f"{where}{type(exc).__name__}: {exc}{code}"
+    return f"{where}{type(exc).__name__}: {first_line(exc)}{code}"
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message up to its first line break: torch's C++ errors append a frame dump
+    ("Exception raised from ... frame #0: ...") that is no use on one line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] + (" ..." if len(lines) > 1 else "")
+
+
+def exit_error(exc: SystemExit, path: str, stage: str) -> ModelError:
+    """A model that calls sys.exit() (raises SystemExit) while `stage` runs: one line naming the
+    model file (and the line that exited, when it is in that file) instead of a silent exit."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    target = os.path.realpath(path)
+    mine = [f for f in frames if os.path.realpath(f.filename) == target]
+    at = f" at {Path(path).name}:{mine[-1].lineno}" if mine else ""
+    return ModelError(f"{stage} exited with sys.exit({exc.code!r}){at}: the model ({path}) must raise an "
+                      "exception, not end the run")
 
 
 def load_model_file(path: str) -> ModelSource:
@@ -170,6 +202,8 @@ def load_model_file(path: str) -> ModelSource:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise ModelError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
+    except SystemExit as exc:
+        raise exit_error(exc, str(file), "importing the model file") from None
     except Exception as exc:
         raise ModelError(f"importing {path} failed: {_user_frame(exc, str(file))}") from exc
     finally:
@@ -245,6 +279,28 @@ class _SkipMetaInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@contextmanager
+def module_budget(path: str) -> Iterator[None]:
+    """While the model is built: at most `limit("modules")` module registrations, so that an absurd
+    size (`-O layers=100000`) fails in seconds with one line instead of building for minutes."""
+    budget = int(limit("modules"))
+    count = 0
+
+    def count_module(module, name, submodule):
+        nonlocal count
+        count += 1
+        if count > budget:
+            raise over("modules", f"build_model() of {path} registered more than {budget:,} modules: analyse "
+                                  "a model this large at fewer layers (e.g. -O layers=N), the per-layer "
+                                  "figures are the same")
+
+    handle = torch.nn.modules.module.register_module_module_registration_hook(count_module)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 #: torch's RNG seed while build_model() and make_inputs() run.
 BUILD_SEED = 0
 
@@ -261,9 +317,12 @@ def build(source: ModelSource, workload: Workload) -> Built:
     with in_effect(workload), skip, torch.random.fork_rng(devices=[]):
         torch.manual_seed(BUILD_SEED)
         try:
-            model = source.build_model(**_accepted(source.build_model, options))
+            with module_budget(source.path):
+                model = source.build_model(**_accepted(source.build_model, options))
         except UserError:
             raise
+        except SystemExit as exc:
+            raise exit_error(exc, source.path, "build_model()") from None
         except Exception as exc:
             raise ModelError(f"build_model() failed: {_user_frame(exc, source.path)}") from exc
         if not isinstance(model, torch.nn.Module):
@@ -278,6 +337,8 @@ def build(source: ModelSource, workload: Workload) -> Built:
             )
         except UserError:
             raise
+        except SystemExit as exc:
+            raise exit_error(exc, source.path, "make_inputs()") from None
         except Exception as exc:
             raise ModelError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
         if not isinstance(inputs, (tuple, dict, list)):
@@ -292,10 +353,19 @@ def load_source(path: str, options: dict, host: PluginHost | None = None) -> Mod
     host = host or get_host()
     if not Path(path).exists():
         raise ModelError(f"model file not found: {path}")
-    source, _ = host.call_first("rooflinekit_workload_loader", path=path, options=options)
+    before = len(host.warnings)
+    source, plugin = host.call_first("rooflinekit_workload_loader", expect=ModelSource, path=path, options=options)
     if source is None:
+        # a loader that failed or answered the wrong type is why: name it rather than the file types
+        blamed = [w for w in host.warnings[before:] if "rooflinekit_workload_loader" in w]
+        if blamed:
+            raise ModelError(f"cannot load {path}: {blamed[0].removesuffix('; ignored')}")
         raise ModelError(
             f"don't know how to load {path}: give a model .py file (build_model/make_inputs) or a "
             "transformers config .json"
         )
+    bad = [f for f in ("build_model", "make_inputs") if not callable(getattr(source, f, None))]
+    if bad:
+        raise ModelError(f"cannot load {path}: plugin '{plugin}' answered rooflinekit_workload_loader with a "
+                         f"ModelSource whose {' and '.join(bad)} {'is' if len(bad) == 1 else 'are'} not callable")
     return source

@@ -1,0 +1,90 @@
+"""The process's own standard output: kept for the report alone.
+
+While user code and plugins run (a model file imported, built and run forward, a plugin loaded or
+asked a hook), whatever they print goes to stderr instead: `print()` through `sys.stdout`, and
+native code writing to file descriptor 1 (C's printf, C++'s std::cout). The report written to
+stdout afterwards (`-f json`) then stays parseable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_depth = 0
+
+
+def _fd_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+@functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:  # pragma: no cover - no handle on the process's own symbols on this platform
+        return None
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's stdio buffers, so that what native code printf'd while fd 1 pointed at stderr
+    lands there, not in the report written afterwards."""
+    try:
+        _libc().fflush(None)
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - no libc fflush here
+        pass
+
+
+def _flush(stream) -> None:
+    try:
+        if stream is not None:
+            stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what is printed to stdout (Python's sys.stdout and file descriptor 1) to stderr.
+
+    Nested uses cost nothing (only the outermost one redirects); both are restored afterwards,
+    even if the code inside replaced sys.stdout.
+    """
+    global _depth
+    if _depth:
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+        return
+    saved_stream = sys.stdout
+    _flush(saved_stream)
+    saved_fd = os.dup(1) if _fd_open(1) else None
+    redirected = saved_fd is not None and _fd_open(2)
+    if redirected:
+        _flush_c_stdio()
+        os.dup2(2, 1)
+    if sys.stderr is not None:
+        sys.stdout = sys.stderr
+    _depth = 1
+    try:
+        yield
+    finally:
+        _depth = 0
+        _flush(sys.stdout)
+        _flush(sys.stderr)
+        if redirected:
+            _flush_c_stdio()
+            os.dup2(saved_fd, 1)
+        if saved_fd is not None:
+            os.close(saved_fd)
+        sys.stdout = saved_stream
