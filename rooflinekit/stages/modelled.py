@@ -7,11 +7,13 @@ OpRecords (kind "modelled") carrying the assumption they rest on.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
+from rooflinekit.core.errors import UserError
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
 
@@ -56,10 +58,17 @@ def emit(
     counted: bool = True,
     shapes: str = "",
 ) -> OpRecord | None:
-    """Add one modelled op to the capture in progress (no-op outside a capture)."""
+    """Add one modelled op to the capture in progress (no-op outside a capture).
+
+    Counts must be finite numbers >= 0: anything else stops the run with one line naming the
+    module model and the field (a wrong count would silently corrupt every total).
+    """
     rec = active_recorder()
     if rec is None:
         return None
+    for field_name, value in (("flops", flops), ("bytes_read", bytes_read), ("bytes_written", bytes_written),
+                              ("param_bytes", param_bytes)):
+        _check_count(name, module, field_name, value)
     return rec.emit(
         OpRecord(
             index=0, name=name, module=module, flops=float(flops), bytes_read=float(bytes_read),
@@ -69,6 +78,19 @@ def emit(
     )
 
 
+#: The module model whose forward is running (named in errors about its counts).
+_RUNNING: list[str] = []
+
+
+def _check_count(name: str, module: str, field_name: str, value: object) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if not ok:
+        who = f"module model {_RUNNING[-1]}" if _RUNNING else "a module model"
+        raise UserError(f"{who} emitted {name} at {module or '(root)'} with {field_name}={value!r}: counts must "
+                        "be finite numbers >= 0 (a bug in that plugin; disable it with "
+                        "ROOFLINEKIT_DISABLE_PLUGINS=<name>)")
+
+
 @contextmanager
 def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[ModuleModel]]:
     """Patch the forward of every module a plugin models; restore them afterwards."""
@@ -76,7 +98,7 @@ def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[Modul
     used: list[ModuleModel] = []
     try:
         for path, module in model.named_modules():
-            answer, _ = host.call_first(
+            answer, plugin = host.call_first(
                 "rooflinekit_module_model", expect=ModuleModel, module=module, path=path, workload=workload
             )
             if answer is None:
@@ -84,8 +106,14 @@ def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[Modul
             had_own = "forward" in module.__dict__
             previous = module.__dict__.get("forward")
 
-            def forward(*args, _m=answer, _mod=module, _path=path, **kwargs):
-                return _m.forward(_mod, _path, args, kwargs)
+            who = f"{type(answer).__name__} (plugin '{plugin}')"
+
+            def forward(*args, _m=answer, _mod=module, _path=path, _who=who, **kwargs):
+                _RUNNING.append(_who)
+                try:
+                    return _m.forward(_mod, _path, args, kwargs)
+                finally:
+                    _RUNNING.pop()
 
             module.forward = forward
             patched.append((module, previous, had_own))

@@ -100,7 +100,30 @@ TP = textwrap.dedent(
         return {"layers.*.self_attn.q_proj": "diagonal", 5: "colwise", "layers.*.mlp.down_proj": "rowwise"}
     '''
 )
-MODULES = {"formulas": FORMULAS, "dirs": DIRS, "loader": LOADER, "exit": EXIT, "tp": TP}
+MODEL = textwrap.dedent(
+    '''
+    """Models every MLP analytically, emitting a negative FLOP count (RKBAD_MODEL)."""
+    import os
+
+    from rooflinekit.plugin import hookimpl
+    from rooflinekit.stages.modelled import ModuleModel, emit
+
+    class NegativeMLP(ModuleModel):
+        assumption = "an MLP costs minus one FLOP"
+
+        def forward(self, module, path, args, kwargs):
+            emit("rkbad.mlp", flops=-1.0, bytes_read=0.0, bytes_written=0.0, module=path,
+                 assumption=self.assumption)
+            return args[0]
+
+    @hookimpl
+    def rooflinekit_module_model(module, path, workload):
+        if os.environ.get("RKBAD_MODEL") and path.endswith(".mlp"):
+            return NegativeMLP()
+        return None
+    '''
+)
+MODULES = {"formulas": FORMULAS, "dirs": DIRS, "loader": LOADER, "exit": EXIT, "tp": TP, "model": MODEL}
 ENTRY_POINTS = {f"rkbad_{m}": f"rk_bad.{m}" for m in MODULES}
 
 _BUILT: list[Path] = []
@@ -155,6 +178,9 @@ CASES = [
          ["rk_nan.toml", "memory_bandwidth", "finite"], env={"RKBAD_DIRS": "rkhw"}, files=PLUGIN_FOLDER),
     case("profile-hook-calls-sys-exit", ["profile", GQA, *TINY],
          ["plugin 'rkbad_exit'", "sys.exit(3)", "rooflinekit_attention_spec"], env={"RKBAD_EXIT": "1"}),
+    case("profile-module-model-emits-negative-flops", ["profile", GQA, *TINY],
+         ["NegativeMLP (plugin 'rkbad_model')", "rkbad.mlp", "layers.0.mlp", "flops=-1.0", ">= 0"],
+         env={"RKBAD_MODEL": "1"}),
     case("sweep-hook-calls-sys-exit", ["sweep", GQA, *TINY, "-b", "1,2"],
          ["plugin 'rkbad_exit'", "sys.exit(3)"], env={"RKBAD_EXIT": "1"}),
 ]
