@@ -276,3 +276,21 @@ def test_full_stdout_is_one_line(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("rooflinekit: error: cannot write the report to stdout"), proc.stderr
     assert "No space left on device" in lines[0]
+
+
+def test_profiling_a_model_file_writes_nothing_beside_it(tmp_path, monkeypatch):
+    """No __pycache__ beside the user's model file, whatever the interpreter's bytecode setting."""
+    import shutil
+    import sys as _sys
+
+    from click.testing import CliRunner
+
+    from rooflinekit.cli.main import cli
+
+    model = tmp_path / "m.py"
+    shutil.copy(Path(__file__).resolve().parent.parent / "examples" / "llama_gqa.py", model)
+    monkeypatch.setattr(_sys, "dont_write_bytecode", False)
+    result = CliRunner().invoke(cli, ["profile", str(model), "-O", "layers=1", "-f", "json"])
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py"]
+    assert _sys.dont_write_bytecode is False  # restored

@@ -198,6 +198,8 @@ def load_model_file(path: str) -> ModelSource:
         raise ModelError(f"cannot import {path}: give a Python file (.py)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    # The user's folder is theirs: no __pycache__ written beside their model file.
+    wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
@@ -207,6 +209,7 @@ def load_model_file(path: str) -> ModelSource:
     except Exception as exc:
         raise ModelError(f"importing {path} failed: {_user_frame(exc, str(file))}") from exc
     finally:
+        sys.dont_write_bytecode = wrote_bytecode
         linecache.checkcache(str(file))
     missing = [f for f in ("build_model", "make_inputs") if not callable(getattr(module, f, None))]
     if missing:
