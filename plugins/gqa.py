@@ -13,12 +13,18 @@ Recognition is `trylast`: the `mla` plugin, and any plain third-party implementa
 
 from __future__ import annotations
 
-import torch
+import importlib
 
 from rooflinekit.plugin import call_layout, heads_cost, hookimpl, module_heads, split_heads
 
 GQA, MQA = "gqa", "mqa"
 PROVIDES = (GQA, MQA)
+
+
+def _torch():
+    """torch, imported when a hook first looks at a module: loading this plugin imports no torch
+    (commands that need no model, `rooflinekit hardware list`, `plugins`, start without it)."""
+    return importlib.import_module("torch")
 
 
 def classify(num_heads: int, num_kv_heads: int) -> str | None:
@@ -31,7 +37,7 @@ def classify(num_heads: int, num_kv_heads: int) -> str | None:
 
 @hookimpl(trylast=True)
 def rooflinekit_attention_spec(module, path, call):
-    if isinstance(module, torch.nn.MultiheadAttention):
+    if isinstance(module, _torch().nn.MultiheadAttention):
         return None
     layout = module_heads(module, call)
     arch = classify(layout.num_heads, layout.num_kv_heads) if layout is not None else None

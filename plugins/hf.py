@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from pathlib import Path
 
 from rooflinekit.core.limits import limit, over
 from rooflinekit.plugin import UserError, hookimpl
-from rooflinekit.stages.workload import ModelSource
 
 PROVIDES = ("transformers configs",)
+#: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
+WORKLOAD = "rooflinekit.stages.workload"
 
 
 def _is_config(path: str) -> bool:
@@ -65,7 +67,7 @@ def rooflinekit_workload_loader(path, options):
         raise
     except Exception as exc:  # transformers raises ValueError, TypeError, KeyError, its own classes...
         raise _user_error(exc, str(path), "cannot load this transformers config") from None
-    return ModelSource(
+    return importlib.import_module(WORKLOAD).ModelSource(
         name=source.name,
         path=source.path,
         build_model=_guarded(source.build_model, source.path, "transformers cannot build a model from this config"),

@@ -12,7 +12,7 @@ Recognition is `trylast`: the `mla` plugin, and any plain third-party implementa
 
 from __future__ import annotations
 
-import torch
+import importlib
 
 from rooflinekit.plugin import (
     AttentionSpec,
@@ -27,9 +27,15 @@ ARCH = "mha"
 PROVIDES = (ARCH,)
 
 
+def _torch():
+    """torch, imported when a hook first looks at a module: loading this plugin imports no torch
+    (commands that need no model, `rooflinekit hardware list`, `plugins`, start without it)."""
+    return importlib.import_module("torch")
+
+
 @hookimpl(trylast=True)
 def rooflinekit_attention_spec(module, path, call):
-    if isinstance(module, torch.nn.MultiheadAttention):
+    if isinstance(module, _torch().nn.MultiheadAttention):
         heads = module.num_heads
         return AttentionSpec(arch=ARCH, num_heads=heads, num_kv_heads=heads,
                              head_dim=module.head_dim, v_head_dim=module.vdim // heads)

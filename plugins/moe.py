@@ -13,16 +13,27 @@ Other MoE implementations can return an `ExpertsModel` from their own `rooflinek
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
-import torch
+import importlib
+from typing import TYPE_CHECKING
 
 from rooflinekit.plugin import UserError, hookimpl
 from rooflinekit.stages.hardware import dtype_key
-from rooflinekit.stages.modelled import ModuleModel, emit, emit_collective, suppressed
+
+if TYPE_CHECKING:
+    import torch
+
+    from rooflinekit_plugins.moe_model import ExpertsModel
 
 PROVIDES = ("MoE expert models",)
+#: ExpertsModel's module (it needs torch): imported when the hook first finds an experts container.
+MODEL_MODULE = "rooflinekit_plugins.moe_model"
+
+
+def __getattr__(name: str):
+    """`rooflinekit_plugins.moe.ExpertsModel`, served from its module on first use (PEP 562)."""
+    if name == "ExpertsModel":
+        return importlib.import_module(MODEL_MODULE).ExpertsModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> float:
@@ -30,111 +41,6 @@ def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> floa
     if tokens <= 0 or num_experts <= 0:
         return 0.0
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
-
-
-@dataclass
-class ExpertsModel(ModuleModel):
-    """Expected-load model of one experts container.
-
-    `matrices` are the per-expert weight matrices in execution order, as (name, out, in);
-    a gated MLP (`gated=True`) has its first matrix produce 2*inter (gate and up) and an
-    elementwise act(gate)*up between the matrices. `biases` are per-expert bias sizes.
-
-    Parallelism (one GPU's share; the planned-parallelism options --ep/--tp set these):
-
-    - `ep_size` > 1 with `tp_size` 1: expert parallelism with data-parallel attention. Each of the
-      ep GPUs brings its own T tokens (the workload's batch is per GPU) and holds E/ep experts;
-      every token goes to k experts, so each GPU runs T*k expert applications in expectation and
-      its experts are hit by ep*T tokens; an all-to-all dispatch sends each token's k copies to
-      their experts and an all-to-all combine brings them back.
-    - `tp_size` > 1: each expert's first matrices split by columns, its last by rows (tensor
-      parallelism inside every expert); an all-reduce sums the experts' output.
-    - `ep_size` == `tp_size` > 1: the tokens are the same on every GPU of the group (tensor-
-      parallel attention); each GPU runs its E/ep experts on the T*k/ep rows routed to them and
-      an all-reduce sums the partial outputs (no all-to-all: every GPU already has every token).
-    """
-
-    num_experts: int
-    matrices: list[tuple[str, int, int]]
-    itemsize: int
-    dtype: str
-    top_k: int | None = None
-    gated: bool = True
-    biases: list[tuple[str, int]] = field(default_factory=list)
-    ep_size: int = 1
-    tp_size: int = 1
-
-    @property
-    def assumption(self) -> str:  # type: ignore[override]
-        return ("MoE experts modelled under uniform routing: T tokens choosing k of E experts "
-                "touch E*(1-(1-k/E)^T) distinct experts, each expert's weights read once per step; "
-                "FLOPs count T*k expert applications")
-
-    def forward(self, module, path, args, kwargs):
-        hidden = args[0] if args else kwargs.get("hidden_states")
-        index = args[1] if len(args) > 1 else kwargs.get("top_k_index", kwargs.get("router_indices"))
-        k = int(index.shape[-1]) if isinstance(index, torch.Tensor) else int(self.top_k or 1)
-        tokens = math.prod(hidden.shape[:-1])
-        self.account(path, tokens, k, hidden.shape[-1])
-        with suppressed():
-            return torch.zeros_like(hidden)
-
-    @property
-    def dp_tokens(self) -> bool:
-        """Expert parallelism over data-parallel attention: each GPU brings its own tokens."""
-        return self.ep_size > 1 and self.tp_size == 1
-
-    def account(self, path: str, tokens: int, k: int, hidden: int) -> None:
-        """Emit the modelled records for `tokens` tokens routed to `k` experts each."""
-        e_total, ep, tp = self.num_experts, self.ep_size, self.tp_size
-        local = e_total / ep
-        split = tp if ep == 1 else 1  # with EP the experts are spread whole over the GPUs
-        # tokens reaching the experts of this GPU's group, and the rows this GPU computes
-        group_tokens = tokens * ep if self.dp_tokens else tokens
-        rows = group_tokens * k / ep
-        # uniform routing over all E experts; this GPU holds 1/ep of them, so 1/ep of the hits
-        touched = expected_distinct_experts(group_tokens, k, e_total) / ep
-        isz = self.itemsize
-        note = self.assumption + f" (T={group_tokens}, k={k}, E={e_total}: {touched:.1f} experts" + (
-            f" of {local:g} local" if ep > 1 else "") + (f", each split {split} ways" if split > 1 else "") + ")"
-        if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
-        last = len(self.matrices) - 1
-        for i, (name, out_f, in_f) in enumerate(self.matrices):
-            # tensor parallelism: the last matrix splits its input (rows), the others their output
-            out_l = out_f / split if i < last or last == 0 else out_f
-            in_l = in_f / split if i == last and last > 0 else in_f
-            weights = touched * out_l * in_l * isz
-            emit(
-                f"moe.{name}", module=path, dtype=self.dtype, assumption=note,
-                flops=2 * rows * out_l * in_l,
-                bytes_read=weights + rows * in_l * isz,
-                bytes_written=rows * out_l * isz,
-                param_bytes=weights, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}",
-            )
-            if self.gated and i == 0 and len(self.matrices) > 1:
-                inter = out_l / 2
-                emit("moe.act_and_mul", module=path, dtype=self.dtype, assumption=note, counted=False,
-                     flops=0, bytes_read=rows * out_l * isz, bytes_written=rows * inter * isz)
-        for name, size in self.biases:
-            emit(f"moe.{name}", module=path, dtype=self.dtype, assumption=note, flops=0,
-                 bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz)
-        if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
-            rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
-        # weighted combine of each token's k expert outputs
-        emit("moe.combine", module=path, dtype=self.dtype, assumption=note, flops=0,
-             bytes_read=rows * hidden * isz, bytes_written=tokens * hidden * isz)
-        if tp > 1:
-            emit_collective("all_reduce", group_size=tp, message_bytes=tokens * hidden * isz,
-                            module=path, dtype=self.dtype, assumption=_AR_NOTE, shapes=f"{tokens}x{hidden}")
-
-
-_A2A_NOTE = ("expert-parallel all-to-all (dispatch, then combine): each GPU sends its T tokens' k "
-             "copies, T*k*hidden*itemsize bytes, of which (N-1)/N leave the GPU under uniform routing")
-_AR_NOTE = "the experts' outputs are partial sums on each GPU: one all-reduce of T*hidden*itemsize"
 
 
 def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ExpertsModel | None:
@@ -151,9 +57,10 @@ def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -
     first = mats[0][1]
     gated = len(matrices) > 1 and matrices[0][1] == 2 * matrices[-1][2]
     top_k = getattr(module, "top_k", None) or getattr(getattr(module, "config", None), "num_experts_per_tok", None)
-    return ExpertsModel(num_experts=int(num), matrices=matrices, itemsize=first.element_size(),
-                        dtype=dtype_key(first.dtype), top_k=top_k, gated=gated, biases=biases,
-                        ep_size=ep_size, tp_size=tp_size)
+    model_class = importlib.import_module(MODEL_MODULE).ExpertsModel
+    return model_class(num_experts=int(num), matrices=matrices, itemsize=first.element_size(),
+                       dtype=dtype_key(first.dtype), top_k=top_k, gated=gated, biases=biases,
+                       ep_size=ep_size, tp_size=tp_size)
 
 
 @hookimpl

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +35,10 @@ class Profiled:
     report: Report
     model: torch.nn.Module
     capture: object
+    #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionRow).
+    attention: list = field(default_factory=list)
+    #: The module models plugins put in place during the capture (rooflinekit.stages.modelled).
+    models: list = field(default_factory=list)
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -157,4 +161,4 @@ def profile(
         report = with_alt_placement(report, alt_hw)
     if measurement is not None and trace:
         write_trace(trace, measurement.trace, report)
-    return Profiled(report=report, model=built.model, capture=cap)
+    return Profiled(report=report, model=built.model, capture=cap, attention=rows, models=list(patched))

@@ -1,6 +1,8 @@
 """Sweeps: one model profiled over a grid of (batch, context), and the critical batch per context.
 
-The model is built once per sweep (it does not depend on batch or context); each point makes its
+The model is built once per sweep (it does not depend on batch or context). On the meta device
+every point is evaluated from counts fitted exactly on a few captures and checked on one more
+(rooflinekit.analyses.gridfit); elsewhere, and where the counts do not fit, each point makes its
 own inputs and runs one capture. The critical batch comes from the model's own counts: per-step
 FLOPs and bytes are fitted as affine functions of batch from two profiled batches, the fit is
 checked on a third, and the batch it solves is profiled. Where the fit fails (MoE: the experts
@@ -19,7 +21,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from tabulate import tabulate
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.gridfit import RegionFit, fit_grid
+from rooflinekit.analyses.profile import Profiled, profile
 from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.report import (
@@ -34,8 +37,11 @@ from rooflinekit.core.report import (
 from rooflinekit.core.units import seconds, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
-from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.detect import auto_hardware
+from rooflinekit.stages.fit import LayerPlan, skipping
+from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.roofline import intensity
+from rooflinekit.stages.workload import build
 
 #: A fit whose prediction misses a checked batch by more than this is not trusted.
 FIT_TOLERANCE = 0.01
@@ -130,6 +136,8 @@ class Profiler:
 
     Counts only: no point is timed, whatever the device (measured mode is `profile --measure`).
     The notes and warnings of every profile are kept, each once, in order of first appearance.
+    After `fit(batches, contexts)`, points at the contexts it fitted are evaluated from counts
+    fitted on a few captures (rooflinekit.analyses.gridfit) instead of captured.
     """
 
     def __init__(self, source, base, hardware: str, *, depth: int = 3, host=None, db=None):
@@ -145,31 +153,93 @@ class Profiler:
         self.notes: dict[str, None] = {}  # ordered sets
         self.warnings: dict[str, None] = {}
         self.profiles = 0
+        self.evaluated = 0  # points evaluated from a fit rather than captured
+        self.fits: dict[int, list[RegionFit]] = {}  # context -> the fits that serve it
+        self.fit_notes: list[str] = []
         self._built = None
+        self._model = None
+        self._hw: HardwareSpec | None = None
 
     def row(self, batch: int, context: int) -> dict:
-        """The sweep row at (batch, context), profiling it on first use."""
+        """The sweep row at (batch, context), from the fit at its context or profiled, on first use."""
         key = (batch, context)
         if key not in self.rows:
-            self.rows[key] = point_row(self.report(batch, context))
+            fit = self.fit_for(batch, context)
+            if fit is not None:
+                workload = replace(self.base, batch=batch, context=context)
+                self.rows[key] = point_row(fit.fitted.report_at(
+                    workload, self.hw(), model_info=self.header["model"], depth=self.depth, compact=True))
+                self.evaluated += 1
+            else:
+                self.run(batch, context)  # keeps its row
         return self.rows[key]
 
     def report(self, batch: int, context: int) -> Report:
         """A full profile report at (batch, context) with the model built once (counts, not timed)."""
+        return self.run(batch, context).report
 
+    def report_at(self, batch: int, context: int) -> Report:
+        """The full report at (batch, context): from the fit at its context (every op, module and
+        attention row, placed as a capture's), else profiled."""
+        fit = self.fit_for(batch, context)
+        if fit is None:
+            return self.report(batch, context)
+        t = fit.template
+        return fit.fitted.report_at(replace(self.base, batch=batch, context=context), self.hw(),
+                                    model_info=encode(t.model), depth=self.depth, notes=t.notes, warnings=t.warnings)
+
+    def fit_for(self, batch: int, context: int) -> RegionFit | None:
+        """The fit that serves (batch, context), if any."""
+        return next((f for f in self.fits.get(context, ()) if f.serves(batch)), None)
+
+    def run(self, batch: int, context: int, plan: LayerPlan | None = None) -> Profiled:
+        """Profile (batch, context), with the layers `plan` skips skipped (a fit's design capture)."""
         workload = replace(self.base, batch=batch, context=context)
         source = self._built or self.source
-        result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
-                         measure=False)
+        if plan is not None:
+            with skipping(plan):
+                result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
+                                 measure=False)
+        else:
+            result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
+                             measure=False)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
+            self._model = result.model
         r = result.report
         if self.header is None:
             self.header = {k: encode(getattr(r, k)) for k in ("schema_version", "tool", "model", "hardware")}
         self.notes.update(dict.fromkeys(r.notes))
         self.warnings.update(dict.fromkeys(r.warnings))
-        return r
+        if plan is None or not plan.skipped:
+            self.rows.setdefault((batch, context), point_row(r))
+        return result
+
+    def model(self):
+        """The model, built once (on the base workload's device and dtype)."""
+        if self._model is None:
+            self._model = build(self.source, self.base).model
+            self._built = replace(self.source, build_model=_always(self._model))
+        return self._model
+
+    def hw(self) -> HardwareSpec:
+        """The hardware entry the profiles are placed on."""
+        if self._hw is None:
+            if self.hardware == "auto":
+                self._hw = auto_hardware(self.db, DEFAULT_HARDWARE)[0]
+            else:
+                self._hw = self.db.get(self.hardware)
+        return self._hw
+
+    def fit(self, batches: list[int], contexts: list[int], *, top_batch: int | None = None) -> None:
+        """Fit the counts over batches x contexts where they fit (meta device, no data-dependent
+        module models), so that `row` evaluates points there; `top_batch` is the largest batch that
+        will be asked for besides `batches` (the critical batch's bound), where the fit is checked."""
+        fits, notes = fit_grid(self.run, self.model(), self.base, self.host, list(batches), list(contexts),
+                               top_batch=top_batch)
+        self.fits.update(fits)
+        self.fit_notes.extend(notes)
 
     def probe(self, context: int, basis: str = "executed") -> Probe:
         """(flops, bytes) of the whole step as a function of batch, at one context."""
@@ -474,6 +544,7 @@ class SweepResult:
     critical_ideal: list[CriticalBatch] = field(default_factory=list)
     interrupted: bool = False
     profiles: int = 0
+    evaluated: int = 0
     wall_s: float = 0.0
     max_batch: int = MAX_BATCH
     explore: bool = True  # whether the critical batch may profile batches the sweep did not ask for
@@ -500,6 +571,7 @@ class SweepResult:
             critical_batch_attention_minimum=[decode(CriticalBatchInfo, c.to_dict()) for c in self.critical_ideal],
             interrupted=self.interrupted,
             profiles=self.profiles,
+            evaluated=self.evaluated,
             wall_s=self.wall_s,
             warnings=list(self.warnings),
             notes=notes,
@@ -521,6 +593,7 @@ def run_sweep(
     max_batch: int = MAX_BATCH,
     progress: Callable[[dict], None] | None = None,
     profiler: Profiler | None = None,
+    fit: bool = True,
 ) -> SweepResult:
     """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done.
 
@@ -528,6 +601,10 @@ def run_sweep(
     (they cost the same at any batch). On a real device (cpu, cuda) each batch is real memory, so
     only the sweep's own batches are profiled: the critical batch is then the fit's extrapolation,
     and a note says so.
+
+    With `fit` (on the meta device), every point and critical-batch probe is evaluated from counts
+    fitted exactly on a few captures and checked on one more (rooflinekit.analyses.gridfit), where
+    the counts fit; elsewhere it is captured, and the notes say which.
     """
 
     start = time.perf_counter()
@@ -537,6 +614,8 @@ def run_sweep(
     result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts),
                          max_batch=max_batch, explore=explore)
     try:
+        if fit and explore:
+            prof.fit(batches, contexts, top_batch=max_batch if critical else None)
         for context in contexts:
             for batch in batches:
                 row = prof.row(batch, context)
@@ -556,7 +635,8 @@ def run_sweep(
         result.interrupted = True
     result.header = prof.header or {}
     result.profiles = prof.profiles
-    result.notes = list(prof.notes)
+    result.evaluated = prof.evaluated
+    result.notes = list(prof.notes) + [n for n in prof.fit_notes if n not in prof.notes]
     result.warnings = list(prof.warnings)
     if critical and not explore:
         result.notes.append(

@@ -13,15 +13,8 @@ from rooflinekit.analyses.distributed import (
 )
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
-from rooflinekit.cli.options import (
-    check_destination,
-    debug_option,
-    emit,
-    make_workload,
-    model_inputs,
-    parallel_options,
-    workload_options,
-)
+from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.stdio import stdout_to_stderr

@@ -8,15 +8,8 @@ import click
 
 from rooflinekit.analyses.sweep import MAX_BATCH, render_sweep, run_sweep
 from rooflinekit.cli.base import Command
-from rooflinekit.cli.options import (
-    check_destination,
-    debug_option,
-    emit,
-    make_workload,
-    model_inputs,
-    parallel_options,
-    workload_options,
-)
+from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.stdio import stdout_to_stderr
@@ -32,6 +25,14 @@ SWEEP_HELP = """Profile MODEL at every BATCH x CONTEXT; find the critical batch 
 One row per point: the whole step's FLOPs, bytes, intensity, bound, predicted step time,
 tokens/s, bound MFU, the byte split (weights / KV cache / other) and attention's intensity
 (architecture minimum and as executed). The model is built once.
+
+\b
+On --device meta the counts are fitted: every op's FLOPs and bytes are exact polynomials in
+batch and context, fitted on a few captures (repeated layers skipped) and checked against one
+full capture at a point they did not use; every point is then evaluated from the fit, in about
+the time of one profile. Where they do not fit (data-dependent MoE load, a check that misses by
+more than 1e-9 relative) the points are captured one by one; the notes say which. --no-fit
+captures every point.
 
 \b
 Critical batch: the smallest batch at which the whole step reaches the ridge point, from an
@@ -59,12 +60,13 @@ def decorate(f):
 @click.option("--output", "-o", default=None, help="Write the sweep to this file (atomically).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
 @click.option("--no-critical", is_flag=True, help="Skip the critical batch.")
+@click.option("--no-fit", is_flag=True, help="Capture every point (do not evaluate points from fitted counts).")
 @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
               help="Largest batch the critical-batch check and search profile, and the largest reported.")
 @parallel_options
 @debug_option
 def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
-          no_critical, max_batch, debug, tp=1, ep=1):
+          no_critical, max_batch, debug, tp=1, ep=1, no_fit=False):
     base, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
     for b in batches:
         for c in contexts:
@@ -84,7 +86,7 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
             bar.__enter__()
         with stdout_to_stderr():  # what the model and plugins print stays off the report
             result = run_sweep(load_source(model, opts), base, batches, contexts, hardware or "auto",
-                               critical=not no_critical, max_batch=max_batch,
+                               critical=not no_critical, max_batch=max_batch, fit=not no_fit,
                                progress=(lambda _row: bar.update(1)) if bar else None)
     finally:
         if bar:

@@ -54,3 +54,10 @@ def storage_ref(tensor: torch.Tensor):
     """A weak reference to a tensor's storage (StorageWeakRef moved around; stable since 2.0)."""
 
     return StorageWeakRef(tensor.untyped_storage())
+
+
+def storage_expired(ref) -> bool:
+    """Whether the storage a `storage_ref` points to is gone: StorageWeakRef.expired() without its
+    detour through TypedStorage (same answer, a fraction of the cost on the capture's hot path)."""
+
+    return torch.UntypedStorage._expired(ref.cdata)

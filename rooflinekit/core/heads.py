@@ -9,10 +9,10 @@ then decides which architecture the numbers mean.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.keys import pairs_attended, positions_attended
@@ -23,6 +23,9 @@ from rooflinekit.core.specs import (
     AttentionSpec,
     AttentionWorkload,
 )
+
+if TYPE_CHECKING:  # annotations only: this module (and so `rooflinekit.plugin`) loads without torch
+    import torch
 
 HEAD_ATTRS = ("num_heads", "n_heads", "num_attention_heads", "n_head", "n_local_heads", "heads")
 KV_HEAD_ATTRS = ("num_kv_heads", "num_key_value_heads", "n_kv_heads", "n_local_kv_heads", "kv_heads")
@@ -38,6 +41,13 @@ def int_attr(obj: object, names: Iterable[str]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+def _is_linear(obj: object) -> bool:
+    """isinstance(obj, torch.nn.Linear), without importing torch: no object is a torch Linear
+    before torch has been imported, so plugins (and the commands that load them) stay torch-free."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Linear)
 
 
 def lookup(module: object, names: Iterable[str]) -> int | None:
@@ -90,7 +100,7 @@ def module_heads(module: torch.nn.Module, call: AttentionCall | None = None) -> 
     q_proj = getattr(module, "q_proj", None)
     if head_dim is None:
         hidden = lookup(module, HIDDEN_ATTRS)
-        if isinstance(q_proj, torch.nn.Linear):
+        if _is_linear(q_proj):
             head_dim = q_proj.out_features // heads
         elif call_dim is not None:
             head_dim = call_dim
@@ -105,7 +115,7 @@ def module_heads(module: torch.nn.Module, call: AttentionCall | None = None) -> 
         k_proj = getattr(module, "k_proj", None)
         if groups is not None:
             kv_heads = heads // groups
-        elif isinstance(k_proj, torch.nn.Linear):
+        elif _is_linear(k_proj):
             kv_heads = k_proj.out_features // head_dim
         elif call_kv is not None:
             kv_heads = call_kv  # what the attention call attends over, repeats undone

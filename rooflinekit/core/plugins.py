@@ -109,6 +109,10 @@ class PluginHost:
                        provides_of(plugin))
         )
 
+    def implemented(self, hook_name: str) -> bool:
+        """Whether any plugin implements `hook_name` (asking it of every module is then skipped)."""
+        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+
     def _impls(self, hook_name: str):
         # pluggy calls implementations last-registered first (tryfirst/trylast respected).
         return list(reversed(getattr(self.pm.hook, hook_name).get_hookimpls()))

@@ -500,7 +500,8 @@ class SweepReport:
     critical_batch: list[CriticalBatchInfo] = field(default_factory=list)
     critical_batch_attention_minimum: list[CriticalBatchInfo] = field(default_factory=list)
     interrupted: bool = False
-    profiles: int = 0
+    profiles: int = 0  # captures run (full, or a fit's design captures with repeated layers skipped)
+    evaluated: int = 0  # points and critical-batch probes evaluated from fitted counts, not captured
     wall_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -367,7 +367,11 @@ def draw(chart: Chart, fmt: str = "png") -> bytes:
         bx.set_ylim(x_lo, max(xs + [ridge]) * 3)
     fig.legend(*ax.get_legend_handles_labels(), fontsize=7, loc="upper center", ncol=3, framealpha=0.9,
                bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout()
+    # Fixed margins (what tight_layout chose for these charts) rather than tight_layout itself: it
+    # lays every label out once more, a third of the drawing time; the saved bbox is tight anyway.
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.61 / height, top=1 - 0.34 / height,
+                        wspace=0.12 if by_batch else 0.2)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, bbox_inches="tight")
     return buf.getvalue()

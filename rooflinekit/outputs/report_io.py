@@ -245,7 +245,7 @@ def attention_figures(report: Report) -> dict:
     bytes_min = sum(a.bytes_min or 0.0 for a in recognised)
     bytes_exec = sum(a.bytes_executed for a in recognised)
     flops_exec = sum(a.flops_executed for a in recognised)
-    layers = len(recognised)
+    layers = at.recognised  # len(recognised), also where rows stand for several layers (a fitted sweep's)
     per_token = at.cache_bytes_per_token
     return {
         "layers": at.layers,

@@ -15,6 +15,7 @@ or a matrix product of two activations (QK^T, PV). For each site:
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -27,6 +28,7 @@ from rooflinekit.core.specs import (
     AttentionWindow,
     AttentionWorkload,
 )
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.workload import Workload
 
@@ -49,7 +51,7 @@ class AttentionRow:
     op_indices: list[int] = field(default_factory=list)
     kv_op_indices: list[int] = field(default_factory=list)
     kv_reexpand_flops: float = 0.0  # projections re-applied to cached positions every step
-    causal: bool | None = None  # what the model FLOPs assumed (see `_causality`)
+    causal: bool | None = None  # what the model FLOPs assumed (see `causality`)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -82,8 +84,10 @@ class AttentionRow:
 def _is_attention_product(op: OpRecord, params: set[int]) -> bool:
     if op.kind == "fused" and op.name.endswith("scaled_dot_product_attention"):
         return True
+    if not op.sinks:  # most ops: no activation operands to a product
+        return False
     sids = op.attrs.get("operand_sids")
-    return bool(op.sinks) and sids is not None and len(sids) == 2 and not (set(sids) & params)
+    return sids is not None and len(sids) == 2 and not (set(sids) & params)
 
 
 def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
@@ -136,33 +140,44 @@ def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], par
     """
     position = {op.index: i for i, op in enumerate(ops)}
     products = set(sinks)
+    writers: dict[int, list[int]] = {}  # storage -> positions of the ops writing it (not products), ascending
+    for i, op in enumerate(ops):
+        if op.index not in products:
+            for s, _ in op.writes:
+                at = writers.setdefault(s, [])
+                if not at or at[-1] != i:
+                    at.append(i)
     chosen: set[int] = set()
     for sink_index, operands in sinks.items():
         frontier = [(sid, position[sink_index]) for sid, _ in operands]
         while frontier:
             sid, before = frontier.pop()
-            for i in range(before - 1, -1, -1):
+            at = writers.get(sid, ())
+            for i in reversed(at[:bisect_left(at, before)]):  # the writers of sid before, latest first
                 op = ops[i]
-                if op.index in products:
-                    continue
-                if any(s == sid for s, _ in op.writes):
-                    if _is_projection(op) and op.attrs.get("rows", 0) <= tokens:
-                        break  # the new K/V, made from hidden states: the walk ends here
-                    if op.index not in chosen:
-                        chosen.add(op.index)
-                        frontier.extend((s, i) for s, _ in op.reads if s not in params)
+                if _is_projection(op) and op.attrs.get("rows", 0) <= tokens:
+                    break  # the new K/V, made from hidden states: the walk ends here
+                if op.index not in chosen:
+                    chosen.add(op.index)
+                    frontier.extend((s, i) for s, _ in op.reads if s not in params)
     return sorted(chosen)
 
 
 def _subtrees(ops: list[OpRecord], sites: set[str]) -> dict[str, list[OpRecord]]:
     """Site path -> the ops of its module and all its descendants, in execution order."""
     out: dict[str, list[OpRecord]] = {s: [] for s in sites}
+    owners: dict[str, list[list[OpRecord]]] = {}  # module path -> the lists of the sites above it
     for op in ops:
-        path = op.module
-        while path:
-            if path in out:
-                out[path].append(op)
-            path = path.rpartition(".")[0]
+        lists = owners.get(op.module)
+        if lists is None:
+            lists = owners[op.module] = []
+            path = op.module
+            while path:
+                if path in out:
+                    lists.append(out[path])
+                path = path.rpartition(".")[0]
+        for site_ops in lists:
+            site_ops.append(op)
     return out
 
 
@@ -193,7 +208,7 @@ def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int
     return AttentionCall(path, module_class, tuple(q), k, v, False, unique, False)
 
 
-def _causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, str | None]:
+def causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, str | None]:
     """Whether the site's attention is causal, from its fused call, and a note when assumed.
 
     is_causal=True: causal. No mask and not is_causal: every query sees every key (an encoder,
@@ -214,6 +229,38 @@ def _causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, s
     return None, f"{how}: its values are not inspected; model FLOPs assume a causal mask"
 
 
+def cost_and_notes(spec: AttentionSpec | None, dtype: str, causal: bool | None, causal_note: str | None,
+                   workload: Workload, host: PluginHost, kv_read: float, kv_reexpand_flops: float,
+                   reexpand_modules: list[str]) -> tuple[AttentionCost | None, list[str]]:
+    """A layer's architecture cost at `workload` (its plugin's closed form) and the notes its row
+    carries before the spec's own, from what its code read (`kv_read`) and re-computed."""
+    notes = [causal_note] if causal_note else []
+    cost = None
+    if spec is not None:
+        itemsize = _itemsize(dtype)
+        aw = AttentionWorkload(
+            batch=workload.batch, q_len=workload.q_len, context=workload.context,
+            phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize, causal=causal,
+        )
+        cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
+        if cost is None:
+            notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
+        elif kv_read < 0.99 * cost.kv_bytes_min:
+            notes.append(
+                f"the attention read {kv_read / cost.kv_bytes_min:.3g}x the K/V minimum: it attends "
+                f"fewer positions than the spec assumes (a sliding window or sparse pattern no "
+                f"installed plugin models), so the minimum and model FLOPs over-state this layer"
+            )
+    else:
+        notes.append("not recognised by any plugin: executed FLOPs and bytes counted, minimum not attributed")
+    if kv_reexpand_flops:
+        notes.append(
+            f"K/V of all cached positions re-computed every step by {', '.join(reexpand_modules)}: "
+            f"{kv_reexpand_flops:.3g} FLOPs the architecture does not need (not in model FLOPs)"
+        )
+    return cost, notes
+
+
 def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, OpRecord]) -> float | None:
     """Largest written/read ratio among K/V-path copies: >1 means K/V were repeated before use."""
     best = None
@@ -231,6 +278,13 @@ def attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
 ) -> list[AttentionRow]:
     """One AttentionRow per attention site, in execution order."""
+    with stdout_to_stderr():  # plugins' prints: one redirect for all the hooks asked, not one per call
+        return _attribute_attention(cap, model, workload, host)
+
+
+def _attribute_attention(
+    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
+) -> list[AttentionRow]:
     modules = dict(model.named_modules())
     by_index = {op.index: op for op in cap.ops}
     rows = []
@@ -284,33 +338,10 @@ def attribute_attention(
             spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
         if spec is not None:
             spec = _with_window(spec, host, modules, candidates, call, workload.context)
-        causal, causal_note = _causality(core, workload)
-        if causal_note:
-            notes.append(causal_note)
-        cost = None
-        if spec is not None:
-            itemsize = _itemsize(dtype)
-            aw = AttentionWorkload(
-                batch=workload.batch, q_len=workload.q_len, context=workload.context,
-                phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize, causal=causal,
-            )
-            cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
-            if cost is None:
-                notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
-            elif kv_read < 0.99 * cost.kv_bytes_min:
-                notes.append(
-                    f"the attention read {kv_read / cost.kv_bytes_min:.3g}x the K/V minimum: it attends "
-                    f"fewer positions than the spec assumes (a sliding window or sparse pattern no "
-                    f"installed plugin models), so the minimum and model FLOPs over-state this layer"
-                )
-        else:
-            notes.append("not recognised by any plugin: executed FLOPs and bytes counted, minimum not attributed")
-        if kv_reexpand_flops:
-            where = sorted({op.module for op in reexpand})
-            notes.append(
-                f"K/V of all cached positions re-computed every step by {', '.join(where)}: "
-                f"{kv_reexpand_flops:.3g} FLOPs the architecture does not need (not in model FLOPs)"
-            )
+        causal, causal_note = causality(core, workload)
+        cost, cost_notes = cost_and_notes(spec, dtype, causal, causal_note, workload, host, kv_read,
+                                          kv_reexpand_flops, sorted({op.module for op in reexpand}))
+        notes.extend(cost_notes)
         rows.append(
             AttentionRow(
                 module=path or "(root)",

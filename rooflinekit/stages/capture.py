@@ -14,10 +14,11 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
+from torch._ops import OpOverload
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -88,6 +89,14 @@ class _OpInfo:
     name: str
     args: tuple[tuple[str, bool], ...]  # (argument name, written by the op)
     returns_alias: tuple[bool, ...]  # return i aliases an input
+    # derived from the above, once per op overload (record_aten's per-call work stays small)
+    any_alias: bool = False  # some return aliases an input
+    partial: tuple[str, bool] | None = None  # _PARTIAL_WRITES[name]
+    gather_arg: str | None = None  # _GATHERS[name]
+    reads_written: bool = True  # a written argument is also read (not in _OVERWRITES)
+    matmul: bool = False  # in MATMUL_OPS
+    formula: Callable | None = None  # the FLOP formula (the recorder's FormulaBook)
+    counted: bool = False  # a formula, or a data-movement op (0 FLOPs by definition)
 
 
 @dataclass
@@ -106,6 +115,8 @@ class CaptureResult:
 def unique_bytes(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a tensor view addresses: stride-0 dims count once."""
     try:
+        if t.is_contiguous():  # every element once (the common case, without walking the strides)
+            return t.numel() * t.element_size()
         strides = t.stride()
     except RuntimeError:  # sparse, nested: fall back to numel
         return t.numel() * t.element_size()
@@ -138,27 +149,60 @@ def _tensors(value) -> Iterator[torch.Tensor]:
                 yield v
 
 
+_DTYPE_KEYS: dict[torch.dtype, str] = {}
+
+
+def _dtype_key(dtype: torch.dtype) -> str:
+    """hardware.dtype_key, once per dtype."""
+    try:
+        return _DTYPE_KEYS[dtype]
+    except KeyError:
+        key = _DTYPE_KEYS[dtype] = dtype_key(dtype)
+        return key
+
+
 def _shape(t: torch.Tensor) -> str:
     return "x".join(str(s) for s in t.shape) or "scalar"
 
 
+def _direct(func) -> Callable:
+    """What calling an op overload calls: its C++ op, without OpOverload.__call__'s Python frame
+    (one per op, 10^4 ops); anything else (TorchBindOpOverload's own __call__) as it is."""
+    return func._op if type(func) is OpOverload else func
+
+
+def _view_key(t: torch.Tensor) -> tuple:
+    """What makes two views of one storage the same view."""
+    return t.storage_offset(), tuple(t.shape), t.stride()
+
+
 class _Storages:
-    """Stable serial numbers for storages, robust to address reuse after a storage dies."""
+    """Stable serial numbers for storages, robust to address reuse after a storage dies.
+
+    A storage is known by its StorageImpl's address (what a weak reference's cdata holds). A
+    storage with memory is held weakly, and a dead one's address, once reused, gets a new number.
+    A meta storage owns no memory: it is held (until the capture ends), so its address cannot be
+    reused and a lookup needs no liveness check (the same numbers, at a fraction of the cost).
+    """
 
     def __init__(self) -> None:
-        self._refs: dict[int, tuple[object, int]] = {}
+        self._refs: dict[int, tuple[object, int, bool]] = {}  # address -> (ref or storage, number, held)
         self._next = itertools.count(1)
 
     def id(self, t: torch.Tensor) -> int:
         try:
-            ref = compat.storage_ref(t)
+            storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError, TypeError):
             return -1
-        key = ref.cdata
+        key = storage._cdata
         entry = self._refs.get(key)
-        if entry is None or entry[0].expired():
-            entry = (ref, next(self._next))
-            self._refs[key] = entry
+        if entry is not None and (entry[2] or not compat.storage_expired(entry[0])):
+            return entry[1]
+        if t.is_meta:
+            entry = (storage, next(self._next), True)
+        else:
+            entry = (compat.storage_ref(t), next(self._next), False)
+        self._refs[key] = entry
         return entry[1]
 
 
@@ -181,7 +225,12 @@ class Recorder:
         # product is a bmm over [B*H, L, E], which has lost the heads.
         self.matmul_hint: tuple[list, list] | None = None
         self.on_record: Callable[[OpRecord], None] | None = None
-        self._infos: dict[object, _OpInfo | None] = {}
+        #: id(op overload) -> (the op overload, held so that its id stays its own; its _OpInfo;
+        #: what calling it calls): keyed by identity, which is the overloads' equality, without
+        #: their Python __hash__.
+        self._infos: dict[int, tuple[object, _OpInfo | None, Callable]] = {}
+        self._kinds: dict[int, tuple[object, object]] = {}
+        self._shape_texts: dict[tuple, str] = {}
         self.param_owners: dict[int, str] = {}
         self.saw_subclass = False
         #: The model, and the inputs of its call (a recording started without a model adopts the
@@ -197,13 +246,10 @@ class Recorder:
         self.root = model
         self.module_names.update({id(m): n for n, m in model.named_modules()})
         self.param_storages, self.param_total = _storage_ids(self, model)
-        for pname, p in model.named_parameters():
-            sid = self.storages.id(getattr(p, "_local_tensor", p))
-            self.param_owners.setdefault(sid, pname.rpartition(".")[0])
 
     def run_op(self, func, args, kwargs):
         """Run an op the dispatch mode is about to record (a subclass can wrap the call)."""
-        return func(*args, **kwargs)
+        return _direct(func)(*args, **kwargs)
 
     # -- module tracking (global forward hooks, the mechanism torch's ModuleTracker uses) --
     def pre_hook(self, module, args):
@@ -242,93 +288,139 @@ class Recorder:
         return record
 
     def _reads(self, tensors, cap: dict[int, int] | None = None):
-        seen = set()
+        """(storage, bytes) read from each distinct view among `tensors`, and the parameter bytes."""
         reads: list[tuple[int, float]] = []
         param = 0.0
+        sid_of = self.storages.id
+        params = self.param_storages
+        views: dict[int, list[torch.Tensor]] = {}  # storage -> the views of it read so far
+        others: set[int] | None = None  # tensors without a storage, by identity
         for t in tensors:
-            sid = self.storages.id(t)
-            key = (sid, t.storage_offset(), tuple(t.shape), t.stride()) if sid >= 0 else id(t)
-            if key in seen:
-                continue
-            seen.add(key)
+            sid = sid_of(t)
+            if sid >= 0:
+                same = views.get(sid)
+                if same is None:
+                    views[sid] = [t]
+                else:  # a storage read twice: the same view (offset, shape, strides) counts once
+                    key = _view_key(t)
+                    if any(_view_key(o) == key for o in same):
+                        continue
+                    same.append(t)
+            else:
+                if others is None:
+                    others = set()
+                elif id(t) in others:
+                    continue
+                others.add(id(t))
             nbytes = float(unique_bytes(t))
             if cap is not None and id(t) in cap:
                 nbytes = min(nbytes, cap[id(t)])
             reads.append((sid, nbytes))
-            if sid in self.param_storages:
+            if sid in params:
                 param += nbytes
         return reads, param
 
     def _info(self, func) -> _OpInfo | None:
         """Per-op facts that do not change between calls (schema, formula), computed once."""
-        try:
-            return self._infos[func]
-        except KeyError:
-            pass
+        entry = self._infos.get(id(func))
+        if entry is not None:
+            return entry[1]
         name = op_key(func)
         if func.is_view or name in FREE_OPS:
             info = None
         else:
             schema = func._schema
+            returns_alias = tuple(r.alias_info is not None for r in schema.returns)
             info = _OpInfo(
                 name=name,
                 args=tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments),
-                returns_alias=tuple(r.alias_info is not None for r in schema.returns),
+                returns_alias=returns_alias,
+                any_alias=any(returns_alias),
+                partial=_PARTIAL_WRITES.get(name),
+                gather_arg=_GATHERS.get(name),
+                reads_written=name not in _OVERWRITES,
+                matmul=name in MATMUL_OPS,
             )
-        self._infos[func] = info
+            fn = self.formulas.lookup(name)
+            info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS)
+        self._infos[id(func)] = (func, info, _direct(func))
         return info
 
     def record_aten(self, func, args, kwargs, out) -> None:
-        info = self._info(func)
+        entry = self._infos.get(id(func))
+        info = entry[1] if entry is not None else self._info(func)
         if info is None:
             return
         name = info.name
-        bound: list[tuple[str, object, bool]] = []
-        for i, (arg_name, written) in enumerate(info.args):
-            if i < len(args):
-                bound.append((arg_name, args[i], written))
-            elif arg_name in kwargs:
-                bound.append((arg_name, kwargs[arg_name], written))
+        sid_of = self.storages.id
+        nargs = len(args)
+        if isinstance(out, torch.Tensor):
+            out_tensors = [out]
+        elif isinstance(out, (list, tuple)):
+            out_tensors = [t for t in out if isinstance(t, torch.Tensor)]
+        else:
+            out_tensors = []
+        if info.any_alias:
+            aliases = info.returns_alias
+            new_outputs = [t for i, t in enumerate(out_tensors) if i >= len(aliases) or not aliases[i]]
+        else:
+            new_outputs = out_tensors
+        out_sizes = [unique_bytes(t) for t in new_outputs]
 
-        out_tensors = list(_tensors(out if isinstance(out, (list, tuple)) else [out]))
-        aliases = info.returns_alias
-        new_outputs = [t for i, t in enumerate(out_tensors) if i >= len(aliases) or not aliases[i]]
-
+        # Operands in schema order: positional, then keyword by name.
+        inputs: list[torch.Tensor] = []  # tensors of the arguments the op does not write
         read_tensors: list[torch.Tensor] = []
         writes: list[tuple[int, float]] = []
-        cap: dict[int, int] = {}
-        partial = _PARTIAL_WRITES.get(name)
-        gather_arg = _GATHERS.get(name)
-        out_bytes = sum(unique_bytes(t) for t in new_outputs)
-        values = {n: v for n, v, _ in bound}
-        for arg_name, value, written in bound:
-            for t in _tensors(value):
-                if written:
-                    if partial is not None:
-                        src = values.get(partial[0])
-                        nbytes = (
-                            math.prod(src.shape) * t.element_size()
-                            if isinstance(src, torch.Tensor)
-                            else unique_bytes(t)
-                        )
-                        writes.append((self.storages.id(t), float(nbytes)))
-                        if partial[1]:
-                            read_tensors.append(t)
-                            cap[id(t)] = nbytes
-                    else:
-                        writes.append((self.storages.id(t), float(unique_bytes(t))))
-                        if name not in _OVERWRITES:
-                            read_tensors.append(t)
-                else:
+        cap: dict[int, int] | None = None
+        partial, gather_arg = info.partial, info.gather_arg
+        values = None
+        if partial is not None:
+            values = {n: (args[i] if i < nargs else kwargs[n]) for i, (n, _) in enumerate(info.args)
+                      if i < nargs or n in kwargs}
+        for i, (arg_name, written) in enumerate(info.args):
+            if i < nargs:
+                value = args[i]
+            elif arg_name in kwargs:
+                value = kwargs[arg_name]
+            else:
+                continue
+            if isinstance(value, torch.Tensor):
+                tensors = (value,)
+            elif isinstance(value, (list, tuple)):
+                tensors = [v for v in value if isinstance(v, torch.Tensor)]
+            else:
+                continue
+            for t in tensors:
+                if not written:
                     read_tensors.append(t)
+                    inputs.append(t)
                     if arg_name == gather_arg:
-                        cap[id(t)] = out_bytes
-        for t in new_outputs:
-            writes.append((self.storages.id(t), float(unique_bytes(t))))
+                        if cap is None:
+                            cap = {}
+                        cap[id(t)] = sum(out_sizes)
+                elif partial is not None:
+                    src = values.get(partial[0])
+                    nbytes = (
+                        math.prod(src.shape) * t.element_size()
+                        if isinstance(src, torch.Tensor)
+                        else unique_bytes(t)
+                    )
+                    writes.append((sid_of(t), float(nbytes)))
+                    if partial[1]:
+                        read_tensors.append(t)
+                        if cap is None:
+                            cap = {}
+                        cap[id(t)] = nbytes
+                else:
+                    writes.append((sid_of(t), float(unique_bytes(t))))
+                    if info.reads_written:
+                        read_tensors.append(t)
+        for t, size in zip(new_outputs, out_sizes, strict=True):
+            writes.append((sid_of(t), float(size)))
         reads, param = self._reads(read_tensors, cap)
 
-        fn = self.formulas.lookup(name)
-        counted = fn is not None or name in DATA_MOVEMENT_OPS
+        fn = info.formula
+        counted = info.counted
         flops = 0.0
         attrs: dict = {}
         if fn is not None:  # a formula that fails or answers no count is reported, not fatal
@@ -338,10 +430,9 @@ class Recorder:
                 attrs["formula_error"] = error
 
         sinks: tuple[int, ...] = ()
-        inputs = [t for _, v, w in bound if not w for t in _tensors(v)]
-        if name in MATMUL_OPS and len(inputs) >= 2:
+        if info.matmul and len(inputs) >= 2:
             a, b = inputs[-2], inputs[-1]
-            sids = [self.storages.id(a), self.storages.id(b)]
+            sids = [sid_of(a), sid_of(b)]
             sinks = tuple(s for s in sids if s not in self.param_storages)
             attrs["operand_sids"] = sids
             attrs["operand_bytes"] = [float(unique_bytes(a)), float(unique_bytes(b))]
@@ -354,28 +445,46 @@ class Recorder:
                     attrs["operand_heads"] = [distinct_heads(a), distinct_heads(b)]
             self.matmul_hint = None
             attrs["rows"] = math.prod(a.shape[:-1])  # tokens (or positions) the product processes
-        dt = next((t.dtype for t in inputs if t.is_floating_point()), None)
+        dt = None
+        for t in inputs:
+            if t.is_floating_point():
+                dt = t.dtype
+                break
         if dt is None:
-            dt = next((t.dtype for t in out_tensors), torch.float32)
-        shapes = ",".join(_shape(t) for t in inputs[:3])
+            dt = out_tensors[0].dtype if out_tensors else torch.float32
         self.emit(
             OpRecord(
                 index=0,
                 name=name,
-                module=self.module,
+                module=self.stack[-1][1] if self.stack else "",
                 flops=flops,
                 bytes_read=sum(b for _, b in reads),
                 bytes_written=sum(b for _, b in writes),
-                dtype=dtype_key(dt),
+                dtype=_dtype_key(dt),
                 counted=counted,
                 param_bytes=param,
                 reads=tuple(reads),
                 writes=tuple(writes),
                 sinks=sinks,
-                shapes=shapes,
+                shapes=self._shapes(inputs),
                 attrs=attrs,
             )
         )
+
+    def _shapes(self, tensors: list[torch.Tensor]) -> str:
+        """The first three operands' shapes as the report shows them ("48x1x7168,...")."""
+        texts = self._shape_texts  # formatted once per distinct shape
+        parts = []
+        for t in tensors[:3]:
+            shape = t.shape
+            try:
+                text = texts.get(shape)
+            except TypeError:  # a symbolic size is not hashable
+                text = _shape(t)
+            if text is None:
+                text = texts[shape] = _shape(t)
+            parts.append(text)
+        return ",".join(parts)
 
     def record_collective(self, func, args, kwargs, kind) -> None:
         """One record for a c10d collective: 0 FLOPs, 0 HBM bytes, its link traffic in attrs
@@ -397,20 +506,25 @@ class Recorder:
         in memory, so that later ops' traffic (a transpose(1, 2).reshape is then free) does not
         depend on the backend picked on CPU or meta (unless canonical_sdpa_layout is False). On
         meta nothing is computed at all.
+
+        The bookkeeping (shapes, storages, the meta output) runs past the torch function modes:
+        called from the model's code (the patched F.scaled_dot_product_attention), every tensor
+        attribute read there would otherwise go through each mode in Python.
         """
         self.suppress += 1
         try:
-            q, v = args[0] if args else kwargs["query"], (args[2] if len(args) > 2 else kwargs["value"])
-            shape = tuple(q.shape[:-1]) + (v.shape[-1],)
-            if q.is_meta:
-                out = _fused_layout(shape, q)
-            else:
+            with torch._C.DisableTorchFunction():
+                q, v = args[0] if args else kwargs["query"], (args[2] if len(args) > 2 else kwargs["value"])
+                shape = tuple(q.shape[:-1]) + (v.shape[-1],)
+                out = _fused_layout(shape, q) if q.is_meta else None
+            if out is None:
                 out = func(*args, **kwargs)
                 if self.canonical_sdpa_layout and len(shape) == 4 and not _is_fused_layout(out):
                     out = _fused_layout(shape, q).copy_(out)
         finally:
             self.suppress -= 1
-        self.record_sdpa(args, kwargs, out)
+        with torch._C.DisableTorchFunction():
+            self.record_sdpa(args, kwargs, out)
         return out
 
     def record_sdpa(self, args, kwargs, out) -> None:
@@ -504,12 +618,19 @@ class _DispatchRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         rec = self.recorder
-        if types and collectives.defer_to_subclass(types):
+        if not types:  # a view or free op seen before (a third of all calls): nothing to decide
+            entry = rec._infos.get(id(func))
+            if entry is not None and entry[1] is None:
+                return entry[2](*args, **kwargs)
+        elif collectives.defer_to_subclass(types):
             rec.saw_subclass = True
             return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
         if rec.suppress:
             return func(*args, **kwargs)
-        kind = collectives.classify(func)
+        known = rec._kinds.get(id(func))  # collectives.classify, by identity (as _infos)
+        if known is None:
+            known = rec._kinds[id(func)] = (func, collectives.classify(func))
+        kind = known[1]
         if kind is None:
             if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
                 return func(*args, **kwargs)
@@ -618,16 +739,20 @@ def _patched_sdpa(recorder: Recorder) -> Iterator[None]:
 
 
 def _storage_ids(recorder: Recorder, model: torch.nn.Module) -> tuple[set[int], float]:
+    """The storages of the model's parameters and buffers, their bytes (each storage once), and
+    the owner of each parameter storage (recorder.param_owners: the first module path holding it)."""
     ids: set[int] = set()
     total = 0.0
-    seen = set()
-    for t in itertools.chain(model.parameters(), model.buffers()):
+    owners = recorder.param_owners
+    tensors = itertools.chain(model.named_parameters(), ((None, b) for b in model.buffers()))
+    for pname, t in tensors:
         t = getattr(t, "_local_tensor", t)  # a DTensor: this rank's shard is what its ops read
         sid = recorder.storages.id(t)
-        ids.add(sid)
-        if sid not in seen:
-            seen.add(sid)
+        if sid not in ids:
+            ids.add(sid)
             total += t.numel() * t.element_size()
+        if pname is not None:
+            owners.setdefault(sid, pname.rpartition(".")[0])
     return ids, total
 
 

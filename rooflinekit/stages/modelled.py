@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import torch
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
 
@@ -23,6 +24,12 @@ class ModuleModel:
 
     #: One sentence stating the model's assumption, shown in every report that used it.
     assumption: str = ""
+    #: How the counts it emits scale, for sweeps that fit counts over a grid
+    #: (rooflinekit.stages.fit): "polynomial" if they are polynomials of degree at most 1 in batch
+    #: and 2 in context, as ops' own counts are, so a sweep may evaluate them from a few captures;
+    #: None (the default: data-dependent, e.g. the distinct experts an MoE batch touches) makes
+    #: every sweep point a capture of its own.
+    scaling: str | None = None
 
     def forward(self, module: torch.nn.Module, path: str, args: tuple, kwargs: dict):
         raise NotImplementedError
@@ -97,10 +104,13 @@ def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[Modul
     patched: list[tuple[torch.nn.Module, object, bool]] = []
     used: list[ModuleModel] = []
     try:
-        for path, module in model.named_modules():
-            answer, plugin = host.call_first(
-                "rooflinekit_module_model", expect=ModuleModel, module=module, path=path, workload=workload
-            )
+        answers = []
+        if host.implemented("rooflinekit_module_model"):  # else no module is asked (1,215 in DeepSeek-V3)
+            with stdout_to_stderr():  # one redirect for the walk (plugins' prints), not one per module
+                answers = [(path, module, *host.call_first("rooflinekit_module_model", expect=ModuleModel,
+                                                           module=module, path=path, workload=workload))
+                           for path, module in model.named_modules()]
+        for path, module, answer, plugin in answers:
             if answer is None:
                 continue
             had_own = "forward" in module.__dict__

@@ -7,7 +7,7 @@ measured times or under planned parallelism is a new Report (rooflinekit.analyse
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import (
@@ -32,7 +32,7 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionRow as AttentionSite
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.roofline import place_on
+from rooflinekit.stages.roofline import op_figures, place_on
 from rooflinekit.stages.workload import Workload
 
 
@@ -57,13 +57,14 @@ class Aggregate:
     dtype_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, op: OpRecord, op_time: float) -> None:
-        self.flops += op.flops
-        self.bytes += op.bytes
+        flops, nbytes = op.flops, op.bytes_read + op.bytes_written  # op.bytes, once
+        self.flops += flops
+        self.bytes += nbytes
         self.param_bytes += op.param_bytes
         self.time_ops_s += op_time
         self.count += 1
-        self.dtype_flops[op.dtype] += op.flops
-        self.dtype_bytes[op.dtype] += op.bytes
+        self.dtype_flops[op.dtype] += flops
+        self.dtype_bytes[op.dtype] += nbytes
 
     def dtype(self, default: str) -> str:
         if any(self.dtype_flops.values()):
@@ -146,18 +147,30 @@ def attention_row(row: AttentionSite, hw: HardwareSpec) -> AttentionRow:
     )
 
 
-def _op_row(op: OpRecord, p) -> OpRow:
+def _op_row(op: OpRecord, intensity: float | None, bound: str, time_bound_s: float) -> OpRow:
+    """The report's row of one op: OpRow(...) with every field, built without the frozen
+    dataclass's per-field object.__setattr__ (one row per op: 10^4 of them for a 671B model).
+    OpRow has no __post_init__ and no default factories; tests/test_report_types.py holds this
+    equal to OpRow's own constructor, field for field."""
+    attrs = op.attrs
     collective = None
     if op.kind == "collective":
-        collective = CollectiveInfo(**{k: op.attrs.get(k) for k in ("collective", "group_size", "message_bytes",
-                                                                      "wire_bytes", "algorithm", "source")})
-    return OpRow(
-        index=op.index, name=op.name, module=op.module or ROOT, kind=op.kind, flops=op.flops,
-        bytes_read=op.bytes_read, bytes_written=op.bytes_written, param_bytes=op.param_bytes,
-        dtype=op.dtype, counted=op.counted, intensity=p.intensity, bound=p.bound,
-        time_bound_s=p.time_bound_s, shapes=op.shapes, assumption=op.attrs.get("assumption") or None,
-        formula_error=op.attrs.get("formula_error") or None, collective=collective,
-    )
+        collective = CollectiveInfo(**{k: attrs.get(k) for k in ("collective", "group_size", "message_bytes",
+                                                                   "wire_bytes", "algorithm", "source")})
+    row = _new(OpRow)
+    row.__dict__.update({  # every field of OpRow, in its order
+        "index": op.index, "name": op.name, "module": op.module or ROOT, "kind": op.kind, "flops": op.flops,
+        "bytes_read": op.bytes_read, "bytes_written": op.bytes_written, "param_bytes": op.param_bytes,
+        "dtype": op.dtype, "counted": op.counted, "intensity": intensity, "bound": bound,
+        "time_bound_s": time_bound_s, "shapes": op.shapes,
+        "assumption": (attrs.get("assumption") or None) if attrs else None,
+        "formula_error": (attrs.get("formula_error") or None) if attrs else None,
+        "collective": collective, "flops_model": None, "measured": None,
+    })
+    return row
+
+
+_new = object.__new__
 
 
 FLOP_CONVENTIONS = {
@@ -204,19 +217,28 @@ def build_report(
     total = Aggregate()
     modules: dict[str, Aggregate] = defaultdict(Aggregate)
     uncounted: dict[str, dict] = {}
+    peaks: dict[str, float] = {}  # per dtype
+    rollups: dict[str, str] = {}  # module path -> its row's name
+    bandwidth = hw.memory_bandwidth
     for op in cap.ops:
-        p = place_on(hw, op.dtype, op.flops, op.bytes)
+        peak = peaks.get(op.dtype)
+        if peak is None:
+            peak = peaks[op.dtype] = hw.peak(op.dtype)
+        intensity, bound, time_bound_s = op_figures(op.flops, op.bytes, peak, bandwidth)  # = place_on's
         if op.kind == "collective":  # link traffic, not HBM: its own time bound (stages.collectives)
-            p = replace(p, bound="communication", time_bound_s=collectives.comm_time(
-                op.attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth))
-        total.add(op, p.time_bound_s)
-        modules[rollup_name(op.module, depth, group_layers)].add(op, p.time_bound_s)
-        op_rows.append(_op_row(op, p))
+            bound = "communication"
+            time_bound_s = collectives.comm_time(op.attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth)
+        total.add(op, time_bound_s)
+        name = rollups.get(op.module)
+        if name is None:
+            name = rollups[op.module] = rollup_name(op.module, depth, group_layers)
+        modules[name].add(op, time_bound_s)
+        op_rows.append(_op_row(op, intensity, bound, time_bound_s))
         if not op.counted:
             u = uncounted.setdefault(op.name, {"name": op.name, "count": 0, "bytes": 0.0, "time_bound_s": 0.0})
             u["count"] += 1
             u["bytes"] += op.bytes
-            u["time_bound_s"] += p.time_bound_s
+            u["time_bound_s"] += time_bound_s
             if op.attrs.get("formula_error"):
                 u["formula_error"] = op.attrs["formula_error"]
 

@@ -45,17 +45,28 @@ def time_bound(flops: float, nbytes: float, peak: float, bandwidth: float) -> fl
     return max(flops / peak, nbytes / bandwidth)
 
 
+def bound_of(flops: float, nbytes: float, intensity_: float | None, ridge: float) -> str:
+    """"memory" below the ridge, "compute" at or above it (or when nothing moves), "none" for no work."""
+    if flops <= 0 and nbytes <= 0:
+        return "none"
+    if intensity_ is None or intensity_ >= ridge:
+        return "compute"
+    return "memory"
+
+
+def op_figures(flops: float, nbytes: float, peak: float, bandwidth: float) -> tuple[float | None, str, float]:
+    """(intensity, bound, time_bound_s) of `place`, without building a Placement: the report's
+    per-op rows need only these, for every one of 10^4 ops."""
+    i = flops / nbytes if nbytes > 0 else None
+    return i, bound_of(flops, nbytes, i, peak / bandwidth), max(flops / peak, nbytes / bandwidth)
+
+
 def place(flops: float, nbytes: float, peak: float, bandwidth: float) -> Placement:
     """Place one workload on the roofline of (peak, bandwidth)."""
     ridge = peak / bandwidth
     i = intensity(flops, nbytes)
     att = attainable(i, peak, bandwidth)
-    if flops <= 0 and nbytes <= 0:
-        bound = "none"
-    elif i is None or i >= ridge:
-        bound = "compute"
-    else:
-        bound = "memory"
+    bound = bound_of(flops, nbytes, i, ridge)
     return Placement(
         flops=flops,
         bytes=nbytes,

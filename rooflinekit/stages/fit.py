@@ -1,0 +1,549 @@
+"""Fit: a capture's counts as exact polynomials in batch and context, evaluated at any point.
+
+On the meta device every count an op carries (FLOPs, bytes read and written, parameter bytes) is
+a function of tensor shapes, and the shapes are affine in batch B and context S: the counts are
+polynomials of low degree, linear in B and at most quadratic in S (prefill attention). Captures on
+a small design (B in {b1, b2} x up to three contexts) determine each op's polynomial exactly, in
+rational arithmetic (the counts are integers or dyadic floats, so `Fraction` holds them exactly);
+any (B, S) is then evaluated without running the model and placed by the code that places a
+capture (`rooflinekit.stages.place.build_report`). Attention layers' executed figures are fitted
+the same way; their architecture minimum is asked again of the plugin that costs it, a closed
+form of the new workload.
+
+The design captures may skip repeated layers (`layer_plan`, `skipping`): a layer whose modules,
+attributes and parameters equal an earlier layer's returns that layer's output without running,
+and its counts are taken to be the earlier layer's. The full capture at a point the design did not
+use (the template: the op sequence every evaluation reports) checks both that the ops align and
+that the fit predicts every op's counts there within TOLERANCE (`FittedCapture`); a miss raises
+FitError, and the caller captures every point instead.
+
+Not polynomial, so not fitted across: a sliding window or chunk changes the form of the counts at
+its size (`windows` names them; callers fit each side apart), and modelled modules whose counts
+are data-dependent (MoE expected load: the distinct experts touched are not polynomial in B)
+unless they declare `scaling = "polynomial"` (rooflinekit.stages.modelled.ModuleModel).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from math import lcm
+
+import torch
+
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.report import Report
+from rooflinekit.stages.attribute import AttentionRow, causality, cost_and_notes
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.place import build_report
+from rooflinekit.stages.workload import Workload
+
+#: The largest relative difference between a fit's prediction and a capture that counts as equal.
+TOLERANCE = 1e-9
+#: The counts of an op that are fitted.
+OP_FIELDS = ("flops", "bytes_read", "bytes_written", "param_bytes")
+#: The executed figures of an attention layer that are fitted (its minimum is re-costed).
+SITE_FIELDS = ("flops_executed", "bytes_executed", "kv_bytes_executed", "kv_read_bytes", "kv_copy_bytes",
+               "kv_reexpand_flops")
+
+
+class FitError(Exception):
+    """The counts cannot be fitted: ops that do not align, or a fit that misses the check capture."""
+
+
+def relative_difference(a: float, b: float) -> float:
+    """|a - b| relative to the larger magnitude (0 when both are 0)."""
+    scale = max(abs(a), abs(b))
+    return abs(a - b) / scale if scale else 0.0
+
+
+# -- exact polynomials ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Poly:
+    """sum(numerators[k] * monomial[k]) / denominator, in exact integer arithmetic until the division."""
+
+    numerators: tuple[int, ...]
+    denominator: int
+
+    def at(self, monomials: tuple[int, ...]) -> float:
+        total = 0
+        for n, m in zip(self.numerators, monomials, strict=True):
+            if n:
+                total += n * m
+        return total / self.denominator  # int / int: correctly rounded
+
+
+class Design:
+    """Design points batches x contexts, and the polynomials through samples taken there.
+
+    The monomials are B^i S^j for i < len(batches) and j < len(contexts): as many as there are
+    points, so the fit interpolates them exactly. Two batches and three contexts fit counts linear
+    in B and quadratic in S; with fewer contexts the fit is exact at those contexts only, which is
+    all a caller evaluates there.
+    """
+
+    def __init__(self, batches: tuple[int, ...], contexts: tuple[int, ...]):
+        if len(set(batches)) != len(batches) or len(set(contexts)) != len(contexts):
+            raise ValueError(f"design points must be distinct: batches {batches}, contexts {contexts}")
+        self.batches = tuple(batches)
+        self.contexts = tuple(contexts)
+        self.points = [(b, s) for s in self.contexts for b in self.batches]
+        self.exponents = [(i, j) for j in range(len(self.contexts)) for i in range(len(self.batches))]
+        self._inverse = _inverse([[Fraction(b ** i * s ** j) for i, j in self.exponents] for b, s in self.points])
+        self._polys: dict[tuple[float, ...], int] = {}
+        self.polys: list[Poly] = []
+        self._last: tuple[tuple[int, int, int], list[float]] | None = None
+
+    def monomials(self, batch: int, context: int) -> tuple[int, ...]:
+        return tuple(batch ** i * context ** j for i, j in self.exponents)
+
+    def poly(self, samples: tuple[float, ...]) -> int:
+        """The index in `polys` of the polynomial through `samples` (one per point, in `points` order)."""
+        index = self._polys.get(samples)
+        if index is None:
+            try:
+                ys = [Fraction(v) for v in samples]
+            except (ValueError, OverflowError, TypeError):
+                raise FitError(f"a count that is not a finite number ({samples})") from None
+            coefficients = [sum((row[p] * ys[p] for p in range(len(ys)) if ys[p]), Fraction(0))
+                            for row in self._inverse]
+            denominator = lcm(*(c.denominator for c in coefficients))
+            numerators = tuple(c.numerator * (denominator // c.denominator) for c in coefficients)
+            index = self._polys[samples] = len(self.polys)
+            self.polys.append(Poly(numerators, denominator))
+        return index
+
+    def values(self, batch: int, context: int) -> list[float]:
+        """Every polynomial so far at (batch, context), by index (the last point's are kept)."""
+        key = (batch, context, len(self.polys))
+        if self._last is None or self._last[0] != key:
+            monomials = self.monomials(batch, context)
+            self._last = (key, [p.at(monomials) for p in self.polys])
+        return self._last[1]
+
+
+def _inverse(matrix: list[list[Fraction]]) -> list[list[Fraction]]:
+    """The inverse of a small square matrix of Fractions (Gauss-Jordan, exact)."""
+    n = len(matrix)
+    rows = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = next((r for r in range(col, n) if rows[r][col] != 0), None)
+        if pivot is None:
+            raise ValueError("singular design")
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        head = rows[col][col]
+        rows[col] = [x / head for x in rows[col]]
+        for r in range(n):
+            if r != col and rows[r][col] != 0:
+                factor = rows[r][col]
+                rows[r] = [x - factor * y for x, y in zip(rows[r], rows[col], strict=True)]
+    return [row[n:] for row in rows]
+
+
+# -- repeated layers --------------------------------------------------------------------------
+
+#: Attributes that number a layer rather than configure it (transformers' layer_idx).
+_INDEX_WORDS = ("idx", "index", "layer_id", "layer_num")
+
+
+def _simple(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, tuple) and all(_simple(v) for v in value)
+
+
+def fingerprint(module: torch.nn.Module) -> tuple:
+    """What makes two layers count alike: every submodule's class, its plain attributes (but those
+    that number the layer), its parameters' and buffers' shapes and dtypes."""
+    parts = []
+    for rel, m in module.named_modules():
+        attrs = tuple(sorted((k, repr(v)) for k, v in vars(m).items()
+                             if not k.startswith("_") and _simple(v)
+                             and not any(w in k.lower() for w in _INDEX_WORDS)))
+        params = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in m.named_parameters(recurse=False))
+        buffers = tuple((n, tuple(b.shape), str(b.dtype)) for n, b in m.named_buffers(recurse=False))
+        parts.append((rel, type(m).__module__, type(m).__qualname__, attrs, params, buffers))
+    return tuple(parts)
+
+
+@dataclass
+class LayerPlan:
+    """Layer stacks (ModuleList, Sequential) of a model: each child's representative, the first
+    child of its stack with the same fingerprint (itself when none is earlier)."""
+
+    rep: dict[str, str] = field(default_factory=dict)  # child path -> representative's path
+    modules: dict[str, torch.nn.Module] = field(default_factory=dict)  # child path -> module
+    _owners: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> list[str]:
+        return [c for c, r in self.rep.items() if c != r]
+
+    def owner(self, path: str) -> str | None:
+        """The stack child a module path lies in (itself included), or None."""
+        try:
+            return self._owners[path]
+        except KeyError:
+            pass
+        p, found = path, None
+        while p:
+            if p in self.rep:
+                found = p
+                break
+            p = p.rpartition(".")[0]
+        self._owners[path] = found
+        return found
+
+
+def layer_plan(model: torch.nn.Module) -> LayerPlan:
+    """The repeated layers of `model`; stacks inside a stack's child run with their layer."""
+    plan = LayerPlan()
+    for path, module in model.named_modules():
+        if not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        if any(path.startswith(child + ".") for child in plan.rep):
+            continue
+        children = [(f"{path}.{name}" if path else name, child) for name, child in module.named_children()]
+        if len(children) < 2:
+            continue
+        first: dict[tuple, str] = {}
+        for child_path, child in children:
+            plan.rep[child_path] = first.setdefault(fingerprint(child), child_path)
+            plan.modules[child_path] = child
+    plan._owners.clear()
+    return plan
+
+
+@contextmanager
+def skipping(plan: LayerPlan) -> Iterator[None]:
+    """Layers that have an earlier equal layer return its output (of this forward) without running."""
+    skipped = plan.skipped
+    outputs: dict[str, object] = {}
+    handles, patched = [], []
+
+    def keep(rep: str) -> Callable:
+        def hook(_module, _args, output):
+            outputs[rep] = output
+        return hook
+
+    def stand_in(rep: str, child: str) -> Callable:
+        def forward(*_args, **_kwargs):
+            if rep not in outputs:
+                raise FitError(f"{child} ran before {rep}, the layer it stands for")
+            return outputs[rep]
+        return forward
+
+    try:
+        for rep in dict.fromkeys(plan.rep[c] for c in skipped):
+            handles.append(plan.modules[rep].register_forward_hook(keep(rep)))
+        for child in skipped:
+            module = plan.modules[child]
+            patched.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
+            module.forward = stand_in(plan.rep[child], child)
+        yield
+    finally:
+        for module, had_own, previous in patched:
+            if had_own:
+                module.forward = previous
+            else:
+                del module.forward
+        for handle in handles:
+            handle.remove()
+
+
+def windows(sites: list[AttentionRow]) -> tuple[set[int], set[int]]:
+    """The sliding windows and the chunks of the recognised attention layers."""
+    specs = [s.spec for s in sites if s.spec is not None]
+    return {s.window for s in specs if s.window}, {s.chunk for s in specs if s.chunk}
+
+
+# -- a capture fitted over a design -----------------------------------------------------------
+
+
+def _slots(ops: list[OpRecord], plan: LayerPlan) -> tuple[list[tuple[str, int, str]], dict[str, int]]:
+    """Per op (group, ordinal, module within the layer): the group is the representative of the
+    layer the op ran in ('' outside layers), the ordinal counts the ops of that layer (or of all
+    ops outside layers). Also the number of ops per layer ('' for outside)."""
+    counts: dict[str, int] = defaultdict(int)
+    slots = []
+    for op in ops:
+        child = plan.owner(op.module)
+        if child is None:
+            slots.append(("", counts[""], op.module))
+            counts[""] += 1
+        else:
+            slots.append((plan.rep[child], counts[child], op.module[len(child):]))
+            counts[child] += 1
+    return slots, counts
+
+
+def _site_slot(site: AttentionRow, plan: LayerPlan) -> tuple[str, str]:
+    child = plan.owner(site.module)
+    return ("", site.module) if child is None else (plan.rep[child], site.module[len(child):])
+
+
+def _bare(spec):
+    return None if spec is None else replace(spec, notes=())
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _site_signature(site: AttentionRow, fitted: _Site) -> tuple:
+    """What an attention layer's row at another point depends on, but its name."""
+    fused = tuple((op.attrs.get("is_causal"), op.attrs.get("has_mask"), op.attrs.get("mask_keys"))
+                  for op in fitted.core if op.kind == "fused")
+    return (fitted.polys, fitted.key, site.dtype, site.module_class, site.plugin, tuple(fitted.reexpand_modules),
+            fused, site.recognised)
+
+
+@dataclass(frozen=True)
+class _OpFit:
+    """An op's counts: polynomial indices, and per storage read (polynomial, cap, is a parameter)."""
+
+    flops: int
+    written: int
+    reads: tuple[tuple[int, float | None, bool], ...]
+    read: int | None = None  # bytes read and parameter bytes as totals (records without reads)
+    param: int | None = None
+
+    def counts(self, values: list[float]) -> tuple[float, float, float, float]:
+        """(flops, bytes_read, bytes_written, param_bytes) from the polynomials' values."""
+        if self.read is not None:
+            return values[self.flops], values[self.read], values[self.written], values[self.param]
+        read = param = 0.0
+        for k, cap, parameter in self.reads:
+            v = values[k]
+            if cap is not None and v > cap:
+                v = cap
+            read += v
+            if parameter:
+                param += v
+        return values[self.flops], read, values[self.written], param
+
+
+@dataclass
+class _Site:
+    core: list[OpRecord]  # the template's own ops of the layer (for its causality)
+    reexpand_modules: list[str]
+    polys: tuple[int, ...]  # SITE_FIELDS
+    key: str  # the spec, for caching its cost
+
+
+class FittedCapture:
+    """A template capture whose every count is a polynomial fitted on design captures.
+
+    `designs` are (capture, attention sites) at `design.points`, in that order, taken with the
+    layers of `plan` skipped; `template` is a full capture at `workload`'s batch and context, not
+    a design point, with its sites. Raises FitError when the ops do not align or a prediction
+    misses the template.
+    """
+
+    def __init__(self, design: Design, designs: list[tuple[CaptureResult, list[AttentionRow]]],
+                 template: CaptureResult, sites: list[AttentionRow], workload: Workload, plan: LayerPlan,
+                 host: PluginHost):
+        self.design, self.template, self.sites, self.plan, self.host = design, template, sites, plan, host
+        self.point = point = (workload.batch, workload.context)
+        self._tokens = workload.tokens
+        if any(op.kind == "collective" for op in template.ops):
+            raise FitError("collectives carry link traffic that is not fitted")
+        t_slots, t_counts = _slots(template.ops, plan)
+        aligned: list[list[OpRecord]] = []
+        for (b, s), (cap, _) in zip(design.points, designs, strict=True):
+            d_slots, d_counts = _slots(cap.ops, plan)
+            where = f"B={b}, S={s}"
+            for unit, n in t_counts.items():
+                expected = d_counts.get(plan.rep.get(unit, unit), 0)
+                if n != expected:
+                    raise FitError(f"{unit or 'outside the layers'} ran {n} ops at B={point[0]}, S={point[1]} "
+                                   f"and {expected} at {where}")
+            by_slot = {(g, k): (rel, op) for (g, k, rel), op in zip(d_slots, cap.ops, strict=True)}
+            ops = []
+            for (g, k, rel), op in zip(t_slots, template.ops, strict=True):
+                d_rel, d_op = by_slot[(g, k)]
+                if d_rel != rel or d_op.name != op.name or d_op.kind != op.kind or d_op.dtype != op.dtype:
+                    raise FitError(f"op {op.index} ({op.name} in {op.module or '(root)'}) at B={point[0]}, "
+                                   f"S={point[1]} is {d_op.name} in {d_rel or '(root)'} at {where}")
+                ops.append(d_op)
+            aligned.append(ops)
+        self._aligned = aligned
+        at_template = design.monomials(*point)
+        self.op_fits = [self._fit_op(i, op, at_template) for i, op in enumerate(template.ops)]
+        self._sites = self._fit_sites(designs)
+        site_groups: dict[tuple, int] = {}
+        self._site_groups = [site_groups.setdefault(_site_signature(site, fitted), len(site_groups))
+                             for site, fitted in zip(sites, self._sites, strict=True)]
+        self._site_group_sizes = Counter(self._site_groups)
+        self._shape_polys: list | None = None
+        self._shape_design = Design(design.batches, design.contexts)
+        self.max_difference = self._verify()
+        groups: dict[tuple, list] = {}
+        for op, fit in zip(template.ops, self.op_fits, strict=True):
+            key = (op.name, op.dtype, op.kind, op.counted, fit, op.attrs.get("formula_error"))
+            if key in groups:
+                groups[key][1] += 1
+            else:
+                groups[key] = [op, 1, fit]
+        self._groups = list(groups.values())
+
+    def _fit_op(self, i: int, op: OpRecord, at_template: tuple[int, ...]) -> _OpFit:
+        """An op's counts as polynomials. Bytes read are fitted per storage read, so that a read
+        capped by what the op produces (a gather reads at most its source: an embedding reads at
+        most the whole table) is min(polynomial, the parameter's bytes) once the check capture,
+        beyond the design points, shows the cap reached."""
+        design, ops = self.design, [d[i] for d in self._aligned]
+        flops = design.poly(tuple(o.flops for o in ops))
+        written = design.poly(tuple(o.bytes_written for o in ops))
+        if not op.reads:  # modelled records give their totals
+            return _OpFit(flops, written, (), design.poly(tuple(o.bytes_read for o in ops)),
+                          design.poly(tuple(o.param_bytes for o in ops)))
+        if any(len(o.reads) != len(op.reads) for o in ops):
+            raise FitError(f"op {op.index} ({op.name} in {op.module or '(root)'}) reads {len(op.reads)} tensors at "
+                           f"B={self.point[0]}, S={self.point[1]} and another number at other points")
+        reads = []
+        for e, (sid, actual) in enumerate(op.reads):
+            k = design.poly(tuple(o.reads[e][1] for o in ops))
+            parameter = sid in self.template.param_storages
+            predicted = design.polys[k].at(at_template)
+            cap = None
+            if parameter and actual < predicted and relative_difference(predicted, actual) > TOLERANCE:
+                cap = actual  # the whole parameter, reached between the design points and here
+            reads.append((k, cap, parameter))
+        return _OpFit(flops, written, tuple(reads))
+
+    def _fit_sites(self, designs) -> list[_Site]:
+        by_index = {op.index: op for op in self.template.ops}
+        keyed = []
+        for _, sites in designs:
+            keyed.append({_site_slot(site, self.plan): site for site in sites})
+        out = []
+        for site in self.sites:
+            slot = _site_slot(site, self.plan)
+            matches = [k.get(slot) for k in keyed]
+            if any(m is None for m in matches):
+                raise FitError(f"attention layer {site.module} has no counterpart in every design capture")
+            if any(_bare(m.spec) != _bare(site.spec) or m.plugin != site.plugin for m in matches):
+                raise FitError(f"attention layer {site.module} is recognised differently at other points")
+            polys = tuple(self.design.poly(tuple(float(getattr(m, f)) for m in matches)) for f in SITE_FIELDS)
+            core = [by_index[i] for i in site.op_indices]
+            reexpand = sorted({by_index[i].module for i in site.kv_op_indices
+                               if by_index[i].param_bytes > 0 and by_index[i].flops > 0
+                               and by_index[i].attrs.get("rows", 0) > self._tokens})
+            out.append(_Site(core, reexpand if site.kv_reexpand_flops else [], polys, repr(site.spec)))
+        return out
+
+    def _verify(self) -> float:
+        """The largest relative miss of the fit on the template; FitError above TOLERANCE."""
+        values = self.design.values(*self.point)
+        worst = 0.0
+        for op, fit in zip(self.template.ops, self.op_fits, strict=True):
+            for name, value in zip(OP_FIELDS, fit.counts(values), strict=True):
+                d = relative_difference(value, getattr(op, name))
+                if d > TOLERANCE:
+                    raise FitError(f"the fit misses the capture at B={self.point[0]}, S={self.point[1]} by "
+                                   f"{d:.2g} relative ({name} of op {op.index}, {op.name} in {op.module or '(root)'})")
+                worst = max(worst, d)
+        for site, fitted in zip(self.sites, self._sites, strict=True):
+            for name, k in zip(SITE_FIELDS, fitted.polys, strict=True):
+                d = relative_difference(values[k], float(getattr(site, name)))
+                if d > TOLERANCE:
+                    raise FitError(f"the fit misses the capture at B={self.point[0]}, S={self.point[1]} by "
+                                   f"{d:.2g} relative ({name} of attention layer {site.module})")
+                worst = max(worst, d)
+        return worst
+
+    # -- evaluation --
+
+    def capture_at(self, batch: int, context: int, *, compact: bool = False) -> CaptureResult:
+        """The capture at (batch, context) from the fit. `compact` merges ops of equal counts, name
+        and dtype into one record each (module-less: the step's totals, attention and byte split
+        are those of the full capture, its module rows are not)."""
+        values = self.design.values(batch, context)
+        t = self.template
+        if compact:
+            ops = []
+            for i, (op, n, fit) in enumerate(self._groups):
+                f, r, w, p = fit.counts(values)
+                ops.append(OpRecord(index=i, name=op.name, module="", flops=n * f, bytes_read=n * r,
+                                    bytes_written=n * w, dtype=op.dtype, counted=op.counted, kind=op.kind,
+                                    param_bytes=n * p, attrs=op.attrs))
+        else:
+            shapes = self._shapes_at(batch, context)
+            ops = []
+            for op, fit, shape in zip(t.ops, self.op_fits, shapes, strict=True):
+                f, r, w, p = fit.counts(values)
+                ops.append(replace(op, flops=f, bytes_read=r, bytes_written=w, param_bytes=p, shapes=shape))
+        return CaptureResult(ops=ops, modules=t.modules, param_storages=t.param_storages,
+                             param_bytes_total=t.param_bytes_total, wall_s=0.0, notes=list(t.notes),
+                             param_owners=t.param_owners)
+
+    def sites_at(self, workload: Workload, *, compact: bool = False) -> list[AttentionRow]:
+        """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.
+        `compact`: one row per group of layers that count alike, its figures (executed and minimum)
+        multiplied by the layers it stands for, named after the first of them."""
+        values = self.design.values(workload.batch, workload.context)
+        costs: dict[tuple, tuple] = {}
+        out: list[AttentionRow] = []
+        done: set[int] = set()
+        for site, fitted, group in zip(self.sites, self._sites, self._site_groups, strict=True):
+            if compact and group in done:
+                continue
+            done.add(group)
+            n = self._site_group_sizes[group] if compact else 1
+            figures = {f: n * values[k] for f, k in zip(SITE_FIELDS, fitted.polys, strict=True)}
+            causal, causal_note = causality(fitted.core, workload)
+            kv_read = values[fitted.polys[SITE_FIELDS.index("kv_read_bytes")]]
+            reexpand = values[fitted.polys[SITE_FIELDS.index("kv_reexpand_flops")]]
+            key = (fitted.key, site.dtype, causal, causal_note, kv_read, reexpand, tuple(fitted.reexpand_modules))
+            if key not in costs:
+                costs[key] = cost_and_notes(site.spec, site.dtype, causal, causal_note, workload, self.host,
+                                            kv_read, reexpand, fitted.reexpand_modules)
+            cost, notes = costs[key]
+            if n != 1 and cost is not None:
+                cost = replace(cost, flops_model=n * cost.flops_model, kv_bytes_min=n * cost.kv_bytes_min,
+                               bytes_min=n * cost.bytes_min, cache_bytes_per_token=n * cost.cache_bytes_per_token,
+                               flops_alt={k: n * v for k, v in cost.flops_alt.items()})
+            out.append(replace(site, cost=cost, causal=causal, **figures,
+                               notes=list(notes) + list(site.spec.notes if site.spec else ())))
+        return out
+
+    def report_at(self, workload: Workload, hw: HardwareSpec, *, model_info: dict, depth: int = 3,
+                  group_layers: bool = False, notes: list[str] | None = None, warnings: list[str] | None = None,
+                  compact: bool = False) -> Report:
+        """The Report at `workload`'s batch and context, placed as a capture's is. `compact`: ops
+        of equal counts and attention layers that count alike merged (capture_at, sites_at), for
+        the step's totals, byte split and attention totals only (the layer counts restored)."""
+        cap = self.capture_at(workload.batch, workload.context, compact=compact)
+        report = build_report(cap, self.sites_at(workload, compact=compact), hw, workload, model_info=model_info,
+                              depth=depth, group_layers=group_layers)
+        if compact:
+            at = report.attention_totals
+            return replace(report, attention_totals=replace(at, layers=len(self.sites),
+                                                            recognised=sum(s.recognised for s in self.sites)))
+        return replace(report, notes=list(notes or []), warnings=list(warnings or []))
+
+    def _shapes_at(self, batch: int, context: int) -> list[str]:
+        """Each op's operand shapes at (batch, context): every dimension fitted like a count ('' where
+        the design captures wrote them differently)."""
+        if self._shape_polys is None:
+            self._shape_polys = []
+            for i, op in enumerate(self.template.ops):
+                skeleton = _DIGITS.sub("{}", op.shapes)
+                dims = [[int(x) for x in _DIGITS.findall(d[i].shapes)] for d in self._aligned]
+                n = len(_DIGITS.findall(op.shapes))
+                if any(_DIGITS.sub("{}", d[i].shapes) != skeleton or len(x) != n for d, x in zip(
+                        self._aligned, dims, strict=True)):
+                    self._shape_polys.append(None)
+                    continue
+                self._shape_polys.append((skeleton, [self._shape_design.poly(tuple(float(x[j]) for x in dims))
+                                                     for j in range(n)]))
+        values = self._shape_design.values(batch, context)
+        return ["" if entry is None else entry[0].format(*(round(values[k]) for k in entry[1]))
+                for entry in self._shape_polys]
