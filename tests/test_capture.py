@@ -203,3 +203,86 @@ def test_einsum_products_read_as_attention_operands():
     assert einsum_hint(("bshc,btc->bsht", torch.empty(2, 1, 8, 16), torch.empty(2, 100, 16))) is None
     assert einsum_hint(("ij,jk->ik", torch.empty(3, 4), torch.empty(4, 5))) is None
     assert einsum_hint(("...d,...d->...", q, q)) is None
+
+
+# -- the capture's fast paths record what the plain paths record (issue 16, capture overhead) -----
+
+
+class _Views(torch.nn.Module):
+    """Every view function the function mode sends past the dispatch mode, a gather the indexing
+    rule must keep (tensor index), and an op on each result, so each view's layout is read."""
+
+    def forward(self, x, idx):
+        outs = [x.view(2, -1), x.transpose(0, 1), x.unsqueeze(0), x[:1].expand(4, 3, 8),
+                x.permute(2, 0, 1), x[:, :1].squeeze(1), x[0].t(), x.narrow(2, 1, 3),
+                x.view_as(x), x[:1].expand_as(x), x[..., None, 1:3], x[1, :, 2],
+                torch.transpose(x, 1, 2), torch.unsqueeze(x, 1), torch.permute(x, (1, 0, 2)),
+                torch.squeeze(x[:, :1]), torch.t(x[0]), torch.narrow(x, 0, 1, 2)]
+        outs += list(x.split(2, dim=2)) + list(x.chunk(2, dim=0)) + list(x.unbind(1))
+        outs += list(torch.split(x, [3, 5], dim=2)) + list(torch.chunk(x, 2)) + list(torch.unbind(x))
+        outs.append(x[idx])  # a gather: recorded (aten.index)
+        outs.append(x[[0, 2]])  # a list index gathers too
+        return [o * 2 for o in outs]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_view_shortcut_records_what_the_dispatch_mode_records(device, monkeypatch):
+    from rooflinekit.stages import capture as capture_mod
+
+    def run():
+        x = torch.randn(4, 3, 8, device=device)
+        idx = torch.tensor([0, 3], device=device)
+        cap = capture(_Views(), (x, idx))
+        return [(o.name, o.module, o.flops, o.bytes_read, o.bytes_written, o.shapes, o.dtype) for o in cap.ops]
+
+    fast = run()
+    monkeypatch.setattr(capture_mod, "_VIEW_FUNCS", set())  # every view through the dispatch mode
+    assert run() == fast
+    names = [n for n, *_ in fast]
+    assert names.count("aten.index") == 2 and names.count("aten.mul") == len(names) - 2
+
+
+def test_parameter_walk_is_named_parameters_then_buffers():
+    from rooflinekit.stages.capture import _params_and_buffers
+
+    emb, shared = torch.nn.Embedding(5, 4), torch.nn.Linear(4, 4)
+    head = torch.nn.Linear(4, 5, bias=False)
+    head.weight = emb.weight  # tied
+    model = torch.nn.ModuleDict({"emb": emb, "a": torch.nn.Sequential(shared, torch.nn.ReLU(), shared),
+                                 "b": shared, "head": head})
+    model.register_buffer("scale", torch.ones(1))
+    shared.register_buffer("step", torch.zeros(1))
+    model.a.register_buffer("none", None)
+    expected = [(n, id(t)) for n, t in model.named_parameters()] + [(None, id(b)) for b in model.buffers()]
+    walked = _params_and_buffers(model, list(model.named_modules()))
+    assert [(n, id(t)) for n, t in walked] == expected
+
+
+def test_storage_numbers_survive_address_reuse_on_real_tensors():
+    """Meta storages are held for the capture; real ones are weak: a dead storage's address, reused,
+    gets a new number either way."""
+    from rooflinekit.stages.capture import _Storages
+
+    for device in ("meta", "cpu"):
+        storages = _Storages()
+        a = torch.empty(1024, device=device)
+        sid_a = storages.id(a)
+        assert storages.id(a[3:]) == sid_a and storages.id(a.view(32, 32)) == sid_a
+        del a
+        fresh = [storages.id(torch.empty(1024, device=device)) for _ in range(50)]
+        assert sid_a not in fresh
+        storages.release()
+
+
+def test_module_models_ask_nothing_without_a_plugin_that_answers(monkeypatch):
+    from rooflinekit.core.plugins import PluginHost
+    from rooflinekit.stages.modelled import module_models
+    from rooflinekit.stages.workload import Workload
+
+    host = PluginHost(load_entry_points=False)
+    asked = []
+    monkeypatch.setattr(host, "call_first", lambda *a, **k: asked.append(a) or (None, None))
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    with module_models(model, Workload("decode", 1, 8, "fp32", "cpu", ()), host) as used:
+        assert used == []
+    assert asked == [] and not host.implemented("rooflinekit_module_model")

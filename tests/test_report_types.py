@@ -108,3 +108,58 @@ def test_plot_and_compare_read_schema_1_reports(invoke, tmp_path):
     rows = json.loads(result.stdout)["rows"]
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     assert len(ratios) > 20 and all(r == pytest.approx(1.0, rel=1e-12) for r in ratios)
+
+
+def test_op_rows_are_built_as_the_constructor_builds_them():
+    """build_report makes its 10^4 op rows without OpRow's frozen __init__: the same row, every field."""
+    from rooflinekit.core.report import CollectiveInfo, OpRow
+    from rooflinekit.stages.capture import OpRecord
+    from rooflinekit.stages.place import _op_row
+
+    plain = OpRecord(3, "aten.mm", "layers.0.mlp", 2.0e9, 3.0e6, 1.0e6, "bf16", True, param_bytes=2.5e6,
+                     shapes="48x7168,7168x2048", attrs={"formula_error": "", "assumption": None})
+    modelled = OpRecord(4, "moe.experts", "", 1.0, 2.0, 3.0, "fp8", False, kind="modelled",
+                        attrs={"assumption": "uniform routing", "formula_error": "ValueError: x"})
+    comm = OpRecord(5, "comm.all_reduce", "a", 0.0, 0.0, 0.0, "bf16", True, kind="collective",
+                    attrs={"collective": "all_reduce", "group_size": 8, "message_bytes": 1.0, "wire_bytes": 1.75,
+                           "algorithm": "ring", "source": "planned"})
+    for op, figures in ((plain, (666.7, "memory", 1e-6)), (modelled, (None, "none", 0.0)),
+                        (comm, (None, "communication", 2e-9))):
+        row = _op_row(op, *figures)
+        collective = CollectiveInfo(**{k: op.attrs.get(k) for k in ("collective", "group_size", "message_bytes",
+                                                                      "wire_bytes", "algorithm", "source")}) \
+            if op.kind == "collective" else None
+        expected = OpRow(
+            index=op.index, name=op.name, module=op.module or "(root)", kind=op.kind, flops=op.flops,
+            bytes_read=op.bytes_read, bytes_written=op.bytes_written, param_bytes=op.param_bytes, dtype=op.dtype,
+            counted=op.counted, intensity=figures[0], bound=figures[1], time_bound_s=figures[2], shapes=op.shapes,
+            assumption=op.attrs.get("assumption") or None, formula_error=op.attrs.get("formula_error") or None,
+            collective=collective)
+        assert row == expected and list(vars(row)) == [f.name for f in dataclasses.fields(OpRow)]
+        assert codec.encode(row) == codec.encode(expected)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            row.flops = 0.0
+
+
+def test_encode_writes_dataclasses_field_by_field():
+    """The generated per-class encoder: fields in order, omit_none honoured, non-finite floats null,
+    nested values through encode."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        x: float
+        tags: tuple = ()
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        a: int
+        b: float
+        inner: Inner
+        note: str | None = dataclasses.field(default=None, metadata={"omit_none": True})
+        maybe: str | None = None
+        items: list = dataclasses.field(default_factory=list)
+
+    value = Outer(1, float("inf"), Inner(float("nan"), (1, 2.5)), items=[Inner(1.0), {"k": float("-inf")}])
+    assert codec.encode(value) == {"a": 1, "b": None, "inner": {"x": None, "tags": [1, 2.5]}, "maybe": None,
+                                   "items": [{"x": 1.0, "tags": []}, {"k": None}]}
+    assert list(codec.encode(Outer(0, 0.0, Inner(0.0), note="n"))) == ["a", "b", "inner", "note", "maybe", "items"]

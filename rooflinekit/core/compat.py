@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from functools import cache
 
 import torch
@@ -61,3 +62,14 @@ def storage_expired(ref) -> bool:
     detour through TypedStorage (same answer, a fraction of the cost on the capture's hot path)."""
 
     return torch.UntypedStorage._expired(ref.cdata)
+
+
+def force_eager():
+    """A context in which torch.compile compiles nothing: torch.compiler.set_stance("force_eager")
+    (torch >= 2.6); None where torch has no stances, or has not loaded its compiler (loading it
+    takes a second, and nothing can have been compiled without it)."""
+
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    if set_stance is None or "torch._dynamo" not in sys.modules:
+        return None
+    return set_stance("force_eager")

@@ -12,8 +12,6 @@ import ctypes
 import functools
 import os
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 _depth = 0
 
@@ -51,34 +49,40 @@ def _flush(stream) -> None:
         pass
 
 
-@contextmanager
-def stdout_to_stderr() -> Iterator[None]:
+class stdout_to_stderr:  # a context manager, named and used as the function it was
     """Send what is printed to stdout (Python's sys.stdout and file descriptor 1) to stderr.
 
-    Nested uses cost nothing (only the outermost one redirects); both are restored afterwards,
-    even if the code inside replaced sys.stdout.
+    Nested uses cost nothing (only the outermost one redirects: every plugin hook call enters one,
+    thousands per profile); both are restored afterwards, even if the code inside replaced
+    sys.stdout.
     """
-    global _depth
-    if _depth:
-        _depth += 1
-        try:
-            yield
-        finally:
+
+    __slots__ = ("_saved",)
+
+    def __enter__(self) -> None:
+        global _depth
+        if _depth:
+            _depth += 1
+            self._saved = None
+            return
+        saved_stream = sys.stdout
+        _flush(saved_stream)
+        saved_fd = os.dup(1) if _fd_open(1) else None
+        redirected = saved_fd is not None and _fd_open(2)
+        if redirected:
+            _flush_c_stdio()
+            os.dup2(2, 1)
+        if sys.stderr is not None:
+            sys.stdout = sys.stderr
+        _depth = 1
+        self._saved = (saved_stream, saved_fd, redirected)
+
+    def __exit__(self, *exc_info) -> bool:
+        global _depth
+        if self._saved is None:
             _depth -= 1
-        return
-    saved_stream = sys.stdout
-    _flush(saved_stream)
-    saved_fd = os.dup(1) if _fd_open(1) else None
-    redirected = saved_fd is not None and _fd_open(2)
-    if redirected:
-        _flush_c_stdio()
-        os.dup2(2, 1)
-    if sys.stderr is not None:
-        sys.stdout = sys.stderr
-    _depth = 1
-    try:
-        yield
-    finally:
+            return False
+        saved_stream, saved_fd, redirected = self._saved
         _depth = 0
         _flush(sys.stdout)
         _flush(sys.stderr)
@@ -88,3 +92,4 @@ def stdout_to_stderr() -> Iterator[None]:
         if saved_fd is not None:
             os.close(saved_fd)
         sys.stdout = saved_stream
+        return False

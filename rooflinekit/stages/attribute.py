@@ -93,12 +93,17 @@ def _is_attention_product(op: OpRecord, params: set[int]) -> bool:
 def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
     """Module path -> its own ops, for every module that ran attention."""
     by_module: dict[str, list[OpRecord]] = {}
+    sites: set[str] = set()
+    params = cap.param_storages
     for op in cap.ops:
-        by_module.setdefault(op.module, []).append(op)
-    return {
-        path: ops for path, ops in by_module.items()
-        if any(_is_attention_product(op, cap.param_storages) for op in ops)
-    }
+        ops = by_module.get(op.module)
+        if ops is None:
+            ops = by_module[op.module] = []
+        ops.append(op)
+        # only a fused call or a product of activations (sinks) can be one: most ops are not asked
+        if (op.sinks or op.kind == "fused") and op.module not in sites and _is_attention_product(op, params):
+            sites.add(op.module)
+    return {path: ops for path, ops in by_module.items() if path in sites}
 
 
 def _kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[int, list[tuple[int, float]]]:

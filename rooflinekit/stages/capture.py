@@ -13,7 +13,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -21,6 +21,12 @@ import torch.nn.functional as F
 from torch._ops import OpOverload
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+try:  # the mode torch.device(...) enters, and the functions it gives a device to
+    from torch.utils._device import DeviceContext as _DeviceContext
+    from torch.utils._device import _device_constructors
+except ImportError:  # pragma: no cover - a torch without them: calls go through it as they come
+    _DeviceContext = None
 
 from rooflinekit.core import compat
 from rooflinekit.core.limits import limit, over
@@ -95,6 +101,8 @@ class _OpInfo:
     gather_arg: str | None = None  # _GATHERS[name]
     reads_written: bool = True  # a written argument is also read (not in _OVERWRITES)
     matmul: bool = False  # in MATMUL_OPS
+    #: (position, name, written) of the arguments whose schema type can hold a tensor, in order
+    operands: tuple[tuple[int, str, bool], ...] = ()
     formula: Callable | None = None  # the FLOP formula (the recorder's FormulaBook)
     counted: bool = False  # a formula, or a data-movement op (0 FLOPs by definition)
 
@@ -116,7 +124,7 @@ def unique_bytes(t: torch.Tensor) -> int:
     """Bytes of the distinct elements a tensor view addresses: stride-0 dims count once."""
     try:
         if t.is_contiguous():  # every element once (the common case, without walking the strides)
-            return t.numel() * t.element_size()
+            return t.nbytes  # numel * element size
         strides = t.stride()
     except RuntimeError:  # sparse, nested: fall back to numel
         return t.numel() * t.element_size()
@@ -150,6 +158,20 @@ def _tensors(value) -> Iterator[torch.Tensor]:
 
 
 _DTYPE_KEYS: dict[torch.dtype, str] = {}
+
+
+#: Schema types (as str(argument.type) spells them, containers unwrapped) that never hold a tensor.
+_SCALAR_TYPES = {"int", "float", "bool", "str", "number", "complex", "Device", "Layout", "ScalarType",
+                 "MemoryFormat", "SymInt", "SymFloat", "SymBool", "Generator", "Dimname", "QScheme"}
+
+
+def _may_hold_tensors(schema_type) -> bool:
+    """Whether an argument of this schema type can be (or hold) a tensor: anything but scalars and
+    lists of them ("Optional[List[int]]")."""
+    text = str(schema_type)
+    for wrapper in ("Optional[", "List[", "]"):
+        text = text.replace(wrapper, "")
+    return text not in _SCALAR_TYPES
 
 
 def _dtype_key(dtype: torch.dtype) -> str:
@@ -205,6 +227,10 @@ class _Storages:
         self._refs[key] = entry
         return entry[1]
 
+    def release(self) -> None:
+        """Forget every storage (and let go of the meta ones held): the capture is over."""
+        self._refs.clear()
+
 
 class Recorder:
     """Turns dispatched ops into OpRecords; shared by the dispatch and function modes."""
@@ -230,6 +256,8 @@ class Recorder:
         #: their Python __hash__.
         self._infos: dict[int, tuple[object, _OpInfo | None, Callable]] = {}
         self._kinds: dict[int, tuple[object, object]] = {}
+        #: run_op is Recorder's own (a subclass that wraps the call is always asked)
+        self.plain_run = type(self).run_op is Recorder.run_op
         self._shape_texts: dict[tuple, str] = {}
         self.param_owners: dict[int, str] = {}
         self.saw_subclass = False
@@ -244,8 +272,12 @@ class Recorder:
     def adopt(self, model: torch.nn.Module) -> None:
         """Take `model` as the one recorded: its module names, parameter storages and owners."""
         self.root = model
-        self.module_names.update({id(m): n for n, m in model.named_modules()})
-        self.param_storages, self.param_total = _storage_ids(self, model)
+        tree = list(model.named_modules())
+        self.module_names.update({id(m): n for n, m in tree})
+        # Metadata reads only: past the torch function modes in effect (the workload's device),
+        # which would otherwise see every one of them in Python (10^3 parameters).
+        with torch._C.DisableTorchFunction():
+            self.param_storages, self.param_total = _storage_ids(self, model, tree)
 
     def run_op(self, func, args, kwargs):
         """Run an op the dispatch mode is about to record (a subclass can wrap the call)."""
@@ -331,15 +363,19 @@ class Recorder:
         else:
             schema = func._schema
             returns_alias = tuple(r.alias_info is not None for r in schema.returns)
+            args_info = tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments)
             info = _OpInfo(
                 name=name,
-                args=tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments),
+                args=args_info,
                 returns_alias=returns_alias,
                 any_alias=any(returns_alias),
                 partial=_PARTIAL_WRITES.get(name),
                 gather_arg=_GATHERS.get(name),
                 reads_written=name not in _OVERWRITES,
                 matmul=name in MATMUL_OPS,
+                operands=tuple((i, a.name, written) for i, (a, (_, written))
+                               in enumerate(zip(schema.arguments, args_info, strict=True))
+                               if _may_hold_tensors(a.type)),
             )
             fn = self.formulas.lookup(name)
             info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS)
@@ -377,7 +413,7 @@ class Recorder:
         if partial is not None:
             values = {n: (args[i] if i < nargs else kwargs[n]) for i, (n, _) in enumerate(info.args)
                       if i < nargs or n in kwargs}
-        for i, (arg_name, written) in enumerate(info.args):
+        for i, arg_name, written in info.operands:
             if i < nargs:
                 value = args[i]
             elif arg_name in kwargs:
@@ -418,6 +454,7 @@ class Recorder:
         for t, size in zip(new_outputs, out_sizes, strict=True):
             writes.append((sid_of(t), float(size)))
         reads, param = self._reads(read_tensors, cap)
+        module = self.stack[-1][1] if self.stack else ""
 
         fn = info.formula
         counted = info.counted
@@ -452,24 +489,10 @@ class Recorder:
                 break
         if dt is None:
             dt = out_tensors[0].dtype if out_tensors else torch.float32
-        self.emit(
-            OpRecord(
-                index=0,
-                name=name,
-                module=self.stack[-1][1] if self.stack else "",
-                flops=flops,
-                bytes_read=sum(b for _, b in reads),
-                bytes_written=sum(b for _, b in writes),
-                dtype=_dtype_key(dt),
-                counted=counted,
-                param_bytes=param,
-                reads=tuple(reads),
-                writes=tuple(writes),
-                sinks=sinks,
-                shapes=self._shapes(inputs),
-                attrs=attrs,
-            )
-        )
+        self.emit(OpRecord(  # positionally: index, name, module, flops, bytes read, written, dtype, ...
+            0, name, module, flops, sum([b for _, b in reads]), sum([b for _, b in writes]), _dtype_key(dt),
+            counted, "op", param, tuple(reads), tuple(writes), sinks, self._shapes(inputs), attrs,
+        ))
 
     def _shapes(self, tensors: list[torch.Tensor]) -> str:
         """The first three operands' shapes as the report shows them ("48x1x7168,...")."""
@@ -610,38 +633,55 @@ def _is_fused_layout(t: torch.Tensor) -> bool:
     return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
 
 
+def _dispatch(self, func, types, args=(), kwargs=None):
+    kwargs = kwargs or {}
+    rec = self.recorder
+    entry = rec._infos.get(id(func))  # (op, _OpInfo or None, its C++ callable) once recorded before
+    if not types:
+        if entry is not None and entry[1] is None:  # a view or free op: nothing to decide
+            return entry[2](*args, **kwargs)
+    elif collectives.defer_to_subclass(types):
+        rec.saw_subclass = True
+        return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
+    if rec.suppress:
+        return func(*args, **kwargs)
+    known = rec._kinds.get(id(func))  # collectives.classify, by identity (as _infos)
+    if known is None:
+        known = rec._kinds[id(func)] = (func, collectives.classify(func))
+    kind = known[1]
+    if kind is None:
+        if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
+            return func(*args, **kwargs)
+        out = entry[2](*args, **kwargs) if entry is not None and rec.plain_run else rec.run_op(func, args, kwargs)
+        rec.record_aten(func, args, kwargs, out)
+    elif kind is True:  # waits and autograd wrappers of collectives move nothing
+        return func(*args, **kwargs)
+    else:
+        out = rec.run_op(func, args, kwargs)
+        rec.record_collective(func, args, kwargs, kind)
+    return out
+
+
 class _DispatchRecorder(TorchDispatchMode):
+    """Records every aten op. Recent torch releases wrap a dispatch mode's handler so that dynamo
+    never compiles it: about a microsecond on every op."""
+
     def __init__(self, recorder: Recorder):
         super().__init__()
         self.recorder = recorder
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        rec = self.recorder
-        if not types:  # a view or free op seen before (a third of all calls): nothing to decide
-            entry = rec._infos.get(id(func))
-            if entry is not None and entry[1] is None:
-                return entry[2](*args, **kwargs)
-        elif collectives.defer_to_subclass(types):
-            rec.saw_subclass = True
-            return NotImplemented  # DTensor runs its local ops and collectives: those are recorded
-        if rec.suppress:
-            return func(*args, **kwargs)
-        known = rec._kinds.get(id(func))  # collectives.classify, by identity (as _infos)
-        if known is None:
-            known = rec._kinds[id(func)] = (func, collectives.classify(func))
-        kind = known[1]
-        if kind is None:
-            if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
-                return func(*args, **kwargs)
-            out = rec.run_op(func, args, kwargs)
-            rec.record_aten(func, args, kwargs, out)
-        elif kind is True:  # waits and autograd wrappers of collectives move nothing
-            return func(*args, **kwargs)
-        else:
-            out = rec.run_op(func, args, kwargs)
-            rec.record_collective(func, args, kwargs, kind)
-        return out
+    __torch_dispatch__ = _dispatch
+
+
+class _EagerDispatchRecorder(_DispatchRecorder):
+    """_DispatchRecorder for a capture under compat.force_eager(), where nothing is compiled: the
+    handler needs no such wrapper (torch's own hook for opting out: _should_skip_dynamo)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    __torch_dispatch__ = _dispatch
 
 
 class _FunctionRecorder(TorchFunctionMode):
@@ -650,20 +690,49 @@ class _FunctionRecorder(TorchFunctionMode):
     def __init__(self, recorder: Recorder):
         super().__init__()
         self.recorder = recorder
+        #: The functions that need a look (views, SDPA, matmuls, einsum as torch names it now);
+        #: every other one goes straight on.
+        self.special = {**dict.fromkeys(_VIEW_FUNCS, "view"), **dict.fromkeys(_MATMULS, "matmul"),
+                        torch.einsum: "einsum", _SDPA: "sdpa"}
+        self.constructors = _device_constructors() if _DeviceContext is not None else set()
+
+    def _below(self, func, args, kwargs):
+        """func(*args, **kwargs) as the modes below this one take it. When the only one is the
+        workload's device context and func constructs nothing, that mode would pass the call on
+        unchanged, popped while it runs: the call goes past it the same way, without its Python."""
+        if (torch._C._len_torch_function_stack() == 1 and func not in self.constructors
+                and type(torch._C._get_function_stack_at(0)) is _DeviceContext):
+            below = torch._C._pop_torch_function_stack()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                torch._C._push_on_torch_function_stack(below)
+        return func(*args, **kwargs)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        kind = self.special.get(func)
+        if kind is None:
+            return self._below(func, args, kwargs)
+        if kind == "view":
+            if _plain_view(func, args) and torch._C._len_torch_dispatch_stack() == 1:
+                # Nothing to record (views only): the dispatch mode is skipped, a few microseconds
+                # for each of the thousands of views a forward takes.
+                with torch._C._DisableTorchDispatch():
+                    return self._below(func, args, kwargs)
+            return func(*args, **kwargs)
         rec = self.recorder
         if rec.suppress:
             return func(*args, **kwargs)
-        if func is _SDPA:
+        if kind == "sdpa":
             return rec.fused_sdpa(func, args, kwargs)
         hint = None
-        if func in _MATMULS and len(args) >= 2:
-            a, b = args[0], args[1]
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
-                hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
-        elif func is torch.einsum:
+        if kind == "matmul":
+            if len(args) >= 2:
+                a, b = args[0], args[1]
+                if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and min(a.dim(), b.dim()) >= 4:
+                    hint = ([list(a.shape), list(b.shape)], [distinct_heads(a), distinct_heads(b)])
+        else:
             hint = einsum_hint(args)
         if hint is not None:
             rec.matmul_hint = hint
@@ -675,6 +744,28 @@ class _FunctionRecorder(TorchFunctionMode):
 
 
 _SDPA = F.scaled_dot_product_attention
+
+#: Tensor methods and functions that only ever dispatch views of their first argument (no data
+#: moves: nothing recorded).
+_VIEW_FUNCS = {torch.Tensor.view, torch.Tensor.transpose, torch.Tensor.unsqueeze, torch.Tensor.expand,
+               torch.Tensor.permute, torch.Tensor.squeeze, torch.Tensor.t, torch.Tensor.split,
+               torch.Tensor.chunk, torch.Tensor.narrow, torch.Tensor.unbind, torch.Tensor.view_as,
+               torch.Tensor.expand_as, torch.Tensor.__getitem__, torch.split, torch.chunk, torch.unbind,
+               torch.transpose, torch.unsqueeze, torch.permute, torch.squeeze, torch.t, torch.narrow}
+_BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
+
+
+def _plain_view(func, args) -> bool:
+    """Whether a _VIEW_FUNCS call views a plain tensor (not a subclass, which dispatches itself) and,
+    for indexing, indexes it basically (ints, slices, None, ...: a tensor or list index gathers)."""
+    if not args or type(args[0]) is not torch.Tensor:
+        return False
+    if func is not torch.Tensor.__getitem__:
+        return True
+    index = args[1] if len(args) > 1 else None
+    if type(index) is tuple:
+        return all(type(i) in _BASIC_INDEX for i in index)
+    return type(index) in _BASIC_INDEX
 _MATMULS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
 
 
@@ -738,14 +829,36 @@ def _patched_sdpa(recorder: Recorder) -> Iterator[None]:
         F.scaled_dot_product_attention = _SDPA
 
 
-def _storage_ids(recorder: Recorder, model: torch.nn.Module) -> tuple[set[int], float]:
+#: What the model's own parameter and buffer walks are, when nothing overrides them.
+_MEMBER_WALKS = ("named_parameters", "parameters", "named_buffers", "buffers", "_named_members")
+
+
+def _params_and_buffers(model: torch.nn.Module, tree: list[tuple[str, torch.nn.Module]]):
+    """(name, parameter) as model.named_parameters() gives them, then (None, buffer) as
+    model.buffers() does, from `tree` (list(model.named_modules())): one walk of the modules,
+    not three."""
+    if any(getattr(type(model), walk) is not getattr(torch.nn.Module, walk) for walk in _MEMBER_WALKS):
+        return list(itertools.chain(model.named_parameters(), ((None, b) for b in model.buffers())))
+    out: list[tuple[str | None, torch.Tensor]] = []
+    for members, named in (("_parameters", True), ("_buffers", False)):
+        memo: set[torch.Tensor] = set()
+        for prefix, module in tree:
+            for key, value in getattr(module, members).items():
+                if value is None or value in memo:
+                    continue
+                memo.add(value)
+                out.append(((f"{prefix}.{key}" if prefix else key) if named else None, value))
+    return out
+
+
+def _storage_ids(recorder: Recorder, model: torch.nn.Module,
+                 tree: list[tuple[str, torch.nn.Module]]) -> tuple[set[int], float]:
     """The storages of the model's parameters and buffers, their bytes (each storage once), and
     the owner of each parameter storage (recorder.param_owners: the first module path holding it)."""
     ids: set[int] = set()
     total = 0.0
     owners = recorder.param_owners
-    tensors = itertools.chain(model.named_parameters(), ((None, b) for b in model.buffers()))
-    for pname, t in tensors:
+    for pname, t in _params_and_buffers(model, tree):
         t = getattr(t, "_local_tensor", t)  # a DTensor: this rank's shard is what its ops read
         sid = recorder.storages.id(t)
         if sid not in ids:
@@ -775,8 +888,11 @@ def recording(model: torch.nn.Module | None, formulas: FormulaBook) -> Iterator[
         recorder.adopt(model)
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
     _ACTIVE.append(recorder)
+    eager = compat.force_eager()  # torch.compile'd code runs eagerly under a dispatch mode anyway
+    mode = _DispatchRecorder if eager is None else _EagerDispatchRecorder
     try:
-        with _patched_sdpa(recorder), _FunctionRecorder(recorder), _DispatchRecorder(recorder):
+        with (_patched_sdpa(recorder), _FunctionRecorder(recorder), nullcontext() if eager is None else eager,
+              mode(recorder)):
             yield recorder
     finally:
         _ACTIVE.remove(recorder)
@@ -804,6 +920,7 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
     try:
         with torch.no_grad(), recording(model, formulas) as rec:
             call_forward(model, inputs)
+            rec.storages.release()  # freed now, not traversed by the collection that re-enabling starts
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -57,14 +57,17 @@ class Aggregate:
     dtype_bytes: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def add(self, op: OpRecord, op_time: float) -> None:
-        flops, nbytes = op.flops, op.bytes_read + op.bytes_written  # op.bytes, once
+        self.add_values(op.flops, op.bytes, op.param_bytes, op.dtype, op_time)
+
+    def add_values(self, flops: float, nbytes: float, param_bytes: float, dtype: str, op_time: float) -> None:
+        """add() of an op's figures, taken from it once (build_report adds each op twice)."""
         self.flops += flops
         self.bytes += nbytes
-        self.param_bytes += op.param_bytes
+        self.param_bytes += param_bytes
         self.time_ops_s += op_time
         self.count += 1
-        self.dtype_flops[op.dtype] += flops
-        self.dtype_bytes[op.dtype] += nbytes
+        self.dtype_flops[dtype] += flops
+        self.dtype_bytes[dtype] += nbytes
 
     def dtype(self, default: str) -> str:
         if any(self.dtype_flops.values()):
@@ -218,21 +221,23 @@ def build_report(
     modules: dict[str, Aggregate] = defaultdict(Aggregate)
     uncounted: dict[str, dict] = {}
     peaks: dict[str, float] = {}  # per dtype
-    rollups: dict[str, str] = {}  # module path -> its row's name
+    rollups: dict[str, Aggregate] = {}  # module path -> its row's sums
     bandwidth = hw.memory_bandwidth
     for op in cap.ops:
-        peak = peaks.get(op.dtype)
+        dtype = op.dtype
+        peak = peaks.get(dtype)
         if peak is None:
-            peak = peaks[op.dtype] = hw.peak(op.dtype)
-        intensity, bound, time_bound_s = op_figures(op.flops, op.bytes, peak, bandwidth)  # = place_on's
+            peak = peaks[dtype] = hw.peak(dtype)
+        flops, nbytes = op.flops, op.bytes_read + op.bytes_written
+        intensity, bound, time_bound_s = op_figures(flops, nbytes, peak, bandwidth)  # = place_on's
         if op.kind == "collective":  # link traffic, not HBM: its own time bound (stages.collectives)
             bound = "communication"
             time_bound_s = collectives.comm_time(op.attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth)
-        total.add(op, time_bound_s)
-        name = rollups.get(op.module)
-        if name is None:
-            name = rollups[op.module] = rollup_name(op.module, depth, group_layers)
-        modules[name].add(op, time_bound_s)
+        total.add_values(flops, nbytes, op.param_bytes, dtype, time_bound_s)
+        agg = rollups.get(op.module)
+        if agg is None:
+            agg = rollups[op.module] = modules[rollup_name(op.module, depth, group_layers)]
+        agg.add_values(flops, nbytes, op.param_bytes, dtype, time_bound_s)
         op_rows.append(_op_row(op, intensity, bound, time_bound_s))
         if not op.counted:
             u = uncounted.setdefault(op.name, {"name": op.name, "count": 0, "bytes": 0.0, "time_bound_s": 0.0})
