@@ -43,7 +43,10 @@ Forward signature::
 ``(k_cache, v_cache)`` in naive mode (shapes above); ``start_pos`` is a python
 int.  prefill: ``input_ids [B, context]``, ``start_pos=0``, slots ``[0,
 context)`` are written.  decode: ``input_ids [B, 1]``, ``start_pos=context-1``,
-slot ``context-1`` is written and all ``context`` slots are attended.
+slot ``context-1`` is written and all ``context`` slots are attended.  decode
+with ``q_len=N`` (multi-token decode): ``input_ids [B, N]``,
+``start_pos=context-N``, the last N slots are written and new token i attends
+slots ``[0, context-N+i]`` (causal among the new tokens).
 """
 
 import torch
@@ -99,8 +102,8 @@ class MLAAttention(nn.Module):
     def forward(self, x, cos, sin, kv_cache=None, start_pos=0):
         bsz, seq_len, _ = x.shape
         end_pos = start_pos + seq_len
-        if seq_len > 1 and start_pos != 0 and self.mode == "naive":
-            raise ValueError("multi-token forward is only supported from start_pos=0")
+        if seq_len > 1 and start_pos != 0 and kv_cache is None:
+            raise ValueError("multi-token forward from start_pos > 0 needs a kv_cache")
 
         q = self.wq_b(self.q_norm(self.wq_a(x)))
         q = q.view(bsz, seq_len, self.num_heads, self.qk_head_dim)
@@ -120,10 +123,15 @@ class MLAAttention(nn.Module):
                 k_cache, v_cache = kv_cache
                 k_cache[:, :, start_pos:end_pos].copy_(k)
                 v_cache[:, :, start_pos:end_pos].copy_(v)
-                if seq_len == 1:
+                if seq_len == 1 or start_pos > 0:
                     k, v = k_cache[:, :, :end_pos], v_cache[:, :, :end_pos]
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1,
-                                                 scale=self.softmax_scale)
+            if seq_len > 1 and start_pos > 0:
+                # multi-token decode: new token i sees the cache and new tokens 0..i
+                mask = torch.ones(seq_len, end_pos, dtype=torch.bool).tril_(start_pos)
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.softmax_scale)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1,
+                                                     scale=self.softmax_scale)
             out = out.transpose(1, 2)                                # [B, S, H, v]
         else:
             wkv_b = self.wkv_b.weight.view(self.num_heads, -1, self.kv_lora_rank)
@@ -216,12 +224,13 @@ def make_kv_caches(batch, context, *, layers=2, mode="absorbed", heads=128, kv_l
     return [tuple(torch.zeros(s) for s in shapes) for _ in range(layers)]
 
 
-def make_inputs(batch, context, phase, *, layers=2, mode="absorbed", heads=128, kv_lora_rank=512,
+def make_inputs(batch, context, phase, *, q_len=1, layers=2, mode="absorbed", heads=128, kv_lora_rank=512,
                 qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab=129280):
+    """Inputs of one step; in decode, ``q_len`` new tokens per sequence (multi-token decode)."""
     if phase == "prefill":
         q_len, start_pos = context, 0
     elif phase == "decode":
-        q_len, start_pos = 1, context - 1
+        start_pos = context - q_len
     else:
         raise ValueError(f"unknown phase {phase!r}")
     input_ids = torch.randint(0, vocab, (batch, q_len), dtype=torch.long)

@@ -31,6 +31,10 @@ Phases (see ``make_inputs``):
   * decode: ``input_ids`` is ``[B, 1]``, ``start_pos=context-1``; every layer
     writes the new token's K/V into slot ``context-1`` of its cache and attends
     over all ``context`` slots.
+  * decode with ``q_len=N`` (multi-token decode, a speculative or MTP verify
+    step): ``input_ids`` is ``[B, N]``, ``start_pos=context-N``; the N new
+    tokens' K/V go into the last N slots and new token i attends slots
+    ``[0, context-N+i]`` (a boolean mask, causal among the new tokens).
 """
 
 import torch
@@ -99,13 +103,18 @@ class GQAAttention(nn.Module):
             end_pos = start_pos + seq_len
             k_cache[:, :, start_pos:end_pos].copy_(k)
             v_cache[:, :, start_pos:end_pos].copy_(v)
-            if seq_len == 1:
-                # decode: attend over every cached position, including the new one
+            if seq_len == 1 or start_pos > 0:
+                # decode: attend over every cached position, including the new ones
                 k, v = k_cache[:, :, :end_pos], v_cache[:, :, :end_pos]
-        if seq_len > 1 and start_pos != 0:
-            raise ValueError("multi-token forward is only supported from start_pos=0")
+        elif seq_len > 1 and start_pos != 0:
+            raise ValueError("multi-token forward from start_pos > 0 needs a kv_cache")
 
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, enable_gqa=True)
+        if seq_len > 1 and start_pos > 0:
+            # multi-token decode: new token i sees the cache and new tokens 0..i (bottom-right causal)
+            mask = torch.ones(seq_len, end_pos, dtype=torch.bool).tril_(start_pos)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=seq_len > 1, enable_gqa=True)
         out = out.transpose(1, 2).reshape(bsz, seq_len, self.num_heads * self.head_dim)
         return self.o_proj(out)
 
@@ -167,11 +176,12 @@ def make_kv_caches(batch, context, *, layers=2, kv_heads=8, head_dim=128):
     ]
 
 
-def make_inputs(batch, context, phase, *, layers=2, kv_heads=8, head_dim=128, vocab=32000):
+def make_inputs(batch, context, phase, *, q_len=1, layers=2, kv_heads=8, head_dim=128, vocab=32000):
+    """Inputs of one step; in decode, ``q_len`` new tokens per sequence (multi-token decode)."""
     if phase == "prefill":
         q_len, start_pos = context, 0
     elif phase == "decode":
-        q_len, start_pos = 1, context - 1
+        start_pos = context - q_len
     else:
         raise ValueError(f"unknown phase {phase!r}")
     input_ids = torch.randint(0, vocab, (batch, q_len), dtype=torch.long)

@@ -12,9 +12,13 @@ from rooflinekit.plugin import UserError, hookimpl
 PROVIDES = ("transformers configs",)
 #: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
 WORKLOAD = "rooflinekit.stages.workload"
+#: `hf:MODEL_TYPE`: transformers' default config of that model type (`hf:llama`).
+SPEC = "hf:"
 
 
 def _is_config(path: str) -> bool:
+    if str(path).startswith(SPEC):
+        return True
     p = Path(path)
     return p.suffix == ".json" or (p.is_dir() and (p / "config.json").is_file())
 
@@ -72,7 +76,7 @@ def rooflinekit_workload_loader(path, options):
         path=source.path,
         build_model=_guarded(source.build_model, source.path, "transformers cannot build a model from this config"),
         make_inputs=_guarded(source.make_inputs, source.path, "transformers cannot make this config's inputs"),
-        kind=f"transformers config ({source.model_type})",
+        kind=f"transformers config ({source.model_type}: {source.class_name})",
         notes=source.notes,  # the same list: building may add to it (an attention fallback)
         options_handled=True,
     )

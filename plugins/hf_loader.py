@@ -2,7 +2,7 @@
 
     source = load_hf_config("examples/configs/llama-3.1-8b.json", {})
     model = source.build_model()                      # under torch.device("meta") + default dtype
-    kwargs = source.make_inputs(batch, context, phase)
+    kwargs = source.make_inputs(batch, context, phase)   # decode: q_len=N for N new tokens per sequence
 
 Standalone on purpose (imports nothing from rooflinekit); it follows the model-file contract:
 `build_model()` and `make_inputs()` are called with the target device (meta by default) and the
@@ -20,10 +20,16 @@ Options (the `options` dict of `load_hf_config`):
                           decode writes the new K/V in place with index_copy_, as the model-file
                           contract describes) or "dynamic" (DynamicCache: each step's torch.cat
                           copies the whole cache, which a byte count then sees)
-    logits                "last" (default: lm_head on the last position only, as serving does)
-                          or "all"
-    layers                int: override num_hidden_layers (quick runs)
+    logits                "last" (default: lm_head on the last position only, as serving does; in
+                          multi-token decode on the q_len new positions) or "all"
+    layers                int: override num_hidden_layers (quick runs); every per-layer list of
+                          the config (layer_types, ...) is cut to the first `layers` entries
     config                dict of further config overrides
+    task                  "auto" (default), "causal", "encoder" or "seq2seq": what the config is
+                          built as (auto: an encoder-decoder config as seq2seq, a masked-LM type not
+                          configured as a decoder as an encoder, else a causal LM; hf_tasks)
+    encoder_len           int: source positions of a seq2seq model's encoder (default: the context;
+                          fixed by speech encoders)
 """
 
 from __future__ import annotations
@@ -34,9 +40,14 @@ import json
 import os
 import re
 import sys
+import weakref
 from typing import Any
 
 import torch
+
+from rooflinekit_plugins import hf_tasks
+from rooflinekit_plugins.hf_layers import changes, cut_layers, merged
+from rooflinekit_plugins.hf_meta import known_lengths, meta_forward
 
 INSTALL_HINT = "transformers is not installed: pip install 'rooflinekit[hf]'"
 
@@ -47,10 +58,13 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 EXPERTS_IMPLEMENTATIONS = ("grouped_mm", "batched_mm", "eager")
 CACHES = ("dynamic", "static")
 LOGITS = ("last", "all")
-OPTIONS = ("attn_implementation", "experts_implementation", "cache", "logits", "layers", "config")
+OPTIONS = ("attn_implementation", "experts_implementation", "cache", "logits", "layers", "config", "task",
+           "encoder_len")
 #: Keys that hold the number of decoder layers in a raw config.json (the standard name, and the
 #: names some families map to it), at the top level or in a `text_config`.
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers")
+#: A model spec naming a model type instead of a file: its default config (`hf:llama`).
+SPEC = "hf:"
 #: How the full list of supported model types can be printed.
 LIST_TYPES = ('python -c "import transformers.models.auto.modeling_auto as m; '
               'print(*sorted(m.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))"')
@@ -107,6 +121,11 @@ def supported_model_types() -> list[str]:
 
 
 def _read_config(path: str) -> tuple[dict, str]:
+    if path.startswith(SPEC):  # hf:MODEL_TYPE: the type's default config, nothing read
+        model_type = path[len(SPEC):]
+        if not model_type:
+            raise ConfigError(f"{SPEC} needs a model type after it ({SPEC}llama); list them with {LIST_TYPES}")
+        return {"model_type": model_type}, path
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"no transformers config at {path}")
@@ -148,7 +167,8 @@ def _check_model_type(model_type: Any, file: str, causal_lm) -> str:
         CONFIG_MAPPING_NAMES = {}
     if model_type in CONFIG_MAPPING_NAMES:
         raise ConfigError(f"{file}: model_type {model_type!r} has no causal-LM class in transformers "
-                          "(AutoModelForCausalLM); rooflinekit builds decoder language models")
+                          "(AutoModelForCausalLM), nor a masked-LM or sequence-to-sequence one; rooflinekit "
+                          "builds language models")
     close = difflib.get_close_matches(model_type.lower(), sorted(causal_lm), n=3, cutoff=0.6)
     hint = (f"did you mean {', '.join(repr(c) for c in close)}?" if close
             else f"{len(causal_lm)} types are supported; list them with {LIST_TYPES}")
@@ -235,6 +255,21 @@ def cached_kv_heads(c) -> int:
     return getattr(c, "num_key_value_heads", None) or c.num_attention_heads
 
 
+def field_holding(data: Any, value: Any, prefix: str = "") -> str | None:
+    """The dotted name of the (first) field of a config dict holding the string `value`, or None."""
+    if not isinstance(value, str) or not value:
+        return None
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for key, item in items:
+        name = f"{prefix}{key}" if isinstance(data, dict) else f"{prefix.rstrip('.')}[{key}]"
+        if item == value:
+            return name
+        found = field_holding(item, value, f"{name}.") if isinstance(item, (dict, list)) else None
+        if found:
+            return found
+    return None
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise OptionError(f"option {name}={value!r}: use one of {', '.join(choices)}")
@@ -277,12 +312,37 @@ class HFModelSource:
         )
         self.cache = _check_choice("cache", options.get("cache", "static"), CACHES)
         self.logits = _check_choice("logits", options.get("logits", "last"), LOGITS)
-        _, _, auto_cls, _ = _transformers()
-        self._model_class = auto_cls._model_mapping[type(config)]
+        try:
+            self.task = hf_tasks.choose_task(config, _check_choice("task", options.get("task", "auto"),
+                                                                   hf_tasks.TASKS))
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+        self.encoder_len = options.get("encoder_len")
+        if self.encoder_len is not None and (isinstance(self.encoder_len, bool) or not isinstance(
+                self.encoder_len, int) or self.encoder_len < 1):
+            raise OptionError(f"option encoder_len={self.encoder_len!r}: give a whole number of source positions")
+        if self.task == "causal" and getattr(config, "is_decoder", None) is False \
+                and config.model_type in hf_tasks.mappings()["encoder"]:
+            config.is_decoder = True  # a BERT-style type as a causal LM (BertLMHeadModel) is a decoder
+        self._auto = hf_tasks.auto_class(self.task)
+        self._model_class = hf_tasks.model_class(config, self.task)
+        part = hf_tasks.config_part(config, self._model_class)
+        if part is not None:  # MusicGen: the causal LM is built from the composite config's decoder
+            name, self.config = part
+            notes.append(f"{self._model_class.__name__} is built from the config's `{name}` "
+                         f"({type(self.config).__name__}), as the class takes")
+            config = self.config
         params = inspect.signature(self._model_class.forward).parameters
         # transformers 5.x renamed `past_key_values` to `cache` (the old name still works, with a warning)
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._has_logits_to_keep = "logits_to_keep" in params
+        self._has_position_ids = "position_ids" in params  # not RWKV's, for one
+        self._built: weakref.ref | None = None  # the last model built: its cache states are shaped by its code
+
+    @property
+    def class_name(self) -> str:
+        """The transformers class built (BertForMaskedLM, LlamaForCausalLM, ...)."""
+        return self._model_class.__name__
 
     @property
     def name(self) -> str:
@@ -291,7 +351,9 @@ class HFModelSource:
     # -- the model-file contract ------------------------------------------------------------
 
     def build_model(self) -> torch.nn.Module:
-        _, _, auto_cls, _ = _transformers()
+        # the Auto class of the task, or the class itself where another mapping holds it (speech seq2seq)
+        from_config = (self._auto.from_config if type(self.config) in self._auto._model_mapping
+                       else self._model_class._from_config)
         kwargs = {}
         can_set = getattr(self._model_class, "_can_set_experts_implementation", None)
         if can_set is not None and can_set():
@@ -300,44 +362,84 @@ class HFModelSource:
         # the caller's default dtype wins over the config's "dtype"/"torch_dtype"
         kwargs["dtype"] = torch.get_default_dtype()
         try:
-            model = auto_cls.from_config(self.config, attn_implementation=self.attn_implementation, **kwargs)
+            model = from_config(self.config, attn_implementation=self.attn_implementation, **kwargs)
         except ValueError as exc:
             # Some classes (Gemma2 in transformers 5.x, for one) refuse sdpa: run them eager, as
             # transformers would advise, and say so rather than fail on the default.
             if self.attn_implementation != "sdpa" or "attention implementation" not in str(exc):
                 raise
-            model = auto_cls.from_config(self.config, attn_implementation="eager", **kwargs)
+            model = from_config(self.config, attn_implementation="eager", **kwargs)
             self.attn_implementation = "eager"
             self.notes.append(f"{self._model_class.__name__} does not support attn_implementation=sdpa "
                               "in this transformers: built with eager attention (matmuls) instead")
+        except KeyError as exc:  # a value transformers' validation let through and its code looks up
+            where = field_holding(self.config.to_dict(), exc.args[0] if exc.args else None)
+            if where is None:
+                raise
+            raise ConfigError(f"{self.path}: transformers cannot build a model from this config: {where} = "
+                              f"{exc.args[0]!r} is not a value it knows") from None
         model.eval()
+        hf_tasks.tag_roles(model, self.task)  # encoder / decoder / cross-attention layers
+        language = hf_tasks.default_language(model, self.config)
+        if language is not None:
+            self.notes.append(f"{type(model).__name__}: language adapters of {language!r} (the config's first "
+                              "language; the model needs one set)")
+        meta_forward(model, self.notes)  # values a meta tensor cannot give, from the workload (hf_meta)
+        self._built = weakref.ref(model)
         if self.max_parameters is not None:  # the estimate before building may miss a family's extras
             n = sum(p.numel() for p in model.parameters())
             if n > self.max_parameters:
                 raise SizeError("parameters", f"{self.path}: {n:.3g} parameters once built: too large to analyse")
         return model
 
-    def make_inputs(self, batch: int, context: int, phase: str) -> dict:
+    def make_inputs(self, batch: int, context: int, phase: str, q_len: int = 1) -> dict:
+        """Inputs of one step; in decode, `q_len` new tokens per sequence (multi-token decode: the
+        model's own causal mask, aligned to the cache's end, lets new token i see the tokens before it)."""
         if phase not in ("prefill", "decode"):
             raise ValueError(f"unknown phase {phase!r}: use prefill or decode")
         if batch < 1 or context < 1:
             raise ValueError(f"batch and context must be at least 1, got {batch}, {context}")
-        q_len = context if phase == "prefill" else 1
+        if q_len != 1 and (phase != "decode" or self.task in ("encoder", "seq2seq") or not 1 <= q_len <= context):
+            raise ValueError(f"q_len={q_len}: multi-token decode is for decoder-only models in decode, "
+                             f"1 <= q_len <= context")
+        if self.task != "causal":
+            try:
+                return self._task_inputs(batch, context, phase)
+            except hf_tasks.StepError as exc:
+                raise OptionError(f"{self._model_class.__name__}: {exc}") from None
+        q_len = context if phase == "prefill" else q_len
         past = context - q_len
         kwargs: dict[str, Any] = {
-            "input_ids": torch.zeros(batch, q_len, dtype=torch.long),
-            # explicit positions: the model would otherwise derive them from the cache length
-            "position_ids": torch.arange(past, context, dtype=torch.long)
-            .unsqueeze(0)
-            .expand(batch, -1),
-            # A cache is passed in both phases: without one, transformers' mask code inspects
-            # position_ids for packed sequences ((mask == 0).all() -> data-dependent on meta).
-            self._cache_kwarg: self._make_cache(batch, past, context),
+            # one row per codebook of each sequence where the model reads several (MusicGen's 4)
+            "input_ids": torch.zeros(batch * self._codebooks(), q_len, dtype=torch.long),
             "use_cache": True,
             # no attention_mask: a 2D mask makes the sdpa mask path read it (padding_mask.sum())
         }
+        if self._has_position_ids:
+            # explicit positions: the model would otherwise derive them from the cache length
+            kwargs["position_ids"] = torch.arange(past, context, dtype=torch.long).unsqueeze(0).expand(batch, -1)
+        # A cache is passed in both phases: without one, transformers' mask code inspects
+        # position_ids for packed sequences ((mask == 0).all() -> data-dependent on meta). A model
+        # with its own cache class makes its own at prefill (the parameter is then None).
+        param, cache = self._make_cache(batch, past, context)
+        if param is not None:
+            kwargs[param] = cache
+            known_lengths(cache, past, self.notes)  # meta: lengths from the workload (hf_meta)
         if self._has_logits_to_keep and self.logits == "last":
-            kwargs["logits_to_keep"] = 1
+            # the last position; every new token's in multi-token decode (a verify step checks each)
+            kwargs["logits_to_keep"] = 1 if phase == "prefill" else q_len
+        return kwargs
+
+    def _task_inputs(self, batch: int, context: int, phase: str) -> dict:
+        """An encoder's or an encoder-decoder's inputs (hf_tasks)."""
+        if self.task == "encoder":
+            kwargs = hf_tasks.encoder_inputs(batch, context, phase)
+            if hf_tasks.ENCODER_NOTE not in self.notes:
+                self.notes.append(hf_tasks.ENCODER_NOTE)
+            return kwargs
+        kwargs = hf_tasks.seq2seq_inputs(self._model(), self.config, self._cache_kwarg, self.cache, batch,
+                                         context, phase, self.encoder_len, self.notes)
+        known_lengths(kwargs[self._cache_kwarg], context - 1 if phase == "decode" else 0, self.notes)
         return kwargs
 
     # -- KV cache -----------------------------------------------------------------------------
@@ -356,7 +458,8 @@ class HFModelSource:
             k_dim = c.qk_nope_head_dim + c.qk_rope_head_dim
             return (batch, kv_heads, length, k_dim), (batch, kv_heads, length, c.v_head_dim)
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-        return (batch, kv_heads, length, head_dim), (batch, kv_heads, length, head_dim)
+        v_dim = getattr(c, "v_head_dim", None) or head_dim  # MiMo-V2: 192-wide K, 128-wide V
+        return (batch, kv_heads, length, head_dim), (batch, kv_heads, length, v_dim)
 
     def _mla_caches_latent(self) -> bool:
         """Whether the model's MLA attention caches latents (it then has an `expand_kv` method)."""
@@ -367,31 +470,43 @@ class HFModelSource:
             for obj in members
         )
 
-    def _make_cache(self, batch: int, past: int, context: int):
-        from transformers import DynamicCache, StaticCache
+    def _codebooks(self) -> int:
+        """Token rows per sequence: a multi-codebook audio decoder's `num_codebooks`, else 1."""
+        n = getattr(self.config, "num_codebooks", None)
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
-        dtype = torch.get_default_dtype()
-        n_layers = self.config.get_text_config(decoder=True).num_hidden_layers
-        if self.cache == "static":
-            cache = StaticCache(config=self.config, max_cache_len=context)
-            # Allocate the slots here rather than lazily inside the forward (an aten.zeros of the
-            # whole cache there would be counted). Cache.early_initialization cannot be used: it
-            # gives K and V one head_dim, and MLA caches 512-wide latents with 64-wide rope keys.
-            k0, v0 = (torch.empty(s, dtype=dtype) for s in self.kv_shapes(batch, 0))
-            for layer in cache.layers:
-                if getattr(layer, "supports_early_init", False) and not layer.is_initialized:
-                    layer.lazy_initialization(k0, v0)
-        else:
-            cache = DynamicCache(config=self.config)
-        if past == 0:
-            return cache
-        k_shape, v_shape = self.kv_shapes(batch, past)
-        for layer_idx in range(n_layers):
-            # On meta these allocate nothing; the layer classes handle sliding windows themselves
-            k = torch.empty(k_shape, dtype=dtype)
-            v = torch.empty(v_shape, dtype=dtype)
-            cache.update(k, v, layer_idx)
-        return cache
+    def _model(self) -> torch.nn.Module:
+        """The model last built (make_inputs before build_model builds one: caches and states are
+        shaped by the model's own code)."""
+        model = self._built() if self._built is not None else None
+        return model if model is not None else self.build_model()
+
+    def _make_cache(self, batch: int, past: int, context: int) -> tuple[str | None, Any]:
+        """(forward parameter, cache) after `past` positions: K/V for attention layers, states of the
+        model's own shapes for recurrent and linear-attention layers (rooflinekit_plugins.hf_cache)."""
+        from rooflinekit_plugins.hf_cache import build_cache
+
+        model = self._model()
+        param, cache = build_cache(model, self.config, self.cache, self.kv_shapes, batch, past, context, self.notes)
+        if param in ("past_key_values", "cache"):
+            param = self._cache_kwarg  # transformers 5's name where the forward takes both
+        return param, cache
+
+
+def _rejection(auto_config, model_type: str, data: dict) -> str | None:
+    """transformers' reason for rejecting the config as given, or None (also for a layer count past
+    4,096: not built at such a size just to tell whose error it is)."""
+    if any(isinstance(v, int) and v > 4096 for _, v in _raw_layer_counts(data)):
+        return None
+    try:
+        auto_config.for_model(model_type, **data)
+    except Exception as exc:  # noqa: BLE001 - any rejection
+        return reason(exc)
+    return None
+
+
+def _at(layers: int | None) -> str:
+    return "" if layers is None else f" cut to {layers} layers (-O layers={layers})"
 
 
 def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | None = None,
@@ -414,29 +529,43 @@ def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | 
         if key in data:
             data.pop(key)
             notes.append(f"ignored {key} from {os.path.basename(file)}")
-    model_type = _check_model_type(data.get("model_type"), file, causal_lm)
+    model_type = _check_model_type(data.get("model_type"), file, set(causal_lm) | hf_tasks.known_types())
     overrides = options.get("config") or {}
     if not isinstance(overrides, dict):
         raise OptionError("option config must be a dict of config overrides")
     data.update(overrides)
-    if options.get("layers") is not None:
-        layers = options["layers"]
+    layers = options.get("layers")
+    data.pop("model_type")
+    given = dict(data)
+    if layers is not None:
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
             raise OptionError(f"option layers={layers!r}: give a whole number of decoder layers, at least 1")
         _check_layers(layers, "option layers", file, max_layers)
-        data["num_hidden_layers"] = layers
-        # per-layer lists follow the override (transformers checks their length): the first
-        # `layers` layers keep their own kinds (sliding/full/chunked attention, rope or not)
-        for key in ("layer_types", "no_rope_layers"):
-            if isinstance(data.get(key), list) and len(data[key]) > layers:
-                data[key] = data[key][:layers]
+        # every count and per-layer field the file gives, cut to the first `layers` layers, each
+        # keeping its own kind (sliding/full/linear attention, rope or not, dense or MoE): hf_layers
+        data, _ = cut_layers(data, layers)
     for key, value in _raw_layer_counts(data):  # before transformers builds per-layer lists
         _check_layers(value, key, file, max_layers)
-    data.pop("model_type")
     try:
         config = auto_config.for_model(model_type, **data)  # no file or network access
     except Exception as exc:  # transformers' own validation: ValueError, TypeError, strict dataclass errors...
-        raise ConfigError(f"{file}: transformers rejects this {model_type} config: {reason(exc)}") from None
+        own = _rejection(auto_config, model_type, given) if layers is not None else None
+        if own is not None:  # the file as given is rejected already: its error, not the cut's
+            raise ConfigError(f"{file}: transformers rejects this {model_type} config: {own}") from None
+        raise ConfigError(f"{file}: transformers rejects this {model_type} config{_at(layers)}: "
+                          f"{reason(exc)}") from None
+    if layers is not None:
+        # what the file left to transformers' defaults (hf:TYPE, a text_config's layers, a default
+        # layer_types): cut as built, and built again from the file with the cut fields only (what
+        # the config class derives from them, it derives again)
+        built = config.to_dict()
+        cut, changed = cut_layers(built, layers)
+        if changed:
+            try:
+                config = auto_config.for_model(model_type, **merged(data, changes(built, cut)))
+            except Exception as exc:
+                raise ConfigError(f"{file}: transformers rejects this {model_type} config{_at(layers)} "
+                                  f"(cut: {', '.join(changed[:6])}): {reason(exc)}") from None
     check_text_config(config.get_text_config(decoder=True), file, max_layers, max_parameters)
     source = HFModelSource(config, file, options, notes)
     source.max_parameters = max_parameters

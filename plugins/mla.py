@@ -14,6 +14,7 @@ otherwise take an MLA module for plain attention.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from rooflinekit.plugin import (
@@ -21,6 +22,7 @@ from rooflinekit.plugin import (
     AttentionCost,
     AttentionShard,
     AttentionSpec,
+    LeverProposal,
     hookimpl,
     lookup,
     pairs_attended,
@@ -109,3 +111,41 @@ def rooflinekit_attention_shard(spec, tp):
         out_head_dim=x.get("v_head_dim"),
         note=note,
     )
+
+
+@hookimpl
+def rooflinekit_advise_levers(workload, report, source):
+    """The absorbed form, for MLA layers that run naive: the model's own absorbed mode where its
+    model file has one (-O mode=absorbed), else its capture restated (rooflinekit_plugins.mla_absorb)."""
+    name = "absorbed MLA"
+    rows = [a for a in report.attention if a.recognised and a.arch == ARCH]
+    if not rows:
+        return [LeverProposal(name, skip="no MLA attention layer in this model")]
+    if not any(a.mode == "naive" for a in rows):
+        return [LeverProposal(name, skip="the MLA layers already run absorbed")]
+    if _takes_option(source, "mode"):
+        options = dict(workload.options, mode="absorbed")
+        return [LeverProposal(name, replace(workload, options=tuple(sorted(options.items()))), rebuild=True,
+                              assumption="the model's own absorbed mode (-O mode=absorbed): the latent cached and "
+                                         "attended, kv_b_proj folded into the query and output")]
+    # imports torch: only when a lever is asked for
+    from rooflinekit_plugins.mla_absorb import absorb
+
+    return [LeverProposal(name, workload, transform=absorb,
+                          assumption="kv_b_proj's re-expansion of every cached position and the attention over the "
+                                     "expanded K/V replaced by the absorbed form: the same weights on the new tokens "
+                                     "only, attention over the latent at the MLA plugin's absorbed cost (the model's "
+                                     "code has no absorbed mode: its capture restated)")]
+
+
+def _takes_option(source, name: str) -> bool:
+    """Whether the model source's build_model or make_inputs takes option `name`."""
+    if source is None or source.options_handled:
+        return False
+    for fn in (source.build_model, source.make_inputs):
+        try:
+            if name in inspect.signature(fn).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False

@@ -14,6 +14,7 @@ Other MoE implementations can return an `ExpertsModel` from their own `rooflinek
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import TYPE_CHECKING
 
 from rooflinekit.plugin import UserError, hookimpl
@@ -44,7 +45,10 @@ def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> floa
 
 
 def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ExpertsModel | None:
-    """An ExpertsModel for a container of 3-D per-expert weights, or None."""
+    """An ExpertsModel for a container of 3-D per-expert weights, or None (a convolution's 3-D
+    weight [out, in, kernel] is not experts: Whisper's and Mamba's Conv1d)."""
+    if any(cls.__name__ == "_ConvNd" for cls in type(module).__mro__):
+        return None
     params = dict(module.named_parameters(recurse=False))
     mats = [(n, p) for n, p in params.items() if p.dim() == 3]
     if not mats:
@@ -57,10 +61,24 @@ def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -
     first = mats[0][1]
     gated = len(matrices) > 1 and matrices[0][1] == 2 * matrices[-1][2]
     top_k = getattr(module, "top_k", None) or getattr(getattr(module, "config", None), "num_experts_per_tok", None)
+    if top_k is None and not _takes_routing(module):
+        return None  # 3-D weights without routing: RecurrentGemma's per-head RG-LRU gates, not experts
     model_class = importlib.import_module(MODEL_MODULE).ExpertsModel
     return model_class(num_experts=int(num), matrices=matrices, itemsize=first.element_size(),
                        dtype=dtype_key(first.dtype), top_k=top_k, gated=gated, biases=biases,
                        ep_size=ep_size, tp_size=tp_size)
+
+
+#: Forward parameters that carry a router's choice (transformers 5.x experts, gpt-oss, others).
+ROUTING_PARAMS = ("top_k_index", "router_indices", "top_k_weights", "routing_weights", "selected_experts")
+
+
+def _takes_routing(module) -> bool:
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return any(name in params for name in ROUTING_PARAMS)
 
 
 @hookimpl

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -27,6 +27,7 @@ from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, recording
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
+from rooflinekit.stages.memory import DEFAULT_FRACTION, activation_peak, memory_of
 from rooflinekit.stages.place import build_report
 from rooflinekit.stages.workload import (
     DTYPES,
@@ -105,12 +106,18 @@ def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, pha
 def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096,
                  hardware: str = DEFAULT_HARDWARE, dtype: str = "bf16", device: str = "meta",
                  options: dict | None = None, depth: int = 3, group_layers: bool = False,
-                 host: PluginHost | None = None) -> Report:
+                 host: PluginHost | None = None, weight_dtype: str | None = None,
+                 weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
+                 quantize_embeddings: bool = False) -> Report:
     """What `rooflinekit profile PATH` does: a model file (build_model/make_inputs), a transformers
-    config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs."""
+    config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs;
+    the formats and `q_len` are `--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--q-len`
+    and `--quantize-embeddings` (docs/accounting.md)."""
     opts = parse_options([f"{k}={v}" for k, v in (options or {}).items()])
     validate(phase, batch, context, dtype, device)
-    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())))
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), weight_dtype=weight_dtype,
+                        weight_group_size=weight_group_size, kv_dtype=kv_dtype, decode_q_len=q_len,
+                        quantize_embeddings=quantize_embeddings)
     host = host or get_host()
     return run_profile(load_source(str(path), opts, host), workload, hardware, depth=depth,
                        group_layers=group_layers, host=host, measure=False).report
@@ -155,11 +162,13 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
                               dtype=dtype)
     cap = CaptureResult(ops=rec.ops, modules={n: type(m).__name__ for n, m in model.named_modules()},
                         param_storages=rec.param_storages, param_bytes_total=rec.param_total,
-                        wall_s=time.perf_counter() - start, param_owners=dict(rec.param_owners))
+                        wall_s=time.perf_counter() - start, param_owners=dict(rec.param_owners),
+                        param_names=dict(rec.param_names), live=rec.live.finish())
     rows = attribute_attention(cap, model, workload, host)
     info = {"name": type(model).__name__, "path": "(in memory)", "kind": "module",
             "parameters": sum(p.numel() for p in model.parameters()), "param_bytes": cap.param_bytes_total,
             "modules": len(cap.modules)}
     out.model = model
-    out.report = build_report(cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
-                              warnings=list(host.warnings + db.problems))
+    report = build_report(cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
+                          warnings=list(host.warnings + db.problems))
+    out.report = replace(report, memory=memory_of(report, hw, DEFAULT_FRACTION, activation_peak(cap)))

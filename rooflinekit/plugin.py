@@ -28,6 +28,7 @@ from rooflinekit.core.heads import (
 )
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import causal_pairs, pairs_attended, positions_attended
+from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.specs import (
     AttentionCall,
     AttentionCost,
@@ -36,6 +37,7 @@ from rooflinekit.core.specs import (
     AttentionWindow,
     AttentionWorkload,
 )
+from rooflinekit.core.state import STATE_KEYS, split_state, state_cost, state_spec
 
 __all__ = [
     # the hook marker
@@ -48,6 +50,7 @@ __all__ = [
     "AttentionWindow",
     "AttentionWorkload",
     "Heads",
+    "LeverProposal",
     # head recognition
     "HEAD_ATTRS",
     "HEAD_DIM_ATTRS",
@@ -66,6 +69,11 @@ __all__ = [
     "causal_pairs",
     "pairs_attended",
     "positions_attended",
+    # layers that keep a fixed-size state (SSM, linear attention, RNN, short convolution)
+    "STATE_KEYS",
+    "state_cost",
+    "state_spec",
+    "split_state",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
 ]

@@ -14,7 +14,14 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.profile import profile
 from rooflinekit.cli.main import cli
-from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report, SweepReport
+from rooflinekit.core.report import (
+    ADVISE_SCHEMA_FILE,
+    SCHEMA_FILE,
+    SWEEP_SCHEMA_FILE,
+    AdviceReport,
+    Report,
+    SweepReport,
+)
 from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +81,7 @@ def _validating(cls, schema_file):
 
 _validating(Report, SCHEMA_FILE)
 _validating(SweepReport, SWEEP_SCHEMA_FILE)
+_validating(AdviceReport, ADVISE_SCHEMA_FILE)
 
 
 # -- third-party plugin distributions, as a user would pip-install them --------------------------------

@@ -73,7 +73,7 @@ def test_the_matrix_covers_every_command_and_category():
     ids = [c.id for c in CASES]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     commands = {c.args[0] for c in CASES if c.args}
-    assert commands >= {"profile", "sweep", "compare", "plot", "hardware", "calibrate", "plugins"}, commands
+    assert commands >= {"profile", "sweep", "advise", "compare", "plot", "hardware", "calibrate", "plugins"}, commands
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=f"{c.category}:{c.id}", marks=c.marks) for c in CASES])

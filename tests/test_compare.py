@@ -100,3 +100,17 @@ def test_compare_report_with_a_bad_module_row(invoke, reports, tmp_path):
     del report["modules"][1]
     bad.write_text(json.dumps(report))
     assert invoke("compare", reports["gqa"], bad).exit_code == 0
+
+
+def test_a_step_that_does_not_fit_reads_back(invoke, tmp_path):
+    """memory.headroom_bytes is negative when the step does not fit: compare and plot still read
+    the report (a signed field, not a corrupt count)."""
+    out = tmp_path / "short.json"
+    made = invoke("profile", GQA, "-O", "layers=1", "--memory-fraction", "0.000001", "-f", "json", "-o", out)
+    assert made.exit_code == 0, made.stderr
+    memory = json.loads(out.read_text())["memory"]
+    assert memory["fits"] is False and memory["headroom_bytes"] == pytest.approx(
+        memory["capacity_bytes"] * 0.000001 - memory["total_bytes"], rel=1e-9) and memory["headroom_bytes"] < 0
+    result = invoke("compare", out, out, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert all(r["ratio"] in (None, 1.0) for r in json.loads(result.stdout)["rows"])

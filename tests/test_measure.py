@@ -330,14 +330,16 @@ def test_trace_is_json_with_counts_in_op_event_args(tmp_path):
         op = ops[args["rk_index"]]
         seen.add(args["rk_index"])
         assert e["name"] == f"rk#{op['index']} {op['name']}"
-        assert args["flops"] == op["flops"]
-        assert args["bytes"] == op["bytes_read"] + op["bytes_written"]
-        assert args["module"] == op["module"]
-        assert args["bound"] == op["bound"]
-        assert args["intensity"] == op["intensity"]
+        assert args["rk_flops"] == op["flops"]
+        assert args["rk_bytes"] == op["bytes_read"] + op["bytes_written"]
+        assert args["rk_module"] == op["module"]
+        assert args["rk_bound"] == op["bound"]
+        assert args["rk_intensity"] == op["intensity"]
+        assert "bytes" not in args and "flops" not in args  # HTA's own field names stay free
     assert seen == set(ops)
-    steps = [e for e in data["traceEvents"] if str(e.get("name", "")).startswith("rk:step#")]
-    assert len(steps) == 2 and steps[0]["args"]["flops"] == report["totals"]["flops"]
+    steps = [e for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert sorted(e["name"] for e in steps) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert steps[0]["args"]["rk_flops"] == report["totals"]["flops"]
     assert not list(tmp_path.glob(".trace.json.*"))  # atomic: no temporary left behind
 
 

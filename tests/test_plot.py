@@ -251,3 +251,198 @@ def test_plot_incomplete_report(invoke, tmp_path, mla_report):
 
 def test_plot_bad_suffix(invoke, tmp_path, sweep_report):
     one_line_error(invoke("plot", sweep_report, "-o", tmp_path / "x.pdf"), ".png or .svg")
+
+
+# ----------------------------------------------------------------------------------------------
+# Charts worth looking at: no overlapping labels, TFLOP/s, marker area by share, measured points
+# under their roof, op-level charts, one colour per context, the advise chart
+# ----------------------------------------------------------------------------------------------
+
+
+def _text_boxes(fig):
+    """Every text drawn inside the axes (labels, not tick labels or titles), as display boxes."""
+    renderer = fig.canvas.get_renderer()
+    return [(t.get_text(), t.get_window_extent(renderer)) for ax in fig.axes for t in ax.texts if t.get_text()]
+
+
+def _assert_no_overlap(fig):
+    boxes = _text_boxes(fig)
+    assert boxes
+    for i, (a, ba) in enumerate(boxes):
+        for b, bb in boxes[i + 1:]:
+            overlap = ba.x0 < bb.x1 and bb.x0 < ba.x1 and ba.y0 < bb.y1 and bb.y0 < ba.y1
+            assert not overlap, f"labels overlap: {a!r} {tuple(ba.bounds)} and {b!r} {tuple(bb.bounds)}"
+
+
+def _sweep_with_contexts(n_contexts, batches=(1, 2, 4, 8, 16, 32)):
+    """A synthetic sweep dict: the step's intensity rises with batch, attention's stays."""
+    points = []
+    for j in range(n_contexts):
+        for b in batches:
+            points.append({"batch": b, "context": 1024 * 2 ** j, "intensity": 30 * b / (b + 4 * (j + 1)),
+                           "attention": {"recognised": 2, "intensity_min": 4.0 + j, "intensity_executed": 3.5 + j}})
+    hw = {"name": "H800 SXM5", "dtype": "bf16", "peak_flops": 989.4e12, "bandwidth": 3.35e12, "ridge": 295.3,
+          "peaks": {"bf16": 989.4e12, "fp8": 1978.9e12}}
+    return {"kind": "sweep", "hardware": hw, "points": points, "model": {"name": "synthetic"},
+            "workload": {"phase": "decode", "dtype": "bf16", "batches": list(batches),
+                         "contexts": [1024 * 2 ** j for j in range(n_contexts)]}}
+
+
+@pytest.fixture(scope="module")
+def readme_report():
+    """The README's example: every point at about 4 FLOP/B, where labels used to print over each other."""
+    return run_profile(GQA, batch=4, context=32768)
+
+
+def test_no_two_labels_overlap(mla_report, readme_report, sweep_report):
+    from rooflinekit.outputs.plot import figure
+
+    charts = [chart_for(readme_report), chart_for(mla_report), chart_for(mla_report, 2),
+              chart_for(readme_report, ops=True), chart_for(json.loads(sweep_report.read_text())),
+              chart_for(_sweep_with_contexts(5))]
+    for chart in charts:
+        fig = figure(chart)
+        _assert_no_overlap(fig)
+        assert chart.left_out == []  # and every label found a place
+        labels = "\n".join(text for text, _ in _text_boxes(fig))
+        for s in chart.series:  # every point (or series) is named somewhere on the chart
+            if s.joined:
+                assert (s.tag or s.label) in labels
+            else:
+                for _, name in s.points[: s.labelled]:
+                    assert name in labels
+
+
+def test_y_axis_in_tflops_and_roof_at_the_peak(readme_report):
+    from rooflinekit.outputs.plot import figure
+
+    fig = figure(chart_for(readme_report))
+    ax = fig.axes[0]
+    assert "TFLOP/s" in ax.get_ylabel()
+    roof = ax.lines[0]  # the report dtype's roofline, drawn first
+    assert max(roof.get_ydata()) == pytest.approx(989.4, rel=1e-9)  # H800 bf16 dense: 989.4 TFLOP/s
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    assert "1000" in ticks and not any("e" in t or "^" in t for t in ticks)
+
+
+def _drawn(ax):
+    """(x, y) -> marker area of every single-point scatter of the axes."""
+    out = {}
+    for c in ax.collections:
+        offsets = c.get_offsets()
+        if len(offsets) == 1:
+            out[(float(offsets[0][0]), float(offsets[0][1]))] = float(c.get_sizes()[0])
+    return out
+
+
+def _at(drawn, x, y):
+    """The marker area drawn at (x, y), within 1e-9 relative; None if no marker is there."""
+    return next((v for (px, py), v in drawn.items() if px == pytest.approx(x, rel=1e-9)
+                 and py == pytest.approx(y, rel=1e-9)), None)
+
+
+def test_marker_area_is_proportional_to_the_share_of_step_time(mla_report):
+    from rooflinekit.outputs.plot import AREA_FULL, AREA_MIN, figure
+
+    chart = chart_for(mla_report)
+    drawn = _drawn(figure(chart).axes[0])
+    predicted = mla_report["totals"]["predicted_step_s"]
+    ffn = [m for m in mla_report["modules"] if m["name"].endswith(".ffn")]
+    share = sum(m["time_bound_ops_s"] for m in ffn) / predicted  # both layers, by hand
+    x = sum(m["flops"] for m in ffn) / sum(m["bytes"] for m in ffn)
+    y = min(989.4e12, x * 3.35e12) / 1e12
+    assert _at(drawn, x, y) == pytest.approx(max(AREA_MIN, AREA_FULL * share), rel=1e-9)
+    step = mla_report["totals"]["intensity"]
+    assert _at(drawn, step, min(989.4e12, step * 3.35e12) / 1e12) == pytest.approx(AREA_FULL)  # all its time
+
+
+def test_measured_points_sit_at_their_achieved_rate_joined_to_their_bound():
+    from rooflinekit.analyses.profile import profile
+    from rooflinekit.outputs.plot import figure
+    from rooflinekit.stages.workload import Workload, load_source
+
+    options = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
+               "vocab": 1000}
+    workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(options.items())))
+    measured = profile(load_source(str(GQA), options), workload, "H800", measure=True, warmup=1,
+                       repeats=2).report.to_dict()
+    chart = chart_for(measured)
+    assert chart.measured
+    ax = figure(chart).axes[0]
+    peak, bw = measured["hardware"]["peak_flops"], measured["hardware"]["bandwidth"]
+    lines = [(tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.lines]
+    mlp = [m for m in measured["modules"] if m["name"].endswith(".mlp")]
+    flops, nbytes = sum(m["flops"] for m in mlp), sum(m["bytes"] for m in mlp)
+    seconds_ = sum(m["measured"]["time_s"] for m in mlp)
+    x, y = flops / nbytes, flops / seconds_ / 1e12  # achieved TFLOP/s, by hand
+    assert y < min(peak, x * bw) / 1e12  # under the roof
+    assert _at(_drawn(ax), x, y) is not None
+    joined = [ys for xs, ys in lines if len(xs) == 2 and xs[0] == xs[1] == pytest.approx(x)]
+    assert any(ys[0] == pytest.approx(y) and ys[1] == pytest.approx(min(peak, x * bw) / 1e12) for ys in joined)
+
+
+def test_op_level_chart(invoke, tmp_path, readme_report):
+    chart = chart_for(readme_report, ops=True)
+    ops = [p for s in chart.series if s.kind == "op" for p in s.points]
+    # examples/llama_gqa.py, 2 layers: q, k, v, o, gate, up, down per layer (equal in both layers:
+    # 7 points), lm_head, and the attention call of both layers (1 point)
+    assert len(ops) == 7 + 1 + 1
+    assert chart.points == 1 + 2 + 9
+    labels = dict((label, x) for x, label in ops)
+    # the head: 2*B*d*V FLOPs over its weight 2*d*V plus B rows in (2d) and out (2V), bf16
+    b, d, v = 4, 4096, 32000
+    assert labels["aten.mm in lm_head"] == pytest.approx(2 * b * d * v / (2 * d * v + b * (2 * d + 2 * v)))
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(readme_report))
+    result = invoke("plot", report, "--plot-ops", "-o", tmp_path / "ops.png")
+    assert result.exit_code == 0, result.stderr
+    assert "(12 points)" in result.stderr and (tmp_path / "ops.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_sweep_colours_per_context_batch_ticks_and_one_label_per_series():
+    from rooflinekit.outputs.plot import figure
+
+    data = _sweep_with_contexts(3, batches=(1, 4, 16, 48))
+    chart = chart_for(data)
+    colours = {}
+    for s in chart.series:
+        context = s.label.rsplit("S=", 1)[1]
+        colours.setdefault(context, set()).add(s.colour)
+    assert all(len(c) == 1 for c in colours.values())  # one colour per context, whatever the kind
+    assert len({next(iter(c)) for c in colours.values()}) == 3  # and a different one per context
+    fig = figure(chart)
+    assert list(fig.axes[1].get_xticks()) == [1, 4, 16, 48]
+    assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["1", "4", "16", "48"]
+    texts = [line for t in fig.axes[0].texts for line in t.get_text().splitlines()]
+    for s in chart.series:
+        assert texts.count(s.tag) == 1  # one label per series, not one per point
+    assert not any(t.startswith("B=") for t in texts)
+
+
+def test_advice_chart_moves_from_the_current_step(tmp_path):
+    from rooflinekit.outputs.advice_plot import advice_figure, moves, write_advice_plot
+
+    base = {"lever": "baseline", "predicted_step_s": 4e-4, "tokens_per_s": 1e4, "speedup": 1.0, "binding": "memory",
+            "fits": True, "tokens": 4}
+    levers = [dict(base, lever="fp8 weights", predicted_step_s=2.5e-4, tokens_per_s=4 / 2.5e-4, speedup=1.6),
+              dict(base, lever="batch 64", predicted_step_s=1.2e-3, tokens_per_s=64 / 1.2e-3, speedup=5.33),
+              dict(base, lever="TP 8", predicted_step_s=6e-5, tokens_per_s=4 / 6e-5, speedup=6.67,
+                   binding="communication"),
+              dict(base, lever="batch 4096", predicted_step_s=0.05, tokens_per_s=4096 / 0.05, speedup=8.2,
+                   binding="capacity", fits=False),
+              dict(base, lever="broken", predicted_step_s=0.0, tokens_per_s=None, speedup=None)]
+    advice = {"kind": "advise", "baseline": base, "levers": levers, "model": {"name": "m"},
+              "hardware": {"name": "H800 SXM5"}, "workload": {"phase": "decode", "batch": 4, "context": 4096,
+                                                              "dtype": "bf16"}}
+    _, drawn, left = moves(advice)
+    assert [lv["lever"] for lv in drawn] == ["fp8 weights", "batch 64", "TP 8", "batch 4096"] and left == ["broken"]
+    fig = advice_figure(advice)
+    ax = fig.axes[0]
+    _assert_no_overlap(fig)
+    assert len(ax.patches) == 4  # one arrow per lever drawn
+    for arrow, lever in zip(ax.patches, drawn, strict=True):
+        (x0, y0), (x1, y1) = arrow._posA_posB
+        assert (x0, y0) == (pytest.approx(0.4), pytest.approx(1e4))  # from the step now (ms, tokens/s)
+        assert (x1, y1) == (pytest.approx(lever["predicted_step_s"] * 1e3), pytest.approx(lever["tokens_per_s"]))
+    out = tmp_path / "a.png"
+    assert write_advice_plot(advice, str(out)) == 4 and out.read_bytes()[:8] == PNG_SIGNATURE

@@ -91,3 +91,37 @@ def test_a_hook_imports_torch_when_it_runs():
         print("ok")
     """)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_command_line_profile_of_a_model_file_never_loads_dynamo(tmp_path):
+    """`rooflinekit profile` of a model file runs torch's meta kernels without importing
+    torch._dynamo (over a second of start-up), and counts exactly what the library call does in a
+    process where dynamo is loaded."""
+    out = tmp_path / "cli.json"
+    model = str(EXAMPLES / "llama_gqa.py")
+    result = _python(f"""
+        import sys
+
+        from rooflinekit.cli.main import cli
+
+        try:
+            cli(["profile", {model!r}, "-O", "layers=2", "-f", "json", "-o", {str(out)!r}])
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        print("torch._dynamo" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "False"
+
+    import json
+
+    import torch._dynamo  # noqa: F401  (the library path, with dynamo loaded)
+
+    from rooflinekit.api import profile_file
+
+    library = profile_file(model, options={"layers": 2}).to_dict()
+    cli_report = json.loads(out.read_text())
+    for key in ("flops", "bytes", "weight_bytes", "kv_bytes_executed"):
+        assert cli_report["totals"][key] == library["totals"][key]
+    assert [(o["name"], o["flops"], o["bytes_read"], o["bytes_written"]) for o in cli_report["ops"]] == \
+        [(o["name"], o["flops"], o["bytes_read"], o["bytes_written"]) for o in library["ops"]]

@@ -105,7 +105,7 @@ def test_example_points_equal_separate_profiles(name, phase):
 
 
 #: MoE configs: the expected load is not polynomial in batch, so every point is captured.
-MOE = {"mixtral-8x7b", "deepseek-v2-lite", "gpt-oss-20b"}
+MOE = {"mixtral-8x7b", "deepseek-v2-lite", "deepseek-v2", "gpt-oss-20b"}
 
 
 @pytest.mark.hf

@@ -9,7 +9,8 @@ from tabulate import tabulate
 
 from rooflinekit.core.codec import encode
 from rooflinekit.core.report import Report
-from rooflinekit.core.units import seconds, si
+from rooflinekit.core.units import ratio as fmt_ratio
+from rooflinekit.core.units import seconds, share, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
 
@@ -106,11 +107,11 @@ def _fmt(value, unit: str) -> str:
     if unit == "s":
         return seconds(value)
     if unit == "%":
-        return f"{100 * value:.2f}%"
+        return share(value)
     if unit in ("FLOP", "B", "1/s"):
         return si(value, "" if unit == "1/s" else unit)
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return fmt_ratio(value, 4)
     return str(value)
 
 
@@ -130,7 +131,7 @@ def _wide(rows: list[dict], keys: list[tuple[str, str]]) -> tuple[list[str], lis
         for key, unit in keys:
             r = cells.get(key)
             values += ["-", "-", "-"] if r is None else [
-                _fmt(r["a"], unit), _fmt(r["b"], unit), "-" if r["ratio"] is None else f"{r['ratio']:.4g}"]
+                _fmt(r["a"], unit), _fmt(r["b"], unit), fmt_ratio(r["ratio"], 4)]
         if lines and lines[-1][1] == values:
             lines[-1][0].append(name)
         else:
@@ -159,7 +160,7 @@ def render_compare(data: dict, fmt: str = "table") -> str:
     rows = data["rows"]
     for section, title in (("step", "Whole step"), ("attention", "Attention (all recognised layers)")):
         table = [[r["key"], _fmt(r["a"], r["unit"]), _fmt(r["b"], r["unit"]),
-                  "-" if r["ratio"] is None else f"{r['ratio']:.4g}"] for r in rows if r["section"] == section]
+                  fmt_ratio(r["ratio"], 4)] for r in rows if r["section"] == section]
         out += [f"## {title}\n" if md else title,
                 tabulate(table, headers=["quantity", "A", "B", "A/B"], tablefmt=tablefmt, disable_numparse=True), ""]
     for section, title, keys in (

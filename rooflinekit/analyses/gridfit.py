@@ -18,6 +18,7 @@ from rooflinekit.analyses.profile import Profiled
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
+from rooflinekit.core.units import plain
 from rooflinekit.stages.fit import (
     TOLERANCE,
     Design,
@@ -216,6 +217,6 @@ def _fit(run: Run, design: Design, plan: LayerPlan, base: Workload, host: Plugin
             f"degree {degree_b} in batch and {len(design.contexts) - 1} in context, from {len(design.points)} "
             f"captures at B={','.join(map(str, design.batches))} x S={','.join(map(str, design.contexts))}{how}; "
             f"checked against a full capture at B={check.batch}, S={check.context}: largest relative difference "
-            f"{fitted.max_difference:.2g} (tolerance {TOLERANCE:g}). Points there are evaluated from the fit "
+            f"{plain(fitted.max_difference, 2)} (tolerance {plain(TOLERANCE)}). Points there are evaluated from the fit "
             "and placed as a capture is")
     return RegionFit(fitted, template.report, region, min_batch, max_batch), note

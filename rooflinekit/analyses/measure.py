@@ -672,8 +672,19 @@ def with_alt_placement(report: Report, hw: HardwareSpec) -> Report:
 # ----------------------------------------------------------------------------------------------
 
 
+#: What the written trace names a repeat's step: torch.profiler's own name for a step, which
+#: Holistic Trace Analysis and other tools split iterations by.
+TRACE_STEP = "ProfilerStep#"
+
+
+def _rk(fields: dict) -> dict:
+    """Counts under `rk_` names: HTA and the profiler use `bytes` and others for their own fields."""
+    return {f"rk_{key}": value for key, value in fields.items()}
+
+
 def annotate_trace(trace: dict, report: Report) -> dict:
-    """Add each op's counts (FLOPs, bytes, intensity, bound, module...) to its range events."""
+    """Add each op's counts (FLOPs, bytes, intensity, bound, module...) to its range events, as
+    `rk_*` arguments; steps are renamed `ProfilerStep#<r>` and carry the step's totals."""
     rows = {row.index: row for row in report.ops}
     events = trace.get("traceEvents", trace if isinstance(trace, list) else [])
     for evt in events:
@@ -686,8 +697,8 @@ def annotate_trace(trace: dict, report: Report) -> dict:
             if row is None:
                 continue
             args = evt.setdefault("args", {})
-            args.update({
-                "rk_index": row.index,
+            args.update(_rk({
+                "index": row.index,
                 "op": row.name,
                 "module": row.module,
                 "flops": row.flops,
@@ -701,20 +712,23 @@ def annotate_trace(trace: dict, report: Report) -> dict:
                 "dtype": row.dtype,
                 "shapes": row.shapes,
                 "counted": row.counted,
-            })
+            }))
             if row.measured is not None and row.measured.time_s is not None:
-                args["mean_time_s"] = row.measured.time_s
+                args["rk_mean_time_s"] = row.measured.time_s
         elif isinstance(name, str) and name.startswith(STEP_PREFIX):
             t = report.totals
-            evt.setdefault("args", {}).update({
+            evt["name"] = TRACE_STEP + name[len(STEP_PREFIX):]
+            evt.setdefault("args", {}).update(_rk({
                 "flops": t.flops, "flops_model": t.flops_model, "bytes": t.bytes,
                 "predicted_step_s": t.predicted_step_s, "hardware": report.hardware.name,
-            })
+            }))
     if isinstance(trace, dict):
+        trace.setdefault("distributedInfo", {"rank": 0})  # one process: HTA reads the rank from here
         trace.setdefault("rooflinekit", {
             "workload": encode(report.workload),
             "hardware": report.hardware.name,
-            "note": "ranges 'rk#<index> <op>' carry the counted record of op <index> in their args",
+            "note": (f"ranges 'rk#<index> <op>' carry the counted record of op <index> in rk_* args; "
+                     f"'{TRACE_STEP}<r>' is timed repeat r"),
         })
     return trace
 

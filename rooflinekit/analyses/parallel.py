@@ -36,9 +36,9 @@ import torch
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.heads import split_heads
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.specs import AttentionShard, AttentionSpec, AttentionWorkload
+from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.stages import collectives
-from rooflinekit.stages.attribute import AttentionRow, _itemsize, attribute_attention
+from rooflinekit.stages.attribute import AttentionRow, attention_workload, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.workload import Workload
 
@@ -469,10 +469,7 @@ def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host)
         shard = attention_shard(spec, tp, host, row.module)
         new_spec, kv, note = shard.spec, shard.kv, shard.note
         heads, kv_heads = new_spec.num_heads, new_spec.num_kv_heads
-        itemsize = _itemsize(row.dtype)
-        aw = AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
-                               phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize,
-                               causal=row.causal)
+        aw = attention_workload(workload, row.dtype, row.causal)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
         new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + ([note] if note else []))
         out.append(new)
@@ -485,8 +482,11 @@ def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host)
     return out, summary
 
 
-def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: ParallelConfig) -> float:
-    """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole."""
+def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: ParallelConfig,
+                    stored: dict[str, float] | None = None) -> float:
+    """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole.
+    `stored`: parameter name -> its bytes in a quantized format (rooflinekit.stages.quantize)."""
+    stored = stored or {}
     total, seen = 0.0, set()
     for name, p in model.named_parameters():
         key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
@@ -503,7 +503,7 @@ def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: ParallelConf
                 frac = plan.fractions.get(owner, 1.0 / plan.tp)
             elif style == "rowwise":
                 frac = 1.0 / plan.tp
-        total += p.numel() * p.element_size() * frac
+        total += stored.get(name, p.numel() * p.element_size()) * frac
     return total
 
 
@@ -523,8 +523,9 @@ class Planned:
 
 
 def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
-                  workload: Workload, host, par: ParallelConfig) -> Planned:
-    """Apply planned TP/EP to a single-GPU capture (see the module docstring)."""
+                  workload: Workload, host, par: ParallelConfig, stored: dict[str, float] | None = None) -> Planned:
+    """Apply planned TP/EP to a single-GPU capture (see the module docstring); `stored` gives the
+    quantized bytes of parameters by name (weights_per_gpu)."""
     modules = dict(model.named_modules())
     attention = {("" if r.module == "(root)" else r.module): r.spec for r in rows if r.spec is not None}
     notes: list[str] = []
@@ -574,7 +575,7 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
                  for p, s in plan.styles.items()] if plan else [],
         "attention": att,
         "kv_heads_replicated": sorted({a["module"] for a in att if a["kv_heads"] == "replicated"}),
-        "weights_per_gpu": weights_per_gpu(model, plan, par),
+        "weights_per_gpu": weights_per_gpu(model, plan, par, stored),
         "batch_meaning": ("the batch is per GPU (data-parallel attention): each GPU's attention runs "
                           "its own batch, the experts are shared" if par.ep > 1 and par.tp == 1 else
                           "the batch is shared by the group: every GPU sees every sequence, each "

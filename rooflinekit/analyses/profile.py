@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -19,15 +19,29 @@ from rooflinekit.analyses.parallel import ParallelConfig, plan_parallel
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
+from rooflinekit.stages import quantize
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.capture import capture
+from rooflinekit.stages.capture import CaptureResult, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, hardware_db
+from rooflinekit.stages.memory import activation_peak, memory_fraction, memory_of
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import build_report
-from rooflinekit.stages.workload import ModelSource, Workload, build, exit_error, in_effect
+from rooflinekit.stages.workload import (
+    ModelSource,
+    Workload,
+    build,
+    exit_error,
+    in_effect,
+    multi_token_note,
+    validate_levers,
+)
 from rooflinekit.stages.workload import _user_frame as user_frame
+
+#: A restatement of a capture before placement: (capture, attention rows, workload, plugin host)
+#: -> (capture, attention rows, notes).
+Transform = Callable[[CaptureResult, list, Workload, PluginHost], tuple[CaptureResult, list, list[str]]]
 
 
 @dataclass
@@ -69,6 +83,7 @@ def profile(
     trace: str | None = None,
     compare_hardware: str | None = None,
     on_stage: Callable[[str], None] | None = None,
+    transform: Transform | None = None,
 ) -> Profiled:
     """Build, capture one forward, attribute attention, place on `hardware`.
 
@@ -78,8 +93,11 @@ def profile(
     annotated profiler trace there. `compare_hardware` adds a second placement (placement_alt).
     Workload options `_tp`/`_ep` (rooflinekit.analyses.parallel.with_parallel) give one GPU's share of the
     model under planned tensor/expert parallelism. `on_stage("built")` and `on_stage("captured")`
-    are called after those stages (torch.distributed runs check every rank there).
+    are called after those stages (torch.distributed runs check every rank there). `transform`
+    restates the (per-GPU) capture and attention rows before they are placed (a lever of
+    rooflinekit.analyses.advise, e.g. absorbed MLA); its notes join the report's.
     """
+    validate_levers(workload)  # formats and q_len, as the command line checks them
     host = host or get_host()
     db = db or hardware_db(host)
     auto_note = None
@@ -95,6 +113,10 @@ def profile(
                         "(the meta device holds no data)")
     if trace and not measure:
         raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
+    if measure and quantize.applies(workload):
+        raise UserError("--weight-dtype, --kv-dtype and --dtype fp8 model formats the model does not run; measured "
+                        "mode times what it runs: drop --measure (or those options)")
+    quantize.check_hardware(hw, workload)
     hardware_warning = None
     if hardware == "auto" and measure and workload.device.startswith("cpu"):
         # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
@@ -118,10 +140,15 @@ def profile(
     if on_stage:
         on_stage("captured")
     rows = attribute_attention(cap, built.model, workload, host)
+    levers = quantize.transform(cap, rows, built.model, workload)  # formats the model does not run
+    cap, rows = levers.capture, levers.attention
     planned = None
     if par.active:  # planned parallelism: one GPU's share (rooflinekit.analyses.parallel)
-        planned = plan_parallel(cap, rows, built.model, workload, host, par)
+        planned = plan_parallel(cap, rows, built.model, workload, host, par, levers.stored)
         cap, rows = planned.capture, planned.attention
+    transform_notes: list[str] = []
+    if transform is not None:
+        cap, rows, transform_notes = transform(cap, rows, workload, host)
     params = sum(p.numel() for p in built.model.parameters())
     info = {
         "name": source.name,
@@ -131,11 +158,14 @@ def profile(
         "param_bytes": cap.param_bytes_total,
         "modules": len(cap.modules),
     }
-    notes = list(source.notes) + [m.assumption_note for m in patched]
+    notes = list(source.notes) + [m.assumption_note for m in patched] + levers.notes
+    if multi_token_note(workload):
+        notes.append(multi_token_note(workload))
     if auto_note:
         notes.append(auto_note)
     if planned is not None:
         notes.append(planned.headline)
+    notes.extend(transform_notes)
     measurement = None
     if measure:
         try:
@@ -155,6 +185,7 @@ def profile(
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
         parallel=planned.section if planned is not None else None,
     )
+    report = replace(report, memory=memory_of(report, hw, memory_fraction(workload), activation_peak(cap)))
     if measurement is not None:
         report = with_measurement(report, hw, measurement, modelled_modules(cap.ops), hardware_warning)
     if alt_hw is not None:

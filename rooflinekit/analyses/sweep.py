@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 
-from tabulate import tabulate
-
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
 from rooflinekit.analyses.profile import Profiled, profile
 from rooflinekit.core.codec import decode, encode
@@ -34,12 +32,14 @@ from rooflinekit.core.report import (
     SweepReport,
     SweepWorkload,
 )
-from rooflinekit.core.units import seconds, si
+from rooflinekit.core.units import plain, ratio, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
+from rooflinekit.stages.memory import ACTIVATION_NOTE, activation_peak, at_point
 from rooflinekit.stages.roofline import intensity
 from rooflinekit.stages.workload import build
 
@@ -71,6 +71,10 @@ def assumption(max_batch: int = MAX_BATCH, explore: bool = True) -> str:
 
 
 Probe = Callable[[int], tuple[float, float]]
+
+#: How a point evaluated from a fit has its activation peak.
+FITTED_ACTIVATIONS = (ACTIVATION_NOTE + "; at a point evaluated from fitted counts, the liveness is the fit's "
+                      "full capture's, each allocation scaled as its op's fitted bytes written")
 
 
 # -- one point -------------------------------------------------------------------------------
@@ -119,6 +123,8 @@ def point_row(report: Report) -> dict:
             "bytes": ideal_bytes,
             "intensity": intensity(t["flops_model"], ideal_bytes),
         },
+        "memory": encode(report.memory) if report.memory is not None else None,
+        "fits": report.memory.fits if report.memory is not None else None,
     }
 
 
@@ -159,6 +165,7 @@ class Profiler:
         self._built = None
         self._model = None
         self._hw: HardwareSpec | None = None
+        self._fitted: dict[tuple[int, int], Report] = {}  # fitted points' reports, until their memory is known
 
     def row(self, batch: int, context: int) -> dict:
         """The sweep row at (batch, context), from the fit at its context or profiled, on first use."""
@@ -167,12 +174,28 @@ class Profiler:
             fit = self.fit_for(batch, context)
             if fit is not None:
                 workload = replace(self.base, batch=batch, context=context)
-                self.rows[key] = point_row(fit.fitted.report_at(
-                    workload, self.hw(), model_info=self.header["model"], depth=self.depth, compact=True))
+                report = fit.fitted.report_at(workload, self.hw(), model_info=self.header["model"], depth=self.depth,
+                                              compact=True)
+                self.rows[key] = point_row(report)
+                self._fitted[key] = report
                 self.evaluated += 1
             else:
                 self.run(batch, context)  # keeps its row
         return self.rows[key]
+
+    def point(self, batch: int, context: int) -> dict:
+        """The sweep row at (batch, context) with its memory: a profile's own; for a point from a
+        fit, the fitted report's KV cache, the profiled weights, and the activation peak of the fit's
+        full capture with every allocation scaled as its op's bytes written (rooflinekit.stages.memory)."""
+        row = self.row(batch, context)
+        report = self._fitted.pop((batch, context), None)
+        fit = self.fit_for(batch, context)
+        if row.get("memory") is None and report is not None and fit is not None and fit.template.memory is not None:
+            cap = fit.fitted.capture_at(batch, context)
+            memory = at_point(fit.template.memory, report, self.hw(), activation_peak(cap, fit.fitted.template),
+                              FITTED_ACTIVATIONS)
+            row["memory"], row["fits"] = encode(memory), memory.fits
+        return row
 
     def report(self, batch: int, context: int) -> Report:
         """A full profile report at (batch, context) with the model built once (counts, not timed)."""
@@ -337,6 +360,17 @@ class CriticalBatch:
     max_batch: int = MAX_BATCH
     profiled: bool = False
     fallback: str = ""  # why a search replaced the fit
+    max_batch_fits: int | None = None  # the largest batch that fits in memory at this context
+
+    def fits_text(self) -> str:
+        """'; exceeds the largest batch that fits in memory (13)' where it does, else ''."""
+        if self.max_batch_fits is None or self.method == "none":
+            return ""
+        if self.critical_batch is not None and self.critical_batch > self.max_batch_fits:
+            return f"; exceeds the largest batch that fits in memory ({self.max_batch_fits:,})"
+        if self.critical_batch is None:
+            return f"; the largest batch that fits in memory is {self.max_batch_fits:,}"
+        return f"; fits in memory (up to B={self.max_batch_fits:,})"
 
     def summary(self) -> str:
         """'never: saturates at 7.9 FLOP/B, ridge 295 [...]' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295) [...]'."""
@@ -345,7 +379,7 @@ class CriticalBatch:
         sat = _fmt(self.saturation_intensity)
         ridge = f"ridge {self.ridge:.0f}"
         fitted = f"B={self.fit['batches'][0]},{self.fit['batches'][1]}" if self.fit else "-"
-        residual = "unchecked" if self.residual is None else f"{100 * self.residual:.2g}%"
+        residual = "unchecked" if self.residual is None else f"{plain(100 * self.residual, 2)}%"
         if self.method == "search":
             if self.critical_batch is None:
                 text = (f"never up to max_batch {self.max_batch}: intensity "
@@ -353,7 +387,7 @@ class CriticalBatch:
             else:
                 text = (f"B* = {self.critical_batch} (intensity {_fmt(self.checked.get(self.critical_batch))} "
                         f"there, marginal {sat} FLOP/B, {ridge})")
-            return f"{text} [search, {len(self.checked)} profiles: {self.fallback}]"
+            return f"{text}{self.fits_text()} [search, {len(self.checked)} profiles: {self.fallback}]"
         fit_crit = (self.fit or {}).get("critical")
         beyond = self.critical_batch is None and fit_crit is not None and fit_crit > self.max_batch
         if beyond and self.profiled:
@@ -370,7 +404,7 @@ class CriticalBatch:
         if self.critical_batch is not None or beyond:
             tail = (f"; profiled at B={','.join(map(str, sorted(self.checked)))}" if self.profiled
                     else "; extrapolated, not profiled")
-        return f"{text} [affine fit on {fitted}, residual {residual}{tail}]"
+        return f"{text}{self.fits_text()} [affine fit on {fitted}, residual {residual}{tail}]"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -384,7 +418,7 @@ def _fmt(value: float | None) -> str:
         return "-"
     if math.isinf(value):
         return "inf"
-    return f"{value:.3g}" if value < 100 else f"{value:.0f}"
+    return ratio(value) if value < 100 else f"{value:.0f}"
 
 
 def probe_batches(batches: Iterable[int], limit: int | None = None) -> list[int]:
@@ -484,7 +518,7 @@ def critical_batch(
 
     fitted = f"B={fit.batches[0]},{fit.batches[1]}"
     if fit.residual is not None and fit.residual > tolerance:
-        why = f"affine fit on {fitted} missed by {100 * fit.residual:.2g}% (bytes not affine in batch, e.g. MoE)"
+        why = f"affine fit on {fitted} missed by {plain(100 * fit.residual, 2)}% (bytes not affine in batch, e.g. MoE)"
         if not explore:
             return result(None, None, "none", note=f"{why}; no search on a real device (each batch is real "
                           "memory): rerun the sweep with --device meta for a searched critical batch")
@@ -516,7 +550,7 @@ def critical_batch(
         else:
             b += 1
     why = (f"the affine fit's B*={crit_fit} (fitted on {fitted}, residual "
-           f"{'unchecked' if fit.residual is None else f'{100 * fit.residual:.2g}%'}) profiled at "
+           f"{'unchecked' if fit.residual is None else f'{plain(100 * fit.residual, 2)}%'}) profiled at "
            f"{_fmt(seen[crit_fit])} FLOP/B, below the ridge")
     return _searched(probe, ridge, max_batch, seen, why, result)
 
@@ -610,6 +644,7 @@ def run_sweep(
     start = time.perf_counter()
     prof = profiler or Profiler(source, base, hardware)
     base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
+    base_info["q_len"] = base.q_len if base.phase == "decode" else None  # prefill's is each context
     explore = base.device == "meta"
     result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts),
                          max_batch=max_batch, explore=explore)
@@ -618,19 +653,21 @@ def run_sweep(
             prof.fit(batches, contexts, top_batch=max_batch if critical else None)
         for context in contexts:
             for batch in batches:
-                row = prof.row(batch, context)
+                row = prof.point(batch, context)
                 result.points.append(row)
                 if progress:
                     progress(row)
         if critical:
             ridge = prof.header["hardware"]["ridge"]
             for context in contexts:
-                result.critical.append(critical_batch(prof.probe(context), context, ridge, batches,
-                                                      max_batch=max_batch, explore=explore))
+                fits = (prof.point(batches[0], context).get("memory") or {}).get("max_batch")
+                result.critical.append(replace(critical_batch(prof.probe(context), context, ridge, batches,
+                                                              max_batch=max_batch, explore=explore),
+                                               max_batch_fits=fits))
                 if prof.row(batches[0], context)["attention"]["recognised"]:
-                    result.critical_ideal.append(critical_batch(
+                    result.critical_ideal.append(replace(critical_batch(
                         prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
-                        max_batch=max_batch, explore=explore))
+                        max_batch=max_batch, explore=explore), max_batch_fits=fits))
     except KeyboardInterrupt:
         result.interrupted = True
     result.header = prof.header or {}
@@ -644,6 +681,19 @@ def run_sweep(
             "largest batch, and neither checked with a profile at the batch it solves nor searched (each "
             "batch is real memory there): it is extrapolated; rerun the sweep with --device meta for a "
             "profiled critical batch")
+    memory_notes: dict[str, None] = {}
+    for p in result.points:  # each point's memory notes once, in the sweep's notes
+        if p.get("memory"):
+            memory_notes.update(dict.fromkeys(p["memory"].get("notes", [])))
+            p["memory"]["notes"] = []
+    result.notes.extend(n for n in memory_notes if n not in result.notes)
+    short = [p for p in result.points if p.get("fits") is False]
+    if short:
+        top = short[0]["memory"]
+        result.notes.append(
+            f"{len(short)} of {len(result.points)} points do not fit in memory (fits false): e.g. B={short[0]['batch']}, "
+            f"S={short[0]['context']} needs {si(top['total_bytes'], 'B')} per GPU of {si(top['usable_bytes'], 'B')} "
+            f"usable ({top['fraction']:g} x {si(top['capacity_bytes'], 'B')})")
     uncounted = [p for p in result.points if p.get("uncounted_bytes_share")]
     if uncounted:
         top = max(uncounted, key=lambda p: p["uncounted_bytes_share"])
@@ -659,7 +709,8 @@ def run_sweep(
 ROW_FIELDS = ["batch", "context", "flops", "bytes", "intensity", "bound", "predicted_step_s", "tokens_per_s",
               "mfu_bound", "weight_bytes", "kv_bytes_executed", "other_bytes", "weight_share", "kv_share",
               "other_share", "attention_intensity_min", "attention_intensity_executed", "time_bound_s",
-              "flops_model", "mfu_bound_model", "kv_bytes_min", "uncounted_bytes", "uncounted_bytes_share"]
+              "flops_model", "mfu_bound_model", "kv_bytes_min", "uncounted_bytes", "uncounted_bytes_share",
+              "memory_bytes", "fits", "max_batch_fits"]
 
 
 def flat_row(row: dict) -> dict:
@@ -667,14 +718,13 @@ def flat_row(row: dict) -> dict:
     out = {k: row.get(k) for k in ROW_FIELDS}
     out["attention_intensity_min"] = row["attention"]["intensity_min"]
     out["attention_intensity_executed"] = row["attention"]["intensity_executed"]
+    memory = row.get("memory") or {}
+    out["memory_bytes"], out["max_batch_fits"] = memory.get("total_bytes"), memory.get("max_batch")
     return out
 
 
-def render_sweep(data: dict, fmt: str) -> str:
-    """The sweep dict as table, markdown, csv or json."""
-
-
-
+def render_sweep(data: dict, fmt: str, *, wide: bool = False, colour: bool = False) -> str:
+    """The sweep dict as table, markdown, csv or json (text: rooflinekit.outputs.sweep_text)."""
     if fmt == "json":
         return to_json(data)
     if fmt == "csv":
@@ -685,56 +735,7 @@ def render_sweep(data: dict, fmt: str) -> str:
             writer.writerow(flat_row(row))
         return buf.getvalue()
 
-    def pct(v):
-        return "-" if v is None else f"{100 * v:.1f}%"
-
-    def num(v, digits=3):
-        return "-" if v is None else f"{v:.{digits}g}"
-
-    headers = ["B", "S", "FLOPs", "bytes", "FLOP/B", "bound", "step", "tokens/s", "MFU bound",
-               "weights", "KV", "other", "attn I min", "attn I exec"]
-    rows = [[r["batch"], r["context"], si(r["flops"]), si(r["bytes"], "B"), num(r["intensity"]), r["bound"],
-             seconds(r["predicted_step_s"]), si(r["tokens_per_s"]), pct(r["mfu_bound"]),
-             pct(r["weight_share"]), pct(r["kv_share"]), pct(r["other_share"]),
-             num(r["attention"]["intensity_min"]), num(r["attention"]["intensity_executed"])]
-            for r in data["points"]]
-    md = fmt == "markdown"
-    hw, w, model = data["hardware"], data["workload"], data["model"]
-    head = [
-        f"model: {model.get('name', '?')} ({model.get('path', '')}), options {w.get('options') or '{}'}",
-        f"sweep: {w['phase']}, batches {','.join(map(str, w['batches']))}, contexts "
-        f"{','.join(map(str, w['contexts']))}, {w['dtype']}, device {w['device']}",
-    ]
-    if hw:
-        head.append(f"hardware: {hw['name']}: {si(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
-                    f"{si(hw['bandwidth'], 'B/s')}, ridge {hw['ridge']:.1f} FLOP/B")
-    out = io.StringIO()
-    if md:
-        out.write("# rooflinekit sweep\n\n" + "\n".join(f"- {h}" for h in head) + "\n\n")
-    else:
-        out.write("\n".join(head) + "\n\n")
-    out.write(("## Points\n\n" if md else "")
-              + tabulate(rows, headers=headers, tablefmt="github" if md else "simple", disable_numparse=True)
-              + "\n\n")
-    if data["critical_batch"]:
-        out.write("## Critical batch\n\n" if md else "Critical batch (whole step reaches the ridge):\n")
-        ideal = {c["context"]: c for c in data.get("critical_batch_attention_minimum", [])}
-        for c in data["critical_batch"]:
-            line = f"S={c['context']}: {c['summary']}"
-            if c["context"] in ideal:
-                line += f"; with attention at its architecture minimum: {ideal[c['context']]['summary']}"
-            out.write(("- " if md else "  ") + line + "\n")
-            notes = [c.get("note") if c["method"] != "none" else ""]  # "none": the summary is the note
-            if c["context"] in ideal and ideal[c["context"]].get("note") and ideal[c["context"]]["method"] != "none":
-                notes.append("with attention at its architecture minimum: " + ideal[c["context"]]["note"])
-            for note in filter(None, notes):
-                out.write(("  " if md else "    ") + note + "\n")
-        out.write("\n")
-    for line in data.get("notes", []):
-        out.write(f"note: {line}\n" if not md else f"- note: {line}\n")
-    for line in data.get("warnings", []):
-        out.write(f"warning: {line}\n" if not md else f"- warning: {line}\n")
-    return out.getvalue()
+    return sweep_to_text(data, fmt, wide=wide, colour=colour)
 
 
 

@@ -16,6 +16,8 @@ COMMANDS = {
                 "Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place..."),
     "sweep": ("rooflinekit.cli.sweep", "sweep",
               "Profile MODEL at every BATCH x CONTEXT; find the critical batch per context."),
+    "advise": ("rooflinekit.cli.advise", "advise_cmd",
+               "Price every lever that would change MODEL's step time, ranked by tokens/s."),
     "compare": ("rooflinekit.cli.compare", "compare_cmd",
                 "Two profile reports side by side, with A/B ratios."),
     "plot": ("rooflinekit.cli.plot", "plot", "Draw a roofline chart from a profile or sweep JSON report."),

@@ -57,5 +57,34 @@ def emit(report_text: str, output: str | None) -> None:
         raise OutputError(f"cannot write the report to stdout: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+#: File suffixes that make `-o FILE` write the HTML report when no --format is given.
+HTML_SUFFIXES = (".html", ".htm")
+
+
+def format_option(choices: tuple[str, ...]):
+    """--format/-f: one of `choices`; when not given, html for `-o FILE.html`, else table."""
+    return click.option("--format", "-f", "fmt", type=click.Choice(choices), default=None,
+                        help="Output format [default: table, or html when -o names a .html file].")
+
+
+def output_format(fmt: str | None, output: str | None) -> str:
+    """The format a command writes: the one given, else what the output file's suffix names."""
+    if fmt:
+        return fmt
+    return "html" if output and output.lower().endswith(HTML_SUFFIXES) else "table"
+
+
+def wide_option(f):
+    """--wide: every column, no width limit (the text report fits 100 columns otherwise)."""
+    return click.option("--wide", is_flag=True, help="Text: every column, lines as long as they are "
+                        "(default: fit 100 columns).")(f)
+
+
+def use_colour(fmt: str, output: str | None) -> bool:
+    """Colour the text report: on a terminal only, never into a file or a pipe, nor when NO_COLOR
+    is set (https://no-color.org)."""
+    return fmt == "table" and not output and not os.environ.get("NO_COLOR") and sys.stdout.isatty()
+
+
 def debug_option(f):
     return click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")(f)

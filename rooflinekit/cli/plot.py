@@ -19,13 +19,14 @@ from rooflinekit.outputs.report_io import load_report
               help="Chart file (default: REPORT with .png).")
 @click.option("--plot-depth", type=click.IntRange(1), default=None,
               help="Plot every module at this depth instead of the weights-dominated ones.")
+@click.option("--plot-ops", is_flag=True, help="Plot every op (with FLOPs) instead of the modules.")
 @debug_option
-def plot(report, output, plot_depth, debug):
+def plot(report, output, plot_depth, debug, plot_ops=False):
     """Draw a roofline chart from a profile or sweep JSON report."""
     option = "--output" if output else "the default chart file"
     output = output or str(Path(report).with_suffix(".png"))
     check_not_input(output, [("the report", report)], option)
     data = load_report(report)
     check_target(output)
-    n = write_plot(data, output, plot_depth)
+    n = write_plot(data, output, plot_depth, plot_ops)
     click.echo(f"wrote {output} ({n} points)", err=True)

@@ -13,13 +13,24 @@ from rooflinekit.analyses.distributed import (
 )
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
-from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.cli.options import (
+    check_destination,
+    debug_option,
+    emit,
+    format_option,
+    model_inputs,
+    output_format,
+    use_colour,
+    wide_option,
+)
 from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
+from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.outputs.html import profile_html
 from rooflinekit.outputs.plot import check_target, write_plot
-from rooflinekit.outputs.render import FORMATS, render
+from rooflinekit.outputs.render import FORMATS, TABLES, render
 from rooflinekit.stages.workload import load_source
 
 #: The most --warmup or --repeats forwards a measured run takes.
@@ -49,10 +60,18 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 @click.argument("model", metavar="MODEL")
 @workload_options
 @click.option("--depth", default=3, show_default=True, type=int, help="Roll modules up to this many path components.")
-@click.option("--group-layers", is_flag=True, help="Merge repeated layers (layers.*.mlp) in the module table.")
+@click.option("--group-layers/--no-group-layers", default=None,
+              help="Fold identical repeated layers into one row of the text tables (default); "
+                   "--no-group-layers lists each layer. --group-layers also merges the JSON's module rows "
+                   "by name pattern (layers.*.mlp), as it always did.")
 @click.option("--top", default=25, show_default=True, type=click.IntRange(0),
               help="Modules shown in the table (0: all).")
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--ops", "ops_shown", default=0, type=click.IntRange(0), metavar="N",
+              help="Also show the N most expensive ops.")
+@wide_option
+@click.option("--table", "csv_table", type=click.Choice(TABLES), default=None,
+              help="With -f csv: which table, one row per module (default), op or attention layer.")
+@format_option(FORMATS + ("html",))
 @click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
 @click.option("--measure/--no-measure", default=None,
               help="Time the real forward (random weights) and join times to the counts; default: on "
@@ -66,6 +85,7 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
 @click.option("--plot-depth", type=click.IntRange(1), default=None,
               help="Chart every module at this depth (default: the weights-dominated modules).")
+@click.option("--plot-ops", is_flag=True, help="Chart every op (with FLOPs) instead of the modules.")
 @parallel_options
 @click.option("--distributed/--no-distributed", default=None,
               help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
@@ -73,9 +93,13 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 @debug_option
 def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
             measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
-            tp=1, ep=1, distributed=None):
+            tp=1, ep=1, distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False):
+    fmt = output_format(fmt, output)
+    if csv_table is not None and fmt != "csv":
+        raise UserError(f"--table applies to -f csv, not -f {fmt}")
     workload, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep)
     inputs = model_inputs(model, hardware, compare_hardware)
+    compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if trace:
         check_destination(trace, inputs + [("the --output file", output)], "--trace")
@@ -83,6 +107,10 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
         raise UserError(f"--depth must be at least 1, got {depth}")
     if plot_depth is not None and not plot_path:
         raise UserError("--plot-depth needs --plot FILE.png|.svg")
+    if plot_ops and not plot_path:
+        raise UserError("--plot-ops needs --plot FILE.png|.svg")
+    if plot_ops and plot_depth is not None:
+        raise UserError("--plot-depth and --plot-ops are two kinds of chart: give one")
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output), ("the --trace file", trace)], "--plot")
         check_target(plot_path)
@@ -92,7 +120,7 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
 
     def run(on_stage=None):
         return run_profile(load_source(model, opts), workload, hardware or "auto", depth=depth,
-                           group_layers=group_layers, measure=measure, warmup=warmup, repeats=repeats,
+                           group_layers=group_layers is True, measure=measure, warmup=warmup, repeats=repeats,
                            trace=trace, compare_hardware=compare_hardware, on_stage=on_stage).report
 
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
@@ -113,11 +141,13 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
             report = run()
     for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
-    emit(render(report, fmt, top or None), output)
+    emit(profile_html(report) if fmt == "html" else
+         render(report, fmt, top or None, wide=wide, group_layers=group_layers is not False, ops=ops_shown,
+                table=csv_table or "modules", colour=use_colour(fmt, output)), output)
     if trace:
         click.echo(f"wrote {trace} (Chrome/Perfetto trace of the measured run)", err=True)
     if plot_path:
-        click.echo(f"wrote {plot_path} ({write_plot(report, plot_path, plot_depth)} points)", err=True)
+        click.echo(f"wrote {plot_path} ({write_plot(report, plot_path, plot_depth, plot_ops)} points)", err=True)
     if requested(distributed):
         if multi_process():
             leave(0)

@@ -8,11 +8,22 @@ import click
 
 from rooflinekit.analyses.sweep import MAX_BATCH, render_sweep, run_sweep
 from rooflinekit.cli.base import Command
-from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.cli.options import (
+    check_destination,
+    debug_option,
+    emit,
+    format_option,
+    model_inputs,
+    output_format,
+    use_colour,
+    wide_option,
+)
 from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
+from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.outputs.html import sweep_html
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS
 from rooflinekit.outputs.report_io import int_list
@@ -56,9 +67,10 @@ def decorate(f):
 @click.command("sweep", cls=Command, help=SWEEP_HELP)
 @click.argument("model", metavar="MODEL")
 @decorate
-@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@format_option(FORMATS + ("html",))
 @click.option("--output", "-o", default=None, help="Write the sweep to this file (atomically).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg", help="Also draw the roofline chart.")
+@wide_option
 @click.option("--no-critical", is_flag=True, help="Skip the critical batch.")
 @click.option("--no-fit", is_flag=True, help="Capture every point (do not evaluate points from fitted counts).")
 @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
@@ -66,7 +78,8 @@ def decorate(f):
 @parallel_options
 @debug_option
 def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
-          no_critical, max_batch, debug, tp=1, ep=1, no_fit=False):
+          no_critical, max_batch, debug, tp=1, ep=1, no_fit=False, wide=False):
+    fmt = output_format(fmt, output)
     base, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
     for b in batches:
         for c in contexts:
@@ -74,6 +87,7 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
     if max_batch > BATCH_LIMIT:
         raise UserError(f"--max-batch must be at most {BATCH_LIMIT:,}, got {max_batch}")
     inputs = model_inputs(model, hardware)
+    compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
@@ -96,7 +110,7 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
         raise KeyboardInterrupt
     for w in data["warnings"]:
         click.echo(f"rooflinekit: warning: {w}", err=True)
-    emit(render_sweep(data, fmt), output)
+    emit(sweep_html(data) if fmt == "html" else render_sweep(data, fmt, wide=wide, colour=use_colour(fmt, output)), output)
     if plot_path:
         n = write_plot(data, plot_path)
         click.echo(f"wrote {plot_path} ({n} points)", err=True)

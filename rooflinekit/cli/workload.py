@@ -1,6 +1,10 @@
-"""The workload options of the commands that run a model (`profile`, `sweep`): phase, batch,
-context, dtype, device, hardware, -O options, planned parallelism, and the checked Workload they
-describe.
+"""The workload options of the commands that run a model (`profile`, `sweep`, `advise`): phase,
+batch, context, dtype, device, hardware, -O options, weight and KV cache formats, multi-token decode,
+planned parallelism, and the checked Workload they describe.
+
+The format and multi-token flags (--weight-dtype, --weight-group-size, --kv-dtype, --q-len,
+--quantize-embeddings) reach no command function as arguments: `workload_options` keeps them in the
+click context, and `make_workload` reads them from there (or from its `levers` argument).
 
 Apart from rooflinekit.cli.options because a Workload needs torch: commands that run no model
 (`hardware`, `plot`, `compare`, `plugins`) import only that module and start without torch.
@@ -8,15 +12,70 @@ Apart from rooflinekit.cli.options because a Workload needs torch: commands that
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 import torch
 
 from rooflinekit.analyses.parallel import with_parallel
 from rooflinekit.core.errors import WorkloadError
-from rooflinekit.stages.workload import Workload, parse_options, validate
+from rooflinekit.stages.memory import DEFAULT_FRACTION, FRACTION_OPTION, check_fraction
+from rooflinekit.stages.workload import (
+    KV_BYTES,
+    WEIGHT_BITS,
+    Workload,
+    parse_options,
+    validate,
+    validate_levers,
+)
 
 #: The most GPUs --tp or --ep splits a model over.
 MAX_PARALLEL = 1 << 16
+#: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
+LEVERS = "rooflinekit.workload_levers"
+#: Workload fields those flags set, by option name.
+LEVER_FIELDS = {"weight_dtype": "weight_dtype", "weight_group_size": "weight_group_size",
+                "kv_dtype": "kv_dtype", "q_len": "decode_q_len", "quantize_embeddings": "quantize_embeddings"}
+
+
+def _keep(ctx: click.Context, param: click.Parameter, value):
+    """Callback of a lever flag: its value (and whether it was given) kept in the context."""
+    kept = ctx.meta.setdefault(LEVERS, {})
+    kept[param.name] = value
+    source = ctx.get_parameter_source(param.name)
+    if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+        kept.setdefault("_given", set()).add(param.name)
+    return value
+
+
+def lever_options(f):
+    """--weight-dtype, --weight-group-size, --kv-dtype, --q-len, --quantize-embeddings (kept in the
+    click context for make_workload; see the module docstring)."""
+    opts = [
+        click.option("--weight-dtype", default=None, expose_value=False, callback=_keep,
+                     help=f"Stored format of linear and expert weights: {', '.join(WEIGHT_BITS)} (default: "
+                          "the --dtype). Read at that size plus scales; embedding and lm_head stay bf16. "
+                          "See docs/accounting.md."),
+        click.option("--weight-group-size", default=None, type=int, expose_value=False, callback=_keep,
+                     help="Weight elements per scale (int8/int4 default 128, fp16 scales; fp8 default one "
+                          "fp32 scale per output channel)."),
+        click.option("--kv-dtype", default=None, expose_value=False, callback=_keep,
+                     help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype)."),
+        click.option("--q-len", default=1, show_default=True, type=int, expose_value=False, callback=_keep,
+                     help="Decode only: new tokens per sequence (speculative/MTP verify), causal among "
+                          "themselves, each attending the context up to itself."),
+        click.option("--quantize-embeddings", is_flag=True, expose_value=False, callback=_keep,
+                     help="Also quantize the token embedding and the output head (lm_head)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def context_levers() -> dict:
+    """The lever flags the current command was given (empty outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(LEVERS, {})) if ctx is not None else {}
 
 
 def workload_options(f):
@@ -25,7 +84,9 @@ def workload_options(f):
         click.option("--batch", "-b", default=1, show_default=True, type=int, help="Sequences per step."),
         click.option("--context", "-s", default=4096, show_default=True, type=int,
                      help="Positions each new token attends to (decode: cache of context-1 plus itself)."),
-        click.option("--dtype", default="bf16", show_default=True, help="bf16, fp16 or fp32 (default dtype in effect)."),
+        click.option("--dtype", default="bf16", show_default=True,
+                     help="bf16, fp16 or fp32 (default dtype in effect), or fp8: activations and weight "
+                          "products in fp8 at the fp8 peak (modelled: the model runs in bf16)."),
         click.option("--device", default="meta", show_default=True,
                      help="meta (no memory, default), cpu or cuda."),
         click.option("--hardware", "-H", default=None,
@@ -34,9 +95,40 @@ def workload_options(f):
         click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
                      help="Passed to build_model()/make_inputs() when they accept KEY (repeatable)."),
     ]
+    f = memory_option(lever_options(f))  # applied first: listed after the options above
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+#: Where the click context keeps --memory-fraction (`make_workload` reads it).
+MEMORY_FRACTION = "rooflinekit.memory_fraction"
+
+
+def _keep_fraction(ctx: click.Context, param: click.Parameter, value):
+    ctx.meta[MEMORY_FRACTION] = value
+    return value
+
+
+def memory_option(f):
+    """--memory-fraction: the share of each GPU's memory the workload may fill (rooflinekit.stages.memory)."""
+    return click.option("--memory-fraction", default=DEFAULT_FRACTION, show_default=True, type=float,
+                        expose_value=False, callback=_keep_fraction,
+                        help="Share of each GPU's memory usable for weights, KV cache and activations "
+                             "(the rest: allocator, CUDA context); memory.fits and max_batch use it.")(f)
+
+
+def with_memory_fraction(workload: Workload, fraction: float | None = None) -> Workload:
+    """The workload with `_memory_fraction` set (checked) when not the default; None: the one the
+    current command was given."""
+    if fraction is None:
+        ctx = click.get_current_context(silent=True)
+        fraction = ctx.meta.get(MEMORY_FRACTION, DEFAULT_FRACTION) if ctx is not None else DEFAULT_FRACTION
+    fraction = check_fraction(fraction)
+    options = {k: v for k, v in workload.options if k != FRACTION_OPTION}
+    if fraction != DEFAULT_FRACTION:
+        options[FRACTION_OPTION] = fraction
+    return replace(workload, options=tuple(sorted(options.items())))
 
 
 def parallel_options(f):
@@ -49,14 +141,24 @@ def parallel_options(f):
                              "split, all-reduces added). See docs/parallel.md.")(f)
 
 
-def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1) -> tuple[Workload, dict]:
-    """The Workload the options describe (checked), and the parsed -O options."""
+def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *,
+                  levers: dict | None = None) -> tuple[Workload, dict]:
+    """The Workload the options describe (checked), and the parsed -O options. `levers` maps lever
+    flag names (weight_dtype, weight_group_size, kv_dtype, q_len, quantize_embeddings) to values;
+    None: those the current command was given."""
     validate(phase, batch, context, dtype, device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise WorkloadError("--device cuda: no CUDA device is available here (use --device meta or cpu)")
+    kept = context_levers() if levers is None else dict(levers)
+    if "q_len" in kept.get("_given", ()) and phase != "decode":
+        raise WorkloadError(f"--q-len applies to decode only: a prefill step's new tokens are its context "
+                            f"(drop --q-len {kept['q_len']}, or use --phase decode)")
+    fields = {LEVER_FIELDS[k]: v for k, v in kept.items() if k in LEVER_FIELDS and v is not None}
     opts = parse_options(options)
-    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())))
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), **fields)
+    validate_levers(workload)
+    workload = with_memory_fraction(workload)
     if tp > 1 or ep > 1:
         workload = with_parallel(workload, tp, ep)
     return workload, opts

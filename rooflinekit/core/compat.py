@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import sys
+import types
 from functools import cache
 
 import torch
@@ -70,6 +72,47 @@ def force_eager():
     takes a second, and nothing can have been compiled without it)."""
 
     set_stance = getattr(torch.compiler, "set_stance", None)
-    if set_stance is None or "torch._dynamo" not in sys.modules:
+    if set_stance is None or not dynamo_loaded():
         return None
     return set_stance("force_eager")
+
+
+
+_defer_dynamo = False
+_dynamo_scans = 0
+
+
+def defer_dynamo_import() -> None:
+    """For a command-line process: let torch's own meta kernels and refs run without importing
+    torch._dynamo (see mark_not_compiled). Never for a library call inside the user's process."""
+    global _defer_dynamo
+    _defer_dynamo = True
+    mark_not_compiled()  # those torch made at import, before the model is built
+
+
+def dynamo_loaded() -> bool:
+    return "torch._dynamo" in sys.modules
+
+
+def mark_not_compiled() -> None:
+    """torch wraps its Python meta kernels and elementwise refs in `torch._disable_dynamo`, which
+    imports torch._dynamo (over a second) at the first call only to mark them as never compiled.
+    In a process that has not loaded dynamo nothing is being compiled: once per process (after
+    defer_dynamo_import), give every such function the mark it would get, itself, so the import
+    is not needed. A later compile in the same process may trace into them: command line only.
+    Twice per process at most (at defer_dynamo_import, and at the first capture for those made
+    since): a walk of every object costs about 50 ms."""
+    global _dynamo_scans
+    if not _defer_dynamo or _dynamo_scans >= 2 or dynamo_loaded():
+        return
+    _dynamo_scans += 1
+    wrap = getattr(torch, "_disable_dynamo", None)
+    if wrap is None:
+        return
+    code = wrap(lambda: None).__code__  # the wrapper's own code: every wrapped function shares it
+    for obj in gc.get_objects():
+        if type(obj) is types.FunctionType and obj.__code__ is code and obj.__closure__:
+            cells = dict(zip(code.co_freevars, obj.__closure__, strict=True))
+            fn = cells["fn"].cell_contents if "fn" in cells else None
+            if fn is not None and getattr(fn, "__dynamo_disable", None) is None:
+                fn.__dynamo_disable = fn

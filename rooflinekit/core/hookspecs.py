@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # annotations only (never evaluated): no import at run time, no cycle
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from pathlib import Path
 
     import torch
 
+    from rooflinekit.core.levers import LeverProposal
+    from rooflinekit.core.report import Report
     from rooflinekit.core.specs import (
         AttentionCall,
         AttentionCost,
@@ -56,6 +58,22 @@ def rooflinekit_attention_spec(
         distinct K/V heads), or None when the shapes do not show heads. Use it to fill what the
         module does not declare; an implementation may leave the argument out.
     :return: an `AttentionSpec`, or None if this plugin does not know the module.
+    """
+
+
+@hookspec
+def rooflinekit_mixer_sites(model: torch.nn.Module) -> Iterable[str] | None:
+    """every plugin's answer is collected.
+
+    Modules of the model that mix tokens through a state rather than through attention products
+    (SSM, linear attention, RNN, short convolution layers), for the core to treat as sites like
+    attention layers even when their ops include no product of two activations. Each site is then
+    recognised through `rooflinekit_attention_spec` as any other; answer there with a spec whose
+    `fixed_state` is True (`rooflinekit.plugin.state_spec`) and cost it with
+    `rooflinekit.plugin.state_cost`.
+
+    :param model: the torch.nn.Module as built.
+    :return: module paths (as `model.named_modules()` gives them), or None.
     """
 
 
@@ -210,4 +228,24 @@ def rooflinekit_tp_plan(
         then an all-gather), or ``"replicate"`` (every GPU runs it whole). transformers' style names
         (``packed_colwise``, ``colwise_gather_output``, ``embedding_rowwise``, ...) are accepted.
         None if this plugin has no plan for the model.
+    """
+
+
+@hookspec
+def rooflinekit_advise_levers(workload: Workload, report: Report, source: ModelSource) -> list[LeverProposal] | None:
+    """every plugin's answer is collected.
+
+    Propose levers for `rooflinekit advise`: changes of the workload that might speed the step up.
+    Each proposal's workload is re-profiled with the model built once, placed on the same hardware
+    by the same code as the built-in levers (batch, weight and KV formats, fusion, TP, multi-token
+    decode), and ranked with them. The MLA plugin's absorbed form is one.
+
+    :param workload: the `rooflinekit.stages.workload.Workload` being advised on (frozen: propose
+        `dataclasses.replace(workload, ...)`).
+    :param report: its profile `rooflinekit.core.report.Report` (the baseline), with `memory`.
+    :param source: the `rooflinekit.stages.workload.ModelSource` the model is built from (which
+        -O options its build_model and make_inputs take).
+    :return: a list of `LeverProposal` (`rooflinekit.plugin.LeverProposal`): a name, the changed
+        workload and the assumption in one sentence; or `skip="why"` for a lever that does not
+        apply here. None: no levers.
     """

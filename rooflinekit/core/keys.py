@@ -12,9 +12,11 @@ The step's queries are the last `q_len` of `context` positions (decode: one quer
 - chunked attention `c` (Llama 4's `attention_chunk_size`): a query at position p sees the keys of
   its own chunk, positions (p // c) * c .. p; chunks start at position 0 (no left padding).
 
-Without a window or chunk the pair count is torch's causal convention (top-left aligned, as
-`F.scaled_dot_product_attention(is_causal=True)` applies it), so the counts agree with the
-executed FLOPs of a fused causal call.
+A causal step's queries see the keys up to their own positions (the mask aligned to the bottom
+right: multi-token decode's new token i of q_len sees context - q_len + i + 1 keys). Prefill from
+position 0 (`q_len == context`) is the same triangle as torch's top-left `is_causal=True`, so the
+counts agree with the executed FLOPs of a fused causal call there (`causal_pairs` is torch's
+convention for any shape, which executed counts use).
 """
 
 from __future__ import annotations
@@ -61,22 +63,24 @@ def pairs_attended(q_len: int, context: int, is_causal: bool, window: int | None
                    chunk: int | None = None) -> int:
     """Query-key pairs scored by the step (model FLOPs are proportional to them).
 
-    A window or chunk at or above the context changes nothing. A window: each query sees at most
-    `window` of the keys the full pattern shows it. A chunk: each query sees the keys of its own
-    chunk (up to itself when causal, to the chunk's end or the context otherwise).
+    The queries are the last `q_len` of the `context` positions. A window or chunk at or above the
+    context changes nothing. A window: each query sees at most `window` of the keys the full
+    pattern shows it. A chunk: each query sees the keys of its own chunk (up to itself when causal,
+    to the chunk's end or the context otherwise). Causal without either: a query at position p
+    sees p + 1 keys (multi-token decode: q_len * context - q_len * (q_len - 1) / 2 pairs).
     """
     w, c = _active(window), _active(chunk)
     w = w if w and w < context else 0
     c = c if c and c < context else 0
-    if not c:
-        if not w:
-            return causal_pairs(q_len, context, is_causal)
-        if not is_causal:
-            return q_len * w
-        # torch's top-left causal rows see min(context, i + 1) keys, each capped at the window
-        rows = min(q_len, context)
-        return _capped_sum(rows, w) + (q_len - rows) * w
     first = max(0, context - q_len)  # queries at positions first .. context - 1
+    if not c:
+        if not is_causal:
+            return q_len * (w or context)
+        if q_len > context:  # more queries than positions: torch's top-left rows past the keys see all
+            rows = context
+            return _capped_sum(rows, w) + (q_len - rows) * (w or context)
+        # a query at position p sees min(w, p + 1) keys (w = 0: p + 1)
+        return _capped_sum(context, w) - _capped_sum(first, w)
     if is_causal:
         # a query at p sees (p % c) + 1 keys of its chunk: sum over whole chunks and a remainder
 

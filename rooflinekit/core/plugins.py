@@ -28,6 +28,10 @@ BUILTINS = {
     "moe": "rooflinekit_plugins.moe",
     "parallel": "rooflinekit_plugins.parallel",
     "sliding_window": "rooflinekit_plugins.sliding_window",
+    "ssm": "rooflinekit_plugins.ssm",
+    "linear_attention": "rooflinekit_plugins.linear_attention",
+    "rwkv": "rooflinekit_plugins.rwkv",
+    "xlstm": "rooflinekit_plugins.xlstm",
 }
 
 

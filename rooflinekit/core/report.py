@@ -43,6 +43,15 @@ class WorkloadInfo:
     dtype: str
     device: str
     options: dict[str, Any] = field(default_factory=dict)
+    #: Stored format of linear and expert weights (the activation dtype unless quantized).
+    weight_dtype: str | None = None
+    #: Elements per weight scale (int8/int4 groups; fp8 with a group size); None: no groups
+    #: (unquantized, or fp8 with one scale per output channel).
+    weight_group_size: int | None = None
+    #: The KV cache's element format (the activation dtype unless given).
+    kv_dtype: str | None = None
+    #: Whether the token embedding and the output head are quantized too.
+    quantize_embeddings: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +163,22 @@ class AltPlacement:
 
 
 @dataclass(frozen=True)
+class FusedTotals:
+    """The step with elementwise chains fused between matmul/attention anchors (rooflinekit.stages.fusion):
+    its bytes, the whole step's intensity and bound on them, and the sum of kernel and anchor bounds."""
+
+    bytes: float
+    intensity: float | None
+    time_bound_s: float
+    predicted_step_s: float
+    bound: str = "none"
+    tokens_per_s: float | None = None
+    kernels: int = 0  # fused kernels formed
+    ops_fused: int = 0  # ops folded into them
+    ops_unknown: int = 0  # fusible ops kept at their eager bytes (per-storage traffic unknown)
+
+
+@dataclass(frozen=True)
 class Totals(Placement):
     """The whole step. `flop_conventions` and `time_conventions` say what each figure means."""
 
@@ -177,6 +202,7 @@ class Totals(Placement):
     time_conventions: dict[str, str] = field(default_factory=dict)
     measured: StepMeasured | None = field(default=None, metadata=OMIT_NONE)
     placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+    fused: FusedTotals | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -191,6 +217,7 @@ class ModuleRow(Placement):
     flops_model: float | None = field(default=None, metadata=OMIT_NONE)
     measured: Measured | None = field(default=None, metadata=OMIT_NONE)
     placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+    fused_bytes: float | None = field(default=None, metadata=OMIT_NONE)  # bytes in the fused view
 
 
 @dataclass(frozen=True)
@@ -275,6 +302,11 @@ class AttentionRow:
     chunk: int | None = None  # chunked attention: keys of the query's own chunk only
     measured: Measured | None = field(default=None, metadata=OMIT_NONE)
     placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
+    #: A fixed state per sequence that does not grow with context (SSM, linear-attention, RNN and
+    #: convolution states; 0 for attention over a per-token cache). For such a layer `kv_bytes_min`
+    #: is that state read and written once per step, `kv_bytes_executed` what its code read of it
+    #: and wrote into it.
+    cache_bytes_per_sequence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +322,7 @@ class AttentionTotals:
     amplification: float | None = None
     cache_bytes_per_token: float | None = None
     intensity_min: float | None = None
+    cache_bytes_per_sequence: float | None = None  # fixed states of all recognised layers, per sequence
 
 
 @dataclass(frozen=True)
@@ -338,6 +371,27 @@ class CaptureInfo:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What one GPU holds for the step (rooflinekit.stages.memory): weights, the KV cache at the
+    report's context and batch, the measured activation peak, against capacity x fraction."""
+
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_peak_bytes: float | None
+    total_bytes: float
+    capacity_bytes: float | None
+    fits: bool | None
+    max_batch: int | None
+    fraction: float = 0.9
+    usable_bytes: float | None = None  # capacity x fraction
+    headroom_bytes: float | None = None  # usable - total (negative: short by that much)
+    kv_bytes_per_sequence: float = 0.0
+    activation_bytes_per_sequence: float | None = None
+    gpus: int = 1  # the GPUs the figures are one share of (planned TP/EP)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class Report:
     """A profile of one step of one model on one accelerator (schema in docs/schema.md)."""
 
@@ -354,6 +408,7 @@ class Report:
     capture: CaptureInfo = field(default_factory=CaptureInfo)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    memory: Memory | None = field(default=None, metadata=OMIT_NONE)
     hardware_alt: HardwareInfo | None = field(default=None, metadata=OMIT_NONE)
     parallel: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     distributed: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
@@ -457,6 +512,9 @@ class SweepPoint:
     uncounted_bytes_share: float | None
     attention: AttentionFigures
     step_at_attention_minimum: StepFigures
+    #: What one GPU holds at this point, and whether it fits (rooflinekit.stages.memory).
+    memory: Memory | None = field(default=None, metadata=OMIT_NONE)
+    fits: bool | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -477,6 +535,8 @@ class CriticalBatchInfo:
     max_batch: int | None = None
     profiled: bool = False
     fallback: str = ""
+    #: The largest batch that fits in memory at this context (None: capacity unknown).
+    max_batch_fits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -487,6 +547,12 @@ class SweepWorkload:
     batches: list[int]
     contexts: list[int]
     options: dict[str, Any] = field(default_factory=dict)
+    #: New tokens per sequence in decode (multi-token decode); None in prefill (the context).
+    q_len: int | None = None
+    weight_dtype: str | None = None
+    weight_group_size: int | None = None
+    kv_dtype: str | None = None
+    quantize_embeddings: bool = False
 
 
 @dataclass(frozen=True)
@@ -517,6 +583,77 @@ class SweepReport:
         return codec.decode(cls, data)
 
 
+# -- advice -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeverResult:
+    """One lever (or the baseline) priced by re-profiling or re-placing the step (`rooflinekit advise`).
+
+    `speedup` is tokens/s over the baseline's (throughput); `step_speedup` the baseline's step time
+    over this one's. `binding` is what limits the step afterwards: "compute", "memory" (HBM
+    bandwidth) or "communication" (the largest of the three time bounds), or "capacity" where the
+    step does not fit in memory. `predicted_step_s` is the sum of op bounds (`view`: "eager", or
+    "fused" for the fused-kernels lever).
+    """
+
+    lever: str
+    predicted_step_s: float
+    tokens_per_s: float | None
+    speedup: float | None
+    binding: str
+    fits: bool | None
+    assumption: str
+    step_speedup: float | None = None
+    view: str = "eager"
+    gpus: int = 1
+    batch: int = 1
+    tokens: int = 1
+    memory_bytes: float | None = None
+    max_batch: int | None = None
+    time_compute_s: float = 0.0
+    time_memory_s: float = 0.0
+    time_comm_s: float = 0.0
+    source: str = "rooflinekit"  # the plugin that proposed it, for a third-party lever
+    changes: dict[str, Any] = field(default_factory=dict)  # what differs from the baseline's workload
+
+
+@dataclass(frozen=True)
+class SkippedLever:
+    """A lever that does not apply to this workload, and why."""
+
+    lever: str
+    reason: str
+    source: str = "rooflinekit"
+
+
+@dataclass(frozen=True)
+class AdviceReport:
+    """What would change a step's time: every lever that applies, ranked by speed-up."""
+
+    workload: WorkloadInfo
+    hardware: HardwareInfo
+    baseline: LeverResult
+    model: ModelInfo = field(default_factory=ModelInfo)
+    levers: list[LeverResult] = field(default_factory=list)
+    skipped: list[SkippedLever] = field(default_factory=list)
+    memory: Memory | None = None  # the baseline's
+    profiles: int = 0  # captures run (the baseline's included)
+    wall_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    schema_version: str = SCHEMA_VERSION
+    kind: str = "advise"
+    tool: Tool = field(default_factory=Tool)
+
+    def to_dict(self) -> dict:
+        return codec.encode(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> AdviceReport:
+        return codec.decode(cls, data)
+
+
 #: Views of a report registered by the outputs layer (text, HTML): the data types sit below the
 #: renderers, so the renderers register themselves here instead of being imported.
 _VIEWS: dict[str, Callable] = {}
@@ -540,15 +677,19 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
 #: The JSON Schemas of profile and sweep reports, shipped inside the package (docs/schema.md).
 SCHEMA_FILE = SCHEMA_DIR / f"profile-{SCHEMA_VERSION}.schema.json"
 SWEEP_SCHEMA_FILE = SCHEMA_DIR / f"sweep-{SCHEMA_VERSION}.schema.json"
+ADVISE_SCHEMA_FILE = SCHEMA_DIR / f"advise-{SCHEMA_VERSION}.schema.json"
+_KINDS = {"profile": Report, "sweep": SweepReport, "advise": AdviceReport}
 
 
 def report_schema(kind: str = "profile") -> dict:
-    """The JSON Schema of a profile (`Report`) or sweep (`SweepReport`) report, from the dataclasses."""
-    return codec.json_schema(Report if kind == "profile" else SweepReport, kind, SCHEMA_VERSION)
+    """The JSON Schema of a profile (`Report`), sweep (`SweepReport`) or advise (`AdviceReport`)
+    report, from the dataclasses."""
+    return codec.json_schema(_KINDS.get(kind, SweepReport), kind, SCHEMA_VERSION)
 
 
 def write_schema() -> list[Path]:
     """Regenerate the shipped schema files (after changing a report dataclass)."""
-    for kind, path in (("profile", SCHEMA_FILE), ("sweep", SWEEP_SCHEMA_FILE)):
+    files = (("profile", SCHEMA_FILE), ("sweep", SWEEP_SCHEMA_FILE), ("advise", ADVISE_SCHEMA_FILE))
+    for kind, path in files:
         path.write_text(json.dumps(report_schema(kind), indent=1) + "\n")
-    return [SCHEMA_FILE, SWEEP_SCHEMA_FILE]
+    return [path for _, path in files]

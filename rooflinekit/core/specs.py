@@ -38,6 +38,10 @@ class AttentionSpec:
     plugin: str = ""  # set by the core: the plugin that recognised the layer
     notes: tuple[str, ...] = ()
     chunk: int | None = None  # chunked attention: keys of the query's own chunk only
+    #: A layer that keeps a fixed-size state per sequence instead of a per-position K/V cache
+    #: (an SSM, linear attention, an RNN, a short convolution): no window applies, its cost gives
+    #: `cache_bytes_per_sequence`, and its executed cache traffic is its state's reads and writes.
+    fixed_state: bool = False
 
     @property
     def group_size(self) -> float:
@@ -94,11 +98,13 @@ class AttentionWorkload:
     phase: str
     cache_itemsize: int  # bytes per cached element (2 for bf16, 1 for fp8)
     act_itemsize: int  # bytes per q / output element
-    causal: bool | None = None  # from the call (is_causal, or no mask); None: causal in prefill
+    causal: bool | None = None  # from the call (is_causal, or no mask); None: causal unless one query
 
     @property
     def is_causal(self) -> bool:
-        return self.causal if self.causal is not None else self.phase == "prefill"
+        """Causal as the call says; else in prefill and in multi-token decode (new tokens see each
+        other causally; one decode query sees every key either way)."""
+        return self.causal if self.causal is not None else (self.phase == "prefill" or self.q_len > 1)
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,10 @@ class AttentionCost:
     cache_bytes_per_token: float  # per layer
     flops_alt: dict[str, float] = field(default_factory=dict)  # other conventions, by name
     notes: tuple[str, ...] = ()
+    #: A fixed state per sequence (per layer) that does not grow with context: recurrent, SSM,
+    #: linear-attention and convolution states. For such a layer `kv_bytes_min` is that state
+    #: read (when there is a past) and written once per step, for the whole batch.
+    cache_bytes_per_sequence: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,55 +1,63 @@
-"""Render: reports to a terminal table, Markdown, CSV or JSON, and atomic file output."""
+"""Render: reports to a terminal table, Markdown, CSV or JSON.
+
+The text report fits 100 columns by default (short column names; columns left out by priority and
+named at the end, `wide=True` for everything), folds repeated layers into one row
+(`group_layers=False` lists each), prints every number through rooflinekit.core.units (SI
+prefixes, no scientific notation), and colours bounds, titles and warnings when asked (a terminal).
+"""
 
 from __future__ import annotations
 
-import csv
 import html
 import io
 import json
-import math
-
-from tabulate import tabulate
 
 from rooflinekit.core.codec import encode
-from rooflinekit.core.paths import layer_pattern
-from rooflinekit.core.report import AttentionRow, Report, register_view
-from rooflinekit.core.units import seconds, si
+from rooflinekit.core.report import Report, register_view
+from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.csv_tables import TABLES, to_csv
+from rooflinekit.outputs.memory_view import memory_lines
+from rooflinekit.outputs.sections import (
+    attention_notes,
+    attention_table,
+    attention_title,
+    comm_table,
+    module_table,
+    num,
+    ops_table,
+    ops_title,
+    ranks_table,
+    uncounted_table,
+)
+from rooflinekit.outputs.tables import WIDTH, Style, table, wrap
 
 FORMATS = ("table", "json", "csv", "markdown")
-
-
-def _num(value, unit="", digits=3):
-    return si(value, unit, digits) if isinstance(value, (int, float)) and value is not None else "-"
-
-
-def _ratio(value, digits=3):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}g}"
-
-
-def _pct(value):
-    return "-" if value is None else f"{100 * value:.2f}%"
+__all__ = ["FORMATS", "TABLES", "header_lines", "measured_lines", "parallel_lines", "render", "seconds", "to_csv",
+           "to_json", "to_text"]
 
 
 def header_lines(report: Report) -> list[str]:
     w, hw, t, model = report.workload, report.hardware, report.totals, report.model
+    fused = getattr(t, "fused", None)
     lines = [
         f"model: {model.name or '?'} ({model.kind or ''}: {model.path or ''}), "
-        f"{_num(model.parameters)} parameters, {_num(model.param_bytes, 'B')} of weights",
+        f"{num(model.parameters)} parameters, {num(model.param_bytes, 'B')} of weights",
         f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}, device {w.device}",
-        f"hardware: {hw.name}: {_num(hw.peak_flops, 'FLOP/s')} dense {hw.dtype}, "
-        f"{_num(hw.bandwidth, 'B/s')}, ridge {hw.ridge:.1f} FLOP/B",
-        f"step: {_num(t.flops, 'FLOP')} executed ({_num(t.flops_model, 'FLOP')} model), "
-        f"{_num(t.bytes, 'B')} moved (weights {_num(t.weight_bytes, 'B')}, "
-        f"KV {_num(t.kv_bytes_executed, 'B')}, other {_num(t.other_bytes, 'B')})",
-        f"intensity {_ratio(t.intensity)} FLOP/B -> {t.bound}-bound, bound MFU {_pct(t.mfu_bound)} "
-        f"(model-FLOP MFU bound {_pct(t.mfu_bound_model)})",
-        f"predicted step {seconds(t.predicted_step_s)} (sum of op bounds; whole-step bound "
-        f"{seconds(t.time_bound_s)})"
-        + (f", {t.tokens_per_s:.4g} tokens/s" if t.tokens_per_s else ""),
+        f"hardware: {hw.name}: {si(hw.peak_flops, 'FLOP/s')} dense {hw.dtype}, "
+        f"{si(hw.bandwidth, 'B/s')}, ridge {plain(hw.ridge, 4)} FLOP/B",
+        f"step: {si(t.flops, 'FLOP')} executed ({si(t.flops_model, 'FLOP')} model), "
+        f"{si(t.bytes, 'B')} moved (weights {si(t.weight_bytes, 'B')}, "
+        f"KV {si(t.kv_bytes_executed, 'B')}, other {si(t.other_bytes, 'B')})",
+        f"intensity {ratio(t.intensity)} FLOP/B -> {t.bound}-bound, bound MFU {share(t.mfu_bound)} "
+        f"(model-FLOP MFU bound {share(t.mfu_bound_model)})",
+        f"predicted step {seconds(t.predicted_step_s)} (sum of op bounds{', eager' if fused else ''}; whole-step "
+        f"bound {seconds(t.time_bound_s)})" + (f", {si(t.tokens_per_s)} tokens/s" if t.tokens_per_s else ""),
     ]
-    return lines + measured_lines(report) + parallel_lines(report)
+    if fused is not None:
+        lines.append(f"fused (elementwise chains fused between matmul/attention anchors): {si(fused.bytes, 'B')} "
+                     f"moved, intensity {ratio(fused.intensity)} FLOP/B, predicted step "
+                     f"{seconds(fused.predicted_step_s)}")
+    return lines + memory_lines(report) + measured_lines(report) + parallel_lines(report)
 
 
 def parallel_lines(report: Report) -> list[str]:
@@ -61,7 +69,7 @@ def parallel_lines(report: Report) -> list[str]:
         lines.append(
             f"per GPU: tensor parallel {par['tp']}, expert parallel {par['ep']}"
             + (f" ({par['batch_meaning']})" if par["ep"] > 1 else "")
-            + f"; weights held {_num(par['weights_per_gpu'], 'B')}"
+            + f"; weights held {num(par['weights_per_gpu'], 'B')}"
             + (f"; KV heads replicated (1 per GPU) in {', '.join(kv[:3])}{' ...' if len(kv) > 3 else ''}"
                if kv else ""))
     if dist:
@@ -71,27 +79,10 @@ def parallel_lines(report: Report) -> list[str]:
         lines.append(
             f"time bounds per GPU: compute {seconds(t.time_compute_s)}, memory {seconds(t.time_memory_s)}, "
             f"communication {seconds(t.time_comm_s)} -> {t.binding} binds"
-            + (f" ({comm.calls} collectives, {_num(comm.wire_bytes, 'B')} on the links at "
-               f"{_num(comm.link_bandwidth_per_direction, 'B/s')} per direction)" if comm.calls and
+            + (f" ({comm.calls} collectives, {num(comm.wire_bytes, 'B')} on the links at "
+               f"{num(comm.link_bandwidth_per_direction, 'B/s')} per direction)" if comm.calls and
                comm.link_bandwidth_per_direction else ""))
     return lines
-
-
-def comm_table(report: Report) -> tuple[list[str], list[list]]:
-    headers = ["collective", "group", "calls", "message", "wire bytes/GPU", "time bound"]
-    rows = [[c.collective, c.group_size, c.calls, _num(c.message_bytes, "B"), _num(c.wire_bytes, "B"),
-             seconds(c.time_bound_s)] for c in report.comm.collectives]
-    return headers, rows
-
-
-def ranks_table(report: Report) -> tuple[list[str], list[list]]:
-    headers = ["rank", "FLOPs", "bytes", "weights", "compute", "memory", "comm", "binds", "collectives",
-               "wire bytes", "predicted step"]
-    rows = [[r["rank"], _num(r["flops"]), _num(r["bytes"], "B"), _num(r["weight_bytes"], "B"),
-             seconds(r["time_compute_s"]), seconds(r["time_memory_s"]), seconds(r["time_comm_s"]), r["binding"],
-             r["comm_calls"], _num(r["comm_wire_bytes"], "B"), seconds(r["predicted_step_s"])]
-            for r in report.distributed["ranks"]]
-    return headers, rows
 
 
 def measured_lines(report: Report) -> list[str]:
@@ -99,176 +90,82 @@ def measured_lines(report: Report) -> list[str]:
     t, lines = report.totals, []
     m = t.measured
     if m:
-        share = m.unattributed_s / m.step_time_s if m.step_time_s else None
+        part = m.unattributed_s / m.step_time_s if m.step_time_s else None
         spread = (f" (min {seconds(m.step_time_min_s)}, median {seconds(m.step_time_median_s)}, max "
                   f"{seconds(m.step_time_max_s)})" if m.step_time_min_s is not None else "")
         lines.append(
             f"measured ({m.device}, mean of {m.repeats} after {m.warmup} warm-up): step "
             f"{seconds(m.step_time_s)}{spread} = ops {seconds(m.op_time_s)} + unattributed "
-            f"{seconds(m.unattributed_s)} ({_pct(share)}); uninstrumented {seconds(m.step_time_plain_s)}"
+            f"{seconds(m.unattributed_s)} ({share(part)}); uninstrumented {seconds(m.step_time_plain_s)}"
         )
         lines.append(
-            f"achieved {_num(m.achieved_flops, 'FLOP/s')}, {_num(m.achieved_bandwidth, 'B/s')}: "
-            f"MFU {_pct(m.mfu)} (model FLOPs), HFU {_pct(m.hfu)} (executed), MBU {_pct(m.mbu)}; "
-            f"{_ratio(m.time_vs_bound)}x the predicted step"
+            f"achieved {num(m.achieved_flops, 'FLOP/s')}, {num(m.achieved_bandwidth, 'B/s')}: "
+            f"MFU {share(m.mfu)} (model FLOPs), HFU {share(m.hfu)} (executed), MBU {share(m.mbu)}; "
+            f"{ratio(m.time_vs_bound)} times the predicted step"
         )
     alt = report.hardware_alt
     if alt and t.placement_alt:
         pa = t.placement_alt
         lines.append(
             f"compared with {alt.name}{' (calibrated)' if alt.calibrated else ''}: "
-            f"{_num(alt.peak_flops, 'FLOP/s')} {alt.dtype}, {_num(alt.bandwidth, 'B/s')}, ridge "
-            f"{alt.ridge:.1f} FLOP/B -> {pa.bound}-bound, predicted step {seconds(pa.predicted_step_s)}"
-            + (f", measured MFU {_pct(pa.mfu)}, MBU {_pct(pa.mbu)}" if pa.mbu is not None else "")
+            f"{num(alt.peak_flops, 'FLOP/s')} {alt.dtype}, {num(alt.bandwidth, 'B/s')}, ridge "
+            f"{plain(alt.ridge, 4)} FLOP/B -> {pa.bound}-bound, predicted step {seconds(pa.predicted_step_s)}"
+            + (f", measured MFU {share(pa.mfu)}, MBU {share(pa.mbu)}" if pa.mbu is not None else "")
             + " (modules: placement_alt in JSON)"
         )
     return lines
 
 
-def module_table(report: Report, top: int | None) -> tuple[list[str], list[list]]:
-    headers = ["module", "FLOPs", "bytes", "FLOP/B", "bound", "time bound", "share", "MFU bound"]
-    rows = []
-    shown = report.modules[: top or None]
-    for m in shown:
-        rows.append([
-            m.name, _num(m.flops), _num(m.bytes, "B"), _ratio(m.intensity), m.bound,
-            seconds(m.time_bound_ops_s), _pct(m.time_share), _pct(m.mfu_bound),
-        ])
-    if any(m.measured is not None for m in report.modules):  # measured mode
-        headers += ["measured", "x bound", "MFU", "MBU"]
-        for row, m in zip(rows, shown, strict=False):
-            me = m.measured
-            row += [seconds(me.time_s) if me and me.time_s is not None else "-",
-                    _ratio(me.time_vs_bound if me else None), _pct(me.mfu if me else None),
-                    _pct(me.mbu if me else None)]
-    return headers, rows
-
-
-_SAME_LAYER_KEYS = ("arch", "mode", "window", "chunk", "num_heads", "num_kv_heads", "head_dim", "cache_bytes_per_token",
-                    "kv_bytes_min", "kv_bytes_executed", "flops_model", "flops_executed")
-
-
-def _collapse_layers(rows: list[AttentionRow]) -> list[tuple[AttentionRow, str, int]]:
-    """Runs of attention rows that differ only in their layer index -> (row, name, count)."""
-    out: list[tuple[AttentionRow, str, int]] = []
-    keys: list[tuple] = []
-    for a in rows:
-        pattern = layer_pattern(a.module)
-        key = (pattern,) + tuple(getattr(a, k) for k in _SAME_LAYER_KEYS)
-        if out and keys[-1] == key:
-            first, _, count = out[-1]
-            out[-1] = (first, f"{pattern} (x{count + 1})", count + 1)
-        else:
-            out.append((a, a.module, 1))
-            keys.append(key)
-    return out
-
-
-def _arch_label(a: AttentionRow) -> str:
-    """'gqa', 'mla/absorbed', 'gqa win 4096', 'gqa chunk 8192'."""
-    label = a.arch + (f"/{a.mode}" if a.mode else "")
-    if a.window:
-        label += f" win {a.window}"
-    if a.chunk:
-        label += f" chunk {a.chunk}"
-    return label
-
-
-def attention_table(report: Report) -> tuple[list[str], list[list]]:
-    headers = ["attention (per layer)", "arch", "H", "H_kv", "d", "cache B/tok", "KV min", "KV executed",
-               "amplif.", "FLOPs model", "FLOPs exec", "I min", "bound"]
-    rows = []
-    for a, name, _ in _collapse_layers(report.attention):
-        rows.append([
-            name, _arch_label(a), a.num_heads or "-",
-            a.num_kv_heads or "-", a.head_dim or "-", _num(a.cache_bytes_per_token, "B"),
-            _num(a.kv_bytes_min, "B"), _num(a.kv_bytes_executed, "B"), _ratio(a.amplification),
-            _num(a.flops_model), _num(a.flops_executed), _ratio(a.intensity_min),
-            a.placement_min.bound if a.placement_min else "-",
-        ])
-    return headers, rows
-
-
-def uncounted_table(report: Report) -> tuple[list[str], list[list]]:
-    headers = ["op without FLOP formula", "count", "bytes", "bytes share", "time-bound share"]
-    rows = [[u.name + (" (formula failed)" if u.formula_error else ""), u.count,
-             _num(u.bytes, "B"), _pct(u.bytes_share), _pct(u.time_share)]
-            for u in report.uncounted_ops]
-    return headers, rows
-
-
-def to_text(report: Report, fmt: str = "table", top: int | None = 25) -> str:
-    """The human report: header, modules, attention, uncounted ops, warnings."""
-    tablefmt = "github" if fmt == "markdown" else "simple"
+def to_text(report: Report, fmt: str = "table", top: int | None = 25, *, wide: bool = False,
+            group_layers: bool = True, ops: int = 0, colour: bool = False) -> str:
+    """The human report: header, modules, attention, the most expensive ops (`ops` > 0), ops
+    without a FLOP formula, collectives, ranks, notes and warnings."""
+    md = fmt == "markdown"
+    width = None if (wide or md) else WIDTH
+    style = Style(colour and not md)
     out = io.StringIO()
-    if fmt == "markdown":
+    if md:
         out.write("# rooflinekit report\n\n")
         out.write("\n".join(f"- {line}" for line in header_lines(report)) + "\n\n")
     else:
-        out.write("\n".join(header_lines(report)) + "\n\n")
-    sections = [("Modules (by time bound)", module_table(report, top))]
+        out.write("\n".join(wrap(line, width) for line in header_lines(report)) + "\n\n")
+    cols, rows, more = module_table(report, top, group_layers, style)
+    folded = group_layers and any(" (x" in r[0] for r in rows)
+    sections = [("Modules (by measured time)" if report.totals.measured else "Modules (by time bound)", cols, rows)]
     if report.attention:
-        a = report.attention_totals
-        if a.recognised == a.layers:
-            kv = (f"KV executed {_num(a.kv_bytes_executed, 'B')} vs minimum "
-                  f"{_num(a.kv_bytes_min, 'B')}, amplification {_ratio(a.amplification)}")
-        elif a.recognised:
-            kv = (f"recognised layers: KV executed "
-                  f"{_num(a.kv_bytes_executed - a.kv_bytes_executed_unrecognised, 'B')} vs "
-                  f"minimum {_num(a.kv_bytes_min, 'B')}, amplification {_ratio(a.amplification)}; "
-                  f"others: {_num(a.kv_bytes_executed_unrecognised, 'B')} executed, minimum unknown")
-        else:
-            kv = f"KV executed {_num(a.kv_bytes_executed, 'B')}, minimum unknown"
-        title = f"Attention ({a.recognised}/{a.layers} layers recognised; {kv})"
-        sections.append((title, attention_table(report)))
+        sections.append((attention_title(report), *attention_table(report, group_layers, style)))
+    if ops:
+        sections.append((ops_title(report, ops, group_layers), *ops_table(report, ops, group_layers, style)))
     if report.uncounted_ops:
-        sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", uncounted_table(report)))
+        sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", *uncounted_table(report)))
     if report.comm.calls:
-        sections.append(("Collectives per GPU (ring algorithms; no FLOPs, no HBM bytes)", comm_table(report)))
+        sections.append(("Collectives per GPU (ring algorithms; no FLOPs, no HBM bytes)", *comm_table(report)))
     if report.distributed:
-        sections.append(("Ranks", ranks_table(report)))
-    for title, (headers, rows) in sections:
-        out.write(f"## {title}\n\n" if fmt == "markdown" else f"{title}\n")
-        out.write(tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True) + "\n\n")
-    if top and len(report.modules) > top:
-        out.write(f"({len(report.modules) - top} more modules: use --top 0 for all, or --format json)\n")
-    for line in report.notes:
-        out.write(f"note: {line}\n")
-    for line in (report.parallel or {}).get("notes", []):
-        out.write(f"note (parallel): {line}\n")
+        sections.append(("Ranks", *ranks_table(report, style)))
+    left_out: list[str] = []
+    for title, columns, body in sections:
+        text, dropped = table(columns, body, width=width, markdown=md, style=style)
+        left_out += [d for d in dropped if d not in left_out]
+        out.write(f"## {title}\n\n" if md else style.title(wrap(title, width)) + "\n")
+        out.write(text + "\n\n")
+    footer = []
+    if more:
+        footer.append(f"({more} more modules: use --top 0 for all, or --format json)")
+    if folded:
+        footer.append("(xN): N identical layers folded into one row, FLOPs, bytes, times and shares summed; "
+                      "--no-group-layers lists each")
+    if left_out:
+        footer.append(f"columns left out to fit {WIDTH} columns: {', '.join(left_out)}; --wide shows them")
+    lines = [f"note: {line}" for line in report.notes]
+    lines += [f"note (parallel): {line}" for line in (report.parallel or {}).get("notes", [])]
     if report.comm.calls:
-        out.write(f"note (collectives): {report.comm.assumption}\n")
-    attention_notes = {layer_pattern(n) for a in report.attention for n in a.notes}
-    for line in sorted(attention_notes):
-        out.write(f"note (attention): {line}\n")
+        lines.append(f"note (collectives): {report.comm.assumption}")
+    lines += [f"note (attention): {line}" for line in attention_notes(report)]
+    for line in footer + lines:
+        out.write(wrap(line, width) + "\n")
     for line in report.warnings:
-        out.write(f"warning: {line}\n")
+        out.write(style.warning(wrap(f"warning: {line}", width)) + "\n")
     return out.getvalue()
-
-
-CSV_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
-              "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
-CSV_MEASURED = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
-
-
-def to_csv(report: Report) -> str:
-    """One row per module (rolled up), then one row for the whole step."""
-    buf = io.StringIO()
-    measured = report.totals.measured
-    fields = CSV_FIELDS + (CSV_MEASURED if measured else [])
-    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for m in report.modules:
-        row = encode(m)
-        row.update(row.pop("measured", None) or {})
-        writer.writerow(row)
-    step = dict(encode(report.totals), name="(step)", time_bound_ops_s=report.totals.predicted_step_s,
-                time_share=1.0)
-    step.pop("measured", None)
-    if measured:
-        step.update(encode(measured), time_s=measured.step_time_s)
-    writer.writerow(step)
-    return buf.getvalue()
 
 
 def to_json(data: dict | Report) -> str:
@@ -278,16 +175,22 @@ def to_json(data: dict | Report) -> str:
 
 def to_html(report: Report) -> str:
     """A minimal HTML view (Jupyter): the text report in a <pre>."""
-    return f"<pre>{html.escape(to_text(report, 'table'))}</pre>"
+    return f"<pre>{html.escape(to_text(report, 'table', wide=True))}</pre>"
 
 
-def render(report: Report, fmt: str, top: int | None = 25) -> str:
+def render(report: Report, fmt: str, top: int | None = 25, *, wide: bool = False, group_layers: bool = True,
+           ops: int = 0, table: str = "modules", colour: bool = False) -> str:
+    """`report` in `fmt`: table (text), markdown, csv (one `table`) or json."""
     if fmt == "json":
         return to_json(report)
     if fmt == "csv":
-        return to_csv(report)
-    return to_text(report, fmt, top)
+        return to_csv(report, table)
+    return to_text(report, fmt, top, wide=wide, group_layers=group_layers, ops=ops, colour=colour)
 
 
-register_view("table", to_text)
+def _table_view(report: Report, top: int | None = 25) -> str:
+    return to_text(report, "table", top)
+
+
+register_view("table", _table_view)
 register_view("html", to_html)

@@ -128,7 +128,7 @@ _NON_NEGATIVE = re.compile(
     r"|^(batch|batches|context|contexts|q_len|tokens|count|calls|ops|layers|recognised|parameters|modules|"
     r"depth|heads|num_heads|num_kv_heads|head_dim|v_head_dim|window|chunk|repeats|warmup|gpus|tp|ep)$")
 #: Signed by nature, although their names match the pattern above.
-_SIGNED = {"unattributed_s"}
+_SIGNED = {"unattributed_s", "headroom_bytes"}  # headroom: negative when the step does not fit
 #: What the user or a plugin put there (model options, an architecture's own fields): not checked for sign.
 _FREE = {"options", "extra"}
 #: No count, size or time in a report comes near this: larger is a corrupt or hand-edited file

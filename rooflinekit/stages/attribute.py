@@ -29,7 +29,9 @@ from rooflinekit.core.specs import (
     AttentionWorkload,
 )
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.mixers import StorageLife, mixer_paths, state_traffic, with_mixers
 from rooflinekit.stages.workload import Workload
 
 
@@ -106,7 +108,7 @@ def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
     return {path: ops for path, ops in by_module.items() if path in sites}
 
 
-def _kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[int, list[tuple[int, float]]]:
+def kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[int, list[tuple[int, float]]]:
     """op index -> [(storage, bytes read)] of its K/V operands, for the site's attention products."""
     derived: set[int] = set()  # storages computed from an attention product (scores, probs)
     result: dict[int, list[tuple[int, float]]] = {}
@@ -186,6 +188,13 @@ def _subtrees(ops: list[OpRecord], sites: set[str]) -> dict[str, list[OpRecord]]
     return out
 
 
+def reexpanded_flops(op: OpRecord, tokens: int) -> float:
+    """FLOPs of a projection re-applied to cached positions: its rows less this step's new tokens,
+    whose projection the architecture needs (MLA's kv_b_proj of the new latent is model FLOPs)."""
+    rows = op.attrs.get("rows", 0)
+    return op.flops * (rows - tokens) / rows if rows > tokens else 0.0
+
+
 def _is_projection(op: OpRecord) -> bool:
     """A product with a parameter operand (q/k/v/o projections, MLA's W_UK run inside a module)."""
     return op.param_bytes > 0 and op.flops > 0
@@ -236,23 +245,22 @@ def causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, st
 
 def cost_and_notes(spec: AttentionSpec | None, dtype: str, causal: bool | None, causal_note: str | None,
                    workload: Workload, host: PluginHost, kv_read: float, kv_reexpand_flops: float,
-                   reexpand_modules: list[str]) -> tuple[AttentionCost | None, list[str]]:
+                   reexpand_modules: list[str], kv_repeat: float = 1.0) -> tuple[AttentionCost | None, list[str]]:
     """A layer's architecture cost at `workload` (its plugin's closed form) and the notes its row
-    carries before the spec's own, from what its code read (`kv_read`) and re-computed."""
+    carries before the spec's own, from what its code read (`kv_read`, of which each distinct K/V
+    element `kv_repeat` times: K/V repeated before the products) and re-computed."""
     notes = [causal_note] if causal_note else []
     cost = None
     if spec is not None:
-        itemsize = _itemsize(dtype)
-        aw = AttentionWorkload(
-            batch=workload.batch, q_len=workload.q_len, context=workload.context,
-            phase=workload.phase, cache_itemsize=itemsize, act_itemsize=itemsize, causal=causal,
-        )
+        aw = attention_workload(workload, dtype, causal)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
+        distinct = kv_read / max(kv_repeat, 1.0)  # a repeat_kv copy must not hide a window
         if cost is None:
             notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
-        elif kv_read < 0.99 * cost.kv_bytes_min:
+        elif not getattr(spec, "fixed_state", False) and distinct < 0.99 * cost.kv_bytes_min:
             notes.append(
-                f"the attention read {kv_read / cost.kv_bytes_min:.3g}x the K/V minimum: it attends "
+                f"the attention read {ratio(distinct / cost.kv_bytes_min)}x the K/V minimum"
+                f"{f' (its {ratio(kv_repeat)}x repeated K/V counted once)' if kv_repeat > 1 else ''}: it attends "
                 f"fewer positions than the spec assumes (a sliding window or sparse pattern no "
                 f"installed plugin models), so the minimum and model FLOPs over-state this layer"
             )
@@ -261,21 +269,64 @@ def cost_and_notes(spec: AttentionSpec | None, dtype: str, causal: bool | None, 
     if kv_reexpand_flops:
         notes.append(
             f"K/V of all cached positions re-computed every step by {', '.join(reexpand_modules)}: "
-            f"{kv_reexpand_flops:.3g} FLOPs the architecture does not need (not in model FLOPs)"
+            f"{si(kv_reexpand_flops, 'FLOP')} the architecture does not need (not in model FLOPs)"
         )
     return cost, notes
 
 
+def attention_workload(workload: Workload, dtype: str, causal: bool | None) -> AttentionWorkload:
+    """What a layer's cost formula is asked at `workload`: q and output at the layer's `dtype`,
+    cached elements at the workload's --kv-dtype (or fp8 activations') size where one is given,
+    else at `dtype`'s."""
+    itemsize = dtype_itemsize(dtype)
+    cache = workload.kv_itemsize or itemsize
+    return AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
+                             phase=workload.phase, cache_itemsize=cache, act_itemsize=itemsize, causal=causal)
+
+
+#: Copies that may repeat K/V (repeat_kv's expand + reshape is a clone of a stride-0 view).
+_REPEATS = ("aten.clone", "aten.repeat", "aten.repeat_interleave", "aten.index_select", "aten.expand_copy",
+            "aten.index")
+#: Copies that may also change the dtype (a cast widens the bytes, not the elements).
+_CASTS = ("aten._to_copy", "aten.copy_")
+
+
+def _numels(shapes: str) -> list[int]:
+    """Element counts of an op's inputs from its shapes string ("1x16x1x128,1x1x1x128"; "scalar": 1)."""
+    out = []
+    for shape in shapes.split(",") if shapes else ():
+        n = 1
+        for dim in shape.split("x"):
+            n *= int(dim) if dim.isdigit() else 1
+        out.append(n)
+    return out
+
+
+def copy_growth(op: OpRecord) -> float | None:
+    """Elements an op's copy wrote per distinct element it read (>1: a repeat), or None when it is not
+    a copy. A dtype cast is not a repeat: for a cast the input's own elements are compared with the
+    storage read (an expanded input reads fewer), at the input's element size (`op.dtype`)."""
+    if not op.bytes_read:
+        return None
+    if op.name in _REPEATS:
+        return op.bytes_written / op.bytes_read
+    if op.name in _CASTS:
+        numels = _numels(op.shapes)
+        if not numels:
+            return None
+        if op.name == "aten.copy_":  # copy_(dst, src): a src broadcast over dst repeats it
+            return numels[0] / numels[1] if len(numels) > 1 and numels[1] else None
+        return numels[0] * dtype_itemsize(op.dtype) / op.bytes_read
+    return None
+
+
 def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, OpRecord]) -> float | None:
-    """Largest written/read ratio among K/V-path copies: >1 means K/V were repeated before use."""
+    """Largest growth among K/V-path copies (`copy_growth`): >1 means K/V were repeated before use."""
     best = None
     for i in kv_path:
-        op = by_index[i]
-        if op.name in ("aten.clone", "aten.repeat", "aten.repeat_interleave", "aten.index_select",
-                       "aten.expand_copy", "aten.index", "aten._to_copy", "aten.copy_") and op.bytes_read:
-            ratio = op.bytes_written / op.bytes_read
-            if ratio > 1.01:
-                best = max(best or 0, ratio)
+        ratio = copy_growth(by_index[i])
+        if ratio is not None and ratio > 1.01:
+            best = max(best or 0, ratio)
     return best
 
 
@@ -294,11 +345,15 @@ def _attribute_attention(
     by_index = {op.index: op for op in cap.ops}
     rows = []
     sites = find_sites(cap)
+    mixers = mixer_paths(model, host)
+    if mixers:  # layers that keep a state may run no attention product: named by their plugins
+        sites = with_mixers(cap, sites, mixers)
+    life: StorageLife | None = None
     subtrees = _subtrees(cap.ops, set(sites))
     for path, ops in sites.items():
         core = [op for op in ops if not _is_projection(op)]
         subtree = subtrees.get(path, []) if path else cap.ops
-        sinks = _kv_operands(core, cap.param_storages, workload.context)
+        sinks = kv_operands(core, cap.param_storages, workload.context)
         kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
         kv_read = sum(b for operands in sinks.values() for _, b in operands)
         kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
@@ -306,7 +361,7 @@ def _attribute_attention(
         # K/V of cached positions (transformers' MLA expands its latent cache every step).
         reexpand = [by_index[i] for i in kv_path if _is_projection(by_index[i])
                     and by_index[i].attrs.get("rows", 0) > workload.tokens]
-        kv_reexpand_flops = sum(op.flops for op in reexpand)
+        kv_reexpand_flops = sum(reexpanded_flops(op, workload.tokens) for op in reexpand)
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
         dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
@@ -341,11 +396,22 @@ def _attribute_attention(
             spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
         if spec is not None and spec.plugin != plugin:
             spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
-        if spec is not None:
+        kv_repeat = 1.0
+        if spec is not None and getattr(spec, "fixed_state", False):
+            # its cache is a state: what the code read of it and wrote into it (rooflinekit.stages.mixers)
+            life = life or StorageLife.of(cap)
+            kv_read, kv_copy, kv_path = state_traffic(subtree, life)
+            reexpand, kv_reexpand_flops = [], 0.0
+            dtype = workload.dtype  # the state is kept at the model's dtype, whatever the code computes in
+        elif spec is not None:
             spec = _with_window(spec, host, modules, candidates, call, workload.context)
+            if call is not None and call.kv_heads_unique and len(call.k_shape) >= 4:
+                kv_repeat = call.k_shape[-3] / call.kv_heads_unique
         causal, causal_note = causality(core, workload)
+        if spec is not None and getattr(spec, "fixed_state", False):
+            causal_note = None  # a recurrence is causal by construction: no mask to read
         cost, cost_notes = cost_and_notes(spec, dtype, causal, causal_note, workload, host, kv_read,
-                                          kv_reexpand_flops, sorted({op.module for op in reexpand}))
+                                          kv_reexpand_flops, sorted({op.module for op in reexpand}), kv_repeat)
         notes.extend(cost_notes)
         rows.append(
             AttentionRow(
@@ -406,5 +472,5 @@ def _with_window(spec: AttentionSpec, host: PluginHost, modules: dict, candidate
     return spec
 
 
-def _itemsize(dtype_key: str) -> int:
+def dtype_itemsize(dtype_key: str) -> int:
     return {"fp32": 4, "tf32": 4, "fp64": 8, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}.get(dtype_key, 2)

@@ -39,6 +39,7 @@ from rooflinekit.stages.formulas import (
     sdpa_flops,
 )
 from rooflinekit.stages.hardware import dtype_key
+from rooflinekit.stages.liveness import LiveStorages
 
 #: Matrix-multiply ops whose non-parameter operands can carry K/V (attention sinks).
 MATMUL_OPS = {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.matmul", "aten.dot"}
@@ -118,6 +119,9 @@ class CaptureResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     param_owners: dict[int, str] = field(default_factory=dict)  # parameter storage -> module path
+    param_names: dict[int, str] = field(default_factory=dict)  # parameter storage -> its parameter's name
+    #: (storage, end) per storage the forward allocated, in order (rooflinekit.stages.liveness)
+    live: list[tuple[int, int | None]] = field(default_factory=list)
 
 
 def unique_bytes(t: torch.Tensor) -> int:
@@ -260,6 +264,7 @@ class Recorder:
         self.plain_run = type(self).run_op is Recorder.run_op
         self._shape_texts: dict[tuple, str] = {}
         self.param_owners: dict[int, str] = {}
+        self.param_names: dict[int, str] = {}  # parameter storage -> the first parameter name holding it
         self.saw_subclass = False
         #: The model, and the inputs of its call (a recording started without a model adopts the
         #: first module called at top level: rooflinekit.capture()).
@@ -268,6 +273,9 @@ class Recorder:
         self.param_total = 0.0
         #: Ops one forward may record (rooflinekit.core.limits): an absurd model stops here.
         self.max_ops = int(limit("ops"))
+        #: Storages the forward allocates and when each dies (activation memory).
+        self.live = LiveStorages()
+        self._written: dict[int, tuple[tuple[int, str], ...]] = {}  # id(_OpInfo) -> its written operands
 
     def adopt(self, model: torch.nn.Module) -> None:
         """Take `model` as the one recorded: its module names, parameter storages and owners."""
@@ -288,6 +296,8 @@ class Recorder:
         if self.root is None and not self.stack:
             self.adopt(module)
             self.root_inputs = (tuple(args), {})
+            with torch._C.DisableTorchFunction():
+                self.live.existing(args)  # passed in: not allocations of the forward
         name = self.module_names.get(id(module))
         if name is None:
             parent = self.stack[-1][1] if self.stack else ""
@@ -454,6 +464,11 @@ class Recorder:
         for t, size in zip(new_outputs, out_sizes, strict=True):
             writes.append((sid_of(t), float(size)))
         reads, param = self._reads(read_tensors, cap)
+        written = self._written.get(id(info))
+        if written is None:  # the operands this op writes (in place, out=), once per op
+            written = self._written[id(info)] = tuple((i, n) for i, n, w in info.operands if w)
+        self.live.written(_written_args(written, args, kwargs, new_outputs) if written else new_outputs,
+                          sid_of, self.param_storages)
         module = self.stack[-1][1] if self.stack else ""
 
         fn = info.formula
@@ -562,6 +577,7 @@ class Recorder:
         reads, param = self._reads(read_tensors)
         out_t = out[0] if isinstance(out, (tuple, list)) else out
         writes = [(self.storages.id(out_t), float(unique_bytes(out_t)))]
+        self.live.written((out_t,), self.storages.id, self.param_storages)
         flops = sdpa_flops(tuple(q.shape), tuple(k.shape), tuple(v.shape), is_causal)
         self.suppress += 1  # reading the mask's values is not the model's traffic
         try:
@@ -633,6 +649,19 @@ def _is_fused_layout(t: torch.Tensor) -> bool:
     return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
 
 
+def _written_args(operands: tuple[tuple[int, str], ...], args, kwargs,
+                  new_outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors an op wrote: its new outputs, then its written `operands` (in place, out=)."""
+    written = new_outputs
+    for i, arg_name in operands:
+        value = args[i] if i < len(args) else kwargs.get(arg_name)
+        if isinstance(value, torch.Tensor):
+            written = [*written, value]
+        elif isinstance(value, (list, tuple)):
+            written = [*written, *(v for v in value if isinstance(v, torch.Tensor))]
+    return written
+
+
 def _dispatch(self, func, types, args=(), kwargs=None):
     kwargs = kwargs or {}
     rec = self.recorder
@@ -674,8 +703,9 @@ class _DispatchRecorder(TorchDispatchMode):
 
 
 class _EagerDispatchRecorder(_DispatchRecorder):
-    """_DispatchRecorder for a capture under compat.force_eager(), where nothing is compiled: the
-    handler needs no such wrapper (torch's own hook for opting out: _should_skip_dynamo)."""
+    """_DispatchRecorder for a capture where nothing is compiled (under compat.force_eager(), or
+    before torch._dynamo is loaded): the handler needs no such wrapper (torch's own hook for
+    opting out: _should_skip_dynamo)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -866,6 +896,7 @@ def _storage_ids(recorder: Recorder, model: torch.nn.Module,
             total += t.numel() * t.element_size()
         if pname is not None:
             owners.setdefault(sid, pname.rpartition(".")[0])
+            recorder.param_names.setdefault(sid, pname)
     return ids, total
 
 
@@ -888,8 +919,10 @@ def recording(model: torch.nn.Module | None, formulas: FormulaBook) -> Iterator[
         recorder.adopt(model)
     hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
     _ACTIVE.append(recorder)
+    compat.mark_not_compiled()  # a command-line run: torch's meta kernels need no dynamo import
     eager = compat.force_eager()  # torch.compile'd code runs eagerly under a dispatch mode anyway
-    mode = _DispatchRecorder if eager is None else _EagerDispatchRecorder
+    # The handler needs torch's no-compile wrapper only where something could compile it.
+    mode = _EagerDispatchRecorder if eager is not None or not compat.dynamo_loaded() else _DispatchRecorder
     try:
         with (_patched_sdpa(recorder), _FunctionRecorder(recorder), nullcontext() if eager is None else eager,
               mode(recorder)):
@@ -919,7 +952,10 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
     gc.disable()
     try:
         with torch.no_grad(), recording(model, formulas) as rec:
+            with torch._C.DisableTorchFunction():
+                rec.live.existing(inputs)
             call_forward(model, inputs)
+            live = rec.live.finish()
             rec.storages.release()  # freed now, not traversed by the collection that re-enabling starts
     finally:
         if gc_was_enabled:
@@ -932,4 +968,6 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
         param_bytes_total=rec.param_total,
         wall_s=time.perf_counter() - start,
         param_owners=dict(rec.param_owners),
+        param_names=dict(rec.param_names),
+        live=live,
     )

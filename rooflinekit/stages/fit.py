@@ -37,6 +37,7 @@ import torch
 
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
+from rooflinekit.core.units import plain
 from rooflinekit.stages.attribute import AttentionRow, causality, cost_and_notes
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
@@ -448,14 +449,14 @@ class FittedCapture:
                 d = relative_difference(value, getattr(op, name))
                 if d > TOLERANCE:
                     raise FitError(f"the fit misses the capture at B={self.point[0]}, S={self.point[1]} by "
-                                   f"{d:.2g} relative ({name} of op {op.index}, {op.name} in {op.module or '(root)'})")
+                                   f"{plain(d, 2)} relative ({name} of op {op.index}, {op.name} in {op.module or '(root)'})")
                 worst = max(worst, d)
         for site, fitted in zip(self.sites, self._sites, strict=True):
             for name, k in zip(SITE_FIELDS, fitted.polys, strict=True):
                 d = relative_difference(values[k], float(getattr(site, name)))
                 if d > TOLERANCE:
                     raise FitError(f"the fit misses the capture at B={self.point[0]}, S={self.point[1]} by "
-                                   f"{d:.2g} relative ({name} of attention layer {site.module})")
+                                   f"{plain(d, 2)} relative ({name} of attention layer {site.module})")
                 worst = max(worst, d)
         return worst
 
@@ -509,6 +510,7 @@ class FittedCapture:
             if n != 1 and cost is not None:
                 cost = replace(cost, flops_model=n * cost.flops_model, kv_bytes_min=n * cost.kv_bytes_min,
                                bytes_min=n * cost.bytes_min, cache_bytes_per_token=n * cost.cache_bytes_per_token,
+                               cache_bytes_per_sequence=n * cost.cache_bytes_per_sequence,
                                flops_alt={k: n * v for k, v in cost.flops_alt.items()})
             out.append(replace(site, cost=cost, causal=causal, **figures,
                                notes=list(notes) + list(site.spec.notes if site.spec else ())))

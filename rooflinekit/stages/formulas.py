@@ -123,6 +123,13 @@ def _baddbmm(bias, a, b, *args, out=None, **kwargs) -> int:
     return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
 
 
+@register_flops("aten._scaled_mm")
+def _scaled_mm(a, b, *args, out=None, **kwargs) -> int:
+    # fp8 (or int8) product with scales: 2*m*k*n, as for mm; applying the scales is not counted.
+    # The op's dtype is its operands' (float8 -> "fp8"), so it is placed at the fp8 peak.
+    return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+
 def torch_formula(op_name: str) -> FlopFormula | None:
     """torch.utils.flop_counter's formula for an op, adapted to (args, out=, kwargs)."""
     registry = compat.torch_flop_registry()

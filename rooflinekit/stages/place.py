@@ -28,9 +28,11 @@ from rooflinekit.core.report import (
     UncountedOp,
     WorkloadInfo,
 )
+from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionRow as AttentionSite
 from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.fusion import fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on
 from rooflinekit.stages.workload import Workload
@@ -106,7 +108,7 @@ def peak_fallbacks(hw: HardwareSpec, dtypes: set[str]) -> list[str]:
         if key not in hw.peak_flops:
             used = hw.peak_key(key)
             notes.append(f"{hw.name} lists no dense {key} peak: {key} work is placed against its {used} "
-                         f"peak ({hw.peak_flops[used]:.4g} FLOP/s)")
+                         f"peak ({si(hw.peak_flops[used], 'FLOP/s')})")
     return notes
 
 
@@ -147,6 +149,7 @@ def attention_row(row: AttentionSite, hw: HardwareSpec) -> AttentionRow:
         extra=dict(getattr(spec, "extra", None) or {}) if spec else {},
         op_indices=list(row.op_indices),
         chunk=getattr(spec, "chunk", None) if spec else None,
+        cache_bytes_per_sequence=cost.cache_bytes_per_sequence if cost else None,
     )
 
 
@@ -191,6 +194,9 @@ TIME_CONVENTIONS = {
     "time_compute_s": "flops / peak", "time_memory_s": "bytes / bandwidth (HBM)",
     "time_comm_s": "sum over collectives of wire bytes / link bandwidth per direction",
     "binding": "the largest of time_compute_s, time_memory_s and time_comm_s",
+    "fused": "the same step with elementwise chains fused between matmul/attention anchors "
+    "(docs/accounting.md, Fused view): fused.predicted_step_s sums each fused kernel's own time "
+    "bound and each anchor's eager one; every other time here is eager (op by op)",
 }
 
 
@@ -254,10 +260,17 @@ def build_report(
         for u in sorted(uncounted.values(), key=lambda u: -u["bytes"])
     ]
 
+    fusion = fuse(cap.ops)  # the fused view (rooflinekit.stages.fusion): each op's bytes there
+    fused_paths: dict[str, float] = defaultdict(float)
+    for op, nbytes in zip(cap.ops, fusion.op_bytes, strict=True):
+        fused_paths[op.module] += nbytes
+    fused_rows: dict[str, float] = defaultdict(float)
+    for path, nbytes in fused_paths.items():
+        fused_rows[rollup_name(path, depth, group_layers)] += nbytes
     module_rows = [
         ModuleRow(**_fields(placement(hw, agg.dtype(wdtype), agg.flops, agg.bytes)), name=name, ops=agg.count,
                   weight_bytes=agg.param_bytes, time_bound_ops_s=agg.time_ops_s,
-                  time_share=agg.time_ops_s / total_time)
+                  time_share=agg.time_ops_s / total_time, fused_bytes=fused_rows[name])
         for name, agg in modules.items()
     ]
     module_rows.sort(key=lambda r: -r.time_bound_ops_s)
@@ -297,6 +310,7 @@ def build_report(
         binding=collectives.binding(time_compute, time_memory, comm.time_s),
         flop_conventions=dict(FLOP_CONVENTIONS),
         time_conventions=dict(TIME_CONVENTIONS),
+        fused=fused_totals(fusion, [r.time_bound_s for r in op_rows], hw, wdtype, total.flops, workload.tokens),
     )
     attention_totals = AttentionTotals(
         layers=len(attention),
@@ -309,6 +323,7 @@ def build_report(
         kv_bytes_executed_unrecognised=kv_exec - kv_exec_recognised,
         amplification=kv_exec_recognised / kv_min if kv_min else None,
         cache_bytes_per_token=sum(r.cost.cache_bytes_per_token for r in recognised) if recognised else None,
+        cache_bytes_per_sequence=sum(r.cost.cache_bytes_per_sequence for r in recognised) if recognised else None,
         intensity_min=att_model_flops / sum(r.cost.bytes_min for r in recognised) if recognised else None,
     )
     info = dict(model_info or {})
@@ -325,6 +340,6 @@ def build_report(
         ops=op_rows,
         capture=CaptureInfo(wall_s=cap.wall_s, depth=depth, group_layers=group_layers),
         warnings=list(warnings or []),
-        notes=list(notes or []) + list(cap.notes) + fallback_notes,
+        notes=list(notes or []) + list(cap.notes) + fallback_notes + fusion_notes(fusion),
         parallel=parallel,
     )

@@ -15,6 +15,16 @@ allocate nothing on meta. Each receives the `--option KEY=VALUE` pairs its signa
 - prefill: `context` new tokens per sequence, attending causally among themselves;
 - decode: one new token per sequence, with a KV cache whose `context` slots hold context-1 earlier
   tokens plus the new token's own K/V (written into the last slot), so it attends `context` positions.
+
+Multi-token decode (`--q-len N`, speculative decoding's or MTP's verify step): `make_inputs` is also
+given `q_len=N` when its signature names `q_len` (a file whose make_inputs does not is refused for
+N > 1). The cache's `context` slots then hold context-N earlier tokens plus the N new tokens' K/V
+(the last N slots); new token i (0-based) attends the context-N+i+1 positions up to itself (causal
+among the new tokens, the mask aligned to the bottom right).
+
+Quantized weights and caches (`weight_dtype`, `weight_group_size`, `kv_dtype`) and fp8 activations
+(`dtype="fp8"`) are not run: the model runs in bf16 and its capture is transformed
+(rooflinekit.stages.quantize).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import importlib.util
 import inspect
 import linecache
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -48,6 +59,20 @@ DTYPES = {
     "float32": torch.float32,
     "float": torch.float32,
 }
+#: Activation dtypes that are modelled, not run: the model runs in the dtype given here and the
+#: capture is transformed (rooflinekit.stages.quantize: fp8 products at the fp8 peak).
+MODELLED_DTYPES = {"fp8": torch.bfloat16}
+#: --weight-dtype: bits per stored weight element.
+WEIGHT_BITS = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+#: --kv-dtype: bytes per cached element.
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+#: The dtype keys of the activation dtypes (as the hardware tables name them).
+DTYPE_KEYS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+              "fp32": "fp32", "float32": "fp32", "float": "fp32", "fp8": "fp8"}
+#: Group size of int8/int4 weight-only formats when --weight-group-size is not given.
+DEFAULT_GROUP_SIZE = 128
+#: The most tokens per sequence a multi-token decode step verifies.
+MAX_Q_LEN = 1 << 12
 
 
 @dataclass(frozen=True)
@@ -60,15 +85,60 @@ class Workload:
     dtype: str = "bf16"
     device: str = "meta"
     options: tuple[tuple[str, object], ...] = ()
+    #: Stored weight format of linear and expert weights (None: the activation dtype).
+    weight_dtype: str | None = None
+    #: Elements per scale of a group-wise weight format (None: the format's default).
+    weight_group_size: int | None = None
+    #: KV cache element format (None: the activation dtype).
+    kv_dtype: str | None = None
+    #: New tokens per sequence in decode (multi-token decode: speculative or MTP verify).
+    decode_q_len: int = 1
+    #: Quantize the token embedding and the output head too (kept in bf16 otherwise).
+    quantize_embeddings: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        """The dtype the model runs in (an fp8 workload runs in bf16; its capture is transformed)."""
+        return MODELLED_DTYPES.get(self.dtype) or DTYPES[self.dtype]
+
+    @property
+    def dtype_key(self) -> str:
+        """The activation dtype as the hardware tables name it ("bf16", "fp8", ...)."""
+        return DTYPE_KEYS.get(self.dtype, self.dtype)
+
+    @property
+    def effective_weight_dtype(self) -> str:
+        """The stored format of linear and expert weights: weight_dtype, else the activation dtype."""
+        return self.weight_dtype or self.dtype_key
+
+    @property
+    def effective_group_size(self) -> int | None:
+        """Elements per weight scale: int8/int4 group-wise (default 128); fp8 per output channel
+        unless a group size is given; None for formats without scales."""
+        fmt = self.effective_weight_dtype
+        if fmt in ("int8", "int4"):
+            return self.weight_group_size or DEFAULT_GROUP_SIZE
+        if fmt == "fp8":
+            return self.weight_group_size
+        return None
+
+    @property
+    def effective_kv_dtype(self) -> str:
+        """The KV cache's element format: kv_dtype, else the activation dtype."""
+        return self.kv_dtype or self.dtype_key
+
+    @property
+    def kv_itemsize(self) -> int | None:
+        """Bytes per cached element where the cache format is given (--kv-dtype, or fp8
+        activations); None: the cache as the model runs it."""
+        if self.kv_dtype is not None:
+            return KV_BYTES[self.kv_dtype]
+        return KV_BYTES["fp8"] if self.dtype_key == "fp8" else None
 
     @property
     def q_len(self) -> int:
-        """Query positions per sequence: 1 in decode, `context` in prefill."""
-        return 1 if self.phase == "decode" else self.context
+        """Query positions per sequence: decode_q_len (1 unless multi-token) in decode, `context` in prefill."""
+        return self.decode_q_len if self.phase == "decode" else self.context
 
     @property
     def tokens(self) -> int:
@@ -85,6 +155,10 @@ class Workload:
             "dtype": self.dtype,
             "device": self.device,
             "options": dict(self.options),
+            "weight_dtype": self.effective_weight_dtype,
+            "weight_group_size": self.effective_group_size,
+            "kv_dtype": self.effective_kv_dtype,
+            "quantize_embeddings": self.quantize_embeddings,
         }
 
 
@@ -107,10 +181,44 @@ def validate(phase: str, batch: int, context: int, dtype: str, device: str) -> N
         raise WorkloadError(f"context must be at least 1, got {context}")
     if context > MAX_CONTEXT:
         raise WorkloadError(f"context must be at most {MAX_CONTEXT:,} positions, got {context}")
-    if dtype not in DTYPES:
-        raise WorkloadError(f"unknown dtype '{dtype}': use one of bf16, fp16, fp32")
+    if dtype not in DTYPES and dtype not in MODELLED_DTYPES:
+        raise WorkloadError(f"unknown dtype '{dtype}': use one of bf16, fp16, fp32, fp8")
     if device.split(":")[0] not in ("meta", "cpu", "cuda"):
         raise WorkloadError(f"unknown device '{device}': use meta, cpu or cuda")
+
+
+def validate_levers(workload: Workload) -> None:
+    """One clear error per bad weight format, group size, KV format or multi-token decode length."""
+    w = workload
+    if w.weight_dtype is not None and w.weight_dtype not in WEIGHT_BITS:
+        raise WorkloadError(f"unknown --weight-dtype '{w.weight_dtype}': use one of {', '.join(WEIGHT_BITS)}")
+    if w.kv_dtype is not None and w.kv_dtype not in KV_BYTES:
+        raise WorkloadError(f"unknown --kv-dtype '{w.kv_dtype}': use one of {', '.join(KV_BYTES)}")
+    fmt = w.effective_weight_dtype
+    if w.weight_group_size is not None:
+        if isinstance(w.weight_group_size, bool) or not isinstance(w.weight_group_size, int) \
+                or w.weight_group_size < 1:
+            raise WorkloadError(f"--weight-group-size must be a whole number of at least 1, got {w.weight_group_size!r}")
+        if fmt not in ("fp8", "int8", "int4"):
+            raise WorkloadError(f"--weight-group-size applies to fp8, int8 and int4 weights, not {fmt}: "
+                                "give --weight-dtype too")
+    if w.quantize_embeddings and w.weight_dtype is None and w.dtype_key != "fp8":
+        raise WorkloadError("--quantize-embeddings quantizes the embedding and head in the weight format: give "
+                            "--weight-dtype too")
+    if w.dtype_key == "fp8" and fmt not in ("fp8", "int4"):
+        raise WorkloadError(f"--dtype fp8 runs the weight products in fp8: their weights must be fp8 or int4, "
+                            f"not {fmt} (drop --weight-dtype or give fp8)")
+    q = w.decode_q_len
+    if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+        raise WorkloadError(f"--q-len must be a whole number of at least 1, got {q!r}")
+    if q != 1 and w.phase != "decode":
+        raise WorkloadError(f"--q-len {q} applies to decode only: a prefill step's new tokens are its context "
+                            "(drop --q-len, or use --phase decode)")
+    if q > MAX_Q_LEN:
+        raise WorkloadError(f"--q-len must be at most {MAX_Q_LEN:,} tokens per sequence, got {q}")
+    if q > w.context:
+        raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
+                            "new tokens too (give a context of at least the q-len)")
 
 
 @dataclass
@@ -154,11 +262,20 @@ def _coerce(raw: str) -> object:
     return raw
 
 
+#: Folders of code that is not the model's: torch and rooflinekit itself (its capture runs every op).
+_LIBRARY_DIRS = tuple(os.path.realpath(os.path.dirname(f)) + os.sep
+                      for f in (torch.__file__, os.path.dirname(__file__)))
+
+
 def _user_frame(exc: BaseException, path: str) -> str:
-    """'model.py:12: ValueError: boom' from the deepest frame in the user's file."""
+    """'model.py:12: ValueError: boom' from the deepest frame in the user's file; for a model that
+    is not one file (a transformers config), the deepest frame of the model's own code rather than
+    torch's or rooflinekit's (a meta kernel raising is not where the model did it)."""
     frames = traceback.extract_tb(exc.__traceback__)
     target = os.path.realpath(path)
     mine = [f for f in frames if os.path.realpath(f.filename) == target]
+    if not mine:
+        mine = [f for f in frames if not os.path.realpath(f.filename).startswith(_LIBRARY_DIRS)]
     frame = mine[-1] if mine else (frames[-1] if frames else None)
     where = f"{Path(frame.filename).name}:{frame.lineno}: " if frame else ""
     code = f" (in `{frame.line.strip()}`)" if frame and frame.line else ""
@@ -240,6 +357,36 @@ def check_options(source: ModelSource, options: dict[str, object]) -> None:
         raise ModelError(
             f"option {', '.join(unknown)} is not accepted by build_model() or make_inputs() in {source.path}"
         )
+
+
+def multi_token_note(workload: Workload) -> str | None:
+    """What a multi-token decode step is taken to be, for the report's notes (None for one token)."""
+    n, c = workload.decode_q_len, workload.context
+    if workload.phase != "decode" or n <= 1:
+        return None
+    return (f"multi-token decode: {n} new tokens per sequence (a speculative or MTP verify step), the cache's "
+            f"{c} slots holding {c - n} earlier tokens and the new tokens' K/V; new token i attends the "
+            f"{c - n + 1} + i positions up to itself (causal among the new tokens): {n * c - n * (n - 1) // 2} "
+            "query-key pairs per sequence and head in model FLOPs")
+
+
+def q_len_argument(source: ModelSource, workload: Workload) -> dict[str, int]:
+    """`{"q_len": N}` for a decode step when make_inputs() names a `q_len` parameter; a multi-token
+    decode step (N > 1) of a make_inputs() that does not is refused, rather than run at one token."""
+    if workload.phase != "decode":
+        return {}
+    try:
+        params = inspect.signature(source.make_inputs).parameters
+    except (TypeError, ValueError):
+        params = {}
+    named = "q_len" in params and params["q_len"].kind is not inspect.Parameter.VAR_KEYWORD
+    if named:
+        return {"q_len": workload.decode_q_len}
+    if workload.decode_q_len > 1:
+        raise WorkloadError(f"--q-len {workload.decode_q_len}: make_inputs() of {source.path} takes no q_len "
+                            "argument; give it one (make_inputs(batch, context, phase, q_len=1)) that makes "
+                            "q_len new tokens per sequence in decode")
+    return {}
 
 
 @dataclass
@@ -333,11 +480,12 @@ def build(source: ModelSource, workload: Workload) -> Built:
                 f"build_model() returned {type(model).__name__}, expected a torch.nn.Module"
             )
         model.eval()
+        given = _accepted(source.make_inputs, options)
+        q_len = q_len_argument(source, workload)
+        if q_len and "q_len" in given:
+            raise WorkloadError("option q_len: give a decode step's new tokens per sequence with --q-len N")
         try:
-            inputs = source.make_inputs(
-                workload.batch, workload.context, workload.phase,
-                **_accepted(source.make_inputs, options),
-            )
+            inputs = source.make_inputs(workload.batch, workload.context, workload.phase, **given, **q_len)
         except UserError:
             raise
         except SystemExit as exc:
@@ -352,9 +500,16 @@ def build(source: ModelSource, workload: Workload) -> Built:
     return Built(model=model, inputs=inputs)
 
 
+#: A model spec a loader plugin answers rather than a file: `SCHEME:NAME` (`hf:llama`), the scheme
+#: two or more letters (so that a Windows drive, `C:\\model.py`, stays a path).
+MODEL_SPEC = re.compile(r"^[A-Za-z][A-Za-z0-9_+.-]+:(?![/\\])")
+
+
 def load_source(path: str, options: dict, host: PluginHost | None = None) -> ModelSource:
+    """The ModelSource a loader plugin makes of `path`: a model file, a config, or a model spec
+    such as `hf:MODEL_TYPE` (transformers' default config of that type)."""
     host = host or get_host()
-    if not Path(path).exists():
+    if not Path(path).exists() and not MODEL_SPEC.match(str(path)):
         raise ModelError(f"model file not found: {path}")
     before = len(host.warnings)
     source, plugin = host.call_first("rooflinekit_workload_loader", expect=ModelSource, path=path, options=options)
@@ -364,8 +519,8 @@ def load_source(path: str, options: dict, host: PluginHost | None = None) -> Mod
         if blamed:
             raise ModelError(f"cannot load {path}: {blamed[0].removesuffix('; ignored')}")
         raise ModelError(
-            f"don't know how to load {path}: give a model .py file (build_model/make_inputs) or a "
-            "transformers config .json"
+            f"don't know how to load {path}: give a model .py file (build_model/make_inputs), a "
+            "transformers config .json or hf:MODEL_TYPE"
         )
     bad = [f for f in ("build_model", "make_inputs") if not callable(getattr(source, f, None))]
     if bad:

@@ -103,4 +103,13 @@ CASES = [
          ["cannot write x.toml", "it is a folder"], files={"x.toml/keep.txt": "keep"}),
     Case("calibrate-o-missing-folder", CAT, ["calibrate", "--device", "cpu", "-o", "nope/x.toml"],
          ["cannot write nope/x.toml", "folder nope does not exist"]),
+    # the HTML report (-o FILE.html, or -f html): the same checks, before any work
+    Case("profile-html-missing-folder", CAT, ["profile", GQA, *TINY, "-o", "nope/r.html"],
+         ["cannot write nope/r.html", "folder nope does not exist"]),
+    Case("sweep-html-is-model-file", CAT, ["sweep", "m.py", *TINY, *FAST, "-f", "html", "-o", "m.py"],
+         ["--output m.py", "the model file m.py"], files={"m.py": MODEL}),
+    Case("compare-html-o-first-report", CAT, ["compare", "a.html", "b.json", "-o", "a.html"],
+         ["--output a.html", "the first report a.html"], files={"a.html": "{}", "b.json": "{}"}),
+    Case("advise-html-o-folder", CAT, ["advise", GQA, *TINY, "-o", "r.html"],
+         ["cannot write r.html", "it is a folder"], files={"r.html/keep.txt": "keep"}),
 ]

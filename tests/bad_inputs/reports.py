@@ -89,6 +89,8 @@ CASES = [
     plot("root-is-array", "[1, 2, 3]", ["top level is a JSON array, not an object"]),
     compare("root-is-string", '"a report"', ["top level is a JSON string"]),
     plot("root-is-null", "null", ["top level is a JSON null"]),
+    Case("plot-ops-on-sweep", CAT, ["plot", "s.json", "--plot-ops", "-o", "s.png"],
+         ["--plot-ops applies to a profile report, not a sweep"], files={"s.json": sweep()}),
     plot("sweep-negative-intensity", sweep(lambda d: d["points"][1].update(intensity=-3.0)),
          ["points[1].intensity: negative"]),
     plot("sweep-infinite-attention", sweep(lambda d: d["points"][0]["attention"].update(intensity_min=float("inf"))),

@@ -1,0 +1,141 @@
+"""Absorbed MLA as a transform of a capture: naive MLA layers restated in the absorbed form.
+
+A naive MLA layer (transformers' DeepSeek code) up-projects the whole cached latent into per-head
+K and V every step (`kv_b_proj` over every cached position) and attends over them. The absorbed
+form (DeepSeek's `attn_impl="absorb"`, FlashMLA) folds `kv_b_proj`'s K half into the query and its
+V half into the output, and attends over the latent itself. For each naive layer this transform:
+
+- removes the re-expansion (the layer's K/V-path projections over more rows than the step's new
+  tokens), every op of the layer that reads or writes what it produced (the expanded K/V copies),
+  and the attention products over them (scores, softmax; the last product's output, the attention
+  output, is kept for the ops that follow);
+- inserts two modelled records in their place: `mla.absorb_projections`, the same weights applied
+  to the step's new tokens only (the captured projection's FLOPs x new tokens / rows; its weights
+  read once; the absorbed query in and the latent output out: T x heads x (nope + rank) elements
+  read, T x heads x (rank + v) written), and `mla.absorbed_attention`, the attention plugin's cost
+  of the absorbed spec (model FLOPs; the latent cache read once, q read and the latent output
+  written);
+- restates the layer's attention row with the absorbed spec and cost.
+
+The result is placed by the same code as any capture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.specs import AttentionCost
+from rooflinekit.stages.attribute import AttentionRow, attention_workload, dtype_itemsize
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.workload import Workload
+
+ASSUMPTION = ("absorbed MLA: each naive MLA layer's per-step re-expansion of the cached latent (kv_b_proj "
+              "over every cached position, the per-head K/V copies) and its attention over them replaced by "
+              "kv_b_proj's weights applied to the new tokens only (query absorption, output un-absorption) "
+              "and attention over the latent at the MLA plugin's absorbed cost")
+
+
+def naive_mla(rows: list[AttentionRow]) -> list[AttentionRow]:
+    """The recognised MLA layers that run naive."""
+    return [r for r in rows if r.recognised and r.spec.arch == "mla" and r.spec.mode == "naive"]
+
+
+def _product(op: OpRecord, params: set[int]) -> bool:
+    """An attention product: a fused attention call, or a matrix product of two activations."""
+    if op.kind == "fused" and op.name.endswith("scaled_dot_product_attention"):
+        return True
+    sids = op.attrs.get("operand_sids") if op.sinks else None
+    return sids is not None and len(sids) == 2 and not (set(sids) & params)
+
+
+def _layer(row: AttentionRow, ops: list[OpRecord], params: set[int], tokens: int,
+           workload: Workload, host: PluginHost) -> tuple[set[int], list[OpRecord], AttentionRow] | None:
+    """The ops to drop, the records that replace them and the restated row; None where the layer
+    re-expands nothing (no projection over more rows than the new tokens)."""
+    site = sorted(set(row.op_indices) | set(row.kv_op_indices))
+    reexpand = [i for i in row.kv_op_indices
+                if ops[i].param_bytes > 0 and ops[i].flops > 0 and ops[i].attrs.get("rows", 0) > tokens]
+    if not reexpand:
+        return None
+    products = [i for i in site if _product(ops[i], params)]
+    last = products[-1] if products else None
+    dropped = set(reexpand)
+    tainted = {sid for i in reexpand for sid, _ in ops[i].writes}
+    for i in site:
+        if i in dropped:
+            continue
+        op = ops[i]
+        if any(sid in tainted for sid, _ in op.reads) or any(sid in tainted for sid, _ in op.writes):
+            dropped.add(i)
+            if i != last:  # the attention output feeds the ops after it: kept
+                tainted.update(sid for sid, _ in op.writes)
+    spec = replace(row.spec, mode="absorbed")
+    cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec,
+                              workload=attention_workload(workload, row.dtype, row.causal))
+    if cost is None:
+        return None
+    x = spec.extra
+    rank, nope, v_dim, heads = x["kv_lora_rank"], x["qk_nope_head_dim"], x["v_head_dim"], spec.num_heads
+    act = dtype_itemsize(row.dtype)
+    first = ops[reexpand[0]]
+    weights = sum(ops[i].param_bytes for i in reexpand)
+    flops = sum(ops[i].flops * tokens / ops[i].attrs["rows"] for i in reexpand)
+    out_bytes = tokens * heads * rank * act  # the latent output the absorbed attention writes
+    projections = OpRecord(
+        index=0, name="mla.absorb_projections", module=first.module, flops=flops,
+        bytes_read=weights + tokens * heads * (nope + rank) * act, bytes_written=tokens * heads * (rank + v_dim) * act,
+        dtype=first.dtype, counted=True, kind="modelled", param_bytes=weights,
+        attrs={"assumption": "kv_b_proj's weights applied to the new tokens: query absorption and output "
+                             "un-absorption (absorbed MLA)"})
+    attention = OpRecord(
+        index=0, name="mla.absorbed_attention", module=row.module, flops=cost.flops_model,
+        bytes_read=cost.bytes_min - out_bytes, bytes_written=out_bytes, dtype=row.dtype, counted=True,
+        kind="modelled", attrs={"assumption": "attention over the latent at the MLA plugin's absorbed cost"})
+    restated = replace(row, spec=spec, cost=cost, flops_executed=attention.flops, bytes_executed=attention.bytes,
+                       kv_bytes_executed=cost.kv_bytes_min, kv_read_bytes=cost.kv_bytes_min, kv_copy_bytes=0.0,
+                       kv_reexpand_flops=0.0, notes=list(row.notes) + [ASSUMPTION])
+    return dropped, [projections, attention], restated
+
+
+def absorb(cap: CaptureResult, rows: list[AttentionRow], workload: Workload,
+           host: PluginHost) -> tuple[CaptureResult, list[AttentionRow], list[str]]:
+    """The capture and rows with every naive MLA layer in the absorbed form, and the notes."""
+    ops, params, tokens = cap.ops, cap.param_storages, workload.tokens
+    dropped: set[int] = set()
+    inserts: dict[int, list[OpRecord]] = {}  # old index -> records placed before it
+    restated: dict[int, tuple[AttentionRow, OpRecord]] = {}  # id(row) -> (row, its attention record)
+    skipped = []
+    for row in naive_mla(rows):
+        done = _layer(row, ops, params, tokens, workload, host)
+        if done is None:
+            skipped.append(row.module)
+            continue
+        drop, records, new_row = done
+        dropped |= drop
+        inserts[min(drop)] = records
+        restated[id(row)] = (new_row, records[1])
+    out: list[OpRecord] = []
+    index: dict[int, int] = {}  # old index -> new
+    at: dict[int, int] = {}  # id(inserted record) -> its new index
+    for op in ops:
+        for record in inserts.get(op.index, ()):
+            at[id(record)] = len(out)
+            out.append(replace(record, index=len(out)))
+        if op.index in dropped:
+            continue
+        index[op.index] = len(out)
+        out.append(replace(op, index=len(out)))
+    new_rows = []
+    for row in rows:
+        if id(row) in restated:
+            new_row, record = restated[id(row)]
+            new_rows.append(replace(new_row, op_indices=[at[id(record)]], kv_op_indices=[]))
+        else:
+            new_rows.append(replace(row, op_indices=[index[i] for i in row.op_indices if i in index],
+                                    kv_op_indices=[index[i] for i in row.kv_op_indices if i in index]))
+    notes = [ASSUMPTION] if restated else []
+    if skipped:
+        notes.append(f"absorbed MLA: {len(skipped)} naive MLA layer(s) re-expand nothing per step (e.g. "
+                     f"{skipped[0]}): left as they run")
+    return replace(cap, ops=out, notes=list(cap.notes)), new_rows, notes

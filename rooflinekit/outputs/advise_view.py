@@ -1,0 +1,91 @@
+"""`rooflinekit advise` as text: the ranked levers, the baseline, what was skipped and why."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import textwrap
+
+from tabulate import tabulate
+
+from rooflinekit.core.report import AdviceReport, LeverResult
+from rooflinekit.core.units import ratio, seconds, si
+from rooflinekit.outputs.memory_view import memory_line
+
+ADVISE_FORMATS = ("table", "json", "csv", "markdown")
+CSV_FIELDS = ["rank", "lever", "predicted_step_s", "tokens_per_s", "speedup", "step_speedup", "binding", "fits",
+              "gpus", "batch", "memory_bytes", "assumption", "source"]
+#: The text report's width: the table, then each lever's assumption and the notes wrapped to it.
+WIDTH = 100
+
+
+def _fits(value: bool | None) -> str:
+    return {True: "yes", False: "NO"}.get(value, "-")
+
+
+def _assumption(lever: LeverResult) -> str:
+    return lever.assumption if lever.source == "rooflinekit" else f"[{lever.source}] {lever.assumption}"
+
+
+def _row(rank: str, lever: LeverResult, md: bool) -> list:
+    row = [rank, lever.lever, seconds(lever.predicted_step_s), si(lever.tokens_per_s),
+           f"{ratio(lever.speedup)}x" if lever.speedup is not None else "-", lever.binding, _fits(lever.fits),
+           si(lever.memory_bytes, "B")]
+    return row + [_assumption(lever).replace("|", "/")] if md else row
+
+
+def _wrapped(text: str, first: str = "", rest: str = "    ") -> str:
+    return textwrap.fill(text, WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def render_advice(report: AdviceReport, fmt: str = "table") -> str:
+    """The advice as table, markdown, csv or json (the JSON form is `AdviceReport.to_dict()`)."""
+    if fmt == "json":
+        return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for rank, lever in [("0", report.baseline)] + [(str(i), lv) for i, lv in enumerate(report.levers, 1)]:
+            writer.writerow({"rank": rank, **{k: getattr(lever, k) for k in CSV_FIELDS if k != "rank"}})
+        return buf.getvalue()
+    md = fmt == "markdown"
+    w, hw, model = report.workload, report.hardware, report.model
+    head = [
+        f"model: {model.name or '?'} ({model.path or ''})",
+        f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}; hardware {hw.name}",
+        f"baseline: step {seconds(report.baseline.predicted_step_s)}, {si(report.baseline.tokens_per_s)} tokens/s, "
+        f"{report.baseline.binding}-bound",
+    ]
+    if report.memory is not None:
+        head.append(memory_line(report.memory))
+    head.append(f"{len(report.levers)} levers priced, {len(report.skipped)} skipped; {report.profiles} profiles "
+                f"in {seconds(report.wall_s)}")
+    headers = ["#", "lever", "step", "tokens/s", "speed-up", "binds", "fits", "memory"] + (["assumption"] if md else [])
+    levers = [("0", report.baseline)] + [(str(i), lv) for i, lv in enumerate(report.levers, 1)]
+    table = tabulate([_row(rank, lv, md) for rank, lv in levers], headers=headers,
+                     tablefmt="github" if md else "simple", disable_numparse=True)
+    out = io.StringIO()
+    if md:
+        out.write("# rooflinekit advise\n\n" + "\n".join(f"- {h}" for h in head))
+    else:
+        out.write("\n".join(_wrapped(h) for h in head))
+    out.write("\n\n" + table + "\n\n")
+    if not md:
+        out.write("Assumptions:\n")
+        for rank, lever in levers:
+            out.write(_wrapped(_assumption(lever), f"{rank:>3}  ", "     ") + "\n")
+        out.write("\n")
+    if report.skipped:
+        out.write("## Skipped\n\n" if md else "Skipped:\n")
+        for s in report.skipped:
+            who = "" if s.source == "rooflinekit" else f" [{s.source}]"
+            line = f"{s.lever}{who}: {s.reason}"
+            out.write(f"- {line}\n" if md else _wrapped(line, "  ", "    ") + "\n")
+        out.write("\n")
+    for prefix, lines in (("note", report.notes), ("warning", report.warnings)):
+        for line in lines:
+            out.write(f"- {prefix}: {line}\n" if md else _wrapped(f"{prefix}: {line}") + "\n")
+    return out.getvalue()

@@ -1,0 +1,73 @@
+"""The sweep as text (a terminal table fitting 100 columns, or Markdown): one row per point, the
+critical batch per context, notes and warnings; numbers through rooflinekit.core.units."""
+
+from __future__ import annotations
+
+import io
+
+from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.tables import WIDTH, Column, Style, table, wrap
+
+COLUMNS = [Column("B"), Column("S"), Column("FLOP", drop=2), Column("bytes"), Column("FLOP/B"),
+           Column("bound", "left", drop=3), Column("step"), Column("tok/s"), Column("MFU bd", drop=6),
+           Column("weights"), Column("KV"), Column("other", drop=1), Column("attn I min"),
+           Column("attn I ex", drop=4), Column("memory", drop=5), Column("fits", "left")]
+
+
+def point_rows(data: dict, style: Style) -> list[list[str]]:
+    rows = []
+    for r in data["points"]:
+        memory = r.get("memory") or {}
+        rows.append([str(r["batch"]), str(r["context"]), si(r["flops"]), si(r["bytes"], "B"), ratio(r["intensity"]),
+                     style.bound(r["bound"]), seconds(r["predicted_step_s"]), si(r["tokens_per_s"]),
+                     share(r["mfu_bound"]), share(r["weight_share"]), share(r["kv_share"]), share(r["other_share"]),
+                     ratio(r["attention"]["intensity_min"]), ratio(r["attention"]["intensity_executed"]),
+                     si(memory.get("total_bytes"), "B") if memory.get("total_bytes") is not None else "-",
+                     {True: "yes", False: "NO"}.get(r.get("fits"), "-")])
+    return rows
+
+
+def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour: bool = False) -> str:
+    """The sweep dict (SweepReport.to_dict()) as a terminal table (`table`) or Markdown."""
+    md = fmt == "markdown"
+    width = None if (wide or md) else WIDTH
+    style = Style(colour and not md)
+    hw, w, model = data["hardware"], data["workload"], data["model"]
+    head = [
+        f"model: {model.get('name', '?')} ({model.get('path', '')}), options {w.get('options') or '{}'}",
+        f"sweep: {w['phase']}, batches {','.join(map(str, w['batches']))}, contexts "
+        f"{','.join(map(str, w['contexts']))}, {w['dtype']}, device {w['device']}",
+    ]
+    if hw:
+        head.append(f"hardware: {hw['name']}: {si(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
+                    f"{si(hw['bandwidth'], 'B/s')}, ridge {plain(hw['ridge'], 4)} FLOP/B")
+    out = io.StringIO()
+    if md:
+        out.write("# rooflinekit sweep\n\n" + "\n".join(f"- {h}" for h in head) + "\n\n")
+    else:
+        out.write("\n".join(wrap(h, width) for h in head) + "\n\n")
+    text, left_out = table(COLUMNS, point_rows(data, style), width=width, markdown=md, style=style)
+    out.write(("## Points\n\n" if md else "") + text + "\n\n")
+    if data["critical_batch"]:
+        out.write("## Critical batch\n\n" if md else style.title("Critical batch (whole step reaches the ridge):")
+                  + "\n")
+        ideal = {c["context"]: c for c in data.get("critical_batch_attention_minimum", [])}
+        for c in data["critical_batch"]:
+            line = f"S={c['context']}: {c['summary']}"
+            if c["context"] in ideal:
+                line += f"; with attention at its architecture minimum: {ideal[c['context']]['summary']}"
+            out.write(("- " + line if md else wrap("  " + line, width, "    ")) + "\n")
+            notes = [c.get("note") if c["method"] != "none" else ""]  # "none": the summary is the note
+            if c["context"] in ideal and ideal[c["context"]].get("note") and ideal[c["context"]]["method"] != "none":
+                notes.append("with attention at its architecture minimum: " + ideal[c["context"]]["note"])
+            for note in filter(None, notes):
+                out.write(("  " + note if md else wrap("    " + note, width, "      ")) + "\n")
+        out.write("\n")
+    if left_out:
+        out.write(wrap(f"columns left out to fit {WIDTH} columns: {', '.join(left_out)}; --wide shows them",
+                       width) + "\n")
+    for line in data.get("notes", []):
+        out.write(f"- note: {line}\n" if md else wrap(f"note: {line}", width) + "\n")
+    for line in data.get("warnings", []):
+        out.write(f"- warning: {line}\n" if md else style.warning(wrap(f"warning: {line}", width)) + "\n")
+    return out.getvalue()

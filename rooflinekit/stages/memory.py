@@ -1,0 +1,191 @@
+"""Memory: what one GPU holds for a step (weights, KV cache, activations) against its capacity.
+
+A pure function of a placed report, the capture it came from and a hardware entry:
+
+- weights: the parameter and buffer bytes resident on one GPU, as the report states them (one
+  GPU's share under planned TP/EP: `parallel.weights_per_gpu`; else `model.param_bytes`);
+- KV cache: per recognised attention layer, its cache bytes per token x the positions it holds
+  (the context, or its window or chunk where smaller) x batch, plus a per-sequence state where a
+  layer's plugin gives `cache_bytes_per_sequence` (recurrent, SSM and linear-attention layers);
+- activations: the peak measured during the capture (rooflinekit.stages.liveness): the most bytes
+  of storages the forward allocated that were alive at once. K/V storages the forward allocated
+  and still held when it returned (a cache grown by concatenation) are the KV cache, counted above.
+
+`max_batch` is the largest batch whose memory fits `capacity x fraction` at the report's context,
+with the activations scaled per sequence (the peak measured at the report's batch, / batch):
+floor((capacity x fraction - weights) / (KV per sequence + activations per sequence)).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+from rooflinekit.core.errors import WorkloadError
+from rooflinekit.core.report import Memory, Report
+from rooflinekit.stages.capture import CaptureResult
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.liveness import GARBAGE
+from rooflinekit.stages.workload import Workload
+
+#: The share of a GPU's memory a workload may fill (the rest: allocator, CUDA context, fragments).
+DEFAULT_FRACTION = 0.9
+#: The workload option that carries --memory-fraction (like `_tp`/`_ep`).
+FRACTION_OPTION = "_memory_fraction"
+
+RULE = ("max_batch = floor((capacity x fraction - weights) / (KV cache per sequence + activation peak "
+        "per sequence)): the activation peak measured at the report's batch is scaled per sequence")
+ACTIVATION_NOTE = (
+    "activation peak measured during the capture: the most bytes of storages the forward's ops "
+    "allocated (neither parameters, buffers nor tensors passed in) that were alive at once, each "
+    "freed when its last reference went (checked at every allocation); K/V the forward allocated "
+    "and kept are counted in the KV cache instead")
+KV_NOTE = ("KV cache: per recognised attention layer, its cache bytes per token (the architecture's: "
+           "MLA's latent, K/V heads at the cache dtype) x the positions it holds (the context, or its "
+           "window or chunk where smaller) x batch, plus any per-sequence state a layer's plugin gives")
+
+
+def check_fraction(value: float) -> float:
+    """--memory-fraction: a share of the GPU's memory in (0, 1]."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}") from None
+    if not (0.0 < value <= 1.0):  # NaN fails too
+        raise WorkloadError(f"--memory-fraction must be in (0, 1] (the share of GPU memory usable), got {value:g}")
+    return value
+
+
+def memory_fraction(workload: Workload) -> float:
+    """The workload's --memory-fraction (DEFAULT_FRACTION unless given)."""
+    return check_fraction(dict(workload.options).get(FRACTION_OPTION, DEFAULT_FRACTION))
+
+
+def _allocations(cap: CaptureResult) -> dict[int, tuple[int, float]]:
+    """Storage -> (index of the op that first wrote it, bytes it wrote there)."""
+    wanted = {sid for sid, _ in cap.live}
+    first: dict[int, tuple[int, float]] = {}
+    for i, op in enumerate(cap.ops):
+        for sid, nbytes in op.writes:
+            if sid in wanted and sid not in first:
+                first[sid] = (i, nbytes)
+    return first
+
+
+def _garbage_ends(cap: CaptureResult, first: dict[int, tuple[int, float]]) -> dict[int, int]:
+    """Allocation -> its end, for those freed only by the garbage collector: after the last op
+    that read or wrote them (as reference counting frees a temporary)."""
+    garbage = {sid: i for i, (sid, end) in enumerate(cap.live) if end == GARBAGE}
+    if not garbage:
+        return {}
+    last: dict[int, int] = {}
+    for i, op in enumerate(cap.ops):
+        for sid, _ in (*op.reads, *op.writes):
+            if sid in garbage:
+                last[sid] = i
+    made = sorted(first[sid][0] for sid, _ in cap.live if sid in first)  # op of each allocation, in order
+    return {i: bisect_right(made, last.get(sid, first.get(sid, (0, 0))[0])) for sid, i in garbage.items()}
+
+
+def activation_peak(cap: CaptureResult, template: CaptureResult | None = None) -> float | None:
+    """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured.
+
+    With `template` (a capture whose ops `cap`'s follow one for one, as a fitted capture's do),
+    the liveness is the template's and each allocation's bytes are scaled by how its op's bytes
+    written changed between the two.
+    """
+    source = template if template is not None else cap
+    if not source.live:
+        return None
+    first = _allocations(source)
+    kept_kv = {sid for op in source.ops for sid in op.sinks}
+    n = len(source.live)
+    ends = _garbage_ends(source, first)
+    delta = [0.0] * (n + 1)
+    for i, (sid, end) in enumerate(source.live):
+        if sid not in first or (end is None and sid in kept_kv):
+            continue
+        end = ends.get(i, end)
+        index, nbytes = first[sid]
+        if template is not None:
+            was, now = template.ops[index].bytes_written, cap.ops[index].bytes_written
+            nbytes = nbytes * now / was if was else 0.0
+        delta[i] += nbytes
+        delta[n if end is None else end] -= nbytes
+    live = peak = 0.0
+    for d in delta:
+        live += d
+        peak = max(peak, live)
+    return peak
+
+
+def resident_weights(report: Report) -> float:
+    """Weight bytes one GPU holds, from the report's own figures."""
+    par = report.parallel or {}
+    if par.get("weights_per_gpu") is not None:
+        return float(par["weights_per_gpu"])
+    return float(report.model.param_bytes or 0.0)
+
+
+def kv_per_sequence(report: Report) -> tuple[float, list[str]]:
+    """Cache bytes one sequence holds at the report's context, over the attention layers."""
+    context = report.workload.context
+    total, unrecognised = 0.0, 0
+    for row in report.attention:
+        per_sequence = getattr(row, "cache_bytes_per_sequence", None) or row.extra.get("cache_bytes_per_sequence")
+        if row.cache_bytes_per_token is None and per_sequence is None:
+            unrecognised += 1
+            continue
+        held = context
+        for cap in (row.window, row.chunk):
+            if cap:
+                held = min(held, cap)
+        total += (row.cache_bytes_per_token or 0.0) * held + float(per_sequence or 0.0)
+    notes = []
+    if unrecognised:
+        notes.append(f"{unrecognised} attention layer(s) not recognised by a plugin: their cache is not counted")
+    return total, notes
+
+
+def memory_of(report: Report, hw: HardwareSpec, fraction: float, activations: float | None,
+              activations_note: str = ACTIVATION_NOTE, *, weights: float | None = None) -> Memory:
+    """The Memory section of `report` on `hw` with `fraction` usable and the activation peak given
+    (`weights`: the resident weight bytes, when not the report's own)."""
+    batch = report.workload.batch
+    weights = resident_weights(report) if weights is None else weights
+    kv_seq, notes = kv_per_sequence(report)
+    kv = kv_seq * batch
+    total = weights + kv + (activations or 0.0)
+    act_seq = activations / batch if activations is not None else None
+    capacity = hw.memory_bytes
+    gpus = int((report.parallel or {}).get("gpus", 1))
+    where = f"one GPU's share of {gpus}" if gpus > 1 else "one GPU"
+    notes = [f"memory figures are {where}'s: the weights it holds, the KV cache at the workload's context and "
+             "batch, the activation peak", KV_NOTE, activations_note] + notes
+    if activations is None:
+        notes.append("activation peak not measured here: the total counts weights and KV cache only")
+    if not capacity:
+        notes.append(f"hardware entry {hw.name} lists no memory_bytes: whether it fits is unknown")
+        return Memory(weights_bytes=weights, kv_cache_bytes=kv, activation_peak_bytes=activations,
+                      total_bytes=total, capacity_bytes=None, fits=None, max_batch=None, fraction=fraction,
+                      kv_bytes_per_sequence=kv_seq, activation_bytes_per_sequence=act_seq, gpus=gpus, notes=notes)
+    usable = capacity * fraction
+    per_seq = kv_seq + (act_seq or 0.0)
+    max_batch = None
+    if per_seq > 0:
+        max_batch = max(0, math.floor((usable - weights) / per_seq))
+        notes.append(RULE)
+    else:
+        notes.append("nothing held grows with batch: max_batch has no bound from memory")
+    return Memory(weights_bytes=weights, kv_cache_bytes=kv, activation_peak_bytes=activations, total_bytes=total,
+                  capacity_bytes=capacity, fits=total <= usable, max_batch=max_batch, fraction=fraction,
+                  usable_bytes=usable, headroom_bytes=usable - total, kv_bytes_per_sequence=kv_seq,
+                  activation_bytes_per_sequence=act_seq, gpus=gpus, notes=notes)
+
+
+def at_point(template: Memory, report: Report, hw: HardwareSpec, activations: float | None,
+             how: str) -> Memory:
+    """The Memory of a report evaluated from fitted counts (a sweep point): the weights of the
+    profiled `template` (they change with neither batch nor context), its fraction, and the
+    activation peak given (`how` says how it was obtained)."""
+    return memory_of(report, hw, template.fraction, activations, how, weights=template.weights_bytes)
