@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -33,8 +34,43 @@ OUTPUT = ROOT / "docs" / "coverage.md"
 PHASES = (("decode", 2, 1024), ("prefill", 1, 512))
 LAYERS = 2
 #: Why a type fails, where the failure is understood: the construct and whose it is. Keyed by
-#: model type; the measured error is shown beside it, so a stale entry is visible.
-KNOWN: dict[str, str] = {}
+#: model type; shown only for a failing type, beside the measured error (a stale entry is visible).
+_HEAD_DIM = ("transformers 5.24 bug: the default config's head_dim is None and the attention reads it with "
+             "getattr(config, 'head_dim', default), so its scaling is None ** -0.5")
+KNOWN: dict[str, str] = {
+    "blt": ("transformers' cache classes read num_hidden_layers, which BltConfig lacks (its layers are in three "
+            "sub-configs); rooflinekit does not build BLT's per-stack caches yet [transformers + rooflinekit cache]"),
+    "cohere_compass_text": ("transformers 5.24 bug: the default config's rope_parameters have no 'full_attention' "
+                            "entry, which its layer_types name (KeyError in its rotary embedding)"),
+    "cpmant": ("rooflinekit cache construction: CPM-Ant prepends its 32 prompt positions to every sequence, so its "
+               "cache must hold the context plus 32 positions"),
+    "dbrx": ("transformers 5.24 bug: the default DbrxConfig's attention config (DbrxAttentionConfig) lacks "
+             "rope_theta, which DBRX's rotary embedding reads"),
+    "deepseek_v2": ("transformers 5.24 bug: the default DeepseekV2Config has num_experts_per_tok None, which its "
+                    "router passes to torch.topk as k"),
+    "dots1": ("transformers 5.24 bug: the default Dots1Config leaves num_local_experts / moe_intermediate_size "
+              "None, with which its experts call torch.empty"),
+    "gemma4_assistant": ("transformers 5.24 bug: the default Gemma4AssistantConfig fails its own validation "
+                         "(hidden_size_per_layer_input must be 0)"),
+    "gemma4_unified_assistant": ("not a standalone LM: a draft model for speculative decoding whose forward needs "
+                                 "the main model's K/V (shared_kv_states)"),
+    "hunyuan_v1_dense": _HEAD_DIM,
+    "hunyuan_v1_moe": _HEAD_DIM,
+    "ministral": _HEAD_DIM,
+    "jetmoe": ("rooflinekit meta limit: JetMoE's experts route with expert sizes read by .tolist(); no module "
+               "model for its experts yet"),
+    "lfm2_moe": ("transformers 5.24 bug: the default Lfm2MoeConfig has layer_types None, which its decoder layers "
+                 "index"),
+    "longcat_flash": ("rooflinekit meta limit: LongCat-Flash's zero-computation experts route with torch.nonzero(); "
+                      "no module model for them yet"),
+    "nemotron": ("transformers 5.24 bug: the default NemotronConfig has num_key_value_heads None (num_heads // None "
+                 "in its attention)"),
+    "reformer": "rooflinekit meta limit: Reformer's axial position embeddings read the largest position with .item()",
+    "xlm": "rooflinekit meta limit: XLM checks its sequence lengths with lengths.max().item()",
+    "xlnet": ("transformers bug: XLNet makes its attention weights with torch.FloatTensor (fp32) whatever dtype is "
+              "asked, so a bf16 model mixes in fp32 weights (einsum dtype error)"),
+    "xmod": "rooflinekit meta limit: X-MOD routes each row to its language adapter with torch.nonzero()",
+}
 
 
 # -- one type, in a worker process ------------------------------------------------------------------
@@ -85,38 +121,76 @@ def _mixers(report) -> dict[str, int]:
     return dict(counts)
 
 
-def run_type(model_type: str) -> dict:
-    """Profile one model type in both phases: what passed, the mixers, why a phase failed."""
+def _profile(model_type: str, phase: str, batch: int, context: int, layers: int) -> dict:
+    """One profile as a table entry: the mixers found, or why it failed (the innermost error, where
+    it arose and whose code raised it)."""
     from rooflinekit.api import profile_file
     from rooflinekit.core.errors import RooflineError
+
+    start = time.perf_counter()
+    entry: dict = {}
+    try:
+        report = profile_file(f"hf:{model_type}", phase=phase, batch=batch, context=context,
+                              options={"layers": layers})
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure is a row
+        inner = _innermost(exc)
+        origin, where = _where(inner)
+        entry.update(ok=False, user_error=isinstance(exc, RooflineError),
+                     reason=" ".join(str(exc).split())[:400], origin=origin, where=where,
+                     error=f"{type(inner).__name__}: {' '.join(str(inner).split())[:300]}")
+    else:
+        entry.update(ok=True, mixers=_mixers(report), kind=report.model.kind,
+                     flops=report.totals.flops, kv_bytes_min=report.totals.kv_bytes_min,
+                     unrecognised=sum(1 for r in report.attention if not r.recognised))
+    entry["seconds"] = round(time.perf_counter() - start, 2)
+    return entry
+
+
+def covering_layers(model_type: str) -> int | None:
+    """The fewest first layers of the type's default config that hold one layer of every kind in its
+    `layer_types` (a hybrid whose first layers are all linear attention), or None."""
+    from transformers import AutoConfig
+
+    try:
+        kinds = list(getattr(AutoConfig.for_model(model_type).get_text_config(decoder=True), "layer_types", None) or [])
+    except Exception:  # noqa: BLE001
+        return None
+    if not kinds:
+        return None
+    wanted = set(kinds)
+    return next((n for n in range(1, len(kinds) + 1) if set(kinds[:n]) == wanted), None)
+
+
+def run_type(model_type: str) -> dict:
+    """Profile one model type in both phases: what passed, the mixers, why a phase failed.
+
+    Two retries, each shown in the table: a config transformers rejects at LAYERS layers is profiled
+    at the fewest layers that hold every kind of its `layer_types`; a decode beyond the decoder's
+    learned positions (Whisper: 448) at that many positions."""
     from rooflinekit_plugins.hf_loader import load_hf_config
 
-    result: dict = {"type": model_type, "phases": {}}
+    result: dict = {"type": model_type, "phases": {}, "layers": LAYERS}
     try:  # what the loader builds (the failure itself, if any, is the profile's to report)
         source = load_hf_config(f"hf:{model_type}", {"layers": LAYERS})
         result.update(task=source.task, cls=source.class_name)
-    except Exception:  # noqa: BLE001
-        pass
+    except Exception as exc:  # noqa: BLE001
+        fewest = covering_layers(model_type) if f"cut to {LAYERS} layers" in str(exc) else None
+        if fewest is not None and fewest > LAYERS:
+            result["layers"] = fewest
+            try:
+                source = load_hf_config(f"hf:{model_type}", {"layers": fewest})
+                result.update(task=source.task, cls=source.class_name)
+            except Exception:  # noqa: BLE001
+                pass
     for phase, batch, context in PHASES:
-        start = time.perf_counter()
-        entry: dict = {}
         if result.get("task") == "encoder" and phase == "decode":
             result["phases"][phase] = {"ok": True, "na": True, "seconds": 0.0}
             continue
-        try:
-            report = profile_file(f"hf:{model_type}", phase=phase, batch=batch, context=context,
-                                  options={"layers": LAYERS})
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - every failure is a row
-            inner = _innermost(exc)
-            origin, where = _where(inner)
-            entry.update(ok=False, user_error=isinstance(exc, RooflineError),
-                         reason=" ".join(str(exc).split())[:400], origin=origin, where=where,
-                         error=f"{type(inner).__name__}: {' '.join(str(inner).split())[:300]}")
-        else:
-            entry.update(ok=True, mixers=_mixers(report), kind=report.model.kind,
-                         flops=report.totals.flops, kv_bytes_min=report.totals.kv_bytes_min,
-                         unrecognised=sum(1 for r in report.attention if not r.recognised))
-        entry["seconds"] = round(time.perf_counter() - start, 2)
+        entry = _profile(model_type, phase, batch, context, result["layers"])
+        limit = re.search(r"beyond the decoder's (\d+) learned positions", entry.get("reason", ""))
+        if limit and not entry["ok"]:
+            entry = {**_profile(model_type, phase, batch, int(limit.group(1)), result["layers"]),
+                     "context": int(limit.group(1)), "first": entry["reason"]}
         result["phases"][phase] = entry
     return result
 
@@ -166,9 +240,10 @@ def run_one(model_type: str, timeout: float) -> dict:
 def _status(entry: dict) -> str:
     if entry.get("na"):
         return "n/a"
+    at = f" (context {entry['context']})" if entry.get("context") else ""
     if entry.get("ok"):
-        return "pass" if not entry.get("unrecognised") else "pass*"
-    return "**fail**"
+        return ("pass" if not entry.get("unrecognised") else "pass*") + at
+    return "**fail**" + at
 
 
 def _mixer_text(entry: dict) -> str:
@@ -217,7 +292,10 @@ def markdown(results: list[dict], seconds: float, jobs: int) -> str:
         "Encoders (BERT-style) are built as masked LMs, with no decode step (*n/a*, counted as passing), and",
         "encoder-decoders as sequence-to-sequence models (see docs/transformers.md). *pass\\** means the",
         "profile completed but some mixer layer was not recognised by any plugin (its executed counts are",
-        "reported, its minimum is not).",
+        "reported, its minimum is not). Two retries are shown where they happen: a config transformers",
+        f"rejects at {LAYERS} layers runs at the fewest layers holding every kind of its `layer_types`",
+        "(*-O layers=N*), and a decode past the decoder's learned positions runs at that many (*context N*).",
+        "A failure's reason names the construct and whose it is, then the error measured and where it arose.",
         "",
         f"transformers {transformers.__version__}, torch {torch.__version__}, Python {platform.python_version()}; "
         f"{n} types in {seconds / 60:.1f} min with {jobs} jobs.",
@@ -233,6 +311,8 @@ def markdown(results: list[dict], seconds: float, jobs: int) -> str:
         d, p = r["phases"]["decode"], r["phases"]["prefill"]
         mixers = _mixer_text(d) or _mixer_text(p)
         built = f"{r['cls']}" if r.get("cls") else ""
+        if r.get("layers", LAYERS) != LAYERS:
+            built += f" (-O layers={r['layers']})"
         lines.append(f"| `{r['type']}` | {built} | {_status(d)} | {_status(p)} | {_cell(mixers)} | {_cell(_reason(r))} |")
     lines.append("")
     return "\n".join(lines)

@@ -109,15 +109,16 @@ def cut_layers(data: dict, n: int) -> tuple[dict, list[str]]:
     return scope(data, ""), cut
 
 
-def changes(before: dict, after: dict) -> dict:
+def changes(before: dict, after: dict, whole: bool = False) -> dict:
     """The fields of `after` that differ from `before`, nested as they are (sub-dicts: their
-    changed fields only), so that what a config class derives from the rest is derived again."""
+    changed fields only, or with `whole` the changed sub-dicts whole), so that what a config class
+    derives from the rest is derived again."""
     out = {}
     for key, value in after.items():
         old = before.get(key)
         if isinstance(value, dict) and isinstance(old, dict) and not (value.keys() - old.keys()) and value != old:
-            if any(k.isdigit() for k in value if isinstance(k, str)):
-                out[key] = value  # keyed by layer: the cut dict as a whole
+            if whole or any(k.isdigit() for k in value if isinstance(k, str)):
+                out[key] = value  # a sub-config as built (what its parent gave it kept), or keyed by layer
             else:
                 out[key] = changes(old, value)
         elif value != old:

@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from rooflinekit_plugins import hf_tasks
+from rooflinekit_plugins import hf_kv, hf_tasks
 from rooflinekit_plugins.hf_layers import changes, cut_layers, merged
 from rooflinekit_plugins.hf_meta import known_lengths, meta_forward
 
@@ -378,6 +378,15 @@ class HFModelSource:
                 raise
             raise ConfigError(f"{self.path}: transformers cannot build a model from this config: {where} = "
                               f"{exc.args[0]!r} is not a value it knows") from None
+        except ImportError as exc:  # a tower needing a package not installed (Gemma-3n's vision: timm)
+            text = hf_tasks.text_part(self.config, self.task)
+            if text is None:
+                raise
+            missing = " ".join(str(exc).split())[:120]
+            self.config, self._model_class = text
+            self.notes.append(f"the multimodal model cannot be built here ({missing}): its text model "
+                              f"{self._model_class.__name__} is built alone, as a text-only forward runs it")
+            return self.build_model()
         model.eval()
         hf_tasks.tag_roles(model, self.task)  # encoder / decoder / cross-attention layers
         language = hf_tasks.default_language(model, self.config)
@@ -471,9 +480,12 @@ class HFModelSource:
         )
 
     def _codebooks(self) -> int:
-        """Token rows per sequence: a multi-codebook audio decoder's `num_codebooks`, else 1."""
+        """Token rows per sequence: `num_codebooks` for the decoder part of a multi-codebook audio
+        model (MusicGen's `*_decoder` config: input_ids of batch x codebooks rows), else 1 (Moshi,
+        whose config counts codebooks too, takes one row per sequence)."""
         n = getattr(self.config, "num_codebooks", None)
-        return n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+        decoder_part = str(getattr(self.config, "model_type", "")).endswith("_decoder")
+        return n if decoder_part and isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
 
     def _model(self) -> torch.nn.Module:
         """The model last built (make_inputs before build_model builds one: caches and states are
@@ -484,13 +496,41 @@ class HFModelSource:
     def _make_cache(self, batch: int, past: int, context: int) -> tuple[str | None, Any]:
         """(forward parameter, cache) after `past` positions: K/V for attention layers, states of the
         model's own shapes for recurrent and linear-attention layers (rooflinekit_plugins.hf_cache)."""
-        from rooflinekit_plugins.hf_cache import build_cache
+        from rooflinekit_plugins.hf_cache import build_cache, config_cache, run_one_token
 
         model = self._model()
-        param, cache = build_cache(model, self.config, self.cache, self.kv_shapes, batch, past, context, self.notes)
+        try:
+            param, cache = build_cache(model, self.config, self.cache, self.kv_shapes, batch, past, context,
+                                       self.notes)
+        except (KeyError, AttributeError) as exc:
+            if self.cache != "static":
+                raise
+            try:  # transformers' StaticCache has no layer class for this config (DeepSeek-V4's kinds)
+                param, cache = build_cache(model, self.config, "dynamic", self.kv_shapes, batch, past, context,
+                                           self.notes)
+            except Exception:
+                raise exc from None
+            self.notes.append(f"transformers' StaticCache cannot hold this config's layers ({reason(exc)}): a "
+                              "DynamicCache instead, whose torch.cat copies the whole cache each step")
+        if cache is not None and param is not None and hf_kv.fit(
+                model, cache, self.kv_shapes,
+                lambda: run_one_token(model, param, batch, cache=config_cache(self.config, "dynamic", context))):
+            if hf_kv.NOTE not in self.notes:
+                self.notes.append(hf_kv.NOTE)
         if param in ("past_key_values", "cache"):
             param = self._cache_kwarg  # transformers 5's name where the forward takes both
         return param, cache
+
+
+def _first_built(auto_config, model_type: str, candidates: list[dict]):
+    """The config built from the first candidate transformers accepts; else its error on the first."""
+    first = None
+    for data in candidates:
+        try:
+            return auto_config.for_model(model_type, **data)
+        except Exception as exc:  # noqa: BLE001 - try the next; report the first
+            first = first or exc
+    raise first
 
 
 def _rejection(auto_config, model_type: str, data: dict) -> str | None:
@@ -562,7 +602,12 @@ def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | 
         cut, changed = cut_layers(built, layers)
         if changed:
             try:
-                config = auto_config.for_model(model_type, **merged(data, changes(built, cut)))
+                config = _first_built(auto_config, model_type, [
+                    merged(data, changes(built, cut)),  # sub-configs: their cut fields only
+                    merged(data, changes(built, cut, whole=True)),  # sub-configs as their parent filled them
+                    merged(data, {k: v for k, v in changes(built, cut).items()  # the top level only (Moshi:
+                                  if not isinstance(v, dict)}),  # its depth decoder then keeps its layers)
+                ])
             except Exception as exc:
                 raise ConfigError(f"{file}: transformers rejects this {model_type} config{_at(layers)} "
                                   f"(cut: {', '.join(changed[:6])}): {reason(exc)}") from None

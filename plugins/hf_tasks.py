@@ -106,6 +106,18 @@ def config_part(config, cls: type) -> tuple[str, Any] | None:
     return next(((name, value) for name, value in vars(config).items() if isinstance(value, wanted)), None)
 
 
+def text_part(config, task: str) -> tuple[Any, type] | None:
+    """(text config, its causal-LM class) of a multimodal config whose text model transformers can
+    build alone as a causal LM, else None."""
+    text = getattr(config, "text_config", None)
+    if task != "causal" or text is None or text is config:
+        return None
+    try:
+        return text, model_class(text, "causal")
+    except KeyError:
+        return None
+
+
 def default_language(model: torch.nn.Module, config) -> str | None:
     """Set a language-adapter model's language (X-MOD needs one before its forward) to the config's
     first, when it has none; the language set, or None."""

@@ -2,6 +2,12 @@
 architecture refactor (tests/data/baseline_totals.json, written by tests/data/make_baseline.py).
 
 A change of numbers has to be intended: regenerate the file in the same commit and say why.
+Changes so far, each regenerated for the keys it touched:
+- transformers configs in decode: the cache length is answered from the workload on meta (see the
+  note it adds), so the one scalar add that read transformers' 8-byte length tensor reads 8 bytes
+  fewer (totals.bytes, other and uncounted bytes, the root module's bytes: -8 B);
+- MLA (DeepSeek-V2-Lite, DeepSeek-V3): flops_model includes the new tokens' kv_b_proj (it was left
+  out with the cached positions' re-expansion).
 """
 
 from __future__ import annotations

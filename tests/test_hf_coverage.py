@@ -148,3 +148,36 @@ def test_the_coverage_table_meets_its_goal_and_names_every_failure():
         cells = [c.strip() for c in row.strip("|").split("|")]
         if "**fail**" in cells[2:4]:
             assert len(cells[-1]) > 20, row  # a reason: the construct and whose it is
+
+
+# -- the meta device: values a model reads, answered from the workload (rooflinekit_plugins.hf_meta) ----
+
+
+def test_models_that_read_cache_lengths_and_masks_run_on_meta(tmp_path):
+    import os
+
+    from transformers import masking_utils
+
+    before = (masking_utils._ignore_causal_mask_sdpa, masking_utils._ignore_bidirectional_mask_sdpa,
+              masking_utils.find_packed_sequence_indices)
+    # OPT turns the static cache's length into a size (torch.ones(batch, past + new))
+    opt = tmp_path / "opt.json"
+    opt.write_text(json.dumps({"model_type": "opt", "hidden_size": 128, "num_attention_heads": 4, "ffn_dim": 256,
+                               "num_hidden_layers": 2, "vocab_size": 1000, "word_embed_proj_dim": 128}))
+    b, s, heads, d = 2, 512, 4, 32
+    report = run_profile(opt, phase="decode", batch=b, context=s)
+    assert [r["kv_bytes_min"] for r in report["attention"]] == [2 * heads * d * s * b * 2] * 2
+    assert any("cache lengths are answered from the workload" in n for n in report["notes"])
+    # RoFormer's encoder makes an all-ones padding mask and asks whether SDPA can skip it
+    roformer = tmp_path / "roformer.json"
+    roformer.write_text(json.dumps({"model_type": "roformer", "hidden_size": 128, "num_attention_heads": 4,
+                                    "intermediate_size": 256, "num_hidden_layers": 1, "vocab_size": 1000,
+                                    "embedding_size": 128}))
+    report = run_profile(roformer, phase="prefill", batch=1, context=s)
+    (row,) = report["attention"]
+    assert row["mode"] == "encoder" and row["flops_model"] == 4 * s * s * 128  # no mask: every pair
+    assert any("taken as all ones (no padding)" in n for n in report["notes"])
+    # nothing of it outlives the forward
+    after = (masking_utils._ignore_causal_mask_sdpa, masking_utils._ignore_bidirectional_mask_sdpa,
+             masking_utils.find_packed_sequence_indices)
+    assert after == before and "TRANSFORMERS_DISABLE_TORCH_CHECK" not in os.environ

@@ -244,3 +244,19 @@ def test_sweep_text_fits(invoke):
     assert widest(result.stdout) <= 100 and not SCIENTIFIC.search(result.stdout)
     wide = invoke("sweep", GQA, *tiny("-b", "1,4", "-s", "4096", "--wide")).stdout
     assert "attn I ex" in wide and "columns left out" not in wide
+
+
+def test_header_names_the_formats_the_step_is_priced_in():
+    """A quantized or multi-token step says so where the workload is named (the figures below it
+    are not the model's bf16 step); a plain one names its dtype alone."""
+    from rooflinekit.api import profile_file
+    from rooflinekit.outputs.render import header_lines
+    from tests.conftest import EXAMPLES
+
+    model = str(EXAMPLES / "llama_gqa.py")
+    plain = header_lines(profile_file(model, options={"layers": 1}, context=256))
+    levered = header_lines(profile_file(model, options={"layers": 1}, context=256, weight_dtype="int4",
+                                        kv_dtype="fp8", q_len=2))
+    assert "workload: decode, batch 1, context 256, bf16, device meta" in plain
+    text = " ".join(levered)
+    assert ", bf16, weights int4/128, KV fp8, 2 new tokens/seq," in text

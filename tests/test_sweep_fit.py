@@ -108,16 +108,28 @@ def test_example_points_equal_separate_profiles(name, phase):
 MOE = {"mixtral-8x7b", "deepseek-v2-lite", "deepseek-v2", "gpt-oss-20b"}
 
 
+#: Encoder configs: prefill only (an encoder has no decode step).
+ENCODERS = {"bert-base-uncased"}
+
+
 @pytest.mark.hf
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
+@pytest.mark.parametrize(("name", "phase"), [(p.stem, phase) for p in sorted(CONFIGS.glob("*.json"))
+                                             for phase in ("decode", "prefill")
+                                             if not (p.stem in ENCODERS and phase == "decode")])
 def test_config_points_equal_separate_profiles(name, phase):
     moe = name in MOE
-    prof = check_points(CONFIGS / f"{name}.json", phase, {"layers": 2}, samples=SAMPLES[:1 if moe else 2],
-                        expect_fit=not moe)
+    # an encoder's positions stop at its position table (BERT: 512)
+    contexts, samples = ([64, 200, 384, 512], [(8, 512), (3, 384)]) if name in ENCODERS else (CONTEXTS, SAMPLES)
+    encoder = name in ENCODERS
+    prof = check_points(CONFIGS / f"{name}.json", phase, {"layers": 2}, samples=samples[:1 if moe else 2],
+                        expect_fit=not (moe or encoder), contexts=contexts)
     if moe:  # captured, with the reason
         assert prof.fits == {} and prof.evaluated == 0
         assert any(n.startswith("counts not fitted: ExpertsModel") and "every point is captured" in n
+                   for n in prof.fit_notes)
+    if encoder:  # its rows carry their query and key lengths (the encoder_decoder plugin): captured, with the reason
+        assert prof.fits == {} and prof.evaluated == 0
+        assert any("recognised differently at other points" in n and "every point there is captured" in n
                    for n in prof.fit_notes)
 
 

@@ -12,6 +12,7 @@ from tabulate import tabulate
 from rooflinekit.core.report import AdviceReport, LeverResult
 from rooflinekit.core.units import ratio, seconds, si
 from rooflinekit.outputs.memory_view import memory_line
+from rooflinekit.outputs.render import workload_formats
 
 ADVISE_FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ["rank", "lever", "predicted_step_s", "tokens_per_s", "speedup", "step_speedup", "binding", "fits",
@@ -55,7 +56,7 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     w, hw, model = report.workload, report.hardware, report.model
     head = [
         f"model: {model.name or '?'} ({model.path or ''})",
-        f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}; hardware {hw.name}",
+        f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(w)}; hardware {hw.name}",
         f"baseline: step {seconds(report.baseline.predicted_step_s)}, {si(report.baseline.tokens_per_s)} tokens/s, "
         f"{report.baseline.binding}-bound",
     ]

@@ -36,13 +36,29 @@ __all__ = ["FORMATS", "TABLES", "header_lines", "measured_lines", "parallel_line
            "to_json", "to_text"]
 
 
+def workload_formats(w) -> str:
+    """", bf16" and, where they differ from it, the weight and KV cache formats and the new tokens
+    per sequence of multi-token decode (", bf16, weights int4/128, KV fp8, 4 new tokens/seq")."""
+    text = f", {w.dtype}"
+    weights = getattr(w, "weight_dtype", None)
+    if weights and weights != w.dtype:
+        group = getattr(w, "weight_group_size", None)
+        text += f", weights {weights}" + (f"/{group}" if group else "")
+    kv = getattr(w, "kv_dtype", None)
+    if kv and kv != w.dtype:
+        text += f", KV {kv}"
+    if w.phase == "decode" and w.q_len > 1:
+        text += f", {w.q_len} new tokens/seq"
+    return text
+
+
 def header_lines(report: Report) -> list[str]:
     w, hw, t, model = report.workload, report.hardware, report.totals, report.model
     fused = getattr(t, "fused", None)
     lines = [
         f"model: {model.name or '?'} ({model.kind or ''}: {model.path or ''}), "
         f"{num(model.parameters)} parameters, {num(model.param_bytes, 'B')} of weights",
-        f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}, device {w.device}",
+        f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(w)}, device {w.device}",
         f"hardware: {hw.name}: {si(hw.peak_flops, 'FLOP/s')} dense {hw.dtype}, "
         f"{si(hw.bandwidth, 'B/s')}, ridge {plain(hw.ridge, 4)} FLOP/B",
         f"step: {si(t.flops, 'FLOP')} executed ({si(t.flops_model, 'FLOP')} model), "
