@@ -7,9 +7,12 @@ untimed warm-up round (disk cache), then `--repeats` rounds, each running every 
 each command's median and best wall time; the no-model commands against the 1 s budget, `profile`
 less `import torch` against 0.5 s.
 
-On the meta device torch itself imports `torch._dynamo` at the first Python meta kernel of a
-forward (its elementwise refs are wrapped in `torch._disable_dynamo`, which imports it on first
-call): the `import torch, torch._dynamo` row measures that, and the last row is what rooflinekit
+On the meta device torch itself imports `torch.fx.experimental.symbolic_shapes` (and sympy) at
+the first Python meta kernel of a forward (`torch._check` imports it on first call), and
+`torch._dynamo` too, where its elementwise refs first run (`torch._disable_dynamo`): on the command
+line rooflinekit gives those refs their no-compile mark itself, so dynamo is never imported
+(rooflinekit.core.compat.mark_not_compiled). The `import torch, ...symbolic_shapes` row measures
+torch's unavoidable share, and the last row is what rooflinekit
 adds beyond both.
 
 The saved reports `plot` and `compare` read are made first in a temporary folder.
@@ -71,6 +74,8 @@ def main() -> int:
             ("python -c pass", [py, "-c", "pass"], None),
             ('python -c "import torch"', [py, "-c", "import torch"], None),
             ('python -c "import torch, torch._dynamo"', [py, "-c", "import torch, torch._dynamo"], None),
+            ('python -c "import torch, ...symbolic_shapes"',
+             [py, "-c", "import torch, torch.fx.experimental.symbolic_shapes"], None),
             ("rooflinekit --help", rk + ["--help"], "no-model"),
             ("rooflinekit hardware list", rk + ["hardware", "list"], "no-model"),
             ("rooflinekit hardware show H800", rk + ["hardware", "show", "H800"], "no-model"),
@@ -91,6 +96,7 @@ def main() -> int:
     median = {label: statistics.median(t) for label, t in times.items()}
     bare, torch_s = median["python -c pass"], median['python -c "import torch"']
     dynamo_s = median['python -c "import torch, torch._dynamo"']
+    shapes_s = median['python -c "import torch, ...symbolic_shapes"']
     profile_label = rows[-1][0]
     failed = False
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
@@ -111,9 +117,11 @@ def main() -> int:
     failed |= not ok
     print(f"| `profile` minus `import torch` | {over_torch:.3f} s | | <= {PROFILE_BUDGET:g} s: "
           f"{'ok' if ok else 'OVER'} |")
-    print(f"| of which torch's own `import torch._dynamo` | {dynamo_s - torch_s:.3f} s | | |")
-    print(f"| `profile` minus `import torch, torch._dynamo` (rooflinekit's share) | "
-          f"{median[profile_label] - dynamo_s:.3f} s | | |")
+    print(f"| of which torch's own symbolic_shapes/sympy import at the first meta op | {shapes_s - torch_s:.3f} s | | |")
+    print(f"| (torch's `import torch._dynamo`, which a plain meta forward also pays and `profile` does not) | "
+          f"{dynamo_s - torch_s:.3f} s | | |")
+    print(f"| `profile` minus `import torch, ...symbolic_shapes` (rooflinekit's share) | "
+          f"{median[profile_label] - shapes_s:.3f} s | | |")
     return 1 if failed else 0
 
 
