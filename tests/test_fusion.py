@@ -249,3 +249,22 @@ def test_llama_8b_decode_barely_changes():
     assert abs(t["fused"]["bytes"] / t["bytes"] - 1) < 0.02
     assert abs(t["fused"]["predicted_step_s"] / t["predicted_step_s"] - 1) < 0.02
     assert abs(t["fused"]["time_bound_s"] / t["time_bound_s"] - 1) < 0.02
+
+
+def test_reductions_are_fusible_by_name_as_by_torchs_tag():
+    """REDUCTION_OPS is what torch tags `reduction` where the tag exists (so a torch without it,
+    2.5, fuses the same ops): every tagged op is in it, and every op in it is fusible."""
+    import torch
+
+    from rooflinekit.stages.fusion import REDUCTION_OPS, UNFUSIBLE_OPS, fusible
+
+    assert all(fusible(name) for name in REDUCTION_OPS - UNFUSIBLE_OPS)
+    if not hasattr(torch.Tag, "reduction"):
+        return
+    tagged = set()
+    for name in dir(torch.ops.aten):
+        packet = getattr(torch.ops.aten, name, None)
+        for overload in getattr(packet, "overloads", list)():
+            if torch.Tag.reduction in getattr(getattr(packet, overload), "tags", ()):
+                tagged.add(f"aten.{name}")
+    assert tagged <= REDUCTION_OPS, tagged - REDUCTION_OPS

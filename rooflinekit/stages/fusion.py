@@ -58,7 +58,14 @@ FUSIBLE_OPS = frozenset({
 #: Tagged pointwise or reduction, but run by a kernel of their own (selection, not streaming).
 UNFUSIBLE_OPS = frozenset({"aten.median", "aten.nanmedian", "aten.mode", "aten.kthvalue"})
 
-_TAGS = (torch.Tag.pointwise, torch.Tag.reduction)
+#: The ops torch tags `reduction` (torch 2.13); torch releases before the tag (2.5) are given the
+#: same set by name, so the fused view does not depend on the torch release.
+REDUCTION_OPS = frozenset({
+    "aten.all", "aten.amax", "aten.amin", "aten.aminmax", "aten.any", "aten.argmax", "aten.argmin",
+    "aten.count_nonzero", "aten.linalg__powsum", "aten.linalg_vector_norm", "aten.logsumexp", "aten.max", "aten.mean", "aten.min",
+    "aten.nansum", "aten.norm", "aten.prod", "aten.std", "aten.std_mean", "aten.sum", "aten.var", "aten.var_mean",
+})
+_TAGS = tuple(getattr(torch.Tag, tag) for tag in ("pointwise", "reduction") if hasattr(torch.Tag, tag))
 _FUSIBLE: dict[str, bool] = {}
 
 
@@ -66,7 +73,8 @@ def fusible(name: str) -> bool:
     """Whether an op (by its 'ns.name' key) runs inside a fused kernel under the fusion rule."""
     known = _FUSIBLE.get(name)
     if known is None:
-        known = _FUSIBLE[name] = name not in UNFUSIBLE_OPS and (name in FUSIBLE_OPS or _tagged(name))
+        known = _FUSIBLE[name] = name not in UNFUSIBLE_OPS and (
+            name in FUSIBLE_OPS or name in REDUCTION_OPS or _tagged(name))
     return known
 
 
