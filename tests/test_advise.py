@@ -143,6 +143,7 @@ def test_absorbed_mla_from_the_models_own_mode():
     assert lever.predicted_step_s == expected and lever.changes == {"mode": "absorbed"}
 
 
+@pytest.mark.hf
 def test_absorbed_mla_restates_a_naive_capture_to_closed_forms():
     """transformers' DeepSeek-V2-Lite runs MLA naive (kv_b_proj re-expands every cached position):
     restated, each layer attends the latent, 2 B H S (2 r + rope) FLOPs reading B S (r + rope) x 2 B,
@@ -166,6 +167,7 @@ def test_absorbed_mla_restates_a_naive_capture_to_closed_forms():
     assert done.report.memory.activation_peak_bytes < b * s * h * (nope + rope) * 2
 
 
+@pytest.mark.hf
 @pytest.mark.slow
 def test_deepseek_v3_advice_has_six_priced_levers():
     """The acceptance workload: DeepSeek-V3, decode, batch 4, context 32768, H800."""

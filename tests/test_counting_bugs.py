@@ -44,6 +44,7 @@ def deepseek_v2_decode_flops(c: dict, batch: int, context: int, layers: int) -> 
     return 2 * batch * weights + attention
 
 
+@pytest.mark.hf
 @pytest.mark.slow
 def test_deepseek_v2_decode_model_flops_keep_the_new_tokens_kv_b_proj():
     c = _cfg("deepseek-v2")
@@ -54,6 +55,7 @@ def test_deepseek_v2_decode_model_flops_keep_the_new_tokens_kv_b_proj():
     assert report["totals"]["flops_model"] == pytest.approx(expected, rel=0.005)
 
 
+@pytest.mark.hf
 def test_mla_reexpansion_leaves_the_new_tokens_projection_in_model_flops():
     c = _cfg("deepseek-v2-lite")
     b, s, layers = 8, 1024, 2

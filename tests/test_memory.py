@@ -57,6 +57,7 @@ def _profile(name: str, workload: Workload):
     return profile(load_source(str(CONFIGS / f"{name}.json"), {}), workload, "H800", measure=False).report
 
 
+@pytest.mark.hf
 @pytest.mark.slow
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_llama_70b_fits_one_h800_only_split(tp):
@@ -87,6 +88,7 @@ def test_llama_70b_fits_one_h800_only_split(tp):
     assert m.gpus == tp
 
 
+@pytest.mark.hf
 @pytest.mark.slow
 def test_qwen_14b_max_batch_closed_form():
     """Decode at context 16384: max_batch = floor((capacity x fraction - weights - activations) /
