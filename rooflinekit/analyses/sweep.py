@@ -39,7 +39,7 @@ from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
-from rooflinekit.stages.memory import ACTIVATION_NOTE, activation_peak, at_point
+from rooflinekit.stages.memory import ACTIVATION_NOTE, activation_peak, at_point, live_allocations
 from rooflinekit.stages.roofline import intensity
 from rooflinekit.stages.workload import build
 
@@ -166,6 +166,8 @@ class Profiler:
         self._model = None
         self._hw: HardwareSpec | None = None
         self._fitted: dict[tuple[int, int], Report] = {}  # fitted points' reports, until their memory is known
+        #: id of a fit's template capture -> its allocations (stages.memory.live_allocations)
+        self._allocations: dict[int, list | None] = {}
 
     def row(self, batch: int, context: int) -> dict:
         """The sweep row at (batch, context), from the fit at its context or profiled, on first use."""
@@ -191,9 +193,13 @@ class Profiler:
         report = self._fitted.pop((batch, context), None)
         fit = self.fit_for(batch, context)
         if row.get("memory") is None and report is not None and fit is not None and fit.template.memory is not None:
-            cap = fit.fitted.capture_at(batch, context)
-            memory = at_point(fit.template.memory, report, self.hw(), activation_peak(cap, fit.fitted.template),
-                              FITTED_ACTIVATIONS)
+            written = fit.fitted.written_at(batch, context)
+            template = fit.fitted.template
+            allocations = self._allocations.get(id(template))
+            if allocations is None:  # the template's liveness, once per fit
+                allocations = self._allocations[id(template)] = live_allocations(template)
+            memory = at_point(fit.template.memory, report, self.hw(),
+                              activation_peak(None, template, written, allocations), FITTED_ACTIVATIONS)
             row["memory"], row["fits"] = encode(memory), memory.fits
         return row
 

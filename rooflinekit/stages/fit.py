@@ -485,6 +485,11 @@ class FittedCapture:
                              param_bytes_total=t.param_bytes_total, wall_s=0.0, notes=list(t.notes),
                              param_owners=t.param_owners)
 
+    def written_at(self, batch: int, context: int) -> list[float]:
+        """Each op's bytes written at (batch, context), as capture_at gives them (without the records)."""
+        values = self.design.values(batch, context)
+        return [fit.counts(values)[2] for fit in self.op_fits]
+
     def sites_at(self, workload: Workload, *, compact: bool = False) -> list[AttentionRow]:
         """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.
         `compact`: one row per group of layers that count alike, its figures (executed and minimum)

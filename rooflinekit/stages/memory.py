@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Sequence
 
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.report import Memory, Report
@@ -87,31 +88,51 @@ def _garbage_ends(cap: CaptureResult, first: dict[int, tuple[int, float]]) -> di
     return {i: bisect_right(made, last.get(sid, first.get(sid, (0, 0))[0])) for sid, i in garbage.items()}
 
 
-def activation_peak(cap: CaptureResult, template: CaptureResult | None = None) -> float | None:
-    """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured.
-
-    With `template` (a capture whose ops `cap`'s follow one for one, as a fitted capture's do),
-    the liveness is the template's and each allocation's bytes are scaled by how its op's bytes
-    written changed between the two.
-    """
-    source = template if template is not None else cap
+def live_allocations(source: CaptureResult) -> list[tuple[int, int, int, float]] | None:
+    """(op that made it, start, end, bytes) of each allocation the forward made, K/V it kept
+    excluded, in allocation order (start and end index the allocations); None when not measured.
+    The part of activation_peak that depends on the capture's liveness only (a sweep computes it
+    once per fit)."""
     if not source.live:
         return None
     first = _allocations(source)
     kept_kv = {sid for op in source.ops for sid in op.sinks}
     n = len(source.live)
     ends = _garbage_ends(source, first)
-    delta = [0.0] * (n + 1)
+    out = []
     for i, (sid, end) in enumerate(source.live):
         if sid not in first or (end is None and sid in kept_kv):
             continue
         end = ends.get(i, end)
         index, nbytes = first[sid]
+        out.append((index, i, n if end is None else end, nbytes))
+    return out
+
+
+def activation_peak(cap: CaptureResult | None, template: CaptureResult | None = None,
+                    written: Sequence[float] | None = None,
+                    allocations: list[tuple[int, int, int, float]] | None = None) -> float | None:
+    """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured.
+
+    With `template` (a capture whose ops `cap`'s follow one for one, as a fitted capture's do),
+    the liveness is the template's and each allocation's bytes are scaled by how its op's bytes
+    written changed between the two; `written` gives those bytes per op instead of `cap` (a fit
+    evaluates them without building the records), `allocations` the template's
+    live_allocations, computed once.
+    """
+    source = template if template is not None else cap
+    if allocations is None:
+        allocations = live_allocations(source)
+    if allocations is None:
+        return None
+    delta = [0.0] * (len(source.live) + 1)
+    for index, start, end, nbytes in allocations:
         if template is not None:
-            was, now = template.ops[index].bytes_written, cap.ops[index].bytes_written
+            was = template.ops[index].bytes_written
+            now = written[index] if written is not None else cap.ops[index].bytes_written
             nbytes = nbytes * now / was if was else 0.0
-        delta[i] += nbytes
-        delta[n if end is None else end] -= nbytes
+        delta[start] += nbytes
+        delta[end] -= nbytes
     live = peak = 0.0
     for d in delta:
         live += d
