@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from rooflinekit.plugin import hookimpl, int_attr, split_state, state_cost, state_spec
+from rooflinekit.plugin import hookimpl, int_attr, state_spec
 
 DELTANET, LIGHTNING, SHORT_CONV = "gated_deltanet", "lightning", "short_conv"
 PROVIDES = (DELTANET, LIGHTNING, SHORT_CONV)
@@ -118,13 +118,3 @@ def rooflinekit_mixer_sites(model):
 @hookimpl
 def rooflinekit_attention_spec(module, path, call):
     return recognise(module)
-
-
-@hookimpl
-def rooflinekit_attention_cost(spec, workload):
-    return state_cost(spec, workload) if spec.arch in PROVIDES else None
-
-
-@hookimpl
-def rooflinekit_attention_shard(spec, tp):
-    return split_state(spec, tp) if spec.arch in PROVIDES else None

@@ -14,7 +14,7 @@ mixes and 1 per channel for the receptance gate; projections are counted where t
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, split_state, state_cost, state_spec
+from rooflinekit.plugin import hookimpl, state_spec
 
 ARCH = "rwkv"
 PROVIDES = (ARCH,)
@@ -54,13 +54,3 @@ def rooflinekit_mixer_sites(model):
 @hookimpl
 def rooflinekit_attention_spec(module, path, call):
     return recognise(module)
-
-
-@hookimpl
-def rooflinekit_attention_cost(spec, workload):
-    return state_cost(spec, workload) if spec.arch in PROVIDES else None
-
-
-@hookimpl
-def rooflinekit_attention_shard(spec, tp):
-    return split_state(spec, tp) if spec.arch in PROVIDES else None

@@ -23,7 +23,7 @@ convolution are counted where they run.
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, int_attr, split_state, state_cost, state_spec
+from rooflinekit.plugin import hookimpl, int_attr, state_spec
 
 MAMBA, MAMBA2, RGLRU = "mamba", "mamba2", "rglru"
 PROVIDES = (MAMBA, MAMBA2, RGLRU)
@@ -94,13 +94,3 @@ def rooflinekit_mixer_sites(model):
 @hookimpl
 def rooflinekit_attention_spec(module, path, call):
     return recognise(module)
-
-
-@hookimpl
-def rooflinekit_attention_cost(spec, workload):
-    return state_cost(spec, workload) if spec.arch in PROVIDES else None
-
-
-@hookimpl
-def rooflinekit_attention_shard(spec, tp):
-    return split_state(spec, tp) if spec.arch in PROVIDES else None

@@ -13,7 +13,7 @@ Projections are counted where they run.
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, int_attr, split_state, state_cost, state_spec
+from rooflinekit.plugin import hookimpl, int_attr, state_spec
 
 ARCH = "xlstm"
 PROVIDES = (ARCH,)
@@ -46,13 +46,3 @@ def rooflinekit_mixer_sites(model):
 @hookimpl
 def rooflinekit_attention_spec(module, path, call):
     return recognise(module)
-
-
-@hookimpl
-def rooflinekit_attention_cost(spec, workload):
-    return state_cost(spec, workload) if spec.arch in PROVIDES else None
-
-
-@hookimpl
-def rooflinekit_attention_shard(spec, tp):
-    return split_state(spec, tp) if spec.arch in PROVIDES else None

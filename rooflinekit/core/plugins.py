@@ -32,6 +32,8 @@ BUILTINS = {
     "linear_attention": "rooflinekit_plugins.linear_attention",
     "rwkv": "rooflinekit_plugins.rwkv",
     "xlstm": "rooflinekit_plugins.xlstm",
+    "fixed_state": "rooflinekit_plugins.fixed_state",
+    "encoder_decoder": "rooflinekit_plugins.encoder_decoder",
 }
 
 

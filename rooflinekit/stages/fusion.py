@@ -139,6 +139,17 @@ def _find(parent: list[int], i: int) -> int:
     return root
 
 
+def _charge(charged: dict[tuple[int, int], float], key: tuple[int, int], nbytes: float, size: float) -> float:
+    """What a kernel's access of `nbytes` of a storage of `size` bytes adds to its traffic: each
+    storage at most its size per kernel (`charged`: what the kernel has counted of it so far)."""
+    done = charged.get(key, 0.0)
+    take = min(nbytes, size - done)
+    if take <= 0:
+        return 0.0
+    charged[key] = done + take
+    return take
+
+
 def fuse(ops: list[OpRecord]) -> Fusion:
     """Group `ops` into fused kernels between anchors and count each kernel's traffic (module doc)."""
     n = len(ops)
@@ -223,24 +234,14 @@ def fuse(ops: list[OpRecord]) -> Fusion:
             if sid < 0:
                 r += nbytes
                 continue
-            key = (g, sid)
-            done = charged_r.get(key, 0.0)
-            take = min(nbytes, size[sid] - done)
-            if take > 0:
-                charged_r[key] = done + take
-                r += take
+            r += _charge(charged_r, (g, sid), nbytes, size[sid])
         for sid, nbytes in op.writes:
             if sid < 0:
                 w += nbytes
                 continue
             if not outside.get((i, sid), True):
                 continue  # read only inside the kernel
-            key = (g, sid)
-            done = charged_w.get(key, 0.0)
-            take = min(nbytes, size[sid] - done)
-            if take > 0:
-                charged_w[key] = done + take
-                w += take
+            w += _charge(charged_w, (g, sid), nbytes, size[sid])
         op_bytes[i] = r + w
         entry = acc.get(g)
         if entry is None:
