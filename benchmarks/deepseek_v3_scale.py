@@ -6,6 +6,8 @@ Prints, from one process (the machine may be shared: every figure is a median of
   recording; MoE experts replaced by a zeros_like so routing can run on meta), the floor for any
   dispatch-level tool: the two alternate, and the ratio is the median of the per-pair ratios
   (target: at most 1.3x, issue 16);
+- the same profile with the meta memo off (every meta kernel run: rooflinekit.stages.meta_memo),
+  and the memo's hits and misses;
 - the cost at context 1024 vs 131072 and batch 1 vs 48 (must not grow), and at 15/30/61 layers
   (must grow linearly); peak RSS.
 
@@ -59,7 +61,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     from rooflinekit.analyses.profile import profile
-    from rooflinekit.stages.capture import call_forward
+    from rooflinekit.stages.capture import Recorder, call_forward
     from rooflinekit.stages.workload import Workload, build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})
@@ -106,6 +108,14 @@ def main() -> None:
         ("parameters", f"{report['model']['parameters'] / 1e9:.1f} B"),
     ]
     runs = max(3, n // 3)
+    Recorder.memo_meta = False
+    plain = [timed(lambda: bare(w, source)) + timed(lambda: analyse(w, source)) for _ in range(runs)]
+    Recorder.memo_meta = True
+    plain_ratio = statistics.median(p[2] / p[0] for p in plain)
+    rows.append((f"profile with the meta memo off (median of {runs} pairs), ratio to the bare forward",
+                 f"{statistics.median(p[2] for p in plain):.3f} s, {plain_ratio:.2f}x"))
+    memo = profile(source, w, "H800").capture.memo_counts
+    rows.append(("meta memo: calls answered from it / kernels run", f"{memo[0]} / {memo[1]}"))
     for label, kw in [("context 1024", {"context": 1024}), ("context 131072", {"context": 131072}),
                       ("batch 1", {"batch": 1})]:
         wk = workload(**kw)

@@ -15,7 +15,14 @@ line rooflinekit gives those refs their no-compile mark itself, so dynamo is nev
 torch's unavoidable share, and the last row is what rooflinekit
 adds beyond both.
 
-The saved reports `plot` and `compare` read are made first in a temporary folder.
+`bare meta forward` is the model file without rooflinekit: `import torch`, then build it and run
+one decode step (batch 1, context 4096, bf16, the defaults of `profile`) under
+`torch.device("meta")`, with torch's own meta kernels; what `profile` adds over it is rooflinekit's
+whole share (its imports, plugins, capture, placement and report).
+
+The saved reports `plot` and `compare` read are made first in a temporary folder. rooflinekit's
+sources (and the example's) are byte-compiled first, as installing them does: a checkout run with
+PYTHONDONTWRITEBYTECODE set would otherwise compile every module from source at every start.
 
     python benchmarks/startup.py [--repeats 5]
 
@@ -25,6 +32,7 @@ Exit status 1 when a budget is exceeded.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import platform
 import shutil
@@ -41,6 +49,17 @@ MODEL = "examples/llama_gqa.py"
 NO_MODEL_BUDGET = 1.0
 #: What `profile` of a model file may add to `import torch`.
 PROFILE_BUDGET = 0.5
+
+
+#: The model file's decode step on meta without rooflinekit, as `profile` runs it by default.
+BARE_FORWARD = f"""
+import runpy, torch
+m = runpy.run_path({str(ROOT / MODEL)!r})
+torch.set_default_dtype(torch.bfloat16)
+with torch.device("meta"), torch.no_grad():
+    model = m["build_model"](layers=1)
+    model(**m["make_inputs"](1, 4096, "decode", layers=1))
+"""
 
 
 def rooflinekit() -> list[str]:
@@ -69,6 +88,8 @@ def main() -> int:
         a, b = tmp / "a.json", tmp / "b.json"
         run(rk + ["profile", str(ROOT / MODEL), "-O", "layers=1", "-f", "json", "-o", str(a)], ROOT)
         run(rk + ["profile", str(ROOT / MODEL), "-O", "layers=1", "--batch", "8", "-f", "json", "-o", str(b)], ROOT)
+        for folder in ("rooflinekit", "examples"):  # what an install does; a no-op when already compiled
+            compileall.compile_dir(str(ROOT / folder), quiet=1)
         # (label, argv, budget: "no-model" or None)
         rows = [
             ("python -c pass", [py, "-c", "pass"], None),
@@ -76,6 +97,7 @@ def main() -> int:
             ('python -c "import torch, torch._dynamo"', [py, "-c", "import torch, torch._dynamo"], None),
             ('python -c "import torch, ...symbolic_shapes"',
              [py, "-c", "import torch, torch.fx.experimental.symbolic_shapes"], None),
+            ("bare meta forward of the model file (no rooflinekit)", [py, "-c", BARE_FORWARD], None),
             ("rooflinekit --help", rk + ["--help"], "no-model"),
             ("rooflinekit hardware list", rk + ["hardware", "list"], "no-model"),
             ("rooflinekit hardware show H800", rk + ["hardware", "show", "H800"], "no-model"),
@@ -97,6 +119,7 @@ def main() -> int:
     bare, torch_s = median["python -c pass"], median['python -c "import torch"']
     dynamo_s = median['python -c "import torch, torch._dynamo"']
     shapes_s = median['python -c "import torch, ...symbolic_shapes"']
+    forward_s = median["bare meta forward of the model file (no rooflinekit)"]
     profile_label = rows[-1][0]
     failed = False
     load = " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
@@ -120,8 +143,9 @@ def main() -> int:
     print(f"| of which torch's own symbolic_shapes/sympy import at the first meta op | {shapes_s - torch_s:.3f} s | | |")
     print(f"| (torch's `import torch._dynamo`, which a plain meta forward also pays and `profile` does not) | "
           f"{dynamo_s - torch_s:.3f} s | | |")
-    print(f"| `profile` minus `import torch, ...symbolic_shapes` (rooflinekit's share) | "
-          f"{median[profile_label] - shapes_s:.3f} s | | |")
+    print(f"| `profile` minus `import torch, ...symbolic_shapes` | {median[profile_label] - shapes_s:.3f} s | | |")
+    print(f"| `profile` minus the bare meta forward (rooflinekit's whole share) | "
+          f"{median[profile_label] - forward_s:.3f} s | | |")
     return 1 if failed else 0
 
 

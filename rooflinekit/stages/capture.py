@@ -40,6 +40,7 @@ from rooflinekit.stages.formulas import (
 )
 from rooflinekit.stages.hardware import dtype_key
 from rooflinekit.stages.liveness import LiveStorages
+from rooflinekit.stages.meta_memo import MetaMemo, memoisable
 
 #: Matrix-multiply ops whose non-parameter operands can carry K/V (attention sinks).
 MATMUL_OPS = {"aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm", "aten.matmul", "aten.dot"}
@@ -106,6 +107,7 @@ class _OpInfo:
     operands: tuple[tuple[int, str, bool], ...] = ()
     formula: Callable | None = None  # the FLOP formula (the recorder's FormulaBook)
     counted: bool = False  # a formula, or a data-movement op (0 FLOPs by definition)
+    memo: bool = False  # its meta outputs may come from the capture's MetaMemo (meta_memo.memoisable)
 
 
 @dataclass
@@ -122,6 +124,8 @@ class CaptureResult:
     param_names: dict[int, str] = field(default_factory=dict)  # parameter storage -> its parameter's name
     #: (storage, end) per storage the forward allocated, in order (rooflinekit.stages.liveness)
     live: list[tuple[int, int | None]] = field(default_factory=list)
+    #: (calls answered from the meta memo, meta kernels run for memoisable calls)
+    memo_counts: tuple[int, int] = (0, 0)
 
 
 def unique_bytes(t: torch.Tensor) -> int:
@@ -242,6 +246,8 @@ class Recorder:
     #: Give SDPA's output on real tensors the fused kernels' layout (see fused_sdpa), so counts
     #: match meta; a timed run sets it False and keeps the backend's own output.
     canonical_sdpa_layout = True
+    #: Answer repeated pure meta calls from a memo (rooflinekit.stages.meta_memo).
+    memo_meta = True
 
     def __init__(self, formulas: FormulaBook, module_names: dict[int, str]):
         self.formulas = formulas
@@ -276,6 +282,8 @@ class Recorder:
         #: Storages the forward allocates and when each dies (activation memory).
         self.live = LiveStorages()
         self._written: dict[int, tuple[tuple[int, str], ...]] = {}  # id(_OpInfo) -> its written operands
+        #: Outputs of repeated meta calls (rooflinekit.stages.meta_memo); None runs every kernel.
+        self.memo: MetaMemo | None = MetaMemo() if self.memo_meta else None
 
     def adopt(self, model: torch.nn.Module) -> None:
         """Take `model` as the one recorded: its module names, parameter storages and owners."""
@@ -388,7 +396,9 @@ class Recorder:
                                if _may_hold_tensors(a.type)),
             )
             fn = self.formulas.lookup(name)
-            info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS)
+            writes = info.any_alias or any(written for _, written in args_info)
+            info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS,
+                           memo=memoisable(func, writes))
         self._infos[id(func)] = (func, info, _direct(func))
         return info
 
@@ -681,7 +691,12 @@ def _dispatch(self, func, types, args=(), kwargs=None):
     if kind is None:
         if rec.saw_subclass and collectives.faking():  # DTensor shape propagation
             return func(*args, **kwargs)
-        out = entry[2](*args, **kwargs) if entry is not None and rec.plain_run else rec.run_op(func, args, kwargs)
+        if entry is None or not rec.plain_run:
+            out = rec.run_op(func, args, kwargs)
+        elif entry[1].memo and rec.memo is not None:  # a pure op: on meta, its outputs from the memo
+            out = rec.memo.call(func, entry[2], args, kwargs)
+        else:
+            out = entry[2](*args, **kwargs)
         rec.record_aten(func, args, kwargs, out)
     elif kind is True:  # waits and autograd wrappers of collectives move nothing
         return func(*args, **kwargs)
@@ -970,4 +985,5 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
         param_owners=dict(rec.param_owners),
         param_names=dict(rec.param_names),
         live=live,
+        memo_counts=(rec.memo.hits, rec.memo.misses) if rec.memo is not None else (0, 0),
     )
