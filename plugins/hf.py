@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 
 from rooflinekit.core.limits import limit, over
-from rooflinekit.plugin import UserError, hookimpl
+from rooflinekit.plugin import UserError, hookimpl, module_tree, skipped_layers, under
 
 PROVIDES = ("transformers configs",)
 #: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
@@ -54,14 +54,30 @@ def _guarded(fn, file: str, doing: str):
     return call
 
 
+def skipped_cache_layers(model) -> frozenset[int]:
+    """The `layer_idx` of the attention modules inside the layers a sweep's design capture stands in
+    for (rooflinekit.plugin.skipped_layers): nothing reads their cache, so the loader leaves it empty."""
+    skipped = skipped_layers()
+    if not skipped:
+        return frozenset()
+    inside, outside = set(), set()
+    for path, module in module_tree(model):
+        idx = getattr(module, "layer_idx", None)
+        if isinstance(idx, int):
+            (inside if under(path, skipped) else outside).add(idx)
+    return frozenset(inside - outside)
+
+
 @hookimpl(trylast=True)
 def rooflinekit_workload_loader(path, options):
     if not _is_config(path):
         return None
     try:
+        from rooflinekit_plugins import hf_cache
         from rooflinekit_plugins.hf_loader import load_hf_config
     except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
         raise UserError(str(exc)) from None
+    hf_cache.empty_layers = skipped_cache_layers
     try:
         source = load_hf_config(str(path), options, max_layers=int(limit("layers")),
                                 max_parameters=limit("parameters"))

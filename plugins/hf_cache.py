@@ -26,6 +26,16 @@ from collections.abc import Callable
 
 import torch
 
+
+def _none_empty(model: torch.nn.Module) -> frozenset[int]:
+    return frozenset()
+
+
+#: The cache layer indices of a model whose attention cache may stay empty because nothing reads
+#: it: none here (standalone); the hf plugin hands in rooflinekit's answer (the layers a sweep's
+#: design capture stands in for, rooflinekit.plugin.skipped_layers).
+empty_layers: Callable[[torch.nn.Module], frozenset[int]] = _none_empty
+
 #: Forward parameters that carry a cache or a recurrent state (transformers' names, old and new).
 CACHE_PARAMS = ("past_key_values", "cache", "cache_params", "state")
 
@@ -105,8 +115,10 @@ def prime_states(cache: object, filled: object) -> int:
     return primed
 
 
-def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int, length: int) -> None:
-    """Write `length` more positions into every attention layer of `cache` (on meta: nothing allocated)."""
+def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int, length: int,
+                     skip: frozenset[int] = frozenset()) -> None:
+    """Write `length` more positions into every attention layer of `cache` (on meta: nothing
+    allocated), but the layers in `skip` (empty_layers)."""
     if length <= 0:
         return
     layers = getattr(cache, "layers", None)
@@ -115,7 +127,7 @@ def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batc
     dtype = torch.get_default_dtype()
     k_shape, v_shape = kv_shapes(batch, length)
     for idx, layer in enumerate(layers):
-        if is_attention_layer(layer):
+        if is_attention_layer(layer) and idx not in skip:
             # the layer classes handle sliding windows themselves
             cache.update(torch.empty(k_shape, dtype=dtype), torch.empty(v_shape, dtype=dtype), idx)
 
@@ -193,7 +205,7 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
         filled = run_one_token(model, param, batch)
         if filled is None:
             return None, None
-        extend_attention(filled, kv_shapes, batch, past - 1)
+        extend_attention(filled, kv_shapes, batch, past - 1, empty_layers(model))
         _note(notes, f"{own or param}: the model's own {'cache class' if own else 'state argument'}, as "
               "left by one token (recurrent states do not grow with context; attention layers, if any, "
               f"extended to {past} positions)")
@@ -209,7 +221,7 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
         _note(notes, f"{primed} recurrent/linear-attention layers: conv and recurrent states shaped as "
               "the model's code makes them (one token run once before the capture); they do not grow "
               "with context")
-    extend_attention(cache, kv_shapes, batch, past)
+    extend_attention(cache, kv_shapes, batch, past, empty_layers(model))
     return param, cache
 
 

@@ -29,6 +29,8 @@ from rooflinekit.core.heads import (
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import causal_pairs, pairs_attended, positions_attended
 from rooflinekit.core.levers import LeverProposal
+from rooflinekit.core.model_facts import cached, module_tree
+from rooflinekit.core.skips import skipped_layers, under
 from rooflinekit.core.specs import (
     AttentionCall,
     AttentionCost,
@@ -74,6 +76,12 @@ __all__ = [
     "state_cost",
     "state_spec",
     "split_state",
+    # layers a sweep's design capture stands in for (their per-layer inputs may stay empty)
+    "skipped_layers",
+    "under",
+    # walks of the model, once per sweep (rooflinekit.core.model_facts)
+    "cached",
+    "module_tree",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
 ]

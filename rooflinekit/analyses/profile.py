@@ -17,6 +17,7 @@ from rooflinekit.analyses.measure import (
 from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.parallel import ParallelConfig, plan_parallel
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.stages import quantize
@@ -149,7 +150,7 @@ def profile(
     transform_notes: list[str] = []
     if transform is not None:
         cap, rows, transform_notes = transform(cap, rows, workload, host)
-    params = sum(p.numel() for p in built.model.parameters())
+    params = cached(built.model, "parameters", lambda: sum(p.numel() for p in built.model.parameters()))
     info = {
         "name": source.name,
         "path": source.path,

@@ -17,11 +17,13 @@ import io
 import math
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
 from rooflinekit.analyses.profile import Profiled, profile
 from rooflinekit.core.codec import decode, encode
+from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.report import (
     CriticalBatchInfo,
@@ -39,7 +41,7 @@ from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
-from rooflinekit.stages.memory import ACTIVATION_NOTE, activation_peak, at_point, live_allocations
+from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point, live_allocations
 from rooflinekit.stages.roofline import intensity
 from rooflinekit.stages.workload import build
 
@@ -164,6 +166,7 @@ class Profiler:
         self.fit_notes: list[str] = []
         self._built = None
         self._model = None
+        self._facts: ModelFacts | None = None  # of the built model (rooflinekit.core.model_facts)
         self._hw: HardwareSpec | None = None
         self._fitted: dict[tuple[int, int], Report] = {}  # fitted points' reports, until their memory is known
         #: id of a fit's template capture -> its allocations (stages.memory.live_allocations)
@@ -193,13 +196,12 @@ class Profiler:
         report = self._fitted.pop((batch, context), None)
         fit = self.fit_for(batch, context)
         if row.get("memory") is None and report is not None and fit is not None and fit.template.memory is not None:
-            written = fit.fitted.written_at(batch, context)
             template = fit.fitted.template
             allocations = self._allocations.get(id(template))
             if allocations is None:  # the template's liveness, once per fit
                 allocations = self._allocations[id(template)] = live_allocations(template)
-            memory = at_point(fit.template.memory, report, self.hw(),
-                              activation_peak(None, template, written, allocations), FITTED_ACTIVATIONS)
+            peak = None if allocations is None else fit.fitted.activation_peak_at(batch, context, allocations)
+            memory = at_point(fit.template.memory, report, self.hw(), peak, FITTED_ACTIVATIONS)
             row["memory"], row["fits"] = encode(memory), memory.fits
         return row
 
@@ -225,17 +227,20 @@ class Profiler:
         """Profile (batch, context), with the layers `plan` skips skipped (a fit's design capture)."""
         workload = replace(self.base, batch=batch, context=context)
         source = self._built or self.source
-        if plan is not None:
-            with skipping(plan):
+        # the built model's module tree, parameters and plugins' answers about its modules, once
+        with using(self._facts) if self._facts is not None else nullcontext():
+            if plan is not None:
+                with skipping(plan):
+                    result = profile(source, workload, self.hardware, depth=self.depth, host=self.host,
+                                     db=self.db, measure=False)
+            else:
                 result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
                                  measure=False)
-        else:
-            result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
-                             measure=False)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
             self._model = result.model
+            self._facts = ModelFacts(result.model)
         r = result.report
         if self.header is None:
             self.header = {k: encode(getattr(r, k)) for k in ("schema_version", "tool", "model", "hardware")}
@@ -250,6 +255,7 @@ class Profiler:
         if self._model is None:
             self._model = build(self.source, self.base).model
             self._built = replace(self.source, build_model=_always(self._model))
+            self._facts = ModelFacts(self._model)
         return self._model
 
     def hw(self) -> HardwareSpec:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.specs import (
     AttentionCall,
@@ -341,7 +342,7 @@ def attribute_attention(
 def _attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
 ) -> list[AttentionRow]:
-    modules = dict(model.named_modules())
+    modules = cached(model, "modules", lambda: dict(model.named_modules()))
     by_index = {op.index: op for op in cap.ops}
     rows = []
     sites = find_sites(cap)

@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - a torch without them: calls go through
 
 from rooflinekit.core import compat
 from rooflinekit.core.limits import limit, over
+from rooflinekit.core.model_facts import cached, module_tree
 from rooflinekit.stages import collectives
 from rooflinekit.stages.formulas import (
     DATA_MOVEMENT_OPS,
@@ -288,7 +289,7 @@ class Recorder:
     def adopt(self, model: torch.nn.Module) -> None:
         """Take `model` as the one recorded: its module names, parameter storages and owners."""
         self.root = model
-        tree = list(model.named_modules())
+        tree = module_tree(model)
         self.module_names.update({id(m): n for n, m in tree})
         # Metadata reads only: past the torch function modes in effect (the workload's device),
         # which would otherwise see every one of them in Python (10^3 parameters).
@@ -903,7 +904,7 @@ def _storage_ids(recorder: Recorder, model: torch.nn.Module,
     ids: set[int] = set()
     total = 0.0
     owners = recorder.param_owners
-    for pname, t in _params_and_buffers(model, tree):
+    for pname, t in cached(model, "params_and_buffers", lambda: _params_and_buffers(model, tree)):
         t = getattr(t, "_local_tensor", t)  # a DTensor: this rank's shard is what its ops read
         sid = recorder.storages.id(t)
         if sid not in ids:
@@ -975,7 +976,7 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
     finally:
         if gc_was_enabled:
             gc.enable()
-    modules = {n: type(m).__name__ for n, m in model.named_modules()}
+    modules = cached(model, "module_classes", lambda: {n: type(m).__name__ for n, m in model.named_modules()})
     return CaptureResult(
         ops=rec.ops,
         modules=modules,

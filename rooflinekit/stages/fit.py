@@ -37,10 +37,12 @@ import torch
 
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
+from rooflinekit.core.skips import skipping_layers
 from rooflinekit.core.units import plain
 from rooflinekit.stages.attribute import AttentionRow, causality, cost_and_notes
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.memory import ScaledPeak
 from rooflinekit.stages.place import build_report
 from rooflinekit.stages.workload import Workload
 
@@ -248,7 +250,8 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
             module = plan.modules[child]
             patched.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
             module.forward = stand_in(plan.rep[child], child)
-        yield
+        with skipping_layers(skipped):  # inputs (a loader's KV cache) may leave these layers' parts empty
+            yield
     finally:
         for module, had_own, previous in patched:
             if had_own:
@@ -383,6 +386,7 @@ class FittedCapture:
                              for site, fitted in zip(sites, self._sites, strict=True)]
         self._site_group_sizes = Counter(self._site_groups)
         self._shape_polys: list | None = None
+        self._peak: tuple[list, ScaledPeak] | None = None  # (allocations, their ScaledPeak): activation_peak_at
         self._shape_design = Design(design.batches, design.contexts)
         self.max_difference = self._verify()
         groups: dict[tuple, list] = {}
@@ -490,6 +494,13 @@ class FittedCapture:
         values = self.design.values(batch, context)
         return [fit.counts(values)[2] for fit in self.op_fits]
 
+    def activation_peak_at(self, batch: int, context: int, allocations: list[tuple[int, int, int, float]]) -> float:
+        """rooflinekit.stages.memory.activation_peak of the template's `allocations` (its
+        live_allocations) scaled to (batch, context), as written_at's bytes scale them."""
+        if self._peak is None or self._peak[0] is not allocations:
+            self._peak = (allocations, ScaledPeak(self.template, allocations, [fit.written for fit in self.op_fits]))
+        return self._peak[1](self.design.values(batch, context))
+
     def sites_at(self, workload: Workload, *, compact: bool = False) -> list[AttentionRow]:
         """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.
         `compact`: one row per group of layers that count alike, its figures (executed and minimum)
@@ -529,7 +540,7 @@ class FittedCapture:
         the step's totals, byte split and attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
         report = build_report(cap, self.sites_at(workload, compact=compact), hw, workload, model_info=model_info,
-                              depth=depth, group_layers=group_layers)
+                              depth=depth, group_layers=group_layers, fused=not compact)
         if compact:
             at = report.attention_totals
             return replace(report, attention_totals=replace(at, layers=len(self.sites),

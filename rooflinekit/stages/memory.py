@@ -22,6 +22,8 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 
+import torch
+
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.report import Memory, Report
 from rooflinekit.stages.capture import CaptureResult
@@ -138,6 +140,36 @@ def activation_peak(cap: CaptureResult | None, template: CaptureResult | None = 
         live += d
         peak = max(peak, live)
     return peak
+
+
+class ScaledPeak:
+    """activation_peak(None, template, written, allocations) for many points of one fit, where each
+    op's bytes written is one of the fit's polynomials (`poly_of_op[i]`): built once, each point is
+    then a few vector operations on the polynomials' values instead of a walk of every allocation."""
+
+    def __init__(self, template: CaptureResult, allocations: list[tuple[int, int, int, float]],
+                 poly_of_op: Sequence[int]):
+        scale, poly, start, end = [], [], [], []
+        for index, first, last, nbytes in allocations:
+            was = template.ops[index].bytes_written
+            scale.append(nbytes / was if was else 0.0)
+            poly.append(poly_of_op[index])
+            start.append(first)
+            end.append(last)
+        self._scale = torch.tensor(scale, dtype=torch.float64, device="cpu")
+        self._poly = torch.tensor(poly, dtype=torch.long, device="cpu")
+        self._start = torch.tensor(start, dtype=torch.long, device="cpu")
+        self._end = torch.tensor(end, dtype=torch.long, device="cpu")
+        self._steps = len(template.live) + 1
+
+    def __call__(self, values: Sequence[float]) -> float:
+        """The peak at a point, given every polynomial's value there."""
+        if not len(self._scale):
+            return 0.0
+        nbytes = self._scale * torch.tensor(values, dtype=torch.float64, device="cpu")[self._poly]
+        delta = torch.zeros(self._steps, dtype=torch.float64, device="cpu")
+        delta.index_add_(0, self._start, nbytes).index_add_(0, self._end, -nbytes)
+        return max(0.0, float(delta.cumsum(0).max()))
 
 
 def resident_weights(report: Report) -> float:

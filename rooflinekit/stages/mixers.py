@@ -18,12 +18,18 @@ from dataclasses import dataclass
 
 import torch
 
+from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 
 
 def mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:
-    """Module paths every plugin names as a fixed-state mixer (`rooflinekit_mixer_sites`)."""
+    """Module paths every plugin names as a fixed-state mixer (`rooflinekit_mixer_sites`); asked
+    once per model in a sweep (rooflinekit.core.model_facts)."""
+    return cached(model, ("mixer_paths", id(host)), lambda: _mixer_paths(model, host))
+
+
+def _mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:
     paths: set[str] = set()
     for answer, _ in host.call_all("rooflinekit_mixer_sites", model=model):
         if isinstance(answer, str):

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import torch
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.model_facts import cached, module_tree
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
@@ -98,18 +100,25 @@ def _check_count(name: str, module: str, field_name: str, value: object) -> None
                         "ROOFLINEKIT_DISABLE_PLUGINS=<name>)")
 
 
+def _answers(model: torch.nn.Module, workload, host) -> list[tuple]:
+    """(path, module, ModuleModel or None, plugin name) for every module of the model."""
+    if not host.implemented("rooflinekit_module_model"):  # no module is asked (1,215 in DeepSeek-V3)
+        return []
+    with stdout_to_stderr():  # one redirect for the walk (plugins' prints), not one per module
+        return [(path, module, *host.call_first("rooflinekit_module_model", expect=ModuleModel,
+                                                module=module, path=path, workload=workload))
+                for path, module in module_tree(model)]
+
+
 @contextmanager
 def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[ModuleModel]]:
     """Patch the forward of every module a plugin models; restore them afterwards."""
     patched: list[tuple[torch.nn.Module, object, bool]] = []
     used: list[ModuleModel] = []
     try:
-        answers = []
-        if host.implemented("rooflinekit_module_model"):  # else no module is asked (1,215 in DeepSeek-V3)
-            with stdout_to_stderr():  # one redirect for the walk (plugins' prints), not one per module
-                answers = [(path, module, *host.call_first("rooflinekit_module_model", expect=ModuleModel,
-                                                           module=module, path=path, workload=workload))
-                           for path, module in model.named_modules()]
+        # asked once per model and workload less its batch and context in a sweep (model_facts)
+        key = ("module_models", id(host), replace(workload, batch=0, context=0))
+        answers = cached(model, key, lambda: _answers(model, workload, host))
         for path, module, answer, plugin in answers:
             if answer is None:
                 continue

@@ -217,8 +217,11 @@ def build_report(
     warnings: list[str] | None = None,
     notes: list[str] | None = None,
     parallel: dict | None = None,
+    fused: bool = True,
 ) -> Report:
-    """The Report of one capture on one hardware entry (schema in docs/schema.md)."""
+    """The Report of one capture on one hardware entry (schema in docs/schema.md). `fused=False`
+    leaves out the fused view (totals.fused, module fused_bytes): a sweep's compact points, whose
+    records carry no per-storage traffic to fuse."""
     fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
     hardware = hardware_info(hw, workload.dtype)
     wdtype = hardware.dtype
@@ -260,17 +263,19 @@ def build_report(
         for u in sorted(uncounted.values(), key=lambda u: -u["bytes"])
     ]
 
-    fusion = fuse(cap.ops)  # the fused view (rooflinekit.stages.fusion): each op's bytes there
-    fused_paths: dict[str, float] = defaultdict(float)
-    for op, nbytes in zip(cap.ops, fusion.op_bytes, strict=True):
-        fused_paths[op.module] += nbytes
+    fusion = fuse(cap.ops) if fused else None  # the fused view (rooflinekit.stages.fusion): each op's bytes there
     fused_rows: dict[str, float] = defaultdict(float)
-    for path, nbytes in fused_paths.items():
-        fused_rows[rollup_name(path, depth, group_layers)] += nbytes
+    if fusion is not None:
+        fused_paths: dict[str, float] = defaultdict(float)
+        for op, nbytes in zip(cap.ops, fusion.op_bytes, strict=True):
+            fused_paths[op.module] += nbytes
+        for path, nbytes in fused_paths.items():
+            fused_rows[rollup_name(path, depth, group_layers)] += nbytes
     module_rows = [
         ModuleRow(**_fields(placement(hw, agg.dtype(wdtype), agg.flops, agg.bytes)), name=name, ops=agg.count,
                   weight_bytes=agg.param_bytes, time_bound_ops_s=agg.time_ops_s,
-                  time_share=agg.time_ops_s / total_time, fused_bytes=fused_rows[name])
+                  time_share=agg.time_ops_s / total_time,
+                  fused_bytes=fused_rows[name] if fusion is not None else None)
         for name, agg in modules.items()
     ]
     module_rows.sort(key=lambda r: -r.time_bound_ops_s)
@@ -310,7 +315,8 @@ def build_report(
         binding=collectives.binding(time_compute, time_memory, comm.time_s),
         flop_conventions=dict(FLOP_CONVENTIONS),
         time_conventions=dict(TIME_CONVENTIONS),
-        fused=fused_totals(fusion, [r.time_bound_s for r in op_rows], hw, wdtype, total.flops, workload.tokens),
+        fused=None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in op_rows], hw, wdtype,
+                                                       total.flops, workload.tokens),
     )
     attention_totals = AttentionTotals(
         layers=len(attention),
@@ -340,6 +346,6 @@ def build_report(
         ops=op_rows,
         capture=CaptureInfo(wall_s=cap.wall_s, depth=depth, group_layers=group_layers),
         warnings=list(warnings or []),
-        notes=list(notes or []) + list(cap.notes) + fallback_notes + fusion_notes(fusion),
+        notes=list(notes or []) + list(cap.notes) + fallback_notes + (fusion_notes(fusion) if fusion else []),
         parallel=parallel,
     )
