@@ -7,7 +7,7 @@ import importlib
 from pathlib import Path
 
 from rooflinekit.core.limits import limit, over
-from rooflinekit.plugin import UserError, hookimpl, module_tree, skipped_layers, under
+from rooflinekit.plugin import UserError, cached, hookimpl, module_tree, skipped_layers, under
 
 PROVIDES = ("transformers configs",)
 #: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
@@ -60,6 +60,10 @@ def skipped_cache_layers(model) -> frozenset[int]:
     skipped = skipped_layers()
     if not skipped:
         return frozenset()
+    return cached(model, ("skipped_cache_layers", skipped), lambda: _layer_indices(model, skipped))
+
+
+def _layer_indices(model, skipped: frozenset[str]) -> frozenset[int]:
     inside, outside = set(), set()
     for path, module in module_tree(model):
         idx = getattr(module, "layer_idx", None)

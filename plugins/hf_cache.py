@@ -132,15 +132,17 @@ def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batc
             cache.update(torch.empty(k_shape, dtype=dtype), torch.empty(v_shape, dtype=dtype), idx)
 
 
-def preallocate_static(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int) -> None:
+def preallocate_static(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int,
+                       skip: frozenset[int] = frozenset()) -> None:
     """Allocate a static cache's slots now rather than lazily inside the forward (an aten.zeros of
-    the whole cache there would be counted). Cache.early_initialization cannot be used: it gives K
-    and V one head_dim, and MLA caches 512-wide latents with 64-wide rope keys."""
+    the whole cache there would be counted), but those of the layers in `skip` (empty_layers: never
+    run). Cache.early_initialization cannot be used: it gives K and V one head_dim, and MLA caches
+    512-wide latents with 64-wide rope keys."""
     from transformers.cache_utils import StaticLayer
 
-    layers = [layer for layer in cache.layers if (
+    layers = [layer for idx, layer in enumerate(cache.layers) if (
         getattr(layer, "supports_early_init", False) or (is_state_layer(layer) and isinstance(layer, StaticLayer)))
-        and not layer.is_initialized]
+        and not layer.is_initialized and idx not in skip]
     if not layers:
         return
     dtype = torch.get_default_dtype()
@@ -211,8 +213,9 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
               f"extended to {past} positions)")
         return param, filled
     cache = config_cache(config, kind, context, past, notes)
+    empty = empty_layers(model)
     if kind == "static":
-        preallocate_static(cache, kv_shapes, batch)
+        preallocate_static(cache, kv_shapes, batch, empty)
     if past == 0:
         return param, cache
     if any(is_state_layer(layer) for layer in cache.layers):
@@ -221,7 +224,7 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
         _note(notes, f"{primed} recurrent/linear-attention layers: conv and recurrent states shaped as "
               "the model's code makes them (one token run once before the capture); they do not grow "
               "with context")
-    extend_attention(cache, kv_shapes, batch, past, empty_layers(model))
+    extend_attention(cache, kv_shapes, batch, past, empty)
     return param, cache
 
 

@@ -47,7 +47,7 @@ Transform = Callable[[CaptureResult, list, Workload, PluginHost], tuple[CaptureR
 
 @dataclass
 class Profiled:
-    report: Report
+    report: Report | None  # None for profile(place=False)
     model: torch.nn.Module
     capture: object
     #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionRow).
@@ -85,6 +85,8 @@ def profile(
     compare_hardware: str | None = None,
     on_stage: Callable[[str], None] | None = None,
     transform: Transform | None = None,
+    place: bool = True,
+    detail: bool = True,
 ) -> Profiled:
     """Build, capture one forward, attribute attention, place on `hardware`.
 
@@ -96,7 +98,9 @@ def profile(
     model under planned tensor/expert parallelism. `on_stage("built")` and `on_stage("captured")`
     are called after those stages (torch.distributed runs check every rank there). `transform`
     restates the (per-GPU) capture and attention rows before they are placed (a lever of
-    rooflinekit.analyses.advise, e.g. absorbed MLA); its notes join the report's.
+    rooflinekit.analyses.advise, e.g. absorbed MLA); its notes join the report's. `place=False`
+    stops after the capture and its attention rows (a sweep's design captures): no report;
+    `detail=False` places it without op rows and fused view (stages.place.build_report).
     """
     validate_levers(workload)  # formats and q_len, as the command line checks them
     host = host or get_host()
@@ -181,10 +185,12 @@ def profile(
             raise exit_error(exc, source.path, "the measured forward") from None
         except Exception as exc:
             raise _forward_error(exc, source, workload) from exc
+    if not place:
+        return Profiled(report=None, model=built.model, capture=cap, attention=rows, models=list(patched))
     report = build_report(
         cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
-        parallel=planned.section if planned is not None else None,
+        parallel=planned.section if planned is not None else None, detail=detail,
     )
     report = replace(report, memory=memory_of(report, hw, memory_fraction(workload), activation_peak(cap)))
     if measurement is not None:

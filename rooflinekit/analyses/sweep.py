@@ -207,7 +207,7 @@ class Profiler:
 
     def report(self, batch: int, context: int) -> Report:
         """A full profile report at (batch, context) with the model built once (counts, not timed)."""
-        return self.run(batch, context).report
+        return self.run(batch, context, detail=True).report
 
     def report_at(self, batch: int, context: int) -> Report:
         """The full report at (batch, context): from the fit at its context (every op, module and
@@ -223,25 +223,28 @@ class Profiler:
         """The fit that serves (batch, context), if any."""
         return next((f for f in self.fits.get(context, ()) if f.serves(batch)), None)
 
-    def run(self, batch: int, context: int, plan: LayerPlan | None = None) -> Profiled:
-        """Profile (batch, context), with the layers `plan` skips skipped (a fit's design capture)."""
+    def run(self, batch: int, context: int, plan: LayerPlan | None = None, *, detail: bool = False) -> Profiled:
+        """Profile (batch, context), with the layers `plan` skips skipped (a fit's design capture);
+        its report has op rows and the fused view only with `detail` (a row reads neither)."""
         workload = replace(self.base, batch=batch, context=context)
         source = self._built or self.source
         # the built model's module tree, parameters and plugins' answers about its modules, once
         with using(self._facts) if self._facts is not None else nullcontext():
-            if plan is not None:
+            if plan is not None:  # a design capture: its counts are fitted, no report is read
                 with skipping(plan):
                     result = profile(source, workload, self.hardware, depth=self.depth, host=self.host,
-                                     db=self.db, measure=False)
+                                     db=self.db, measure=False, place=not plan.skipped, detail=detail)
             else:
                 result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
-                                 measure=False)
+                                 measure=False, detail=detail)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
             self._model = result.model
             self._facts = ModelFacts(result.model)
         r = result.report
+        if r is None:
+            return result
         if self.header is None:
             self.header = {k: encode(getattr(r, k)) for k in ("schema_version", "tool", "model", "hardware")}
         self.notes.update(dict.fromkeys(r.notes))

@@ -202,6 +202,37 @@ def _direct(func) -> Callable:
     return func._op if type(func) is OpOverload else func
 
 
+#: id(op overload) -> (the overload, held so that its id stays its own; its _OpInfo without a
+#: formula): what an op's schema says, the same for every capture of the process.
+_SCHEMA_INFOS: dict[int, tuple[object, _OpInfo]] = {}
+
+
+def _schema_info(func, name: str) -> _OpInfo:
+    """The _OpInfo of op overload `func` (key `name`) from its schema, computed once per process."""
+    entry = _SCHEMA_INFOS.get(id(func))
+    if entry is not None:
+        return entry[1]
+    schema = func._schema
+    returns_alias = tuple(r.alias_info is not None for r in schema.returns)
+    args_info = tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments)
+    info = _OpInfo(
+        name=name,
+        args=args_info,
+        returns_alias=returns_alias,
+        any_alias=any(returns_alias),
+        partial=_PARTIAL_WRITES.get(name),
+        gather_arg=_GATHERS.get(name),
+        reads_written=name not in _OVERWRITES,
+        matmul=name in MATMUL_OPS,
+        operands=tuple((i, a.name, written) for i, (a, (_, written))
+                       in enumerate(zip(schema.arguments, args_info, strict=True))
+                       if _may_hold_tensors(a.type)),
+        memo=memoisable(func, any(returns_alias) or any(written for _, written in args_info)),
+    )
+    _SCHEMA_INFOS[id(func)] = (func, info)
+    return info
+
+
 def _view_key(t: torch.Tensor) -> tuple:
     """What makes two views of one storage the same view."""
     return t.storage_offset(), tuple(t.shape), t.stride()
@@ -380,26 +411,9 @@ class Recorder:
         if func.is_view or name in FREE_OPS:
             info = None
         else:
-            schema = func._schema
-            returns_alias = tuple(r.alias_info is not None for r in schema.returns)
-            args_info = tuple((a.name, a.alias_info is not None and a.alias_info.is_write) for a in schema.arguments)
-            info = _OpInfo(
-                name=name,
-                args=args_info,
-                returns_alias=returns_alias,
-                any_alias=any(returns_alias),
-                partial=_PARTIAL_WRITES.get(name),
-                gather_arg=_GATHERS.get(name),
-                reads_written=name not in _OVERWRITES,
-                matmul=name in MATMUL_OPS,
-                operands=tuple((i, a.name, written) for i, (a, (_, written))
-                               in enumerate(zip(schema.arguments, args_info, strict=True))
-                               if _may_hold_tensors(a.type)),
-            )
+            info = _schema_info(func, name)
             fn = self.formulas.lookup(name)
-            writes = info.any_alias or any(written for _, written in args_info)
-            info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS,
-                           memo=memoisable(func, writes))
+            info = replace(info, formula=fn, counted=fn is not None or name in DATA_MOVEMENT_OPS)
         self._infos[id(func)] = (func, info, _direct(func))
         return info
 

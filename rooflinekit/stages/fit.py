@@ -379,7 +379,17 @@ class FittedCapture:
             aligned.append(ops)
         self._aligned = aligned
         at_template = design.monomials(*point)
-        self.op_fits = [self._fit_op(i, op, at_template) for i, op in enumerate(template.ops)]
+        # An op of a skipped layer aligns with its representative's design records: same fit (47 of
+        # a 48-layer model's layers), unless its own reads differ (a parameter's size, caps).
+        fits: dict[tuple, _OpFit] = {}
+        params = template.param_storages
+        self.op_fits = []
+        for i, op in enumerate(template.ops):
+            key = (tuple(id(d[i]) for d in aligned), tuple((sid in params, nbytes) for sid, nbytes in op.reads))
+            fit = fits.get(key)
+            if fit is None:
+                fit = fits[key] = self._fit_op(i, op, at_template)
+            self.op_fits.append(fit)
         self._sites = self._fit_sites(designs)
         site_groups: dict[tuple, int] = {}
         self._site_groups = [site_groups.setdefault(_site_signature(site, fitted), len(site_groups))
@@ -540,7 +550,7 @@ class FittedCapture:
         the step's totals, byte split and attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
         report = build_report(cap, self.sites_at(workload, compact=compact), hw, workload, model_info=model_info,
-                              depth=depth, group_layers=group_layers, fused=not compact)
+                              depth=depth, group_layers=group_layers, detail=not compact)
         if compact:
             at = report.attention_totals
             return replace(report, attention_totals=replace(at, layers=len(self.sites),

@@ -217,11 +217,11 @@ def build_report(
     warnings: list[str] | None = None,
     notes: list[str] | None = None,
     parallel: dict | None = None,
-    fused: bool = True,
+    detail: bool = True,
 ) -> Report:
-    """The Report of one capture on one hardware entry (schema in docs/schema.md). `fused=False`
-    leaves out the fused view (totals.fused, module fused_bytes): a sweep's compact points, whose
-    records carry no per-storage traffic to fuse."""
+    """The Report of one capture on one hardware entry (schema in docs/schema.md). `detail=False`
+    leaves out the op rows and the fused view (totals.fused, module fused_bytes): a sweep's compact
+    points, whose merged records carry no per-storage traffic to fuse and whose rows none reads."""
     fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
     hardware = hardware_info(hw, workload.dtype)
     wdtype = hardware.dtype
@@ -247,7 +247,8 @@ def build_report(
         if agg is None:
             agg = rollups[op.module] = modules[rollup_name(op.module, depth, group_layers)]
         agg.add_values(flops, nbytes, op.param_bytes, dtype, time_bound_s)
-        op_rows.append(_op_row(op, intensity, bound, time_bound_s))
+        if detail:
+            op_rows.append(_op_row(op, intensity, bound, time_bound_s))
         if not op.counted:
             u = uncounted.setdefault(op.name, {"name": op.name, "count": 0, "bytes": 0.0, "time_bound_s": 0.0})
             u["count"] += 1
@@ -263,7 +264,7 @@ def build_report(
         for u in sorted(uncounted.values(), key=lambda u: -u["bytes"])
     ]
 
-    fusion = fuse(cap.ops) if fused else None  # the fused view (rooflinekit.stages.fusion): each op's bytes there
+    fusion = fuse(cap.ops) if detail else None  # the fused view (rooflinekit.stages.fusion): each op's bytes there
     fused_rows: dict[str, float] = defaultdict(float)
     if fusion is not None:
         fused_paths: dict[str, float] = defaultdict(float)
