@@ -72,6 +72,8 @@ def rooflinekit_mixer_sites(model: torch.nn.Module) -> Iterable[str] | None:
     `fixed_state` is True (`rooflinekit.plugin.state_spec`) and cost it with
     `rooflinekit.plugin.state_cost`.
 
+    Asked once per model in a sweep (the model does not change between its captures).
+
     :param model: the torch.nn.Module as built.
     :return: module paths (as `model.named_modules()` gives them), or None.
     """
@@ -192,6 +194,10 @@ def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workl
     Data-dependent blocks cannot run on the meta device. A plugin that knows such a block returns
     a `rooflinekit.stages.modelled.ModuleModel`, whose `forward` computes the output shape and emits
     modelled op records with the stated assumption.
+
+    A sweep asks once per module for all its batches and contexts (the workload it passes is the
+    first one's): the answer may depend on the workload's options and formats, not on its batch
+    or context; the ModuleModel sees each step's own tensors in `forward`.
 
     :param module: a torch.nn.Module of the model.
     :param path: its dotted path.
