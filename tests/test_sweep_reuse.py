@@ -1,0 +1,126 @@
+"""What a sweep computes once for all its captures, checked against computing it each time.
+
+- `ScaledPeak` (a fitted point's activation peak in vector operations) against
+  `activation_peak(None, template, written, allocations)`, the walk of every allocation;
+- `rooflinekit.core.model_facts`: facts of a model computed once inside `using`, every time
+  outside it, never for another model;
+- `rooflinekit.core.skips` and the transformers loader: the layers a design capture stands in
+  for, and their cache indices, which the loader leaves empty.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinekit.core.model_facts import ModelFacts, cached, module_tree, using
+from rooflinekit.core.skips import skipped_layers, skipping_layers, under
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.fit import layer_plan, skipping
+from rooflinekit.stages.memory import ScaledPeak, activation_peak
+from rooflinekit.stages.workload import Workload, build, load_source
+from rooflinekit_plugins.hf import skipped_cache_layers
+from tests.conftest import EXAMPLES
+
+
+def _template(written: list[float], steps: int) -> CaptureResult:
+    ops = [OpRecord(index=i, name="aten.add", module="", flops=0.0, bytes_read=0.0, bytes_written=w,
+                    dtype="bf16", counted=True) for i, w in enumerate(written)]
+    return CaptureResult(ops=ops, modules={}, param_storages=set(), param_bytes_total=0.0, wall_s=0.0,
+                         live=[(i, None) for i in range(steps)])
+
+
+@st.composite
+def _fits(draw):
+    """A template's ops and allocations, each op's bytes written a polynomial, and its values at a point."""
+    n_ops = draw(st.integers(1, 8))
+    n_polys = draw(st.integers(1, 5))
+    was = draw(st.lists(st.sampled_from([0.0, 64.0, 512.0, 4096.0, 3e9]), min_size=n_ops, max_size=n_ops))
+    poly_of_op = draw(st.lists(st.integers(0, n_polys - 1), min_size=n_ops, max_size=n_ops))
+    values = draw(st.lists(st.integers(0, 10**12).map(float), min_size=n_polys, max_size=n_polys))
+    n_alloc = draw(st.integers(0, 12))
+    allocations = []
+    for start in range(n_alloc):
+        index = draw(st.integers(0, n_ops - 1))
+        end = draw(st.integers(start + 1, n_alloc))
+        allocations.append((index, start, end, draw(st.sampled_from([0.0, 32.0, 2048.0, 1e9]))))
+    return was, poly_of_op, values, allocations, n_alloc
+
+
+@settings(max_examples=200, deadline=None)
+@given(_fits())
+def test_scaled_peak_equals_the_walk_of_every_allocation(fit):
+    was, poly_of_op, values, allocations, steps = fit
+    template = _template(was, steps)
+    written = [values[k] for k in poly_of_op]
+    expected = activation_peak(None, template, written, allocations)
+    got = ScaledPeak(template, allocations, poly_of_op)(values)
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-6)
+
+
+def test_scaled_peak_by_hand():
+    """Two overlapping allocations of ops whose bytes written double and triple: 2*100 + 3*50."""
+    template = _template([100.0, 50.0], steps=3)
+    allocations = [(0, 0, 2, 100.0), (1, 1, 3, 50.0)]
+    peak = ScaledPeak(template, allocations, poly_of_op=[0, 1])
+    assert peak([200.0, 150.0]) == 2 * 100 + 3 * 50
+    assert peak([0.0, 0.0]) == 0.0
+
+
+class _Model:
+    """Stands in for a module: counts its walks."""
+
+    def __init__(self):
+        self.walks = 0
+
+    def named_modules(self):
+        self.walks += 1
+        return iter([("", self), ("layer", object())])
+
+
+def test_facts_are_computed_once_inside_using_and_every_time_outside():
+    model, other = _Model(), _Model()
+    calls = []
+    facts = ModelFacts(model)
+    assert cached(model, "k", lambda: calls.append(1) or 7) == 7  # outside: computed
+    with using(facts):
+        assert [cached(model, "k", lambda: calls.append(2) or 8) for _ in range(3)] == [8, 8, 8]
+        cached(other, "k", lambda: calls.append(3))  # another model: not these facts
+        cached(other, "k", lambda: calls.append(3))
+        assert module_tree(model) is module_tree(model)
+    assert cached(model, "k", lambda: calls.append(4) or 9) == 9  # outside again
+    assert calls == [1, 2, 3, 3, 4]
+    assert model.walks == 1
+
+
+def test_skipped_layers_inside_the_block_only():
+    assert skipped_layers() == frozenset()
+    with skipping_layers(["model.layers.1", "model.layers.2"]):
+        assert skipped_layers() == {"model.layers.1", "model.layers.2"}
+        with skipping_layers([]):
+            assert skipped_layers() == frozenset()
+        assert under("model.layers.2.self_attn.k_proj", skipped_layers())
+        assert under("model.layers.1", skipped_layers())
+        assert not under("model.layers.10.mlp", skipped_layers())  # a prefix of the name, not of the path
+        assert not under("model.layers", skipped_layers())
+    assert skipped_layers() == frozenset()
+
+
+@pytest.mark.hf
+def test_the_loader_leaves_the_skipped_layers_cache_empty():
+    """A design capture's plan skips layers 1..3 of a 4-layer Llama: their cache indices are the
+    ones the loader leaves empty, and the static cache it makes has only layer 0's slots."""
+    options = {"layers": 4}
+    source = load_source(str(EXAMPLES / "configs" / "llama-3.1-8b.json"), options)
+    workload = Workload("decode", 1, 64, options=tuple(options.items()))
+    model = build(source, workload).model
+    plan = layer_plan(model)
+    assert sorted(plan.skipped) == ["model.layers.1", "model.layers.2", "model.layers.3"]
+    assert skipped_cache_layers(model) == frozenset()
+    with skipping(plan):
+        assert skipped_cache_layers(model) == {1, 2, 3}
+        cache = build(source, workload).inputs["cache"]
+    assert [layer.is_initialized for layer in cache.layers] == [True, False, False, False]
+    whole = build(source, workload).inputs["cache"]  # outside a design capture: every layer
+    assert [layer.is_initialized for layer in whole.layers] == [True, True, True, True]
