@@ -99,8 +99,8 @@ def profile(
     are called after those stages (torch.distributed runs check every rank there). `transform`
     restates the (per-GPU) capture and attention rows before they are placed (a lever of
     rooflinekit.analyses.advise, e.g. absorbed MLA); its notes join the report's. `place=False`
-    stops after the capture and its attention rows (a sweep's design captures): no report;
-    `detail=False` places it without op rows and fused view (stages.place.build_report).
+    stops after the capture and its attention rows (a sweep's design captures): no report, nothing
+    measured; `detail=False` places it without op rows and fused view (stages.place.build_report).
     """
     validate_levers(workload)  # formats and q_len, as the command line checks them
     host = host or get_host()
@@ -154,6 +154,8 @@ def profile(
     transform_notes: list[str] = []
     if transform is not None:
         cap, rows, transform_notes = transform(cap, rows, workload, host)
+    if not place:  # counts only: no report, nothing timed
+        return Profiled(report=None, model=built.model, capture=cap, attention=rows, models=list(patched))
     params = cached(built.model, "parameters", lambda: sum(p.numel() for p in built.model.parameters()))
     info = {
         "name": source.name,
@@ -185,8 +187,6 @@ def profile(
             raise exit_error(exc, source.path, "the measured forward") from None
         except Exception as exc:
             raise _forward_error(exc, source, workload) from exc
-    if not place:
-        return Profiled(report=None, model=built.model, capture=cap, attention=rows, models=list(patched))
     report = build_report(
         cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
         warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),

@@ -41,7 +41,7 @@ from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
-from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point, live_allocations
+from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point
 from rooflinekit.stages.roofline import intensity
 from rooflinekit.stages.workload import build
 
@@ -169,8 +169,6 @@ class Profiler:
         self._facts: ModelFacts | None = None  # of the built model (rooflinekit.core.model_facts)
         self._hw: HardwareSpec | None = None
         self._fitted: dict[tuple[int, int], Report] = {}  # fitted points' reports, until their memory is known
-        #: id of a fit's template capture -> its allocations (stages.memory.live_allocations)
-        self._allocations: dict[int, list | None] = {}
 
     def row(self, batch: int, context: int) -> dict:
         """The sweep row at (batch, context), from the fit at its context or profiled, on first use."""
@@ -196,12 +194,8 @@ class Profiler:
         report = self._fitted.pop((batch, context), None)
         fit = self.fit_for(batch, context)
         if row.get("memory") is None and report is not None and fit is not None and fit.template.memory is not None:
-            template = fit.fitted.template
-            allocations = self._allocations.get(id(template))
-            if allocations is None:  # the template's liveness, once per fit
-                allocations = self._allocations[id(template)] = live_allocations(template)
-            peak = None if allocations is None else fit.fitted.activation_peak_at(batch, context, allocations)
-            memory = at_point(fit.template.memory, report, self.hw(), peak, FITTED_ACTIVATIONS)
+            memory = at_point(fit.template.memory, report, self.hw(), fit.fitted.activation_peak_at(batch, context),
+                              FITTED_ACTIVATIONS)
             row["memory"], row["fits"] = encode(memory), memory.fits
         return row
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 from math import lcm
 
 import torch
@@ -42,7 +43,7 @@ from rooflinekit.core.units import plain
 from rooflinekit.stages.attribute import AttentionRow, causality, cost_and_notes
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.memory import ScaledPeak
+from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import build_report
 from rooflinekit.stages.workload import Workload
 
@@ -396,7 +397,6 @@ class FittedCapture:
                              for site, fitted in zip(sites, self._sites, strict=True)]
         self._site_group_sizes = Counter(self._site_groups)
         self._shape_polys: list | None = None
-        self._peak: tuple[list, ScaledPeak] | None = None  # (allocations, their ScaledPeak): activation_peak_at
         self._shape_design = Design(design.batches, design.contexts)
         self.max_difference = self._verify()
         groups: dict[tuple, list] = {}
@@ -499,17 +499,19 @@ class FittedCapture:
                              param_bytes_total=t.param_bytes_total, wall_s=0.0, notes=list(t.notes),
                              param_owners=t.param_owners)
 
-    def written_at(self, batch: int, context: int) -> list[float]:
-        """Each op's bytes written at (batch, context), as capture_at gives them (without the records)."""
-        values = self.design.values(batch, context)
-        return [fit.counts(values)[2] for fit in self.op_fits]
+    def activation_peak_at(self, batch: int, context: int) -> float | None:
+        """The activation peak at (batch, context): the template's liveness, each allocation scaled
+        as its op's fitted bytes written (memory.ScaledPeak, built on first use); None when the
+        template's liveness was not measured."""
+        peak = self._scaled_peak
+        return None if peak is None else peak(self.design.values(batch, context))
 
-    def activation_peak_at(self, batch: int, context: int, allocations: list[tuple[int, int, int, float]]) -> float:
-        """rooflinekit.stages.memory.activation_peak of the template's `allocations` (its
-        live_allocations) scaled to (batch, context), as written_at's bytes scale them."""
-        if self._peak is None or self._peak[0] is not allocations:
-            self._peak = (allocations, ScaledPeak(self.template, allocations, [fit.written for fit in self.op_fits]))
-        return self._peak[1](self.design.values(batch, context))
+    @cached_property
+    def _scaled_peak(self) -> ScaledPeak | None:
+        allocations = live_allocations(self.template)
+        if allocations is None:
+            return None
+        return ScaledPeak(self.template, allocations, [fit.written for fit in self.op_fits])
 
     def sites_at(self, workload: Workload, *, compact: bool = False) -> list[AttentionRow]:
         """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.

@@ -111,28 +111,13 @@ def live_allocations(source: CaptureResult) -> list[tuple[int, int, int, float]]
     return out
 
 
-def activation_peak(cap: CaptureResult | None, template: CaptureResult | None = None,
-                    written: Sequence[float] | None = None,
-                    allocations: list[tuple[int, int, int, float]] | None = None) -> float | None:
-    """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured.
-
-    With `template` (a capture whose ops `cap`'s follow one for one, as a fitted capture's do),
-    the liveness is the template's and each allocation's bytes are scaled by how its op's bytes
-    written changed between the two; `written` gives those bytes per op instead of `cap` (a fit
-    evaluates them without building the records), `allocations` the template's
-    live_allocations, computed once.
-    """
-    source = template if template is not None else cap
-    if allocations is None:
-        allocations = live_allocations(source)
+def activation_peak(cap: CaptureResult) -> float | None:
+    """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured."""
+    allocations = live_allocations(cap)
     if allocations is None:
         return None
-    delta = [0.0] * (len(source.live) + 1)
-    for index, start, end, nbytes in allocations:
-        if template is not None:
-            was = template.ops[index].bytes_written
-            now = written[index] if written is not None else cap.ops[index].bytes_written
-            nbytes = nbytes * now / was if was else 0.0
+    delta = [0.0] * (len(cap.live) + 1)
+    for _, start, end, nbytes in allocations:
         delta[start] += nbytes
         delta[end] -= nbytes
     live = peak = 0.0
@@ -143,9 +128,10 @@ def activation_peak(cap: CaptureResult | None, template: CaptureResult | None = 
 
 
 class ScaledPeak:
-    """activation_peak(None, template, written, allocations) for many points of one fit, where each
-    op's bytes written is one of the fit's polynomials (`poly_of_op[i]`): built once, each point is
-    then a few vector operations on the polynomials' values instead of a walk of every allocation."""
+    """The activation peak at many points of one fit: the template's liveness (`allocations`, its
+    live_allocations), each allocation's bytes scaled as its op's bytes written, which is one of
+    the fit's polynomials (`poly_of_op[i]`). Built once; each point is then a few vector operations
+    on the polynomials' values."""
 
     def __init__(self, template: CaptureResult, allocations: list[tuple[int, int, int, float]],
                  poly_of_op: Sequence[int]):

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 import torch
 
+from rooflinekit.stages.liveness import tensors_in
+
 _META = torch.device("meta")
 _STRIDED = torch.strided
 #: Argument types that go into a key as (type, value).
@@ -100,18 +102,9 @@ class MetaMemo:
             return outs[0] if single else outs
         out = run(*args, **kwargs)
         self.misses += 1
-        inputs = {t.untyped_storage()._cdata for t in _tensors(args, kwargs)}
+        inputs = {t.untyped_storage()._cdata for t in tensors_in((args, kwargs), depth=3)}
         found = _layout(out, inputs)
         if found is not None:
             self._layouts[key] = found
         return out
 
-
-def _tensors(args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    out: list[torch.Tensor] = []
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, torch.Tensor):
-            out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, torch.Tensor))
-    return out
