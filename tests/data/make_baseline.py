@@ -2,47 +2,104 @@
 refactor, held by tests/test_baseline.py. Run only when a change of numbers is intended:
 
     python tests/data/make_baseline.py
+
+Each case is `TARGET:PHASE:VARIANT`. The variants are the deployment settings a refactor of the
+request must carry unchanged: plain, tensor parallel 2, expert parallel 2 (models with experts),
+int4 weights with an fp8 KV cache, and four new tokens per sequence in decode. A case that the
+tool refuses holds its error line instead of numbers.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+DEPTH = "3"
 WORKLOADS = {"decode": ["--batch", "2", "--context", "1024"], "prefill": ["--batch", "1", "--context", "256"]}
+VARIANTS = {
+    "plain": [],
+    "tp2": ["--tp", "2"],
+    "ep2": ["--ep", "2"],
+    "int4-fp8kv": ["--weight-dtype", "int4", "--kv-dtype", "fp8"],
+    "qlen4": ["--q-len", "4"],
+}
 KEEP_TOTALS = ("flops", "bytes", "flops_executed", "flops_model", "weight_bytes", "kv_bytes_executed",
                "kv_bytes_min", "other_bytes", "uncounted_bytes", "ops", "time_bound_s", "predicted_step_s")
 KEEP_ATT = ("module", "arch", "num_heads", "num_kv_heads", "head_dim", "v_head_dim", "window",
             "kv_bytes_min", "bytes_min", "kv_bytes_executed", "flops_model", "flops_executed",
             "bytes_executed", "cache_bytes_per_token")
+KEEP_MEMORY = ("weights_bytes", "kv_cache_bytes", "activation_peak_bytes", "total_bytes", "capacity_bytes",
+               "fits", "max_batch", "gpus")
+KEEP_COMM = ("calls", "message_bytes", "wire_bytes", "time_s")
+KEEP_FUSED = ("bytes", "time_bound_s", "predicted_step_s")
 
 
 def targets() -> list[Path]:
     return sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "examples" / "configs").glob("*.json"))
 
 
+def variants(phase: str) -> list[str]:
+    """The variants a phase takes: q_len is a decode knob."""
+    return [v for v in VARIANTS if v != "qlen4" or phase == "decode"]
+
+
+def args(target: str, phase: str, variant: str) -> list[str]:
+    return ["profile", target, "--phase", phase, *WORKLOADS[phase], *VARIANTS[variant], "-H", "H800",
+            "--depth", DEPTH, "-f", "json"]
+
+
+def has_experts(report: dict) -> bool:
+    """Whether an expert-parallel report routes tokens between GPUs (the ep2 variant is kept only then)."""
+    return any(c["collective"] == "all_to_all" for c in (report.get("comm") or {}).get("collectives", []))
+
+
 def summary(report: dict) -> dict:
-    return {
+    out = {
         "totals": {k: report["totals"][k] for k in KEEP_TOTALS},
         "attention": [{k: row[k] for k in KEEP_ATT} for row in report["attention"]],
         "modules": sorted([[m["name"], m["flops"], m["bytes"], m["weight_bytes"]] for m in report["modules"]]),
         "uncounted": sorted([[u["name"], u["count"], u["bytes"]] for u in report["uncounted_ops"]]),
+        "memory": {k: report["memory"][k] for k in KEEP_MEMORY},
+        "fused": {k: report["totals"]["fused"][k] for k in KEEP_FUSED},
     }
+    if report.get("comm"):
+        out["comm"] = {k: report["comm"][k] for k in KEEP_COMM}
+        out["collectives"] = sorted([[c["collective"], c["group_size"], c["calls"], c["message_bytes"]]
+                                     for c in report["comm"]["collectives"]])
+    return out
 
 
-def run(target: Path, phase: str) -> dict:
-    cmd = [sys.executable, "-m", "rooflinekit", "profile", str(target.relative_to(ROOT)), "--phase", phase,
-           *WORKLOADS[phase], "-H", "H800", "-f", "json"]
-    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    return summary(json.loads(out))
+def run(invoke, target: str, phase: str, variant: str) -> dict | None:
+    """One case: its summary, its error line when refused, None when the variant does not apply."""
+    result = invoke(*args(target, phase, variant))
+    if result.exit_code != 0:
+        return {"error": result.stderr.strip().splitlines()[-1]}
+    report = json.loads(result.stdout)
+    if variant == "ep2" and not has_experts(report):
+        return None
+    return summary(report)
 
 
 def main() -> None:
-    data = {f"{t.relative_to(ROOT)}:{phase}": run(t, phase) for t in targets() for phase in WORKLOADS}
-    (Path(__file__).parent / "baseline_totals.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    from click.testing import CliRunner
+
+    from rooflinekit.cli.main import cli
+
+    def invoke(*a):
+        return CliRunner().invoke(cli, [str(x) for x in a])
+
+    data = {}
+    for t in targets():
+        rel = str(t.relative_to(ROOT))
+        for phase in WORKLOADS:
+            for variant in variants(phase):
+                case = run(invoke, rel, phase, variant)
+                if case is not None:
+                    data[f"{rel}:{phase}:{variant}"] = case
+                    print(f"{rel}:{phase}:{variant}", "error" if "error" in case else "ok", flush=True)
+    lines = [f"{json.dumps(k)}: {json.dumps(data[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(data)]
+    (Path(__file__).parent / "baseline_totals.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
     print(f"{len(data)} cases written")
 
 
