@@ -18,22 +18,23 @@ import importlib
 from rooflinekit.core.errors import RooflineError, UserError
 from rooflinekit.core.version import SCHEMA_VERSION, __version__
 
-#: Public names served lazily from their modules (PEP 562).
+#: Public names served lazily from their modules (PEP 562): name -> (module, attribute).
 _LAZY = {
-    "profile": "rooflinekit.api",
-    "profile_file": "rooflinekit.api",
-    "capture": "rooflinekit.api",
-    "Capture": "rooflinekit.api",
-    "Report": "rooflinekit.core.report",
+    "profile": ("rooflinekit.api", "profile"),
+    "profile_file": ("rooflinekit.api", "profile_file"),
+    "capture": ("rooflinekit.api", "capture"),
+    "Capture": ("rooflinekit.api", "Capture"),
+    # the report with its text and HTML views (the data type itself: rooflinekit.core.report.Report)
+    "Report": ("rooflinekit.outputs.render", "ViewedReport"),
 }
 
 __all__ = ["SCHEMA_VERSION", "RooflineError", "UserError", "__version__", *_LAZY]
 
 
 def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
+    where = _LAZY.get(name)
+    if where is None:
         raise AttributeError(f"module 'rooflinekit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value

@@ -6,8 +6,9 @@
     report = cap.report
     report = rooflinekit.profile_file("examples/llama_gqa.py", batch=4, context=32768)
 
-Every function returns a `rooflinekit.Report` and raises `rooflinekit.RooflineError` (with the one
-line the CLI would print) for bad input. Numbers are the CLI's: the same stages run underneath.
+Every function returns a `rooflinekit.Report` (the report with its text and HTML views) and raises
+`rooflinekit.RooflineError` (with the one line the CLI would print) for bad input. Numbers are the
+CLI's: the same stages run underneath.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.report import Report
+from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, recording
 from rooflinekit.stages.formulas import formula_book
@@ -82,7 +83,7 @@ def infer_workload(args: tuple, kwargs: dict, *, phase: str | None, batch: int |
 
 def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, phase: str | None = None,
             batch: int | None = None, context: int | None = None, depth: int = 3, group_layers: bool = False,
-            host: PluginHost | None = None, **kwargs) -> Report:
+            host: PluginHost | None = None, **kwargs) -> ViewedReport:
     """Profile one forward of `model(*args, **kwargs)` (meta, cpu or cuda tensors) on `hardware`.
 
     `phase`, `batch` and `context` describe the step (see `infer_workload` for what is read from
@@ -99,8 +100,8 @@ def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, pha
         raise WorkloadError("give the model's inputs either positionally or as keywords, not both")
     source = ModelSource(name=type(model).__name__, path="(in memory)", build_model=lambda: model,
                          make_inputs=lambda *_: inputs, kind="module")
-    return run_profile(source, workload, hardware, depth=depth, group_layers=group_layers, host=host,
-                       measure=False).report
+    return ViewedReport.of(run_profile(source, workload, hardware, depth=depth, group_layers=group_layers,
+                                       host=host, measure=False).report)
 
 
 def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096,
@@ -108,7 +109,7 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                  options: dict | None = None, depth: int = 3, group_layers: bool = False,
                  host: PluginHost | None = None, weight_dtype: str | None = None,
                  weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
-                 quantize_embeddings: bool = False) -> Report:
+                 quantize_embeddings: bool = False) -> ViewedReport:
     """What `rooflinekit profile PATH` does: a model file (build_model/make_inputs), a transformers
     config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs;
     the formats and `q_len` are `--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--q-len`
@@ -119,8 +120,8 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                         weight_group_size=weight_group_size, kv_dtype=kv_dtype, decode_q_len=q_len,
                         quantize_embeddings=quantize_embeddings)
     host = host or get_host()
-    return run_profile(load_source(str(path), opts, host), workload, hardware, depth=depth,
-                       group_layers=group_layers, host=host, measure=False).report
+    return ViewedReport.of(run_profile(load_source(str(path), opts, host), workload, hardware, depth=depth,
+                                       group_layers=group_layers, host=host, measure=False).report)
 
 
 @dataclass
@@ -128,7 +129,7 @@ class Capture:
     """What `capture()` yields: its `report` is set when the block ends."""
 
     hardware: str
-    report: Report | None = None
+    report: ViewedReport | None = None
     model: torch.nn.Module | None = None
 
 
@@ -171,4 +172,5 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
     out.model = model
     report = build_report(cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
                           warnings=list(host.warnings + db.problems))
-    out.report = replace(report, memory=memory_of(report, hw, DEFAULT_FRACTION, activation_peak(cap)))
+    out.report = ViewedReport.of(replace(report, memory=memory_of(report, hw, DEFAULT_FRACTION,
+                                                                  activation_peak(cap))))

@@ -9,14 +9,13 @@ in rooflinekit/schema/ (docs/schema.md).
 
 from __future__ import annotations
 
-import importlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rooflinekit.core import codec
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION, __version__
 
 #: The module name the report gives ops that ran outside every module.
@@ -42,16 +41,8 @@ class WorkloadInfo:
     tokens: int
     dtype: str
     device: str
+    #: The model's own options (-O); deployment settings are in the report's `deployment`.
     options: dict[str, Any] = field(default_factory=dict)
-    #: Stored format of linear and expert weights (the activation dtype unless quantized).
-    weight_dtype: str | None = None
-    #: Elements per weight scale (int8/int4 groups; fp8 with a group size); None: no groups
-    #: (unquantized, or fp8 with one scale per output channel).
-    weight_group_size: int | None = None
-    #: The KV cache's element format (the activation dtype unless given).
-    kv_dtype: str | None = None
-    #: Whether the token embedding and the output head are quantized too.
-    quantize_embeddings: bool = False
 
 
 @dataclass(frozen=True)
@@ -398,6 +389,8 @@ class Report:
     workload: WorkloadInfo
     hardware: HardwareInfo
     totals: Totals
+    #: How the step is deployed (parallel degrees, formats, kernels, memory fraction), resolved.
+    deployment: Deployment = field(default_factory=Deployment)
     model: ModelInfo = field(default_factory=ModelInfo)
     attention_totals: AttentionTotals = field(default_factory=AttentionTotals)
     modules: list[ModuleRow] = field(default_factory=list)
@@ -428,16 +421,9 @@ class Report:
     @classmethod
     def from_dict(cls, data: dict) -> Report:
         """A report from its JSON form; schema 1.x reports are upgraded first."""
-        return codec.decode(cls, codec.upgrade_profile(data))
+        return codec.decode(cls, codec.upgrade_deployment(codec.upgrade_profile(data)))
 
-    # -- for people in notebooks ----------------------------------------------------------------
-
-    def table(self, top: int | None = 25) -> str:
-        """The text report the CLI prints."""
-        return _view("table")(self, top)
-
-    def _repr_html_(self) -> str:
-        return _view("html")(self)
+    # -- for people in notebooks (the text and HTML views: rooflinekit.outputs.render.ViewedReport) --
 
     def to_dataframe(self, section: str = "modules"):
         """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame.
@@ -549,10 +535,6 @@ class SweepWorkload:
     options: dict[str, Any] = field(default_factory=dict)
     #: New tokens per sequence in decode (multi-token decode); None in prefill (the context).
     q_len: int | None = None
-    weight_dtype: str | None = None
-    weight_group_size: int | None = None
-    kv_dtype: str | None = None
-    quantize_embeddings: bool = False
 
 
 @dataclass(frozen=True)
@@ -561,6 +543,7 @@ class SweepReport:
 
     workload: SweepWorkload
     hardware: HardwareInfo
+    deployment: Deployment = field(default_factory=Deployment)
     model: ModelInfo = field(default_factory=ModelInfo)
     points: list[SweepPoint] = field(default_factory=list)
     critical_batch: list[CriticalBatchInfo] = field(default_factory=list)
@@ -580,7 +563,7 @@ class SweepReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> SweepReport:
-        return codec.decode(cls, data)
+        return codec.decode(cls, codec.upgrade_deployment(data))
 
 
 # -- advice -----------------------------------------------------------------------------------------
@@ -634,6 +617,7 @@ class AdviceReport:
     workload: WorkloadInfo
     hardware: HardwareInfo
     baseline: LeverResult
+    deployment: Deployment = field(default_factory=Deployment)
     model: ModelInfo = field(default_factory=ModelInfo)
     levers: list[LeverResult] = field(default_factory=list)
     skipped: list[SkippedLever] = field(default_factory=list)
@@ -651,24 +635,7 @@ class AdviceReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> AdviceReport:
-        return codec.decode(cls, data)
-
-
-#: Views of a report registered by the outputs layer (text, HTML): the data types sit below the
-#: renderers, so the renderers register themselves here instead of being imported.
-_VIEWS: dict[str, Callable] = {}
-#: The module that registers the built-in views when it is imported.
-VIEWS_MODULE = "rooflinekit.outputs.render"
-
-
-def register_view(name: str, fn: Callable) -> None:
-    _VIEWS[name] = fn
-
-
-def _view(name: str) -> Callable:
-    if name not in _VIEWS:
-        importlib.import_module(VIEWS_MODULE)
-    return _VIEWS[name]
+        return codec.decode(cls, codec.upgrade_deployment(data))
 
 
 # -- the shipped JSON Schema -----------------------------------------------------------------------

@@ -11,9 +11,10 @@ from __future__ import annotations
 import html
 import io
 import json
+from dataclasses import dataclass, fields
 
 from rooflinekit.core.codec import encode
-from rooflinekit.core.report import Report, register_view
+from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
 from rooflinekit.outputs.memory_view import memory_lines
@@ -32,8 +33,8 @@ from rooflinekit.outputs.sections import (
 from rooflinekit.outputs.tables import WIDTH, Style, table, wrap
 
 FORMATS = ("table", "json", "csv", "markdown")
-__all__ = ["FORMATS", "TABLES", "header_lines", "measured_lines", "parallel_lines", "render", "seconds", "to_csv",
-           "to_json", "to_text"]
+__all__ = ["FORMATS", "TABLES", "ViewedReport", "header_lines", "measured_lines", "parallel_lines", "render",
+           "seconds", "to_csv", "to_json", "to_text"]
 
 
 def workload_formats(w) -> str:
@@ -204,9 +205,25 @@ def render(report: Report, fmt: str, top: int | None = 25, *, wide: bool = False
     return to_text(report, fmt, top, wide=wide, group_layers=group_layers, ops=ops, colour=colour)
 
 
-def _table_view(report: Report, top: int | None = 25) -> str:
-    return to_text(report, "table", top)
+@dataclass(frozen=True)
+class ViewedReport(Report):
+    """A Report with its views for people: the CLI's text table and Jupyter's HTML. The data type
+    (rooflinekit.core.report) imports no output; the Python API returns this subclass of it."""
 
+    @classmethod
+    def of(cls, report: Report) -> ViewedReport:
+        """`report` with its views (the same fields, not copied)."""
+        if isinstance(report, cls):
+            return report
+        return cls(**{f.name: getattr(report, f.name) for f in fields(Report)})
 
-register_view("table", _table_view)
-register_view("html", to_html)
+    def to_text(self, fmt: str = "table", top: int | None = 25, *, wide: bool = False) -> str:
+        """The text report the CLI prints (`fmt`: table or markdown)."""
+        return to_text(self, fmt, top, wide=wide)
+
+    def table(self, top: int | None = 25) -> str:
+        """The text report the CLI prints."""
+        return to_text(self, "table", top)
+
+    def _repr_html_(self) -> str:
+        return to_html(self)
