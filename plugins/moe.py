@@ -82,9 +82,8 @@ def _takes_routing(module) -> bool:
 
 
 @hookimpl
-def rooflinekit_module_model(module, path, workload):
-    options = dict(workload.options)
-    ep, tp = int(options.get("_ep", 1)), int(options.get("_tp", 1))
+def rooflinekit_module_model(module, path, workload, deployment):
+    ep, tp = deployment.ep, deployment.tp
     model = experts_model(module, ep_size=ep, tp_size=tp)
     if model is not None and model.num_experts % ep:
         raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {path or 'the model'}")

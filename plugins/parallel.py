@@ -35,7 +35,7 @@ def transformers_plan(model) -> dict:
 
 
 @hookimpl(trylast=True)
-def rooflinekit_tp_plan(model, workload, attention, shards):
+def rooflinekit_tp_plan(model, attention, shards):
     from rooflinekit.analyses.parallel import resolve, structural_plan
 
     plan = structural_plan(model, attention, shards=shards)

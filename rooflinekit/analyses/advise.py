@@ -14,17 +14,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
-from rooflinekit.analyses.parallel import ParallelConfig, with_parallel
-from rooflinekit.analyses.profile import Profiled, Transform, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions, profile
 from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import AdviceReport, LeverResult, Report, SkippedLever
+from rooflinekit.core.request import KV_BYTES, WEIGHT_BITS, Deployment, ModelSource, Workload
+from rooflinekit.core.request import changes as deployment_changes
 from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.collectives import binding as time_binding
-from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, hardware_db
-from rooflinekit.stages.workload import KV_BYTES, MAX_BATCH, WEIGHT_BITS, ModelSource, Workload
+from rooflinekit.stages.hardware import HardwareDB, hardware_db
+from rooflinekit.stages.transform import LegacyTransform, Transform
+from rooflinekit.stages.workload import MAX_BATCH
 
 #: Tensor-parallel sizes tried, multi-token decode lengths tried, int4's group size.
 TP_SIZES = (2, 4, 8)
@@ -50,9 +52,11 @@ class Candidate:
     name: str
     assumption: str = ""
     workload: Workload | None = None
+    #: The changed deployment (None: the baseline's).
+    deployment: Deployment | None = None
     skip: str | None = None
     source: str = BUILTIN
-    transform: Transform | None = None
+    transform: Transform | LegacyTransform | None = None
     rebuild: bool = False  # a build option changed: the model is built again
     view: str = "eager"  # "fused": the baseline's fused view, nothing re-profiled
 
@@ -66,12 +70,13 @@ def _always(model) -> Callable:
     return build_model
 
 
-def _changes(base: Workload, new: Workload) -> dict:
-    """The fields (and options) in which `new` differs from `base`."""
+def _changes(base: Workload, new: Workload, base_deployment: Deployment, deployment: Deployment) -> dict:
+    """The fields (and model options) in which the lever's request differs from the baseline's."""
     out = {f.name: getattr(new, f.name) for f in fields(Workload)
            if f.name != "options" and getattr(new, f.name) != getattr(base, f.name)}
     before, after = dict(base.options), dict(new.options)
     out.update({k: v for k, v in after.items() if before.get(k) != v})
+    out.update(deployment_changes(base_deployment, deployment))
     return out
 
 
@@ -97,31 +102,31 @@ def batch_lever(w: Workload, report: Report) -> Candidate:
                                 "sequence)); throughput, each step takes longer")
 
 
-def weight_lever(w: Workload, fmt: str) -> Candidate:
+def weight_lever(w: Workload, d: Deployment, fmt: str) -> Candidate:
     name = f"{fmt} weights"
-    now = w.effective_weight_dtype
+    now = d.weight_format(w.dtype_key)
     if WEIGHT_BITS.get(now, 16) <= WEIGHT_BITS[fmt]:
         return Candidate(name, skip=f"weights are already stored in {now} ({WEIGHT_BITS.get(now)} bits)")
     if fmt == "int4":
-        changed = replace(w, weight_dtype="int4", weight_group_size=INT4_GROUP)
+        changed = replace(d, weight_dtype="int4", weight_group_size=INT4_GROUP)
         how = f"int4 weight-only, one fp16 scale per {INT4_GROUP} elements"
     else:
-        changed = replace(w, weight_dtype=fmt, weight_group_size=None)
+        changed = replace(d, weight_dtype=fmt, weight_group_size=None)
         how = f"{fmt} weights with one fp32 scale per output channel"
-    return Candidate(name, workload=changed,
+    return Candidate(name, deployment=changed,
                      assumption=f"linear and expert weights stored as {how}, read at that size; products at the "
                                 f"{w.dtype_key} peak (weight-only); the token embedding and lm_head stay "
                                 f"{w.dtype_key}")
 
 
-def kv_lever(w: Workload, report: Report) -> Candidate:
+def kv_lever(w: Workload, d: Deployment, report: Report) -> Candidate:
     name = "fp8 KV cache"
     if not report.attention_totals.recognised:
         return Candidate(name, skip="no attention layer is recognised: there is no KV cache to store in fp8")
-    now = w.effective_kv_dtype
+    now = d.kv_format(w.dtype_key)
     if KV_BYTES.get(now, 2) <= KV_BYTES["fp8"]:
         return Candidate(name, skip=f"the KV cache is already stored in {now}")
-    return Candidate(name, workload=replace(w, kv_dtype="fp8"),
+    return Candidate(name, deployment=replace(d, kv_dtype="fp8"),
                      assumption="KV cache stored in fp8 (per-tensor scales, not counted): every cache read "
                                 "and write at 1 byte per element")
 
@@ -137,19 +142,15 @@ def fused_lever(report: Report) -> Candidate:
                                 f"in {fused.kernels:,} kernels, each reading what enters and writing what leaves")
 
 
-def tp_lever(w: Workload, report: Report, tp: int) -> Candidate:
+def tp_lever(d: Deployment, report: Report, tp: int) -> Candidate:
     name = f"TP {tp}"
-    par = ParallelConfig.of(w)
-    if par.tp >= tp:
-        return Candidate(name, skip=f"already at tensor parallel {par.tp}")
-    try:
-        changed = with_parallel(w, tp, tp if par.ep > 1 else 1)
-    except RooflineError as exc:
-        return Candidate(name, skip=str(exc))
+    if d.tp >= tp:
+        return Candidate(name, skip=f"already at tensor parallel {d.tp}")
+    changed = replace(d, tp=tp, ep=tp if d.ep > 1 else 1)
     bw = report.hardware.interconnect_bandwidth
     link = (f"collectives over {si(bw, 'B/s')} per GPU" if bw else
             "the hardware entry gives no interconnect bandwidth: collectives cost no time")
-    return Candidate(name, workload=changed,
+    return Candidate(name, deployment=changed,
                      assumption=f"tensor parallel over {tp} GPUs (heads and MLP columns split, all-reduces "
                                 f"added; {link}); tokens/s of the group of {tp}, memory per GPU")
 
@@ -165,29 +166,34 @@ def q_len_lever(w: Workload, n: int) -> Candidate:
                                 f"causal among themselves; tokens/s counts all {n} as accepted: an upper bound")
 
 
-def builtin_levers(w: Workload, profiled: Profiled, source: ModelSource) -> list[Candidate]:
+def builtin_levers(w: Workload, d: Deployment, profiled: Profiled) -> list[Candidate]:
     """The built-in levers, in a fixed order, each priced or skipped with its reason."""
     r = profiled.report
-    return ([batch_lever(w, r), weight_lever(w, "fp8"), weight_lever(w, "int4"), kv_lever(w, r), fused_lever(r)]
-            + [tp_lever(w, r, n) for n in TP_SIZES] + [q_len_lever(w, n) for n in Q_LENS])
+    return ([batch_lever(w, r), weight_lever(w, d, "fp8"), weight_lever(w, d, "int4"), kv_lever(w, d, r),
+             fused_lever(r)] + [tp_lever(d, r, n) for n in TP_SIZES] + [q_len_lever(w, n) for n in Q_LENS])
 
 
-def plugin_levers(host: PluginHost, w: Workload, report: Report, source: ModelSource) -> list[Candidate]:
+def plugin_levers(host: PluginHost, w: Workload, d: Deployment, report: Report,
+                  source: ModelSource) -> list[Candidate]:
     """What plugins propose through `rooflinekit_advise_levers`; a malformed proposal is a warning."""
     out = []
-    for answer, plugin in host.call_all("rooflinekit_advise_levers", expect=list, workload=w, report=report,
-                                        source=source):
+    for answer, plugin in host.call_all("rooflinekit_advise_levers", expect=list, workload=w, deployment=d,
+                                        report=report, source=source):
         for p in answer:
             if not isinstance(p, LeverProposal) or not p.name:
                 host.warn(f"plugin '{plugin}' answered rooflinekit_advise_levers with {type(p).__name__}, "
                           "expected LeverProposal with a name; ignored")
             elif p.skip:
                 out.append(Candidate(p.name, skip=str(p.skip), source=plugin))
-            elif not isinstance(p.workload, Workload):
-                host.warn(f"plugin '{plugin}' proposed lever '{p.name}' without a Workload; ignored")
+            elif p.workload is not None and not isinstance(p.workload, Workload):
+                host.warn(f"plugin '{plugin}' proposed lever '{p.name}' with a {type(p.workload).__name__} "
+                          "for its workload, expected a Workload; ignored")
+            elif p.deployment is not None and not isinstance(p.deployment, Deployment):
+                host.warn(f"plugin '{plugin}' proposed lever '{p.name}' with a {type(p.deployment).__name__} "
+                          "for its deployment, expected a Deployment; ignored")
             else:
-                out.append(Candidate(p.name, p.assumption, workload=p.workload, source=plugin,
-                                     rebuild=bool(p.rebuild), transform=p.transform))
+                out.append(Candidate(p.name, p.assumption, workload=p.workload, deployment=p.deployment,
+                                     source=plugin, rebuild=bool(p.rebuild), transform=p.transform))
     return out
 
 
@@ -240,7 +246,7 @@ def price(name: str, report: Report, base: Report | None, assumption: str, *, vi
 def advise(
     source: ModelSource,
     workload: Workload,
-    hardware: str = DEFAULT_HARDWARE,
+    deployment: Deployment | None = None,
     *,
     host: PluginHost | None = None,
     db: HardwareDB | None = None,
@@ -248,21 +254,25 @@ def advise(
 ) -> AdviceReport:
     """Profile the workload, then price every lever that applies (see the module docstring)."""
     start = time.perf_counter()
+    deployment = deployment or Deployment()
     host = host or get_host()
     db = db or hardware_db(host)
     extra_notes = []
     if workload.device != "meta":  # levers re-profile at other sizes and formats: counts only
         extra_notes.append(f"advise counts on the meta device (device {workload.device} given): no lever is timed")
         workload = replace(workload, device="meta")
-    base = profile(source, workload, hardware, host=host, db=db, measure=False)
-    if hardware == "auto":  # resolved once: the entry the baseline was placed on
-        hardware = base.report.hardware.source or base.report.hardware.name
+    counts = ReportOptions(measure=False)
+    base = profile(source, workload, deployment, options=counts, host=host, db=db)
+    if (deployment.hardware or "auto") == "auto":  # resolved once: the entry the baseline was placed on
+        deployment = replace(deployment, hardware=base.report.hardware.source or base.report.hardware.name)
     once = replace(source, build_model=_always(base.model))
     profiles = 1
     results: list[LeverResult] = []
     skipped: list[SkippedLever] = []
     notes: dict[str, None] = {}
-    for cand in builtin_levers(workload, base, source) + plugin_levers(host, workload, base.report, source):
+    for cand in (builtin_levers(workload, deployment, base)
+                 + plugin_levers(host, workload, deployment, base.report, source)):
+        cand = replace(cand, workload=cand.workload or workload, deployment=cand.deployment or deployment)
         if cand.skip is not None:
             skipped.append(SkippedLever(cand.name, cand.skip, cand.source))
             continue
@@ -272,8 +282,8 @@ def advise(
             results.append(price(cand.name, base.report, base.report, cand.assumption, view="fused"))
             continue
         try:
-            lever = profile(source if cand.rebuild else once, cand.workload, hardware, host=host, db=db,
-                            measure=False, transform=cand.transform)
+            lever = profile(source if cand.rebuild else once, cand.workload, cand.deployment, options=counts,
+                            host=host, db=db, lever=cand.transform)
         except RooflineError as exc:  # a lever this model or entry cannot take: skipped, with the reason
             skipped.append(SkippedLever(cand.name, str(exc), cand.source))
             continue
@@ -284,16 +294,16 @@ def advise(
             # activations were scaled per sequence from the baseline's batch: settle on the measured fit
             target = max(workload.batch, report.memory.max_batch)
             cand = replace(cand, name=f"batch {target:,} (largest that fits)", workload=replace(workload, batch=target))
-            report = profile(once, cand.workload, hardware, host=host, db=db, measure=False).report
+            report = profile(once, cand.workload, cand.deployment, options=counts, host=host, db=db).report
             profiles += 1
         notes.update(dict.fromkeys(n for n in report.notes if n not in base.report.notes))
         results.append(price(cand.name, report, base.report, cand.assumption + _kv_caveat(report, base.report),
                              source=cand.source,
-                             changes=_changes(workload, cand.workload)))
+                             changes=_changes(workload, cand.workload, deployment, cand.deployment)))
     results.sort(key=lambda r: -(r.speedup or 0.0))
     r = base.report
     return AdviceReport(
-        workload=r.workload, hardware=r.hardware, model=r.model,
+        workload=r.workload, hardware=r.hardware, model=r.model, deployment=r.deployment,
         baseline=price("baseline", r, None, "the workload as given"),
         levers=results, skipped=skipped, memory=r.memory, profiles=profiles, wall_s=time.perf_counter() - start,
         warnings=list(dict.fromkeys(list(r.warnings) + list(host.warnings))),

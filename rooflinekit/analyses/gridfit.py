@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from rooflinekit.analyses.parallel import ParallelConfig
 from rooflinekit.analyses.profile import Profiled
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
@@ -114,12 +113,13 @@ def _span(contexts: list[int]) -> str:
 
 
 def fit_grid(run: Run, model, base: Workload, host: PluginHost, batches: list[int], contexts: list[int], *,
-             top_batch: int | None = None) -> tuple[dict[int, list[RegionFit]], list[str]]:
+             top_batch: int | None = None, parallel: bool = False) -> tuple[dict[int, list[RegionFit]], list[str]]:
     """Fits serving the contexts of a meta-device grid (context -> its fits, by batch), and notes
-    on what was fitted and what was not (those points are to be captured)."""
+    on what was fitted and what was not (those points are to be captured). `parallel`: the
+    deployment splits the model (TP/EP), whose collectives are not fitted."""
     if base.device != "meta":
         return {}, []
-    if ParallelConfig.of(base).active:
+    if parallel:
         return {}, ["counts not fitted under --tp/--ep (collectives' link traffic is not fitted): every point "
                     "is captured"]
     plan = layer_plan(model)

@@ -15,7 +15,7 @@ Styles: "colwise" (output features split: FLOPs, weights and output / N, input w
 "vocab" (an embedding split over the vocabulary: each GPU gathers the rows it holds, then an
 all-reduce), "colwise_gather" (an output head split over the vocabulary: colwise, then an
 all-gather of the logits), "replicate" (run whole on every GPU: the default), "experts" (left to
-the module model: plugins/moe.py reads the `_tp`/`_ep` workload options and emits one GPU's
+the module model: plugins/moe.py reads the deployment's `tp`/`ep` and emits one GPU's
 records itself).
 
 Every other op follows its data: a tensor's *share* is the fraction of it one GPU holds (1 for
@@ -36,11 +36,12 @@ import torch
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.heads import split_heads
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionRow, attention_workload, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, OpRecord
-from rooflinekit.stages.workload import Workload
+from rooflinekit.stages.transform import Counted, TransformContext
 
 STYLES = ("colwise", "rowwise", "vocab", "colwise_gather", "replicate", "experts")
 
@@ -75,39 +76,6 @@ ASSUMPTIONS = (
 )
 
 _GATHER_OPS = ("aten.embedding", "aten._embedding_bag", "aten.index_select")
-
-
-@dataclass(frozen=True)
-class ParallelConfig:
-    """Tensor- and expert-parallel sizes (kept in the workload options as `_tp`/`_ep`)."""
-
-    tp: int = 1
-    ep: int = 1
-
-    @classmethod
-    def of(cls, workload: Workload) -> ParallelConfig:
-        options = dict(workload.options)
-        return cls(int(options.get("_tp", 1)), int(options.get("_ep", 1)))
-
-    @property
-    def active(self) -> bool:
-        return self.tp > 1 or self.ep > 1
-
-
-def with_parallel(workload: Workload, tp: int = 1, ep: int = 1) -> Workload:
-    """The workload with `_tp`/`_ep` options (only those above 1), checked."""
-    if tp < 1 or ep < 1:
-        raise UserError(f"--tp and --ep must be at least 1, got {tp} and {ep}")
-    if tp > 1 and ep > 1 and tp != ep:
-        raise UserError(
-            f"--tp {tp} with --ep {ep}: only --ep equal to --tp (experts spread over the GPUs that "
-            "split attention) or --ep alone (data-parallel attention) is modelled")
-    options = {k: v for k, v in workload.options if k not in ("_tp", "_ep")}
-    if tp > 1:
-        options["_tp"] = tp
-    if ep > 1:
-        options["_ep"] = ep
-    return replace(workload, options=tuple(sorted(options.items())))
 
 
 # -- plans ------------------------------------------------------------------------------------
@@ -482,7 +450,7 @@ def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host)
     return out, summary
 
 
-def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: ParallelConfig,
+def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
                     stored: dict[str, float] | None = None) -> float:
     """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole.
     `stored`: parameter name -> its bytes in a quantized format (rooflinekit.stages.quantize)."""
@@ -523,7 +491,7 @@ class Planned:
 
 
 def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
-                  workload: Workload, host, par: ParallelConfig, stored: dict[str, float] | None = None) -> Planned:
+                  workload: Workload, host, par: Deployment, stored: dict[str, float] | None = None) -> Planned:
     """Apply planned TP/EP to a single-GPU capture (see the module docstring); `stored` gives the
     quantized bytes of parameters by name (weights_per_gpu)."""
     modules = dict(model.named_modules())
@@ -534,7 +502,7 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
     if par.tp > 1:
         styles: dict[str, str] = {}
         shards = attention_shards(attention, par.tp, host)  # how each architecture splits
-        answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload,
+        answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload, deployment=par,
                                 attention=attention, shards=shards)
         for answer, plugin in answers:
             resolved, more = resolve(checked_plan(answer, plugin, host), modules)
@@ -584,3 +552,20 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.
         "notes": notes,
     }
     return Planned(capture=cap, attention=per_gpu_rows, section=section)
+
+
+@dataclass(frozen=True)
+class ParallelShard:
+    """The parallel transform: one GPU's share of the model under the deployment's TP/EP (a
+    `rooflinekit.stages.transform.Transform`)."""
+
+    name: str = "parallel"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        return ctx.deployment.parallel
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        planned = plan_parallel(counted.capture, counted.attention, ctx.model, ctx.workload, ctx.host,
+                                ctx.deployment, counted.stored)
+        return replace(counted, capture=planned.capture, attention=planned.attention,
+                       parallel=planned.section).with_notes(planned.headline)

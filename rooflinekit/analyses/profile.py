@@ -1,4 +1,13 @@
-"""Wire the stages together: workload -> capture -> attribute -> place. The CLI only calls this."""
+"""The pipeline: build -> capture -> attribute -> transforms -> place -> annotate.
+
+    counted = count(source, workload, deployment)          # build, capture, attribute, transforms
+    report = place(counted, hw, ...)                       # the roofline placement (and fused view)
+    report = annotate(report, ...)                         # memory, measurement, a second entry
+
+`profile` runs the whole list; a sweep's design captures stop after `count`. The transforms run in
+the stated order `TRANSFORMS` (formats, then the parallel shard, then a lever's restatement); the
+CLI, the Python API, sweep and advise all go through here.
+"""
 
 from __future__ import annotations
 
@@ -15,23 +24,31 @@ from rooflinekit.analyses.measure import (
     write_trace,
 )
 from rooflinekit.analyses.measure import measure as run_measure
-from rooflinekit.analyses.parallel import ParallelConfig, plan_parallel
+from rooflinekit.analyses.parallel import ParallelShard
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages import quantize
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.capture import CaptureResult, capture
+from rooflinekit.stages.capture import capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
-from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, hardware_db
-from rooflinekit.stages.memory import activation_peak, memory_fraction, memory_of
+from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
+from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import build_report
+from rooflinekit.stages.transform import (
+    Counted,
+    LegacyTransform,
+    Transform,
+    TransformContext,
+    as_transform,
+    run_transforms,
+)
 from rooflinekit.stages.workload import (
     ModelSource,
-    Workload,
     build,
     exit_error,
     in_effect,
@@ -40,20 +57,46 @@ from rooflinekit.stages.workload import (
 )
 from rooflinekit.stages.workload import _user_frame as user_frame
 
-#: A restatement of a capture before placement: (capture, attention rows, workload, plugin host)
-#: -> (capture, attention rows, notes).
-Transform = Callable[[CaptureResult, list, Workload, PluginHost], tuple[CaptureResult, list, list[str]]]
+#: The transforms every request runs, in this order (a lever's restatement goes after them).
+TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), ParallelShard())
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    """How a profile is laid out and annotated: module depth, layer folding, op rows; measured
+    mode (None: on for cuda), its warm-up and repeats, its trace file; a second hardware entry."""
+
+    depth: int = 3
+    group_layers: bool = False
+    detail: bool = True
+    measure: bool | None = None
+    warmup: int = 2
+    repeats: int = 5
+    trace: str | None = None
+    compare_hardware: str | None = None
 
 
 @dataclass
 class Profiled:
-    report: Report | None  # None for profile(place=False)
+    report: Report | None  # None where the pipeline stopped after counting (a sweep's design captures)
     model: torch.nn.Module
     capture: object
     #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionRow).
     attention: list = field(default_factory=list)
     #: The module models plugins put in place during the capture (rooflinekit.stages.modelled).
     models: list = field(default_factory=list)
+
+
+@dataclass
+class Counting:
+    """What `count` hands on: the built model and inputs, the transformed counts, the module models
+    in place during the capture, and the notes from the source and the module models."""
+
+    model: torch.nn.Module
+    inputs: object
+    counted: Counted
+    models: list
+    notes: list[str]
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -69,134 +112,166 @@ def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) 
     return UserError(f"the model's forward failed: {user_frame(exc, source.path)}{hint}")
 
 
-def profile(
-    source: ModelSource,
-    workload: Workload,
-    hardware: str = DEFAULT_HARDWARE,
-    *,
-    depth: int = 3,
-    group_layers: bool = False,
-    host: PluginHost | None = None,
-    db: HardwareDB | None = None,
-    measure: bool | None = None,
-    warmup: int = 2,
-    repeats: int = 5,
-    trace: str | None = None,
-    compare_hardware: str | None = None,
-    on_stage: Callable[[str], None] | None = None,
-    transform: Transform | None = None,
-    place: bool = True,
-    detail: bool = True,
-) -> Profiled:
-    """Build, capture one forward, attribute attention, place on `hardware`.
-
-    `hardware="auto"` takes the local GPU's entry (NVML), else DEFAULT_HARDWARE. Measured mode
-    (`measure=True`; None means on for cuda, off otherwise) then times `repeats` real forwards after
-    `warmup` ones and joins the times to the counted ops (rooflinekit.analyses.measure); `trace` writes the
-    annotated profiler trace there. `compare_hardware` adds a second placement (placement_alt).
-    Workload options `_tp`/`_ep` (rooflinekit.analyses.parallel.with_parallel) give one GPU's share of the
-    model under planned tensor/expert parallelism. `on_stage("built")` and `on_stage("captured")`
-    are called after those stages (torch.distributed runs check every rank there). `transform`
-    restates the (per-GPU) capture and attention rows before they are placed (a lever of
-    rooflinekit.analyses.advise, e.g. absorbed MLA); its notes join the report's. `place=False`
-    stops after the capture and its attention rows (a sweep's design captures): no report, nothing
-    measured; `detail=False` places it without op rows and fused view (stages.place.build_report).
-    """
-    validate_levers(workload)  # formats and q_len, as the command line checks them
-    host = host or get_host()
-    db = db or hardware_db(host)
-    auto_note = None
-    if hardware == "auto":
-        hw, auto_note = auto_hardware(db, DEFAULT_HARDWARE)
-    else:
-        hw = db.get(hardware)
-    alt_hw = db.get(compare_hardware) if compare_hardware else None
-    if measure is None:
-        measure = workload.device.startswith("cuda")
-    if measure and workload.device == "meta":
-        raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "
-                        "(the meta device holds no data)")
-    if trace and not measure:
-        raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
-    if measure and quantize.applies(workload):
-        raise UserError("--weight-dtype, --kv-dtype and --dtype fp8 model formats the model does not run; measured "
-                        "mode times what it runs: drop --measure (or those options)")
-    quantize.check_hardware(hw, workload)
-    hardware_warning = None
-    if hardware == "auto" and measure and workload.device.startswith("cpu"):
-        # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
-        hw, auto_note, hardware_warning = cpu_hardware(db, hw, workload.device)
-    par = ParallelConfig.of(workload)
-    if par.active and measure:
-        raise UserError("--tp/--ep plan one GPU's share of a single-GPU model from its counts; measured "
-                        "mode times the real forward: drop --measure (or run the split model under torchrun)")
-    built = build(source, workload)
-    if on_stage:
-        on_stage("built")
+def _guarded(what: str, source: ModelSource, workload: Workload, fn: Callable):
+    """`fn()`, with a model's failure turned into one line naming `what` ran."""
     try:
-        with in_effect(workload), module_models(built.model, workload, host) as patched:
-            cap = capture(built.model, built.inputs, formula_book(host))
+        return fn()
     except UserError:
         raise
     except SystemExit as exc:
-        raise exit_error(exc, source.path, "the model's forward") from None
+        raise exit_error(exc, source.path, what) from None
     except Exception as exc:
         raise _forward_error(exc, source, workload) from exc
+
+
+def transforms_for(lever: Transform | LegacyTransform | None) -> tuple[Transform, ...]:
+    """The transform list of a request: TRANSFORMS, then the lever's restatement if any."""
+    return TRANSFORMS + ((as_transform(lever),) if lever is not None else ())
+
+
+def count(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
+          lever: Transform | LegacyTransform | None = None,
+          on_stage: Callable[[str], None] | None = None) -> Counting:
+    """Build, capture one forward, attribute attention, and run the transforms."""
+    built = build(source, workload)
+    if on_stage:
+        on_stage("built")
+
+    def forward():
+        with in_effect(workload), module_models(built.model, workload, host, deployment) as patched:
+            return capture(built.model, built.inputs, formula_book(host)), list(patched)
+
+    cap, models = _guarded("the model's forward", source, workload, forward)
     if on_stage:
         on_stage("captured")
-    rows = attribute_attention(cap, built.model, workload, host)
-    levers = quantize.transform(cap, rows, built.model, workload)  # formats the model does not run
-    cap, rows = levers.capture, levers.attention
-    planned = None
-    if par.active:  # planned parallelism: one GPU's share (rooflinekit.analyses.parallel)
-        planned = plan_parallel(cap, rows, built.model, workload, host, par, levers.stored)
-        cap, rows = planned.capture, planned.attention
-    transform_notes: list[str] = []
-    if transform is not None:
-        cap, rows, transform_notes = transform(cap, rows, workload, host)
-    if not place:  # counts only: no report, nothing timed
-        return Profiled(report=None, model=built.model, capture=cap, attention=rows, models=list(patched))
-    params = cached(built.model, "parameters", lambda: sum(p.numel() for p in built.model.parameters()))
+    rows = attribute_attention(cap, built.model, workload, host, deployment)
+    ctx = TransformContext(workload, deployment, built.model, host)
+    counted = run_transforms(Counted(cap, rows), transforms_for(lever), ctx)
+    notes = list(source.notes) + [m.assumption_note for m in models]
+    return Counting(built.model, built.inputs, counted, models, notes)
+
+
+def counted(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost) -> Profiled:
+    """The pipeline up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
+    validate_levers(workload, deployment)
+    counting = count(source, workload, deployment, host)
+    return Profiled(report=None, model=counting.model, capture=counting.counted.capture,
+                    attention=counting.counted.attention, models=counting.models)
+
+
+def place(counting: Counting, source: ModelSource, workload: Workload, deployment: Deployment,
+          hw: HardwareSpec, options: ReportOptions, extra: tuple[list[str], list[str]]) -> Report:
+    """The report of the transformed counts on `hw`; `extra` = (notes, warnings) to add."""
+    cap = counting.counted.capture
+    model = counting.model
     info = {
         "name": source.name,
         "path": source.path,
         "kind": source.kind,
-        "parameters": params,
+        "parameters": cached(model, "parameters", lambda: sum(p.numel() for p in model.parameters())),
         "param_bytes": cap.param_bytes_total,
         "modules": len(cap.modules),
     }
-    notes = list(source.notes) + [m.assumption_note for m in patched] + levers.notes
+    notes = counting.notes + list(counting.counted.notes)
     if multi_token_note(workload):
         notes.append(multi_token_note(workload))
-    if auto_note:
-        notes.append(auto_note)
-    if planned is not None:
-        notes.append(planned.headline)
-    notes.extend(transform_notes)
-    measurement = None
-    if measure:
-        try:
-            with in_effect(workload), module_models(built.model, workload, host):
-                measurement = run_measure(
-                    built.model, built.inputs, cap.ops, device=workload.device, warmup=warmup,
-                    repeats=repeats, formulas=formula_book(host), trace=bool(trace),
-                )
-        except UserError:
-            raise
-        except SystemExit as exc:
-            raise exit_error(exc, source.path, "the measured forward") from None
-        except Exception as exc:
-            raise _forward_error(exc, source, workload) from exc
+    extra_notes, warnings = extra
+    notes += extra_notes
     report = build_report(
-        cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
-        warnings=list(host.warnings + db.problems), notes=list(dict.fromkeys(notes)),
-        parallel=planned.section if planned is not None else None, detail=detail,
+        cap, counting.counted.attention, hw, workload, model_info=info, depth=options.depth,
+        group_layers=options.group_layers, warnings=warnings, notes=list(dict.fromkeys(notes)),
+        parallel=counting.counted.parallel, detail=options.detail,
     )
-    report = replace(report, memory=memory_of(report, hw, memory_fraction(workload), activation_peak(cap)))
-    if measurement is not None:
-        report = with_measurement(report, hw, measurement, modelled_modules(cap.ops), hardware_warning)
+    return replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
+
+
+def with_memory(report: Report, counting: Counting, hw: HardwareSpec, deployment: Deployment) -> Report:
+    """Annotate: what one GPU holds for the step against its capacity (rooflinekit.stages.memory)."""
+    peak = activation_peak(counting.counted.capture)
+    return replace(report, memory=memory_of(report, hw, deployment.memory_fraction, peak))
+
+
+def measured(counting: Counting, workload: Workload, deployment: Deployment, host: PluginHost,
+             options: ReportOptions):
+    """Annotate: real forwards timed and joined to the counted ops (rooflinekit.analyses.measure)."""
+    with in_effect(workload), module_models(counting.model, workload, host, deployment):
+        return run_measure(counting.model, counting.inputs, counting.counted.capture.ops, device=workload.device,
+                           warmup=options.warmup, repeats=options.repeats, formulas=formula_book(host),
+                           trace=bool(options.trace))
+
+
+def resolve_hardware(deployment: Deployment, db: HardwareDB) -> tuple[HardwareSpec, str | None]:
+    """The deployment's hardware entry ("auto": the local GPU's, else the default) and the note
+    saying how "auto" was resolved."""
+    name = deployment.hardware or DEFAULT_HARDWARE
+    if name == "auto":
+        return auto_hardware(db, DEFAULT_HARDWARE)
+    return db.get(name), None
+
+
+def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options: ReportOptions) -> bool:
+    """Refuse what cannot be combined, in one line each; returns whether measured mode is on."""
+    validate_levers(workload, deployment)  # formats, q_len and degrees, as the command line checks them
+    measure = workload.device.startswith("cuda") if options.measure is None else options.measure
+    if measure and workload.device == "meta":
+        raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "
+                        "(the meta device holds no data)")
+    if options.trace and not measure:
+        raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
+    if measure and quantize.applies(workload, deployment):
+        raise UserError("--weight-dtype, --kv-dtype and --dtype fp8 model formats the model does not run; measured "
+                        "mode times what it runs: drop --measure (or those options)")
+    quantize.check_hardware(hw, workload)
+    if deployment.parallel and measure:
+        raise UserError("--tp/--ep plan one GPU's share of a single-GPU model from its counts; measured "
+                        "mode times the real forward: drop --measure (or run the split model under torchrun)")
+    return measure
+
+
+def profile(
+    source: ModelSource,
+    workload: Workload,
+    deployment: Deployment | None = None,
+    *,
+    options: ReportOptions | None = None,
+    host: PluginHost | None = None,
+    db: HardwareDB | None = None,
+    lever: Transform | LegacyTransform | None = None,
+    on_stage: Callable[[str], None] | None = None,
+) -> Profiled:
+    """The whole pipeline for one request: count, place on the deployment's hardware, annotate.
+
+    `deployment.hardware` "auto" takes the local GPU's entry (NVML), else DEFAULT_HARDWARE. The
+    annotate steps are the memory section, measured mode (`options.measure`: times real forwards
+    and joins them to the counted ops, rooflinekit.analyses.measure) with its trace, and a second
+    placement on `options.compare_hardware`. `lever` restates the counts after the built-in
+    transforms (advise's levers). `on_stage("built")`/`on_stage("captured")` are called after those
+    stages (torch.distributed runs check every rank there).
+    """
+    deployment = deployment or Deployment()
+    options = options or ReportOptions()
+    host = host or get_host()
+    db = db or hardware_db(host)
+    hw, auto_note = resolve_hardware(deployment, db)
+    measure = _check(workload, deployment, hw, options)
+    hardware_warning = None
+    if deployment.hardware == "auto" and measure and workload.device.startswith("cpu"):
+        # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
+        hw, auto_note, hardware_warning = cpu_hardware(db, hw, workload.device)
+    alt_hw = db.get(options.compare_hardware) if options.compare_hardware else None
+    counting = count(source, workload, deployment, host, lever=lever, on_stage=on_stage)
+    report = place(counting, source, workload, deployment, hw, options,
+                   ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
+    report = with_memory(report, counting, hw, deployment)
+    if measure:
+        measurement = _guarded("the measured forward", source, workload,
+                               lambda: measured(counting, workload, deployment, host, options))
+        report = with_measurement(report, hw, measurement, modelled_modules(counting.counted.capture.ops),
+                                  hardware_warning)
+        if options.trace:
+            write_trace(options.trace, measurement.trace, report)
     if alt_hw is not None:
         report = with_alt_placement(report, alt_hw)
-    if measurement is not None and trace:
-        write_trace(trace, measurement.trace, report)
-    return Profiled(report=report, model=built.model, capture=cap, attention=rows, models=list(patched))
+    cap = counting.counted.capture
+    return Profiled(report=report, model=counting.model, capture=cap, attention=counting.counted.attention,
+                    models=counting.models)

@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
-from rooflinekit.analyses.profile import Profiled, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, profile
 from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
@@ -34,6 +34,7 @@ from rooflinekit.core.report import (
     SweepReport,
     SweepWorkload,
 )
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.units import plain, ratio, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
@@ -148,11 +149,11 @@ class Profiler:
     fitted on a few captures (rooflinekit.analyses.gridfit) instead of captured.
     """
 
-    def __init__(self, source, base, hardware: str, *, depth: int = 3, host=None, db=None):
+    def __init__(self, source, base, deployment: Deployment, *, depth: int = 3, host=None, db=None):
 
         self.source = source
         self.base = base
-        self.hardware = hardware
+        self.deployment = deployment
         self.depth = depth
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
@@ -177,8 +178,8 @@ class Profiler:
             fit = self.fit_for(batch, context)
             if fit is not None:
                 workload = replace(self.base, batch=batch, context=context)
-                report = fit.fitted.report_at(workload, self.hw(), model_info=self.header["model"], depth=self.depth,
-                                              compact=True)
+                report = fit.fitted.report_at(workload, self.hw(), model_info=self.header["model"],
+                                              deployment=self.deployment, depth=self.depth, compact=True)
                 self.rows[key] = point_row(report)
                 self._fitted[key] = report
                 self.evaluated += 1
@@ -211,7 +212,8 @@ class Profiler:
             return self.report(batch, context)
         t = fit.template
         return fit.fitted.report_at(replace(self.base, batch=batch, context=context), self.hw(),
-                                    model_info=encode(t.model), depth=self.depth, notes=t.notes, warnings=t.warnings)
+                                    model_info=encode(t.model), deployment=self.deployment, depth=self.depth,
+                                    notes=t.notes, warnings=t.warnings)
 
     def fit_for(self, batch: int, context: int) -> RegionFit | None:
         """The fit that serves (batch, context), if any."""
@@ -224,13 +226,16 @@ class Profiler:
         source = self._built or self.source
         # the built model's module tree, parameters and plugins' answers about its modules, once
         with using(self._facts) if self._facts is not None else nullcontext():
-            if plan is not None:  # a design capture: its counts are fitted, no report is read
+            options = ReportOptions(depth=self.depth, detail=detail, measure=False)
+            if plan is not None and plan.skipped:  # a design capture: its counts are fitted, no report
                 with skipping(plan):
-                    result = profile(source, workload, self.hardware, depth=self.depth, host=self.host,
-                                     db=self.db, measure=False, place=not plan.skipped, detail=detail)
+                    result = counted(source, workload, self.deployment, self.host)
+            elif plan is not None:
+                with skipping(plan):
+                    result = profile(source, workload, self.deployment, options=options, host=self.host,
+                                     db=self.db)
             else:
-                result = profile(source, workload, self.hardware, depth=self.depth, host=self.host, db=self.db,
-                                 measure=False, detail=detail)
+                result = profile(source, workload, self.deployment, options=options, host=self.host, db=self.db)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
@@ -258,10 +263,10 @@ class Profiler:
     def hw(self) -> HardwareSpec:
         """The hardware entry the profiles are placed on."""
         if self._hw is None:
-            if self.hardware == "auto":
+            if (self.deployment.hardware or "auto") == "auto":
                 self._hw = auto_hardware(self.db, DEFAULT_HARDWARE)[0]
             else:
-                self._hw = self.db.get(self.hardware)
+                self._hw = self.db.get(self.deployment.hardware)
         return self._hw
 
     def fit(self, batches: list[int], contexts: list[int], *, top_batch: int | None = None) -> None:
@@ -269,7 +274,7 @@ class Profiler:
         module models), so that `row` evaluates points there; `top_batch` is the largest batch that
         will be asked for besides `batches` (the critical batch's bound), where the fit is checked."""
         fits, notes = fit_grid(self.run, self.model(), self.base, self.host, list(batches), list(contexts),
-                               top_batch=top_batch)
+                               top_batch=top_batch, parallel=self.deployment.parallel)
         self.fits.update(fits)
         self.fit_notes.extend(notes)
 
@@ -591,6 +596,7 @@ class SweepResult:
     wall_s: float = 0.0
     max_batch: int = MAX_BATCH
     explore: bool = True  # whether the critical batch may profile batches the sweep did not ask for
+    deployment: Deployment = field(default_factory=Deployment)
     notes: list[str] = field(default_factory=list)  # every profile's notes, each once, then the sweep's own
     warnings: list[str] = field(default_factory=list)
 
@@ -607,6 +613,7 @@ class SweepResult:
         header = self.header
         return SweepReport(
             workload=decode(SweepWorkload, dict(self.base, batches=self.batches, contexts=self.contexts)),
+            deployment=self.deployment,
             hardware=decode(HardwareInfo, header["hardware"]) if header.get("hardware") else _NO_HARDWARE,
             model=decode(ModelInfo, header.get("model") or {}),
             points=[decode(SweepPoint, p) for p in self.points],
@@ -628,9 +635,9 @@ _NO_HARDWARE = HardwareInfo(name="?", dtype="?", peak_flops=0.0, bandwidth=0.0, 
 def run_sweep(
     source,
     base,
+    deployment: Deployment,
     batches: list[int],
     contexts: list[int],
-    hardware: str,
     *,
     critical: bool = True,
     max_batch: int = MAX_BATCH,
@@ -651,12 +658,12 @@ def run_sweep(
     """
 
     start = time.perf_counter()
-    prof = profiler or Profiler(source, base, hardware)
+    prof = profiler or Profiler(source, base, deployment)
     base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
     base_info["q_len"] = base.q_len if base.phase == "decode" else None  # prefill's is each context
     explore = base.device == "meta"
     result = SweepResult(header={}, base=base_info, batches=list(batches), contexts=list(contexts),
-                         max_batch=max_batch, explore=explore)
+                         max_batch=max_batch, explore=explore, deployment=deployment.resolved(base.dtype_key))
     try:
         if fit and explore:
             prof.fit(batches, contexts, top_batch=max_batch if critical else None)

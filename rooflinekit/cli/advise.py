@@ -53,7 +53,8 @@ fit), whether it fits, memory per GPU, the assumption. Counts on the meta device
 def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, fmt, output, plot_path, debug,
                tp=1, ep=1):
     fmt = output_format(fmt, output)
-    workload, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep)
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep,
+                                               hardware=hardware)
     inputs = model_inputs(model, hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
@@ -61,7 +62,7 @@ def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, f
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
     with stdout_to_stderr():  # what the model and plugins print stays off the advice
-        report = advise(load_source(model, opts), workload, hardware or "auto")
+        report = advise(load_source(model, opts), workload, deployment)
     for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     emit(advise_html(report) if fmt == "html" else render_advice(report, fmt), output)

@@ -11,6 +11,7 @@ from rooflinekit.analyses.distributed import (
     requested,
     run_ranks,
 )
+from rooflinekit.analyses.profile import ReportOptions
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.options import (
@@ -97,7 +98,8 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
     fmt = output_format(fmt, output)
     if csv_table is not None and fmt != "csv":
         raise UserError(f"--table applies to -f csv, not -f {fmt}")
-    workload, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep)
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep,
+                                               hardware=hardware)
     inputs = model_inputs(model, hardware, compare_hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
@@ -119,9 +121,11 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
                         f"got {warmup} and {repeats}")
 
     def run(on_stage=None):
-        return run_profile(load_source(model, opts), workload, hardware or "auto", depth=depth,
-                           group_layers=group_layers is True, measure=measure, warmup=warmup, repeats=repeats,
-                           trace=trace, compare_hardware=compare_hardware, on_stage=on_stage).report
+        report_options = ReportOptions(depth=depth, group_layers=group_layers is True, measure=measure,
+                                       warmup=warmup, repeats=repeats, trace=trace,
+                                       compare_hardware=compare_hardware)
+        return run_profile(load_source(model, opts), workload, deployment, options=report_options,
+                           on_stage=on_stage).report
 
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
         check_options(tp, ep, trace)

@@ -80,10 +80,11 @@ def decorate(f):
 def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
           no_critical, max_batch, debug, tp=1, ep=1, no_fit=False, wide=False):
     fmt = output_format(fmt, output)
-    base, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep)
+    base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep,
+                                           hardware=hardware)
     for b in batches:
         for c in contexts:
-            make_workload(phase, b, c, dtype, device, ())
+            make_workload(phase, b, c, dtype, device, (), tp, ep)
     if max_batch > BATCH_LIMIT:
         raise UserError(f"--max-batch must be at most {BATCH_LIMIT:,}, got {max_batch}")
     inputs = model_inputs(model, hardware)
@@ -99,7 +100,7 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
         if bar:
             bar.__enter__()
         with stdout_to_stderr():  # what the model and plugins print stays off the report
-            result = run_sweep(load_source(model, opts), base, batches, contexts, hardware or "auto",
+            result = run_sweep(load_source(model, opts), base, deployment, batches, contexts,
                                critical=not no_critical, max_batch=max_batch, fit=not no_fit,
                                progress=(lambda _row: bar.update(1)) if bar else None)
     finally:

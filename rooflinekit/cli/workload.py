@@ -1,6 +1,7 @@
 """The workload options of the commands that run a model (`profile`, `sweep`, `advise`): phase,
 batch, context, dtype, device, hardware, -O options, weight and KV cache formats, multi-token decode,
-planned parallelism, and the checked Workload they describe.
+planned parallelism, and the checked request they describe (rooflinekit.core.request: the Workload
+and its Deployment).
 
 The format and multi-token flags (--weight-dtype, --weight-group-size, --kv-dtype, --q-len,
 --quantize-embeddings) reach no command function as arguments: `workload_options` keeps them in the
@@ -12,30 +13,17 @@ Apart from rooflinekit.cli.options because a Workload needs torch: commands that
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import click
 import torch
 
-from rooflinekit.analyses.parallel import with_parallel
 from rooflinekit.core.errors import WorkloadError
-from rooflinekit.stages.memory import DEFAULT_FRACTION, FRACTION_OPTION, check_fraction
-from rooflinekit.stages.workload import (
-    KV_BYTES,
-    WEIGHT_BITS,
-    Workload,
-    parse_options,
-    validate,
-    validate_levers,
-)
+from rooflinekit.core.request import DEFAULT_FRACTION, KV_BYTES, WEIGHT_BITS, Deployment, Workload
+from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, validate_levers
 
-#: The most GPUs --tp or --ep splits a model over.
-MAX_PARALLEL = 1 << 16
 #: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
 LEVERS = "rooflinekit.workload_levers"
-#: Workload fields those flags set, by option name.
-LEVER_FIELDS = {"weight_dtype": "weight_dtype", "weight_group_size": "weight_group_size",
-                "kv_dtype": "kv_dtype", "q_len": "decode_q_len", "quantize_embeddings": "quantize_embeddings"}
+#: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
+DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -118,19 +106,6 @@ def memory_option(f):
                              "(the rest: allocator, CUDA context); memory.fits and max_batch use it.")(f)
 
 
-def with_memory_fraction(workload: Workload, fraction: float | None = None) -> Workload:
-    """The workload with `_memory_fraction` set (checked) when not the default; None: the one the
-    current command was given."""
-    if fraction is None:
-        ctx = click.get_current_context(silent=True)
-        fraction = ctx.meta.get(MEMORY_FRACTION, DEFAULT_FRACTION) if ctx is not None else DEFAULT_FRACTION
-    fraction = check_fraction(fraction)
-    options = {k: v for k, v in workload.options if k != FRACTION_OPTION}
-    if fraction != DEFAULT_FRACTION:
-        options[FRACTION_OPTION] = fraction
-    return replace(workload, options=tuple(sorted(options.items())))
-
-
 def parallel_options(f):
     """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel)."""
     f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
@@ -141,11 +116,18 @@ def parallel_options(f):
                              "split, all-reduces added). See docs/parallel.md.")(f)
 
 
-def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *,
-                  levers: dict | None = None) -> tuple[Workload, dict]:
-    """The Workload the options describe (checked), and the parsed -O options. `levers` maps lever
-    flag names (weight_dtype, weight_group_size, kv_dtype, q_len, quantize_embeddings) to values;
-    None: those the current command was given."""
+def command_memory_fraction() -> float:
+    """The --memory-fraction the current command was given (the default outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(MEMORY_FRACTION, DEFAULT_FRACTION) if ctx is not None else DEFAULT_FRACTION
+
+
+def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *, hardware: str | None = None,
+                  levers: dict | None = None) -> tuple[Workload, Deployment, dict]:
+    """The request the options describe, checked: the Workload (what runs), the Deployment (how:
+    `hardware`, TP/EP, formats, memory fraction) and the parsed -O options. `levers` maps the format
+    and multi-token flag names (weight_dtype, weight_group_size, kv_dtype, q_len,
+    quantize_embeddings) to values; None: those the current command was given."""
     validate(phase, batch, context, dtype, device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -154,11 +136,12 @@ def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *,
     if "q_len" in kept.get("_given", ()) and phase != "decode":
         raise WorkloadError(f"--q-len applies to decode only: a prefill step's new tokens are its context "
                             f"(drop --q-len {kept['q_len']}, or use --phase decode)")
-    fields = {LEVER_FIELDS[k]: v for k, v in kept.items() if k in LEVER_FIELDS and v is not None}
     opts = parse_options(options)
-    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), **fields)
-    validate_levers(workload)
-    workload = with_memory_fraction(workload)
-    if tp > 1 or ep > 1:
-        workload = with_parallel(workload, tp, ep)
-    return workload, opts
+    q_len = kept.get("q_len")
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())),
+                        decode_q_len=1 if q_len is None else q_len)
+    formats = {k: v for k, v in kept.items() if k in DEPLOYMENT_FLAGS and v is not None}
+    deployment = Deployment(hardware=hardware or "auto", tp=tp, ep=ep, memory_fraction=command_memory_fraction(),
+                            **formats)
+    validate_levers(workload, deployment)
+    return workload, deployment, opts

@@ -199,6 +199,31 @@ def upgrade_profile(data: dict) -> dict:
     return out
 
 
+#: Schema 2.0 kept these deployment settings in the workload section, and these in its options.
+_DEPLOYMENT_FIELDS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings")
+_DEPLOYMENT_OPTIONS = {"_tp": "tp", "_ep": "ep", "_memory_fraction": "memory_fraction"}
+
+
+def upgrade_deployment(data: dict) -> dict:
+    """A schema 1.x or 2.x report (profile, sweep or advise) with its deployment settings moved out
+    of the workload into `deployment`, as schema 3.0 has them (a copy; 3.x reports are returned as
+    they are). Underscore-prefixed options (`_tp`, `_ep`, `_memory_fraction`) leave the options."""
+    version = str(data.get("schema_version", "")) if isinstance(data, dict) else ""
+    if not version or version.split(".")[0] not in ("1", "2") or not isinstance(data.get("workload"), dict):
+        return data
+    workload = dict(data["workload"])
+    deployment = {k: workload.pop(k) for k in _DEPLOYMENT_FIELDS if k in workload}
+    options = workload.get("options")
+    if isinstance(options, dict):
+        deployment.update({name: options[key] for key, name in _DEPLOYMENT_OPTIONS.items() if key in options})
+        workload["options"] = {k: v for k, v in options.items() if not str(k).startswith("_")}
+    parallel = data.get("parallel")
+    if isinstance(parallel, dict):  # a planned-parallel profile says its degrees there too
+        deployment.setdefault("tp", parallel.get("tp", 1))
+        deployment.setdefault("ep", parallel.get("ep", 1))
+    return dict(data, workload=workload, deployment=deployment)
+
+
 # -- JSON Schema ----------------------------------------------------------------------------------
 
 

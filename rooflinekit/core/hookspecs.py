@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only (never evaluated): no import at run time, 
 
     from rooflinekit.core.levers import LeverProposal
     from rooflinekit.core.report import Report
+    from rooflinekit.core.request import Deployment, ModelSource, Workload
     from rooflinekit.core.specs import (
         AttentionCall,
         AttentionCost,
@@ -33,9 +34,8 @@ if TYPE_CHECKING:  # annotations only (never evaluated): no import at run time, 
         AttentionSpec,
         AttentionWindow,
         AttentionWorkload,
+        ModuleModel,
     )
-    from rooflinekit.stages.modelled import ModuleModel
-    from rooflinekit.stages.workload import ModelSource, Workload
 
 hookspec = pluggy.HookspecMarker("rooflinekit")
 hookimpl = pluggy.HookimplMarker("rooflinekit")
@@ -181,18 +181,19 @@ def rooflinekit_workload_loader(path: str, options: dict[str, Any]) -> ModelSour
 
     :param path: the path as given on the command line.
     :param options: dict of ``--option KEY=VALUE`` pairs.
-    :return: a `rooflinekit.stages.workload.ModelSource`, or None if this plugin does not load such paths.
+    :return: a `ModelSource` (`rooflinekit.plugin.ModelSource`), or None if this plugin does not load such paths.
     """
 
 
 @hookspec(firstresult=True)
-def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workload) -> ModuleModel | None:
+def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workload,
+                             deployment: Deployment) -> ModuleModel | None:
     """firstresult: stops at the first non-None answer.
 
     Replace a module's forward with an analytic model during capture (e.g. MoE routing).
 
     Data-dependent blocks cannot run on the meta device. A plugin that knows such a block returns
-    a `rooflinekit.stages.modelled.ModuleModel`, whose `forward` computes the output shape and emits
+    a `ModuleModel` (`rooflinekit.plugin.ModuleModel`), whose `forward` computes the output shape and emits
     modelled op records with the stated assumption.
 
     A sweep asks once per module for all its batches and contexts (the workload it passes is the
@@ -201,14 +202,16 @@ def rooflinekit_module_model(module: torch.nn.Module, path: str, workload: Workl
 
     :param module: a torch.nn.Module of the model.
     :param path: its dotted path.
-    :param workload: the `rooflinekit.stages.workload.Workload`.
+    :param workload: the `Workload` (what runs: phase, batch, context, dtype, the model's options).
+    :param deployment: the `Deployment` (how it runs: ``tp``, ``ep``, formats, ...): a module model
+        of experts emits one GPU's share under ``deployment.ep``/``deployment.tp``.
     :return: a ModuleModel, or None.
     """
 
 
 @hookspec
 def rooflinekit_tp_plan(
-    model: torch.nn.Module, workload: Workload, attention: dict[str, AttentionSpec],
+    model: torch.nn.Module, workload: Workload, deployment: Deployment, attention: dict[str, AttentionSpec],
     shards: dict[str, AttentionShard],
 ) -> dict[str, str] | None:
     """every plugin's answer is collected.
@@ -220,7 +223,8 @@ def rooflinekit_tp_plan(
     wins (later-registered plugins are asked first, the built-in `parallel` plugin last).
 
     :param model: the torch.nn.Module as built (single-GPU shapes).
-    :param workload: the `rooflinekit.stages.workload.Workload` (options ``_tp``/``_ep`` hold the sizes).
+    :param workload: the `Workload` (what runs).
+    :param deployment: the `Deployment`: ``deployment.tp`` and ``deployment.ep`` are the sizes.
     :param attention: dict of attention-site module path -> `AttentionSpec` (single-GPU heads),
         as the attention plugins recognised them in the unsplit capture.
     :param shards: dict of the same paths -> `AttentionShard`: how each layer splits N ways, as
@@ -238,7 +242,8 @@ def rooflinekit_tp_plan(
 
 
 @hookspec
-def rooflinekit_advise_levers(workload: Workload, report: Report, source: ModelSource) -> list[LeverProposal] | None:
+def rooflinekit_advise_levers(workload: Workload, deployment: Deployment, report: Report,
+                              source: ModelSource) -> list[LeverProposal] | None:
     """every plugin's answer is collected.
 
     Propose levers for `rooflinekit advise`: changes of the workload that might speed the step up.
@@ -246,10 +251,12 @@ def rooflinekit_advise_levers(workload: Workload, report: Report, source: ModelS
     by the same code as the built-in levers (batch, weight and KV formats, fusion, TP, multi-token
     decode), and ranked with them. The MLA plugin's absorbed form is one.
 
-    :param workload: the `rooflinekit.stages.workload.Workload` being advised on (frozen: propose
-        `dataclasses.replace(workload, ...)`).
+    :param workload: the `Workload` being advised on (frozen: propose
+        `dataclasses.replace(workload, ...)` for a change of what runs).
+    :param deployment: its `Deployment` (frozen: propose `dataclasses.replace(deployment, ...)` for
+        a change of how it runs: formats, parallel degrees).
     :param report: its profile `rooflinekit.core.report.Report` (the baseline), with `memory`.
-    :param source: the `rooflinekit.stages.workload.ModelSource` the model is built from (which
+    :param source: the `ModelSource` the model is built from (which
         -O options its build_model and make_inputs take).
     :return: a list of `LeverProposal` (`rooflinekit.plugin.LeverProposal`): a name, the changed
         workload and the assumption in one sentence; or `skip="why"` for a lever that does not

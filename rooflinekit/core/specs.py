@@ -149,3 +149,24 @@ class AttentionShard:
     colwise_shares: Mapping[int, float] = field(default_factory=dict)
     #: One sentence for the layer's notes: what one GPU holds.
     note: str = ""
+
+
+class ModuleModel:
+    """Base class for analytic stand-ins. Subclasses implement `forward` and set `assumption`."""
+
+    #: One sentence stating the model's assumption, shown in every report that used it.
+    assumption: str = ""
+    #: How the counts it emits scale, for sweeps that fit counts over a grid
+    #: (rooflinekit.stages.fit): "polynomial" if they are polynomials of degree at most 1 in batch
+    #: and 2 in context, as ops' own counts are, so a sweep may evaluate them from a few captures;
+    #: None (the default: data-dependent, e.g. the distinct experts an MoE batch touches) makes
+    #: every sweep point a capture of its own.
+    scaling: str | None = None
+
+    def forward(self, module: Any, path: str, args: tuple, kwargs: dict) -> Any:
+        """The module's output for `args`/`kwargs`, emitting modelled records (`emit`) as it goes."""
+        raise NotImplementedError
+
+    @property
+    def assumption_note(self) -> str:
+        return f"{type(self).__name__}: {self.assumption}"

@@ -22,6 +22,7 @@ import torch
 
 from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import (
     AttentionCall,
     AttentionCost,
@@ -33,7 +34,6 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.mixers import StorageLife, mixer_paths, state_traffic, with_mixers
-from rooflinekit.stages.workload import Workload
 
 
 @dataclass
@@ -244,16 +244,15 @@ def causality(core: list[OpRecord], workload: Workload) -> tuple[bool | None, st
     return None, f"{how}: its values are not inspected; model FLOPs assume a causal mask"
 
 
-def cost_and_notes(spec: AttentionSpec | None, dtype: str, causal: bool | None, causal_note: str | None,
-                   workload: Workload, host: PluginHost, kv_read: float, kv_reexpand_flops: float,
+def cost_and_notes(spec: AttentionSpec | None, aw: AttentionWorkload, causal_note: str | None,
+                   host: PluginHost, kv_read: float, kv_reexpand_flops: float,
                    reexpand_modules: list[str], kv_repeat: float = 1.0) -> tuple[AttentionCost | None, list[str]]:
-    """A layer's architecture cost at `workload` (its plugin's closed form) and the notes its row
+    """A layer's architecture cost at `aw` (its plugin's closed form) and the notes its row
     carries before the spec's own, from what its code read (`kv_read`, of which each distinct K/V
     element `kv_repeat` times: K/V repeated before the products) and re-computed."""
     notes = [causal_note] if causal_note else []
     cost = None
     if spec is not None:
-        aw = attention_workload(workload, dtype, causal)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
         distinct = kv_read / max(kv_repeat, 1.0)  # a repeat_kv copy must not hide a window
         if cost is None:
@@ -275,12 +274,13 @@ def cost_and_notes(spec: AttentionSpec | None, dtype: str, causal: bool | None, 
     return cost, notes
 
 
-def attention_workload(workload: Workload, dtype: str, causal: bool | None) -> AttentionWorkload:
+def attention_workload(workload: Workload, dtype: str, causal: bool | None,
+                       deployment: Deployment | None = None) -> AttentionWorkload:
     """What a layer's cost formula is asked at `workload`: q and output at the layer's `dtype`,
-    cached elements at the workload's --kv-dtype (or fp8 activations') size where one is given,
-    else at `dtype`'s."""
+    cached elements at the deployment's KV cache format (or fp8 activations') size where one is
+    given, else at `dtype`'s."""
     itemsize = dtype_itemsize(dtype)
-    cache = workload.kv_itemsize or itemsize
+    cache = (deployment or Deployment()).kv_itemsize(workload.dtype_key) or itemsize
     return AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
                              phase=workload.phase, cache_itemsize=cache, act_itemsize=itemsize, causal=causal)
 
@@ -332,15 +332,17 @@ def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, 
 
 
 def attribute_attention(
-    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
+    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost,
+    deployment: Deployment | None = None,
 ) -> list[AttentionRow]:
-    """One AttentionRow per attention site, in execution order."""
+    """One AttentionRow per attention site, in execution order; the architecture minimum costed
+    at the deployment's KV cache format."""
     with stdout_to_stderr():  # plugins' prints: one redirect for all the hooks asked, not one per call
-        return _attribute_attention(cap, model, workload, host)
+        return _attribute_attention(cap, model, workload, host, deployment or Deployment())
 
 
 def _attribute_attention(
-    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost
+    cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost, deployment: Deployment
 ) -> list[AttentionRow]:
     modules = cached(model, "modules", lambda: dict(model.named_modules()))
     by_index = {op.index: op for op in cap.ops}
@@ -411,8 +413,9 @@ def _attribute_attention(
         causal, causal_note = causality(core, workload)
         if spec is not None and getattr(spec, "fixed_state", False):
             causal_note = None  # a recurrence is causal by construction: no mask to read
-        cost, cost_notes = cost_and_notes(spec, dtype, causal, causal_note, workload, host, kv_read,
-                                          kv_reexpand_flops, sorted({op.module for op in reexpand}), kv_repeat)
+        aw = attention_workload(workload, dtype, causal, deployment)
+        cost, cost_notes = cost_and_notes(spec, aw, causal_note, host, kv_read, kv_reexpand_flops,
+                                          sorted({op.module for op in reexpand}), kv_repeat)
         notes.extend(cost_notes)
         rows.append(
             AttentionRow(

@@ -38,14 +38,14 @@ import torch
 
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.skips import skipping_layers
 from rooflinekit.core.units import plain
-from rooflinekit.stages.attribute import AttentionRow, causality, cost_and_notes
+from rooflinekit.stages.attribute import AttentionRow, attention_workload, causality, cost_and_notes
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import build_report
-from rooflinekit.stages.workload import Workload
 
 #: The largest relative difference between a fit's prediction and a capture that counts as equal.
 TOLERANCE = 1e-9
@@ -513,7 +513,8 @@ class FittedCapture:
             return None
         return ScaledPeak(self.template, allocations, [fit.written for fit in self.op_fits])
 
-    def sites_at(self, workload: Workload, *, compact: bool = False) -> list[AttentionRow]:
+    def sites_at(self, workload: Workload, deployment: Deployment | None = None, *,
+                 compact: bool = False) -> list[AttentionRow]:
         """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.
         `compact`: one row per group of layers that count alike, its figures (executed and minimum)
         multiplied by the layers it stands for, named after the first of them."""
@@ -532,8 +533,9 @@ class FittedCapture:
             reexpand = values[fitted.polys[SITE_FIELDS.index("kv_reexpand_flops")]]
             key = (fitted.key, site.dtype, causal, causal_note, kv_read, reexpand, tuple(fitted.reexpand_modules))
             if key not in costs:
-                costs[key] = cost_and_notes(site.spec, site.dtype, causal, causal_note, workload, self.host,
-                                            kv_read, reexpand, fitted.reexpand_modules)
+                aw = attention_workload(workload, site.dtype, causal, deployment)
+                costs[key] = cost_and_notes(site.spec, aw, causal_note, self.host, kv_read, reexpand,
+                                            fitted.reexpand_modules)
             cost, notes = costs[key]
             if n != 1 and cost is not None:
                 cost = replace(cost, flops_model=n * cost.flops_model, kv_bytes_min=n * cost.kv_bytes_min,
@@ -544,15 +546,18 @@ class FittedCapture:
                                notes=list(notes) + list(site.spec.notes if site.spec else ())))
         return out
 
-    def report_at(self, workload: Workload, hw: HardwareSpec, *, model_info: dict, depth: int = 3,
+    def report_at(self, workload: Workload, hw: HardwareSpec, *, model_info: dict,
+                  deployment: Deployment | None = None, depth: int = 3,
                   group_layers: bool = False, notes: list[str] | None = None, warnings: list[str] | None = None,
                   compact: bool = False) -> Report:
         """The Report at `workload`'s batch and context, placed as a capture's is. `compact`: ops
         of equal counts and attention layers that count alike merged (capture_at, sites_at), for
         the step's totals, byte split and attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
-        report = build_report(cap, self.sites_at(workload, compact=compact), hw, workload, model_info=model_info,
-                              depth=depth, group_layers=group_layers, detail=not compact)
+        deployment = deployment or Deployment()
+        report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload,
+                              model_info=model_info, depth=depth, group_layers=group_layers, detail=not compact)
+        report = replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
         if compact:
             at = report.attention_totals
             return replace(report, attention_totals=replace(at, layers=len(self.sites),

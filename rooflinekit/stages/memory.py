@@ -7,7 +7,7 @@ A pure function of a placed report, the capture it came from and a hardware entr
 - KV cache: per recognised attention layer, its cache bytes per token x the positions it holds
   (the context, or its window or chunk where smaller) x batch, plus a per-sequence state where a
   layer's plugin gives `cache_bytes_per_sequence` (recurrent, SSM and linear-attention layers);
-- activations: the peak measured during the capture (rooflinekit.stages.liveness): the most bytes
+- activations: the peak measured during the capture (rooflinekit.stages.capture.liveness): the most bytes
   of storages the forward allocated that were alive at once. K/V storages the forward allocated
   and still held when it returned (a cache grown by concatenation) are the KV cache, counted above.
 
@@ -24,17 +24,10 @@ from collections.abc import Sequence
 
 import torch
 
-from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.report import Memory, Report
-from rooflinekit.stages.capture import CaptureResult
+from rooflinekit.stages.capture.liveness import GARBAGE
+from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.liveness import GARBAGE
-from rooflinekit.stages.workload import Workload
-
-#: The share of a GPU's memory a workload may fill (the rest: allocator, CUDA context, fragments).
-DEFAULT_FRACTION = 0.9
-#: The workload option that carries --memory-fraction (like `_tp`/`_ep`).
-FRACTION_OPTION = "_memory_fraction"
 
 RULE = ("max_batch = floor((capacity x fraction - weights) / (KV cache per sequence + activation peak "
         "per sequence)): the activation peak measured at the report's batch is scaled per sequence")
@@ -46,22 +39,6 @@ ACTIVATION_NOTE = (
 KV_NOTE = ("KV cache: per recognised attention layer, its cache bytes per token (the architecture's: "
            "MLA's latent, K/V heads at the cache dtype) x the positions it holds (the context, or its "
            "window or chunk where smaller) x batch, plus any per-sequence state a layer's plugin gives")
-
-
-def check_fraction(value: float) -> float:
-    """--memory-fraction: a share of the GPU's memory in (0, 1]."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}") from None
-    if not (0.0 < value <= 1.0):  # NaN fails too
-        raise WorkloadError(f"--memory-fraction must be in (0, 1] (the share of GPU memory usable), got {value:g}")
-    return value
-
-
-def memory_fraction(workload: Workload) -> float:
-    """The workload's --memory-fraction (DEFAULT_FRACTION unless given)."""
-    return check_fraction(dict(workload.options).get(FRACTION_OPTION, DEFAULT_FRACTION))
 
 
 def _allocations(cap: CaptureResult) -> dict[int, tuple[int, float]]:

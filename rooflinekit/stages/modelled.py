@@ -16,29 +16,11 @@ import torch
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, module_tree
+from rooflinekit.core.request import Deployment
+from rooflinekit.core.specs import ModuleModel
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
-
-
-class ModuleModel:
-    """Base class for analytic stand-ins. Subclasses implement `forward` and set `assumption`."""
-
-    #: One sentence stating the model's assumption, shown in every report that used it.
-    assumption: str = ""
-    #: How the counts it emits scale, for sweeps that fit counts over a grid
-    #: (rooflinekit.stages.fit): "polynomial" if they are polynomials of degree at most 1 in batch
-    #: and 2 in context, as ops' own counts are, so a sweep may evaluate them from a few captures;
-    #: None (the default: data-dependent, e.g. the distinct experts an MoE batch touches) makes
-    #: every sweep point a capture of its own.
-    scaling: str | None = None
-
-    def forward(self, module: torch.nn.Module, path: str, args: tuple, kwargs: dict):
-        raise NotImplementedError
-
-    @property
-    def assumption_note(self) -> str:
-        return f"{type(self).__name__}: {self.assumption}"
 
 
 @contextmanager
@@ -100,25 +82,28 @@ def _check_count(name: str, module: str, field_name: str, value: object) -> None
                         "ROOFLINEKIT_DISABLE_PLUGINS=<name>)")
 
 
-def _answers(model: torch.nn.Module, workload, host) -> list[tuple]:
+def _answers(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
     """(path, module, ModuleModel or None, plugin name) for every module of the model."""
     if not host.implemented("rooflinekit_module_model"):  # no module is asked (1,215 in DeepSeek-V3)
         return []
     with stdout_to_stderr():  # one redirect for the walk (plugins' prints), not one per module
         return [(path, module, *host.call_first("rooflinekit_module_model", expect=ModuleModel,
-                                                module=module, path=path, workload=workload))
+                                                module=module, path=path, workload=workload,
+                                                deployment=deployment))
                 for path, module in module_tree(model)]
 
 
 @contextmanager
-def module_models(model: torch.nn.Module, workload, host) -> Iterator[list[ModuleModel]]:
-    """Patch the forward of every module a plugin models; restore them afterwards."""
+def module_models(model: torch.nn.Module, workload, host, deployment=None) -> Iterator[list[ModuleModel]]:
+    """Patch the forward of every module a plugin models (asked with the workload and the
+    deployment, `rooflinekit.core.request`); restore them afterwards."""
+    deployment = deployment or Deployment()
     patched: list[tuple[torch.nn.Module, object, bool]] = []
     used: list[ModuleModel] = []
     try:
         # asked once per model and workload less its batch and context in a sweep (model_facts)
-        key = ("module_models", id(host), replace(workload, batch=0, context=0))
-        answers = cached(model, key, lambda: _answers(model, workload, host))
+        key = ("module_models", id(host), replace(workload, batch=0, context=0), deployment)
+        answers = cached(model, key, lambda: _answers(model, workload, host, deployment))
         for path, module, answer, plugin in answers:
             if answer is None:
                 continue

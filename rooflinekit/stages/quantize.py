@@ -33,10 +33,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from rooflinekit.core.errors import HardwareError
+from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
 from rooflinekit.stages.attribute import AttentionRow, dtype_itemsize, kv_operands
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.workload import WEIGHT_BITS, Workload
+from rooflinekit.stages.transform import Counted, TransformContext
 
 #: Bytes of one scale: fp16 for the group-wise integer formats, fp32 for fp8.
 SCALE_BYTES = {"int8": 2, "int4": 2, "fp8": 4}
@@ -59,10 +60,9 @@ class Transformed:
     stored: dict[str, float] = field(default_factory=dict)
 
 
-def applies(workload: Workload) -> bool:
-    """Whether `workload` asks for anything the model does not run (a format or fp8 activations)."""
-    return (workload.weight_dtype is not None or workload.kv_dtype is not None
-            or workload.dtype_key == "fp8" or workload.quantize_embeddings)
+def applies(workload: Workload, deployment: Deployment) -> bool:
+    """Whether the request asks for anything the model does not run (a format or fp8 activations)."""
+    return deployment.transforms_formats(workload.dtype_key)
 
 
 def check_hardware(hw: HardwareSpec, workload: Workload) -> None:
@@ -289,10 +289,10 @@ def _count(n: float) -> str:
 
 
 def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
-              workload: Workload) -> Transformed:
-    """The capture and attention rows of `workload`'s weight format, KV cache format and
-    activation dtype, with notes saying what was assumed (unchanged when nothing applies)."""
-    if not applies(workload):
+              workload: Workload, deployment: Deployment) -> Transformed:
+    """The capture and attention rows of the deployment's weight and KV cache formats and the
+    workload's activation dtype, with notes saying what was assumed (unchanged when nothing applies)."""
+    if not applies(workload, deployment):
         return Transformed(cap, rows)
     params = cap.param_storages
     notes: list[str] = []
@@ -302,10 +302,10 @@ def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Modu
     sizes: dict[int, float] = {}  # quantized storage -> its bytes as run
     total = cap.param_bytes_total
 
-    fmt = workload.effective_weight_dtype
-    group = workload.effective_group_size
-    if workload.weight_dtype is not None or workload.dtype_key == "fp8":
-        roles = weight_roles(cap, model, workload.quantize_embeddings)
+    fmt = deployment.weight_format(workload.dtype_key)
+    group = deployment.group_size(workload.dtype_key)
+    if deployment.weight_dtype is not None or workload.dtype_key == "fp8":
+        roles = weight_roles(cap, model, deployment.quantize_embeddings)
         before = after = elements = 0.0
         for sid, t in roles.quantized.items():
             old = sizes[sid] = float(t.numel() * t.element_size())
@@ -317,8 +317,8 @@ def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Modu
         total += after - before
         if workload.dtype_key == "fp8":
             fp8 = set(roles.quantized)
-        notes.append(weight_note(workload, len(roles.quantized), elements, before, after, roles))
-    kv = workload.kv_itemsize
+        notes.append(weight_note(workload, deployment, (len(roles.quantized), elements, before, after), roles))
+    kv = deployment.kv_itemsize(workload.dtype_key)
     if kv is not None:
         by_index = {op.index: op for op in cap.ops}
         cache, missing = _cache_storages(cap, by_index, rows, workload.context)
@@ -328,7 +328,7 @@ def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Modu
                 scale[sid] = kv / itemsize
                 changed += 1
         recognised = sum(r.recognised for r in rows)
-        note = (f"KV cache in {workload.effective_kv_dtype} ({kv} B per element; per-tensor scales, not counted): "
+        note = (f"KV cache in {deployment.kv_format(workload.dtype_key)} ({kv} B per element; per-tensor scales, not counted): "
                 f"{len(cache)} cache storages of {recognised - len(missing)} attention layers read and written at "
                 f"that size, and the architecture minimum (kv_bytes_min) costed at it")
         if missing:
@@ -351,10 +351,12 @@ def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Modu
                        stored)
 
 
-def weight_note(workload: Workload, tensors: int, elements: float, before: float, after: float,
+def weight_note(workload: Workload, deployment: Deployment, sizes: tuple[int, float, float, float],
                 roles: _Roles) -> str:
-    """What the weight format did, in one note: the format, its scales, what it applied to, what was kept."""
-    fmt, group = workload.effective_weight_dtype, workload.effective_group_size
+    """What the weight format did, in one note: the format, its scales, what it applied to (`sizes`:
+    tensors, elements, bytes before and after), what was kept."""
+    tensors, elements, before, after = sizes
+    fmt, group = deployment.weight_format(workload.dtype_key), deployment.group_size(workload.dtype_key)
     if fmt in SCALE_BYTES:
         scale = SCALE_NAMES[SCALE_BYTES[fmt]]
         per = (f"one {scale} scale per {group} elements along each row (the weight's last dimension)"
@@ -367,7 +369,7 @@ def weight_note(workload: Workload, tensors: int, elements: float, before: float
             f"{after / 1e9:.4g} GB stored)")
     kept = [f"{why} ({', '.join(names[:2])}{', ...' if len(names) > 2 else ''})" for why, names in roles.kept.items()]
     text += "; kept as run: " + ", ".join(kept + ["norms, biases and other 1-D parameters"])
-    if not workload.quantize_embeddings:
+    if not deployment.quantize_embeddings:
         text += " (--quantize-embeddings quantizes the embedding and head too)"
     if roles.already:
         text += (f"; {len(roles.already)} weights the model itself stores in 8 bits or fewer are counted as "
@@ -376,4 +378,20 @@ def weight_note(workload: Workload, tensors: int, elements: float, before: float
     return text + f"; dequantization FLOPs not counted; products at {mode}"
 
 
-__all__ = ["Transformed", "applies", "check_hardware", "stored_bytes", "transform", "weight_roles"]
+@dataclass(frozen=True)
+class Quantize:
+    """The format transform: weights and KV cache at the deployment's formats, fp8 products at the
+    fp8 peak (a `rooflinekit.stages.transform.Transform`)."""
+
+    name: str = "quantize"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        return applies(ctx.workload, ctx.deployment)
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        done = transform(counted.capture, counted.attention, ctx.model, ctx.workload, ctx.deployment)
+        return replace(counted, capture=done.capture, attention=done.attention,
+                       stored={**counted.stored, **done.stored}).with_notes(*done.notes)
+
+
+__all__ = ["Quantize", "Transformed", "applies", "check_hardware", "stored_bytes", "transform", "weight_roles"]

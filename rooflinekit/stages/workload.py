@@ -38,7 +38,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -48,8 +48,16 @@ from rooflinekit.core.errors import ModelError, UserError, WorkloadError
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.request import (
+    KERNELS,
+    KV_BYTES,
+    PHASES,
+    WEIGHT_BITS,
+    Deployment,
+    ModelSource,
+    Workload,
+)
 
-PHASES = ("prefill", "decode")
 DTYPES = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
@@ -63,104 +71,15 @@ DTYPES = {
 #: Activation dtypes that are modelled, not run: the model runs in the dtype given here and the
 #: capture is transformed (rooflinekit.stages.quantize: fp8 products at the fp8 peak).
 MODELLED_DTYPES = {"fp8": torch.bfloat16}
-#: --weight-dtype: bits per stored weight element.
-WEIGHT_BITS = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
-#: --kv-dtype: bytes per cached element.
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
-#: The dtype keys of the activation dtypes (as the hardware tables name them).
-DTYPE_KEYS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-              "fp32": "fp32", "float32": "fp32", "float": "fp32", "fp8": "fp8"}
-#: Group size of int8/int4 weight-only formats when --weight-group-size is not given.
-DEFAULT_GROUP_SIZE = 128
 #: The most tokens per sequence a multi-token decode step verifies.
 MAX_Q_LEN = 1 << 12
+#: The most GPUs --tp, --ep, --pp or --replicas split a model over.
+MAX_PARALLEL = 1 << 16
 
 
-@dataclass(frozen=True)
-class Workload:
-    """What is being analysed: phase, batch, context, dtype, device (and model options)."""
-
-    phase: str
-    batch: int
-    context: int
-    dtype: str = "bf16"
-    device: str = "meta"
-    options: tuple[tuple[str, object], ...] = ()
-    #: Stored weight format of linear and expert weights (None: the activation dtype).
-    weight_dtype: str | None = None
-    #: Elements per scale of a group-wise weight format (None: the format's default).
-    weight_group_size: int | None = None
-    #: KV cache element format (None: the activation dtype).
-    kv_dtype: str | None = None
-    #: New tokens per sequence in decode (multi-token decode: speculative or MTP verify).
-    decode_q_len: int = 1
-    #: Quantize the token embedding and the output head too (kept in bf16 otherwise).
-    quantize_embeddings: bool = False
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        """The dtype the model runs in (an fp8 workload runs in bf16; its capture is transformed)."""
-        return MODELLED_DTYPES.get(self.dtype) or DTYPES[self.dtype]
-
-    @property
-    def dtype_key(self) -> str:
-        """The activation dtype as the hardware tables name it ("bf16", "fp8", ...)."""
-        return DTYPE_KEYS.get(self.dtype, self.dtype)
-
-    @property
-    def effective_weight_dtype(self) -> str:
-        """The stored format of linear and expert weights: weight_dtype, else the activation dtype."""
-        return self.weight_dtype or self.dtype_key
-
-    @property
-    def effective_group_size(self) -> int | None:
-        """Elements per weight scale: int8/int4 group-wise (default 128); fp8 per output channel
-        unless a group size is given; None for formats without scales."""
-        fmt = self.effective_weight_dtype
-        if fmt in ("int8", "int4"):
-            return self.weight_group_size or DEFAULT_GROUP_SIZE
-        if fmt == "fp8":
-            return self.weight_group_size
-        return None
-
-    @property
-    def effective_kv_dtype(self) -> str:
-        """The KV cache's element format: kv_dtype, else the activation dtype."""
-        return self.kv_dtype or self.dtype_key
-
-    @property
-    def kv_itemsize(self) -> int | None:
-        """Bytes per cached element where the cache format is given (--kv-dtype, or fp8
-        activations); None: the cache as the model runs it."""
-        if self.kv_dtype is not None:
-            return KV_BYTES[self.kv_dtype]
-        return KV_BYTES["fp8"] if self.dtype_key == "fp8" else None
-
-    @property
-    def q_len(self) -> int:
-        """Query positions per sequence: decode_q_len (1 unless multi-token) in decode, `context` in prefill."""
-        return self.decode_q_len if self.phase == "decode" else self.context
-
-    @property
-    def tokens(self) -> int:
-        """New tokens processed in this step, over the whole batch."""
-        return self.batch * self.q_len
-
-    def to_dict(self) -> dict:
-        return {
-            "phase": self.phase,
-            "batch": self.batch,
-            "context": self.context,
-            "q_len": self.q_len,
-            "tokens": self.tokens,
-            "dtype": self.dtype,
-            "device": self.device,
-            "options": dict(self.options),
-            "weight_dtype": self.effective_weight_dtype,
-            "weight_group_size": self.effective_group_size,
-            "kv_dtype": self.effective_kv_dtype,
-            "quantize_embeddings": self.quantize_embeddings,
-        }
+def torch_dtype(workload: Workload) -> torch.dtype:
+    """The dtype the model runs in (an fp8 workload runs in bf16; its capture is transformed)."""
+    return MODELLED_DTYPES.get(workload.dtype) or DTYPES[workload.dtype]
 
 
 #: The largest batch and context a workload takes: far past any real serving batch or context
@@ -188,22 +107,23 @@ def validate(phase: str, batch: int, context: int, dtype: str, device: str) -> N
         raise WorkloadError(f"unknown device '{device}': use meta, cpu or cuda")
 
 
-def validate_levers(workload: Workload) -> None:
-    """One clear error per bad weight format, group size, KV format or multi-token decode length."""
-    w = workload
-    if w.weight_dtype is not None and w.weight_dtype not in WEIGHT_BITS:
-        raise WorkloadError(f"unknown --weight-dtype '{w.weight_dtype}': use one of {', '.join(WEIGHT_BITS)}")
-    if w.kv_dtype is not None and w.kv_dtype not in KV_BYTES:
-        raise WorkloadError(f"unknown --kv-dtype '{w.kv_dtype}': use one of {', '.join(KV_BYTES)}")
-    fmt = w.effective_weight_dtype
-    if w.weight_group_size is not None:
-        if isinstance(w.weight_group_size, bool) or not isinstance(w.weight_group_size, int) \
-                or w.weight_group_size < 1:
-            raise WorkloadError(f"--weight-group-size must be a whole number of at least 1, got {w.weight_group_size!r}")
+def validate_levers(workload: Workload, deployment: Deployment) -> None:
+    """One clear error per bad weight format, group size, KV format, multi-token decode length,
+    parallel degree or memory fraction."""
+    w, d = workload, deployment
+    if d.weight_dtype is not None and d.weight_dtype not in WEIGHT_BITS:
+        raise WorkloadError(f"unknown --weight-dtype '{d.weight_dtype}': use one of {', '.join(WEIGHT_BITS)}")
+    if d.kv_dtype is not None and d.kv_dtype not in KV_BYTES:
+        raise WorkloadError(f"unknown --kv-dtype '{d.kv_dtype}': use one of {', '.join(KV_BYTES)}")
+    fmt = d.weight_format(w.dtype_key)
+    if d.weight_group_size is not None:
+        if isinstance(d.weight_group_size, bool) or not isinstance(d.weight_group_size, int) \
+                or d.weight_group_size < 1:
+            raise WorkloadError(f"--weight-group-size must be a whole number of at least 1, got {d.weight_group_size!r}")
         if fmt not in ("fp8", "int8", "int4"):
             raise WorkloadError(f"--weight-group-size applies to fp8, int8 and int4 weights, not {fmt}: "
                                 "give --weight-dtype too")
-    if w.quantize_embeddings and w.weight_dtype is None and w.dtype_key != "fp8":
+    if d.quantize_embeddings and d.weight_dtype is None and w.dtype_key != "fp8":
         raise WorkloadError("--quantize-embeddings quantizes the embedding and head in the weight format: give "
                             "--weight-dtype too")
     if w.dtype_key == "fp8" and fmt not in ("fp8", "int4"):
@@ -220,19 +140,36 @@ def validate_levers(workload: Workload) -> None:
     if q > w.context:
         raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
                             "new tokens too (give a context of at least the q-len)")
+    validate_deployment(d)
 
 
-@dataclass
-class ModelSource:
-    """Something that can build a model and its inputs: a model file, a transformers config..."""
+def validate_deployment(deployment: Deployment) -> None:
+    """Parallel degrees, replicas, kernels and memory fraction: one clear error each."""
+    d = deployment
+    for name in ("tp", "ep", "pp", "replicas"):
+        value = getattr(d, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARALLEL:
+            raise WorkloadError(f"--{name} must be a whole number from 1 to {MAX_PARALLEL:,}, got {value!r}")
+    if d.tp > 1 and d.ep > 1 and d.tp != d.ep:
+        raise WorkloadError(
+            f"--tp {d.tp} with --ep {d.ep}: only --ep equal to --tp (experts spread over the GPUs that "
+            "split attention) or --ep alone (data-parallel attention) is modelled")
+    if d.kernels not in KERNELS:
+        raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
+    check_fraction(d.memory_fraction)
 
-    name: str
-    path: str
-    build_model: Callable[..., torch.nn.Module]
-    make_inputs: Callable[..., object]
-    kind: str = "model file"
-    notes: list[str] = field(default_factory=list)
-    options_handled: bool = False  # the loader consumed the options itself
+
+def check_fraction(value: float) -> float:
+    """--memory-fraction: a share of the GPU's memory in (0, 1]."""
+    if isinstance(value, bool):
+        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}")
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}") from None
+    if not (0.0 < value <= 1.0):  # NaN fails too
+        raise WorkloadError(f"--memory-fraction must be in (0, 1] (the share of GPU memory usable), got {value:g}")
+    return value
 
 
 def parse_options(pairs: tuple[str, ...] | list[str]) -> dict[str, object]:
@@ -402,7 +339,7 @@ class Built:
 def in_effect(workload: Workload) -> Iterator[None]:
     """The workload's device and default dtype, for building and for the forward alike."""
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(workload.torch_dtype)
+    torch.set_default_dtype(torch_dtype(workload))
     try:
         with torch.device(workload.device):
             yield
@@ -458,7 +395,7 @@ BUILD_SEED = 0
 
 def build(source: ModelSource, workload: Workload) -> Built:
     """Build the model and inputs with the workload's device and default dtype in effect."""
-    options = {k: v for k, v in workload.options if not k.startswith("_")}
+    options = dict(workload.options)
     if source.options_handled:
         options = {}
     check_options(source, options)

@@ -1,0 +1,192 @@
+"""The request: what runs (`Workload`) and how it is deployed (`Deployment`), both frozen and torch-free.
+
+A workload is the step the model's code executes: phase, batch, context, new tokens per sequence,
+activation dtype, device and the model's own `-O` options. A deployment is everything about how
+that step is served that the model's code does not know: the hardware entry, tensor / expert /
+pipeline parallel degrees and replicas, stored weight and KV cache formats, the kernels view and
+the share of memory usable. Model options never carry deployment knobs; every output names a
+non-default deployment in words (`Deployment.words`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+PHASES = ("prefill", "decode")
+#: --weight-dtype: bits per stored weight element.
+WEIGHT_BITS = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+#: --kv-dtype: bytes per cached element.
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+#: The dtype keys of the activation dtypes (as the hardware tables name them).
+DTYPE_KEYS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+              "fp32": "fp32", "float32": "fp32", "float": "fp32", "fp8": "fp8"}
+#: Group size of int8/int4 weight-only formats when --weight-group-size is not given.
+DEFAULT_GROUP_SIZE = 128
+#: The share of a GPU's memory a workload may fill (the rest: allocator, CUDA context, fragments).
+DEFAULT_FRACTION = 0.9
+#: The kernels a step is priced with: the model's code as written, or what a serving engine runs.
+KERNELS = ("as-written", "serving")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What runs: phase, batch, context, new tokens per sequence, dtype, device, model options."""
+
+    phase: str
+    batch: int
+    context: int
+    dtype: str = "bf16"
+    device: str = "meta"
+    #: The model's own options (`-O KEY=VALUE`), sorted pairs; never a deployment knob.
+    options: tuple[tuple[str, object], ...] = ()
+    #: New tokens per sequence in decode (multi-token decode: speculative or MTP verify).
+    decode_q_len: int = 1
+
+    @property
+    def dtype_key(self) -> str:
+        """The activation dtype as the hardware tables name it ("bf16", "fp8", ...)."""
+        return DTYPE_KEYS.get(self.dtype, self.dtype)
+
+    @property
+    def q_len(self) -> int:
+        """Query positions per sequence: decode_q_len (1 unless multi-token) in decode, `context` in prefill."""
+        return self.decode_q_len if self.phase == "decode" else self.context
+
+    @property
+    def tokens(self) -> int:
+        """New tokens processed in this step, over the whole batch."""
+        return self.batch * self.q_len
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "batch": self.batch, "context": self.context, "q_len": self.q_len,
+                "tokens": self.tokens, "dtype": self.dtype, "device": self.device, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How the step is served: hardware, parallel degrees, stored formats, kernels, usable memory.
+
+    Formats left None are the workload's activation dtype (`resolved` fills them in); a report
+    carries its deployment resolved.
+    """
+
+    #: The hardware entry asked for (a name, an alias, a .toml path or "auto"); None: the default.
+    hardware: str | None = None
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    replicas: int = 1
+    #: Stored format of linear and expert weights (None: the activation dtype).
+    weight_dtype: str | None = None
+    #: Elements per scale of a group-wise weight format (None: the format's default, or none).
+    weight_group_size: int | None = None
+    #: KV cache element format (None: the activation dtype).
+    kv_dtype: str | None = None
+    #: Quantize the token embedding and the output head too (kept as run otherwise).
+    quantize_embeddings: bool = False
+    kernels: str = "as-written"
+    memory_fraction: float = DEFAULT_FRACTION
+
+    @property
+    def parallel(self) -> bool:
+        """Whether one GPU's share of a split model is reported (tensor or expert parallel)."""
+        return self.tp > 1 or self.ep > 1
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one copy of the model runs on."""
+        return max(self.tp, self.ep) * self.pp
+
+    def weight_format(self, dtype_key: str) -> str:
+        """The stored format of linear and expert weights under activations of `dtype_key`."""
+        return self.weight_dtype or dtype_key
+
+    def group_size(self, dtype_key: str) -> int | None:
+        """Elements per weight scale: int8/int4 group-wise (default 128); fp8 per output channel
+        unless a group size is given; None for formats without scales."""
+        fmt = self.weight_format(dtype_key)
+        if fmt in ("int8", "int4"):
+            return self.weight_group_size or DEFAULT_GROUP_SIZE
+        if fmt == "fp8":
+            return self.weight_group_size
+        return None
+
+    def kv_format(self, dtype_key: str) -> str:
+        """The KV cache's element format: kv_dtype, else the activation dtype."""
+        return self.kv_dtype or dtype_key
+
+    def kv_itemsize(self, dtype_key: str) -> int | None:
+        """Bytes per cached element where the cache format is given (kv_dtype, or fp8 activations);
+        None: the cache as the model runs it."""
+        if self.kv_dtype is not None:
+            return KV_BYTES[self.kv_dtype]
+        return KV_BYTES["fp8"] if dtype_key == "fp8" else None
+
+    def transforms_formats(self, dtype_key: str) -> bool:
+        """Whether formats the model does not run are modelled (weights, KV cache, fp8 activations)."""
+        return (self.weight_dtype is not None or self.kv_dtype is not None or dtype_key == "fp8"
+                or self.quantize_embeddings)
+
+    def resolved(self, dtype_key: str) -> Deployment:
+        """This deployment with its formats filled in for activations of `dtype_key`."""
+        return replace(self, weight_dtype=self.weight_format(dtype_key),
+                       weight_group_size=self.group_size(dtype_key), kv_dtype=self.kv_format(dtype_key))
+
+    def words(self, dtype_key: str | None = None) -> str:
+        """The non-default settings in words ("TP 2, EP 8, fp8 weights, fp8 KV"); "" when none.
+
+        A format equal to the activation dtype `dtype_key` is the default and left out.
+        """
+        parts = []
+        if self.tp > 1:
+            parts.append(f"TP {self.tp}")
+        if self.ep > 1:
+            parts.append(f"EP {self.ep}")
+        if self.pp > 1:
+            parts.append(f"PP {self.pp}")
+        if self.replicas > 1:
+            parts.append(f"{self.replicas} replicas")
+        if self.weight_dtype is not None and self.weight_dtype != dtype_key:
+            group = self.weight_group_size
+            default_group = DEFAULT_GROUP_SIZE if self.weight_dtype in ("int8", "int4") else None
+            parts.append(f"{self.weight_dtype} weights" + (f" (groups of {group})" if group != default_group
+                                                           and group is not None else ""))
+        if self.kv_dtype is not None and self.kv_dtype != dtype_key:
+            parts.append(f"{self.kv_dtype} KV")
+        if self.quantize_embeddings:
+            parts.append("embeddings quantized")
+        if self.kernels != "as-written":
+            parts.append(f"{self.kernels} kernels")
+        if self.memory_fraction != DEFAULT_FRACTION:
+            parts.append(f"memory fraction {self.memory_fraction:g}")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Deployment:
+        """A deployment from its JSON form (unknown keys ignored: a newer report read by an older tool)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ModelSource:
+    """Something that can build a model and its inputs: a model file, a transformers config..."""
+
+    name: str
+    path: str
+    build_model: Callable[..., Any]
+    make_inputs: Callable[..., object]
+    kind: str = "model file"
+    notes: list[str] = field(default_factory=list)
+    options_handled: bool = False  # the loader consumed the options itself
+
+
+def changes(base: Deployment, new: Deployment) -> dict[str, object]:
+    """The fields in which `new` differs from `base`."""
+    return {f.name: getattr(new, f.name) for f in fields(Deployment)
+            if getattr(new, f.name) != getattr(base, f.name)}

@@ -1,0 +1,95 @@
+"""Transforms: restatements of a counted capture before it is placed.
+
+Between attribution and placement, the pipeline runs a stated list of transforms, each a
+`Transform`: stored formats the model does not run (quantization), one GPU's share of a split
+model (the parallel plan), a plugin's lever (absorbed MLA, ...), and later the serving view. Each
+takes the `Counted` capture and the `TransformContext` (the request and the model) and returns a
+new `Counted`; none edits what it was given. Placement then treats the result as any capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.attribute import AttentionRow
+from rooflinekit.stages.capture import CaptureResult
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A capture with its attention rows, as it moves through the transforms."""
+
+    capture: CaptureResult
+    attention: list[AttentionRow]
+    #: What the transforms assumed, in their order (the report's notes).
+    notes: tuple[str, ...] = ()
+    #: Parameter name -> its stored bytes, for parameters a format transform rescaled.
+    stored: dict[str, float] = field(default_factory=dict)
+    #: The report's `parallel` section, where a parallel transform split the model.
+    parallel: dict[str, Any] | None = None
+
+    def with_notes(self, *notes: str) -> Counted:
+        return replace(self, notes=self.notes + tuple(n for n in notes if n))
+
+
+@dataclass(frozen=True)
+class TransformContext:
+    """What a transform may read besides the capture: the request, the model and the plugins."""
+
+    workload: Workload
+    deployment: Deployment
+    model: torch.nn.Module
+    host: PluginHost
+
+
+@runtime_checkable
+class Transform(Protocol):
+    """A restatement of a counted capture: `name`, whether it `applies` to a request, and `apply`."""
+
+    name: str
+
+    def applies(self, ctx: TransformContext) -> bool: ...
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted: ...
+
+
+#: A lever's restatement in its functional form: (capture, rows, workload, host) -> (capture, rows, notes).
+LegacyTransform = Callable[[CaptureResult, list, Workload, PluginHost], tuple[CaptureResult, list, list[str]]]
+
+
+@dataclass(frozen=True)
+class FunctionTransform:
+    """A `Transform` made of a function of the functional form (a lever's `transform=`)."""
+
+    fn: LegacyTransform
+    name: str = "lever"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        return True
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        cap, rows, notes = self.fn(counted.capture, counted.attention, ctx.workload, ctx.host)
+        return replace(counted, capture=cap, attention=rows).with_notes(*notes)
+
+
+def as_transform(value: Transform | LegacyTransform) -> Transform:
+    """`value` as a Transform: itself, or a function of the functional form wrapped."""
+    if isinstance(value, Transform):
+        return value
+    if callable(value):
+        return FunctionTransform(value, getattr(value, "__name__", "lever"))
+    raise TypeError(f"a transform must be a Transform or a callable, got {type(value).__name__}")
+
+
+def run_transforms(counted: Counted, transforms: Sequence[Transform], ctx: TransformContext) -> Counted:
+    """`counted` through every transform that applies to the request, in the order given."""
+    for transform in transforms:
+        if transform.applies(ctx):
+            counted = transform.apply(counted, ctx)
+    return counted
