@@ -20,15 +20,17 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from rooflinekit.analyses.profile import ReportOptions
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.request import DEFAULT_FRACTION, Deployment
 from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, recording
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
-from rooflinekit.stages.memory import DEFAULT_FRACTION, activation_peak, memory_of
+from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.place import build_report
 from rooflinekit.stages.workload import (
     DTYPES,
@@ -100,8 +102,9 @@ def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, pha
         raise WorkloadError("give the model's inputs either positionally or as keywords, not both")
     source = ModelSource(name=type(model).__name__, path="(in memory)", build_model=lambda: model,
                          make_inputs=lambda *_: inputs, kind="module")
-    return ViewedReport.of(run_profile(source, workload, hardware, depth=depth, group_layers=group_layers,
-                                       host=host, measure=False).report)
+    options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
+    return ViewedReport.of(run_profile(source, workload, Deployment(hardware=hardware), options=options,
+                                       host=host).report)
 
 
 def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096,
@@ -109,19 +112,23 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                  options: dict | None = None, depth: int = 3, group_layers: bool = False,
                  host: PluginHost | None = None, weight_dtype: str | None = None,
                  weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
-                 quantize_embeddings: bool = False) -> ViewedReport:
+                 quantize_embeddings: bool = False, tp: int = 1, ep: int = 1,
+                 memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None) -> ViewedReport:
     """What `rooflinekit profile PATH` does: a model file (build_model/make_inputs), a transformers
-    config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs;
-    the formats and `q_len` are `--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--q-len`
-    and `--quantize-embeddings` (docs/accounting.md)."""
+    config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs (the
+    model's own); `q_len` is `--q-len`; the deployment is `hardware`, `tp`, `ep`, the formats
+    (`--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--quantize-embeddings`:
+    docs/accounting.md) and `memory_fraction`, or a whole `deployment` (which then wins)."""
     opts = parse_options([f"{k}={v}" for k, v in (options or {}).items()])
     validate(phase, batch, context, dtype, device)
-    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), weight_dtype=weight_dtype,
-                        weight_group_size=weight_group_size, kv_dtype=kv_dtype, decode_q_len=q_len,
-                        quantize_embeddings=quantize_embeddings)
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), decode_q_len=q_len)
+    deployment = deployment or Deployment(
+        hardware=hardware, tp=tp, ep=ep, weight_dtype=weight_dtype, weight_group_size=weight_group_size,
+        kv_dtype=kv_dtype, quantize_embeddings=quantize_embeddings, memory_fraction=memory_fraction)
     host = host or get_host()
-    return ViewedReport.of(run_profile(load_source(str(path), opts, host), workload, hardware, depth=depth,
-                                       group_layers=group_layers, host=host, measure=False).report)
+    options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
+    return ViewedReport.of(run_profile(load_source(str(path), opts, host), workload, deployment, options=options,
+                                       host=host).report)
 
 
 @dataclass

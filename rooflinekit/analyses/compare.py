@@ -13,6 +13,7 @@ from rooflinekit.core.units import ratio as fmt_ratio
 from rooflinekit.core.units import seconds, share, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.words import request_words
 
 #: (key, unit) of the whole step compared; units drive formatting only.
 TOTALS = [("flops", "FLOP"), ("flops_model", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"),
@@ -27,7 +28,7 @@ LAYER = [("cache_bytes_per_token", "B"), ("kv_bytes_min", "B"), ("kv_bytes_execu
          ("amplification", ""), ("flops_model", "FLOP"), ("intensity_min", "FLOP/B"),
          ("intensity_executed", "FLOP/B")]
 MODULE = [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"), ("time_bound_ops_s", "s")]
-WORKLOAD_KEYS = ("phase", "batch", "context", "dtype", "device")
+WORKLOAD_KEYS = ("phase", "batch", "context", "q_len", "dtype", "device")
 
 
 @dataclass
@@ -65,7 +66,7 @@ def _describe(report: Report, path: str) -> dict:
     w = encode(report.workload)
     return {"path": path, "model": report.model.name, "model_path": report.model.path,
             "options": w.get("options", {}), "workload": {k: w.get(k) for k in WORKLOAD_KEYS},
-            "hardware": report.hardware.name}
+            "deployment": encode(report.deployment), "hardware": report.hardware.name}
 
 
 def compare(a: Report, b: Report, a_path: str = "A", b_path: str = "B") -> dict:
@@ -153,8 +154,10 @@ def render_compare(data: dict, fmt: str = "table") -> str:
     for tag in ("a", "b"):
         d = data[tag]
         w = d["workload"]
-        line = (f"{tag.upper()}: {d['path']}: {d['model']} {d['options'] or ''} - {w['phase']}, batch {w['batch']}, "
-                f"context {w['context']}, {w['dtype']}, {d['hardware']}")
+        words = request_words(w["dtype"], d.get("deployment"), w.get("q_len") if w["phase"] == "decode" else None,
+                              d.get("options"))
+        line = f"{tag.upper()}: {d['path']}: {d['model']} - {w['phase']}, batch {w['batch']}, context {w['context']}"
+        line += f"{words}, {d['hardware']}"
         out.append(f"- {line}" if md else line)
     out.append("")
     rows = data["rows"]

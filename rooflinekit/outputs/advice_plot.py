@@ -19,6 +19,7 @@ from rooflinekit.core.report import AdviceReport
 from rooflinekit.core.units import ratio, seconds, si
 from rooflinekit.outputs.labels import Label, line_boxes, marker_boxes, place
 from rooflinekit.outputs.plot import _matplotlib, _style, check_target
+from rooflinekit.outputs.words import request_words
 
 BINDING_COLOURS = {"compute": "C2", "memory": "C0", "communication": "C1", "capacity": "C3"}
 #: Marker area (points^2) of the baseline and of each lever.
@@ -51,8 +52,10 @@ def advice_figure(advice: AdviceReport | dict):
     fig = Figure(figsize=(11, 7.2), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
+    words = request_words(w["dtype"], data.get("deployment"), w.get("q_len") if w["phase"] == "decode" else None,
+                          w.get("options"))
     _style(ax, f"{hw['name']}: {(data.get('model') or {}).get('name') or '?'}, {w['phase']}, batch {w['batch']}, "
-               f"context {w['context']}, {w['dtype']}: levers from the current step",
+               f"context {w['context']}{words}: levers from the current step",
            "predicted step time (ms)", "tokens/s")
     points = [(base["predicted_step_s"] * 1e3, base["tokens_per_s"])] + \
              [(lv["predicted_step_s"] * 1e3, lv["tokens_per_s"]) for lv in levers]

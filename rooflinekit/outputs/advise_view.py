@@ -56,7 +56,7 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     w, hw, model = report.workload, report.hardware, report.model
     head = [
         f"model: {model.name or '?'} ({model.path or ''})",
-        f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(w)}; hardware {hw.name}",
+        f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(report)}; hardware {hw.name}",
         f"baseline: step {seconds(report.baseline.predicted_step_s)}, {si(report.baseline.tokens_per_s)} tokens/s, "
         f"{report.baseline.binding}-bound",
     ]

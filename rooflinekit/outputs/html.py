@@ -18,6 +18,7 @@ from typing import Any
 
 from rooflinekit.core.report import AttentionRow, Report, SweepReport
 from rooflinekit.core.version import __version__
+from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 ASSETS = Path(__file__).resolve().parent / "html_assets"
 #: Ops shown before "show all" (all of them are in the page, up to MAX_OPS).
@@ -257,7 +258,9 @@ def _header_profile(report: Report) -> dict:
     if mem is not None and getattr(mem, "fits", None) is not None:
         tiles += [item("fits in memory", "yes" if mem.fits else "no"),
                   item("memory needed per GPU", mem.total_bytes, "si", "B")]
-    quant = [item("weight format", getattr(w, "weight_dtype", None)), item("KV cache format", getattr(w, "kv_dtype", None))]
+    d = report.deployment
+    quant = [item("deployment", deployment_words(d, w.dtype) or "one GPU, as run"),
+             item("weight format", d.weight_dtype), item("KV cache format", d.kv_dtype)]
     cards = [
         {"title": "Model", "items": [item("name", model.name), item("kind", model.kind), item("path", model.path),
                                      item("parameters", model.parameters, "si"),
@@ -265,7 +268,7 @@ def _header_profile(report: Report) -> dict:
         {"title": "Workload", "items": [item("phase", w.phase), item("batch", w.batch, "int"),
                                         item("context", w.context, "int"), item("new tokens", w.tokens, "int"),
                                         item("dtype", w.dtype), *quant, item("device", w.device),
-                                        *([item("options", ", ".join(f"{k}={v}" for k, v in w.options.items()))]
+                                        *([item("options", options_words(w.options))]
                                           if w.options else [])]},
         {"title": "Hardware", "items": [item("name", hw.name + (" (calibrated)" if hw.calibrated else "")),
                                         item(f"peak {hw.dtype} (dense)", hw.peak_flops, "si", "FLOP/s"),
@@ -454,7 +457,8 @@ def profile_payload(report: Report) -> dict:
         tables.append(uncounted_table(report))
     if report.comm.collectives:
         tables.append(comm_table(report))
-    title = f"{report.model.name or 'model'}: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype} on {hw.name}"
+    words = request_words(w.dtype, report.deployment, w.q_len if w.phase == "decode" else None, w.options)
+    title = f"{report.model.name or 'model'}: {w.phase}, batch {w.batch}, context {w.context}{words} on {hw.name}"
     return {"kind": "profile", "title": title, "header": _header_profile(report),
             "warnings": list(report.warnings), "notes": _notes(report), "conventions": _conventions(report),
             "chart": {"roofs": _roofs(report), "series": chart_series,
@@ -552,6 +556,9 @@ def sweep_payload(sweep: SweepReport) -> dict:
                                                item("parameters", sweep.model.parameters, "si"),
                                                item("weights", sweep.model.param_bytes, "si", "B")]},
                   {"title": "Workload", "items": [item("phase", w.phase), item("dtype", w.dtype),
+                                                  item("deployment", deployment_words(sweep.deployment, w.dtype)
+                                                       or "one GPU, as run"),
+                                                  *([item("options", options_words(w.options))] if w.options else []),
                                                   item("device", w.device),
                                                   item("batches", ", ".join(map(str, w.batches))),
                                                   item("contexts", ", ".join(map(str, w.contexts)))]},
@@ -562,7 +569,8 @@ def sweep_payload(sweep: SweepReport) -> dict:
                   {"title": "Critical batch",
                    "items": [x for c in sweep.critical_batch for x in _critical_items(c)]},
               ]}
-    title = f"{sweep.model.name or 'model'}: {w.phase} sweep, {w.dtype} on {hw.name}"
+    words = request_words(w.dtype, sweep.deployment, w.q_len, w.options)
+    title = f"{sweep.model.name or 'model'}: {w.phase} sweep{words} on {hw.name}"
     return {"kind": "sweep", "title": title, "header": header, "warnings": list(sweep.warnings),
             "notes": list(sweep.notes) + ([] if not sweep.interrupted else ["interrupted: the points done are shown"]),
             "conventions": [],
@@ -681,6 +689,9 @@ def advise_payload(advice: Any) -> dict:
                                      item("weights", model.param_bytes, "si", "B")]},
         {"title": "Workload", "items": [item("phase", w.phase), item("batch", w.batch, "int"),
                                         item("context", w.context, "int"), item("dtype", w.dtype),
+                                        item("deployment", deployment_words(advice.deployment, w.dtype)
+                                             or "one GPU, as run"),
+                                        *([item("options", options_words(w.options))] if w.options else []),
                                         item("device", w.device)]},
         {"title": "Hardware", "items": [item("name", hw.name), item(f"peak {hw.dtype} (dense)", hw.peak_flops, "si", "FLOP/s"),
                                         item("bandwidth", hw.bandwidth, "si", "B/s"),
@@ -689,8 +700,8 @@ def advise_payload(advice: Any) -> dict:
         {"title": "Run", "items": [item("profiles", getattr(advice, "profiles", None), "int"),
                                    item("wall time", getattr(advice, "wall_s", None), "time")]},
     ]
-    title = f"{model.name or 'model'}: what would change {w.phase}, batch {w.batch}, context {w.context}, " \
-            f"{w.dtype} on {hw.name}"
+    words = request_words(w.dtype, advice.deployment, w.q_len if w.phase == "decode" else None, w.options)
+    title = f"{model.name or 'model'}: what would change {w.phase}, batch {w.batch}, context {w.context}{words} on {hw.name}"
     return {"kind": "advise", "title": title, "header": {"tiles": tiles, "cards": cards},
             "warnings": list(advice.warnings), "notes": list(advice.notes), "conventions": [],
             "bars": {"bars": bars, "series": "levers", "baseline": base.tokens_per_s,

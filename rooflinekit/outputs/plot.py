@@ -30,6 +30,8 @@ from rooflinekit.core.units import share as share_text
 from rooflinekit.outputs.groups import fold
 from rooflinekit.outputs.labels import Label, line_boxes, marker_boxes, place
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.words import request_words
+from rooflinekit.stages.roofline import ridge
 
 SUFFIXES = {".png": "png", ".svg": "svg"}
 MISSING = "matplotlib is not installed: pip install 'rooflinekit[plot]'"
@@ -297,8 +299,9 @@ def profile_chart(report: Report, depth: int | None = None, ops: bool = False) -
         skipped += skip
         if mods:
             series.append(mods)
+    words = request_words(w.dtype, report.deployment, w.q_len if w.phase == "decode" else None, w.options)
     title = (f"{report.hardware.name}: {model.name or '?'}, {w.phase}, batch {w.batch}, "
-             f"context {w.context}, {w.dtype}" + (f", measured on {t.measured.device}" if t.measured else ""))
+             f"context {w.context}{words}" + (f", measured on {t.measured.device}" if t.measured else ""))
     return Chart(title, encode(report.hardware), series, skipped, notes)
 
 
@@ -345,7 +348,8 @@ def sweep_chart(sweep: dict) -> Chart:
     w, model = sweep["workload"], sweep.get("model", {})
     title = (f"{sweep['hardware']['name']}: {model.get('name', '?')}, {w['phase']} sweep, "
              f"batch {','.join(map(str, w['batches']))}" + (f", context {w['contexts'][0]}" if len(w["contexts"]) == 1
-                                                          else "") + f", {w['dtype']}")
+                                                          else "")
+             + request_words(w["dtype"], sweep.get("deployment"), w.get("q_len"), w.get("options")))
     skipped: list[str] = []
     series = sweep_series(sweep, skipped=skipped)
     return Chart(title, sweep["hardware"], series, skipped)
@@ -449,14 +453,14 @@ def _colour(s: Series) -> str:
     return s.colour or KIND_COLOURS.get(s.kind, "C7")
 
 
-def _legend(fig, ax, chart: Chart, ceilings, bw: float, ridge: float) -> None:
+def _legend(fig, ax, chart: Chart, ceilings, bw: float, ridge_x: float) -> None:
     from matplotlib.lines import Line2D
 
     handles = []
     for label, top, style in ceilings:
         handles.append(Line2D([], [], color="black" if style == "-" else "grey", linestyle=style,
                               label=f"roofline {label}: {si(top, 'FLOP/s')}, {si(bw, 'B/s')}"))
-    handles.append(Line2D([], [], marker="D", color="red", linestyle="", label=f"ridge {ratio(ridge)} FLOP/B"))
+    handles.append(Line2D([], [], marker="D", color="red", linestyle="", label=f"ridge {ratio(ridge_x)} FLOP/B"))
     families = list(dict.fromkeys((s.family, _colour(s)) for s in chart.series if s.family))
     if families:
         for family, colour in families:
@@ -485,17 +489,18 @@ def _roofline_panel(ax, chart: Chart, ceilings, x_lo: float, x_hi: float) -> tup
     markers (x, y, radius in points) and the polylines (xs, ys) they must keep clear of."""
     hw = chart.hardware
     bw = hw["bandwidth"]
-    ridge, peak = ceilings[0][1] / bw, ceilings[0][1]
+    peak = ceilings[0][1]
+    ridge_x = ridge(peak, bw)
     lines = []
     for _label, top, style in ceilings:
-        r = top / bw
+        r = ridge(top, bw)
         xs, ys = [x_lo, r, x_hi], [x_lo * bw / 1e12, top / 1e12, top / 1e12]
         ax.plot(xs, ys, style, color="black" if style == "-" else "grey", linewidth=1.6 if style == "-" else 1.1,
                 zorder=2)
         lines.append((xs, ys))
-    ax.scatter([ridge], [peak / 1e12], marker="D", s=40, color="red", zorder=5)
-    labels = [Label(ridge, peak / 1e12, f"ridge {ratio(ridge)} FLOP/B", "red", 4.0, 7.5)]
-    markers: list[tuple[float, float, float]] = [(ridge, peak / 1e12, 4.0)]
+    ax.scatter([ridge_x], [peak / 1e12], marker="D", s=40, color="red", zorder=5)
+    labels = [Label(ridge_x, peak / 1e12, f"ridge {ratio(ridge_x)} FLOP/B", "red", 4.0, 7.5)]
+    markers: list[tuple[float, float, float]] = [(ridge_x, peak / 1e12, 4.0)]
     for s, xy in zip(chart.series, placed(chart), strict=True):
         colour = _colour(s)
         x = [p[0] for p in xy]
@@ -541,10 +546,10 @@ def figure(chart: Chart):
     hw = chart.hardware
     bw = hw["bandwidth"]
     ceilings = _ceilings(hw)
-    ridge = ceilings[0][1] / bw
+    ridge_x = ridge(ceilings[0][1], bw)
     xs = [x for s in chart.series for x, _ in s.points]
     x_lo = min(xs + [1.0]) / 4
-    x_hi = max(xs + [p / bw for _, p, _ in ceilings]) * 5
+    x_hi = max(xs + [ridge(p, bw) for _, p, _ in ceilings]) * 5
     ys = [y for row in placed(chart) for _, y in row]
     y_lo = min(ys + [x_lo * bw]) / 3
     by_batch = [s for s in chart.series if s.batches]
@@ -566,15 +571,15 @@ def figure(chart: Chart):
         for s in by_batch:
             bx.plot(s.batches, [p[0] for p in s.points], "-", marker=MARKERS[s.kind], color=_colour(s),
                     markersize=5, linewidth=1, markeredgecolor="black", markeredgewidth=0.4)
-        bx.axhline(ridge, color="red", linestyle="--", linewidth=1)
+        bx.axhline(ridge_x, color="red", linestyle="--", linewidth=1)
         bx.set_xlim(min(batches) / 1.5, max(batches) * 1.5)
         from matplotlib.ticker import FixedLocator, NullLocator
 
         bx.xaxis.set_major_locator(FixedLocator(batches))
         bx.xaxis.set_minor_locator(NullLocator())
-        bx.set_ylim(min(xs + [ridge]) / 4, max(xs + [ridge]) * 4)
+        bx.set_ylim(min(xs + [ridge_x]) / 4, max(xs + [ridge_x]) * 4)
         bx.set_autoscale_on(False)
-    _legend(fig, ax, chart, ceilings, bw, ridge)
+    _legend(fig, ax, chart, ceilings, bw, ridge_x)
     width, height = fig.get_size_inches()
     fig.subplots_adjust(left=0.75 / width, right=1 - 0.15 / width, bottom=0.61 / height, top=1 - 0.34 / height,
                         wspace=0.14 if by_batch else 0.2)
@@ -589,8 +594,8 @@ def figure(chart: Chart):
             keep_clear += line_boxes(bx, s.batches, ys_)
             tags.append(Label(s.batches[-1], ys_[-1], s.tag or s.label, _colour(s), 3.0))
         lo, hi = bx.get_xlim()
-        keep_clear += line_boxes(bx, [lo, hi], [ridge, ridge])
-        tags.insert(0, Label(min(s.batches[0] for s in by_batch), ridge, f"ridge {ratio(ridge)} FLOP/B", "red",
+        keep_clear += line_boxes(bx, [lo, hi], [ridge_x, ridge_x])
+        tags.insert(0, Label(min(s.batches[0] for s in by_batch), ridge_x, f"ridge {ratio(ridge_x)} FLOP/B", "red",
                              0.0, 7.5))
         left += place(bx, tags, marker_boxes(bx, marks) + keep_clear, [])
     for k, note in enumerate(chart.notes):

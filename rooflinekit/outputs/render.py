@@ -31,35 +31,41 @@ from rooflinekit.outputs.sections import (
     uncounted_table,
 )
 from rooflinekit.outputs.tables import WIDTH, Style, table, wrap
+from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 FORMATS = ("table", "json", "csv", "markdown")
 __all__ = ["FORMATS", "TABLES", "ViewedReport", "header_lines", "measured_lines", "parallel_lines", "render",
            "seconds", "to_csv", "to_json", "to_text"]
 
 
-def workload_formats(w) -> str:
-    """", bf16" and, where they differ from it, the weight and KV cache formats and the new tokens
-    per sequence of multi-token decode (", bf16, weights int4/128, KV fp8, 4 new tokens/seq")."""
-    text = f", {w.dtype}"
-    weights = getattr(w, "weight_dtype", None)
-    if weights and weights != w.dtype:
-        group = getattr(w, "weight_group_size", None)
-        text += f", weights {weights}" + (f"/{group}" if group else "")
-    kv = getattr(w, "kv_dtype", None)
-    if kv and kv != w.dtype:
-        text += f", KV {kv}"
-    if w.phase == "decode" and w.q_len > 1:
-        text += f", {w.q_len} new tokens/seq"
-    return text
+def workload_formats(report) -> str:
+    """", bf16" and the non-default deployment, multi-token decode and model options in words
+    (", bf16, TP 2, int4 weights, fp8 KV, 4 new tokens/seq, options layers=2")."""
+    w = report.workload
+    return request_words(w.dtype, getattr(report, "deployment", None), w.q_len if w.phase == "decode" else None,
+                         w.options)
+
+
+def request_lines(report) -> list[str]:
+    """The workload line, and the deployment and the model's options lines where there are any."""
+    w = report.workload
+    tokens = f", {w.q_len} new tokens/seq" if w.phase == "decode" and w.q_len > 1 else ""
+    lines = [f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}{tokens}, device {w.device}"]
+    words = deployment_words(getattr(report, "deployment", None), w.dtype)
+    if words:
+        lines.append(f"deployment: {words}")
+    if w.options:
+        lines.append(f"model options: {options_words(w.options)}")
+    return lines
 
 
 def header_lines(report: Report) -> list[str]:
-    w, hw, t, model = report.workload, report.hardware, report.totals, report.model
+    hw, t, model = report.hardware, report.totals, report.model
     fused = getattr(t, "fused", None)
     lines = [
         f"model: {model.name or '?'} ({model.kind or ''}: {model.path or ''}), "
         f"{num(model.parameters)} parameters, {num(model.param_bytes, 'B')} of weights",
-        f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(w)}, device {w.device}",
+        *request_lines(report),
         f"hardware: {hw.name}: {si(hw.peak_flops, 'FLOP/s')} dense {hw.dtype}, "
         f"{si(hw.bandwidth, 'B/s')}, ridge {plain(hw.ridge, 4)} FLOP/B",
         f"step: {si(t.flops, 'FLOP')} executed ({si(t.flops_model, 'FLOP')} model), "

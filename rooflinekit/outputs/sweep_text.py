@@ -7,6 +7,7 @@ import io
 
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.tables import WIDTH, Column, Style, table, wrap
+from rooflinekit.outputs.words import request_words
 
 COLUMNS = [Column("B"), Column("S"), Column("FLOP", drop=2), Column("bytes"), Column("FLOP/B"),
            Column("bound", "left", drop=3), Column("step"), Column("tok/s"), Column("MFU bd", drop=6),
@@ -34,9 +35,10 @@ def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour:
     style = Style(colour and not md)
     hw, w, model = data["hardware"], data["workload"], data["model"]
     head = [
-        f"model: {model.get('name', '?')} ({model.get('path', '')}), options {w.get('options') or '{}'}",
+        f"model: {model.get('name', '?')} ({model.get('path', '')})",
         f"sweep: {w['phase']}, batches {','.join(map(str, w['batches']))}, contexts "
-        f"{','.join(map(str, w['contexts']))}, {w['dtype']}, device {w['device']}",
+        f"{','.join(map(str, w['contexts']))}"
+        f"{request_words(w['dtype'], data.get('deployment'), w.get('q_len'), w.get('options'))}, device {w['device']}",
     ]
     if hw:
         head.append(f"hardware: {hw['name']}: {si(hw['peak_flops'], 'FLOP/s')} dense {hw['dtype']}, "
