@@ -16,7 +16,7 @@ positive = st.floats(min_value=1.0, max_value=1e18, allow_nan=False, allow_infin
 
 @given(flops=positive, nbytes=positive, peak=st.floats(1e9, 1e16), bw=st.floats(1e9, 1e13))
 def test_placement_properties(flops, nbytes, peak, bw):
-    p = place(flops, nbytes, peak, bw)
+    p = place(flops, nbytes, peak, bw, "bf16")
     assert p.time_bound_s == pytest.approx(max(flops / peak, nbytes / bw))
     assert p.attainable_flops <= peak * (1 + 1e-12)
     assert 0 <= p.mfu_bound <= 1 + 1e-12
@@ -27,7 +27,7 @@ def test_placement_properties(flops, nbytes, peak, bw):
 
 def test_h800_decode_gqa_example_numbers():
     # intensity 8 on H800 bf16: bound MFU = 8 / 295.3 = 2.7 % (background.md section 3)
-    p = place(8.0e9, 1.0e9, 989.4e12, 3.35e12)
+    p = place(8.0e9, 1.0e9, 989.4e12, 3.35e12, "bf16")
     assert p.mfu_bound == pytest.approx(8 / (989.4 / 3.35))
     assert p.mfu_bound == pytest.approx(0.0271, abs=1e-4)
 
@@ -39,5 +39,5 @@ def test_attention_pairs_match_enumeration(q, k, causal):
 
 
 def test_no_bytes_is_compute_bound_not_infinite():
-    p = place(10.0, 0.0, 1e12, 1e9)
+    p = place(10.0, 0.0, 1e12, 1e9, "bf16")
     assert p.intensity is None and p.bound == "compute" and math.isfinite(p.time_bound_s)

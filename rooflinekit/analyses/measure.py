@@ -57,7 +57,7 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import SDPA_NAME, OpRecord, Recorder, call_forward
 from rooflinekit.stages.formulas import FormulaBook, op_key
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
-from rooflinekit.stages.place import hardware_info, placement, rollup_name
+from rooflinekit.stages.place import hardware_info, rollup_name
 from rooflinekit.stages.roofline import place_on
 
 if sys.version_info >= (3, 11):
@@ -621,7 +621,7 @@ def _alt(placed: Placement, hw: HardwareSpec, **more) -> AltPlacement:
     return AltPlacement(
         hardware=hw.name, calibrated=hw.calibrated, intensity=placed.intensity,
         attainable_flops=placed.attainable_flops, bound=placed.bound, time_bound_s=placed.time_bound_s,
-        mfu_bound=placed.mfu_bound, ridge=hw.peak(placed.dtype) / hw.memory_bandwidth, **more,
+        mfu_bound=placed.mfu_bound, ridge=hw.ridge(placed.dtype), **more,
     )
 
 
@@ -648,11 +648,11 @@ def with_alt_placement(report: Report, hw: HardwareSpec) -> Report:
 
     t = report.totals
     step = t.measured.step_time_s if t.measured else None
-    totals = replace(t, placement_alt=alt(placement(hw, t.dtype, t.flops, t.bytes), t.flops_model, t.flops,
+    totals = replace(t, placement_alt=alt(place_on(hw, t.dtype, t.flops, t.bytes), t.flops_model, t.flops,
                                           t.bytes, step, t.dtype, total_ops_bound,
                                           predicted_step_s=total_ops_bound))
     modules = [
-        replace(mod, placement_alt=alt(placement(hw, mod.dtype, mod.flops, mod.bytes), mod.flops_model,
+        replace(mod, placement_alt=alt(place_on(hw, mod.dtype, mod.flops, mod.bytes), mod.flops_model,
                                        mod.flops, mod.bytes, mod.measured.time_s if mod.measured else None,
                                        mod.dtype, module_ops_bound.get(mod.name, 0.0)))
         for mod in report.modules
@@ -660,8 +660,8 @@ def with_alt_placement(report: Report, hw: HardwareSpec) -> Report:
     attention = []
     for att in report.attention:
         pe, pm = att.placement_executed, att.placement_min
-        minimum = _alt(placement(hw, att.dtype, pm.flops, pm.bytes), hw) if pm else None
-        attention.append(replace(att, placement_alt=_alt(placement(hw, att.dtype, pe.flops, pe.bytes), hw,
+        minimum = _alt(place_on(hw, att.dtype, pm.flops, pm.bytes), hw) if pm else None
+        attention.append(replace(att, placement_alt=_alt(place_on(hw, att.dtype, pe.flops, pe.bytes), hw,
                                                          min=minimum)))
     return replace(report, totals=totals, modules=modules, attention=attention,
                    hardware_alt=hardware_info(hw, t.dtype))

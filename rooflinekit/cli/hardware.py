@@ -35,7 +35,7 @@ def hardware_list(fmt, debug):
     for e in entries:
         bf16 = e.peak_flops.get("bf16")
         rows.append([e.name, e.vendor, si(bf16, "FLOP/s"), si(e.peak_flops.get("fp8"), "FLOP/s"),
-                     si(e.memory_bandwidth, "B/s"), f"{bf16 / e.memory_bandwidth:.1f}" if bf16 else "-",
+                     si(e.memory_bandwidth, "B/s"), f"{e.ridge('bf16'):.1f}" if bf16 else "-",
                      si(e.memory_bytes, "B"), "" if e.verified else "unverified"])
     click.echo(tabulate(rows, headers=["name", "vendor", "bf16 dense", "fp8 dense", "bandwidth",
                                        "ridge bf16", "memory", ""], disable_numparse=True))
@@ -65,7 +65,7 @@ def hardware_show(name, fmt, debug):
     click.echo("  dense peaks:")
     for key, value in spec.peak_flops.items():
         src = spec.sources.get(f"peak_flops.{key}", spec.sources.get("peak_flops", "-"))
-        click.echo(f"    {key:5s} {si(value, 'FLOP/s'):>14s}   ridge {value / spec.memory_bandwidth:7.1f} FLOP/B   [{src}]")
+        click.echo(f"    {key:5s} {si(value, 'FLOP/s'):>14s}   ridge {spec.ridge(key):7.1f} FLOP/B   [{src}]")
     if spec.notes:
         click.echo(f"  notes: {spec.notes}")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.stages.roofline import ridge
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,7 +66,7 @@ class HardwareSpec:
 
     def ridge(self, dtype_key: str) -> float:
         """Ridge point I* = peak / bandwidth, in FLOP/B, for one dtype."""
-        return self.peak(dtype_key) / self.memory_bandwidth
+        return ridge(self.peak(dtype_key), self.memory_bandwidth)
 
     def to_dict(self) -> dict:
         return {
@@ -74,7 +75,7 @@ class HardwareSpec:
             "aliases": list(self.aliases),
             "peak_flops": dict(self.peak_flops),
             "bandwidth": self.memory_bandwidth,
-            "ridge": {k: v / self.memory_bandwidth for k, v in self.peak_flops.items()},
+            "ridge": {k: ridge(v, self.memory_bandwidth) for k, v in self.peak_flops.items()},
             "memory_bytes": self.memory_bytes,
             "interconnect_bandwidth": self.interconnect_bandwidth,
             "verified": self.verified,

@@ -34,7 +34,7 @@ from rooflinekit.stages.attribute import AttentionRow as AttentionSite
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.roofline import op_figures, place_on
+from rooflinekit.stages.roofline import op_figures, place_on, ridge
 from rooflinekit.stages.workload import Workload
 
 
@@ -79,13 +79,6 @@ class Aggregate:
         return default
 
 
-def placement(hw: HardwareSpec, dtype: str, flops: float, nbytes: float) -> Placement:
-    """(flops, bytes) of `dtype` placed on `hw`'s roofline, as the report carries it."""
-    p = place_on(hw, dtype, flops, nbytes)
-    return Placement(flops=flops, bytes=nbytes, intensity=p.intensity, attainable_flops=p.attainable_flops,
-                     bound=p.bound, time_bound_s=p.time_bound_s, mfu_bound=p.mfu_bound, dtype=dtype)
-
-
 def _fields(p: Placement) -> dict:
     """A Placement's fields, to build a subclass (Totals, ModuleRow) from it."""
     return {k: getattr(p, k) for k in Placement.__dataclass_fields__}
@@ -96,7 +89,7 @@ def hardware_info(hw: HardwareSpec, dtype: str) -> HardwareInfo:
     key = dtype if dtype in hw.peak_flops else hw.peak_key(dtype)
     peak = hw.peak(key)
     return HardwareInfo(name=hw.name, dtype=key, peak_flops=peak, bandwidth=hw.memory_bandwidth,
-                        ridge=peak / hw.memory_bandwidth, peaks=dict(hw.peak_flops),
+                        ridge=ridge(peak, hw.memory_bandwidth), peaks=dict(hw.peak_flops),
                         interconnect_bandwidth=hw.interconnect_bandwidth, calibrated=hw.calibrated,
                         source=hw.path)
 
@@ -143,8 +136,8 @@ def attention_row(row: AttentionSite, hw: HardwareSpec) -> AttentionRow:
         intensity_min=row.intensity_min,
         intensity_executed=row.intensity_executed,
         dtype=row.dtype,
-        placement_executed=placement(hw, row.dtype, row.flops_executed, row.bytes_executed),
-        placement_min=placement(hw, row.dtype, cost.flops_model, cost.bytes_min) if cost else None,
+        placement_executed=place_on(hw, row.dtype, row.flops_executed, row.bytes_executed),
+        placement_min=place_on(hw, row.dtype, cost.flops_model, cost.bytes_min) if cost else None,
         notes=list(row.notes) + (list(cost.notes) if cost else []),
         extra=dict(getattr(spec, "extra", None) or {}) if spec else {},
         op_indices=list(row.op_indices),
@@ -273,7 +266,7 @@ def build_report(
         for path, nbytes in fused_paths.items():
             fused_rows[rollup_name(path, depth, group_layers)] += nbytes
     module_rows = [
-        ModuleRow(**_fields(placement(hw, agg.dtype(wdtype), agg.flops, agg.bytes)), name=name, ops=agg.count,
+        ModuleRow(**_fields(place_on(hw, agg.dtype(wdtype), agg.flops, agg.bytes)), name=name, ops=agg.count,
                   weight_bytes=agg.param_bytes, time_bound_ops_s=agg.time_ops_s,
                   time_share=agg.time_ops_s / total_time,
                   fused_bytes=fused_rows[name] if fusion is not None else None)
@@ -291,7 +284,7 @@ def build_report(
     reexpand = sum(r.kv_reexpand_flops for r in attention)
     flops_model = total.flops - att_exec_flops + att_model_flops - reexpand
 
-    whole = placement(hw, wdtype, total.flops, total.bytes)
+    whole = place_on(hw, wdtype, total.flops, total.bytes)
     peak = hardware.peak_flops
     predicted = total.time_ops_s
     comm = communication(cap.ops, hw.interconnect_bandwidth)

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.core.report import Placement
+
+if TYPE_CHECKING:
+    from rooflinekit.stages.hardware import HardwareSpec
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where a (flops, bytes) pair lands on one dtype's roofline."""
-
-    flops: float
-    bytes: float
-    intensity: float | None  # FLOP/B; None when nothing is moved
-    peak_flops: float
-    bandwidth: float
-    ridge: float
-    attainable_flops: float
-    bound: str  # "memory" | "compute" | "none"
-    time_bound_s: float
-    mfu_bound: float  # attainable / peak, a ceiling on MFU
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+def ridge(peak: float, bandwidth: float) -> float:
+    """The ridge point I* = peak / bandwidth in FLOP/B: the intensity where a roofline's slope meets
+    its peak (below it a workload is memory-bound)."""
+    return peak / bandwidth
 
 
 def intensity(flops: float, nbytes: float) -> float | None:
@@ -58,29 +48,25 @@ def op_figures(flops: float, nbytes: float, peak: float, bandwidth: float) -> tu
     """(intensity, bound, time_bound_s) of `place`, without building a Placement: the report's
     per-op rows need only these, for every one of 10^4 ops."""
     i = flops / nbytes if nbytes > 0 else None
-    return i, bound_of(flops, nbytes, i, peak / bandwidth), max(flops / peak, nbytes / bandwidth)
+    return i, bound_of(flops, nbytes, i, ridge(peak, bandwidth)), max(flops / peak, nbytes / bandwidth)
 
 
-def place(flops: float, nbytes: float, peak: float, bandwidth: float) -> Placement:
-    """Place one workload on the roofline of (peak, bandwidth)."""
-    ridge = peak / bandwidth
+def place(flops: float, nbytes: float, peak: float, bandwidth: float, dtype: str) -> Placement:
+    """Place one workload of `dtype` on the roofline of (peak, bandwidth)."""
     i = intensity(flops, nbytes)
     att = attainable(i, peak, bandwidth)
-    bound = bound_of(flops, nbytes, i, ridge)
     return Placement(
         flops=flops,
         bytes=nbytes,
         intensity=i,
-        peak_flops=peak,
-        bandwidth=bandwidth,
-        ridge=ridge,
         attainable_flops=att,
-        bound=bound,
+        bound=bound_of(flops, nbytes, i, ridge(peak, bandwidth)),
         time_bound_s=time_bound(flops, nbytes, peak, bandwidth),
         mfu_bound=att / peak if flops > 0 else 0.0,
+        dtype=dtype,
     )
 
 
 def place_on(hw: HardwareSpec, dtype_key: str, flops: float, nbytes: float) -> Placement:
-    """Place on a hardware entry's roofline for one dtype."""
-    return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth)
+    """Place on a hardware entry's roofline for one dtype (its peak, or the fallback's)."""
+    return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth, dtype_key)
