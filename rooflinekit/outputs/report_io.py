@@ -16,43 +16,25 @@ from pathlib import Path
 
 import click
 
-from rooflinekit.core.codec import DecodeError
+from rooflinekit.core.codec import DecodeError, upgrade_profile
 from rooflinekit.core.errors import ReportFileError
-from rooflinekit.core.report import Report
+from rooflinekit.core.report import Report, report_schema
 from rooflinekit.core.version import READABLE_SCHEMAS
 from rooflinekit.stages.hardware import check_value
 
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
 SCHEMA_MAJORS = tuple(dict.fromkeys(v.split(".")[0] for v in READABLE_SCHEMAS))
 
-_HARDWARE = {"name": str, "dtype": str, "peak_flops": "positive", "bandwidth": "positive", "ridge": "positive"}
-
-#: What the commands read from each kind of report: section -> {key: expected type}. "number" is a
-#: number or null, "positive" a number > 0, "list" a list; a list section's keys are checked on
-#: every element.
-REQUIRED = {
-    "profile": {
-        "workload": {"phase": str, "batch": int, "context": int, "dtype": str},
-        "hardware": _HARDWARE,
-        "totals": {"flops": "number", "bytes": "number", "intensity": "number", "flops_model": "number",
-                   "weight_bytes": "number", "kv_bytes_executed": "number", "kv_bytes_min": "number",
-                   "other_bytes": "number"},
-        "attention_totals": {"layers": int, "recognised": int, "flops_model": "number",
-                             "kv_bytes_min": "number", "kv_bytes_executed": "number",
-                             "cache_bytes_per_token": "number", "intensity_min": "number"},
-        "attention": {"module": str, "recognised": bool, "bytes_min": "number", "bytes_executed": "number",
-                      "flops_executed": "number"},
-        "modules": {"name": str, "flops": "number", "bytes": "number", "weight_bytes": "number"},
-    },
-    "sweep": {
-        "workload": {"phase": str, "dtype": str, "batches": "list", "contexts": "list"},
-        "hardware": _HARDWARE,
-        "points": {"batch": int, "context": int, "intensity": "number", "attention": dict},
-    },
+#: JSON types of the generated JSON Schema (rooflinekit.core.report.report_schema) -> the check of a value.
+_JSON_TYPES_OK = {
+    "number": lambda v: isinstance(v, Real) and not isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
 }
-LIST_SECTIONS = {"attention", "modules", "points"}
-
-
 _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
@@ -73,52 +55,79 @@ def report_kind(data: object) -> str | None:
     return None
 
 
-def _type_ok(value: object, expected) -> bool:
-    if expected == "number":
-        return value is None or (isinstance(value, Real) and not isinstance(value, bool))
-    if expected == "positive":
-        return isinstance(value, Real) and not isinstance(value, bool) and value > 0
-    if expected == "list":
-        return isinstance(value, list)
-    if expected is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, expected)
+def _type_ok(value: object, node: dict) -> bool:
+    """Whether `value` has a type that `node` (one node of the generated JSON Schema) allows."""
+    if "anyOf" in node:
+        return any(_type_ok(value, n) for n in node["anyOf"])
+    if "$ref" in node:
+        return isinstance(value, dict)
+    kinds = node.get("type")
+    if kinds is None:
+        return True
+    return any(_JSON_TYPES_OK[k](value) for k in ([kinds] if isinstance(kinds, str) else kinds))
+
+
+def _object_node(node: dict, value: object, defs: dict) -> dict | None:
+    """The object schema `node` refers to for `value` (through $ref, or the anyOf branch of one)."""
+    for n in node.get("anyOf", [node]):
+        if "$ref" in n and isinstance(value, dict):
+            return defs[n["$ref"].rsplit("/", 1)[1]]
+    return None
+
+
+def _what(node: dict) -> str:
+    """' (an object)' or ' (a list)' after a field that must be one, else ''."""
+    nodes = node.get("anyOf", [node])
+    if any("$ref" in n or n.get("type") == "object" for n in nodes):
+        return " (an object)"
+    return " (a list)" if any(n.get("type") == "array" for n in nodes) else ""
+
+
+def schema_problems(data: dict, node: dict, defs: dict, where: str = "") -> list[str]:
+    """Fields of `data` that object schema `node` requires and it lacks, or that have a type the
+    schema does not allow; objects and lists of objects under it are checked the same way (a
+    list's first bad element only)."""
+    problems: list[str] = []
+    required = set(node.get("required", ()))
+    for key, prop in node.get("properties", {}).items():
+        name = f"{where}.{key}" if where else key
+        if key not in data:
+            if key in required:
+                problems.append(name + _what(prop))
+            continue
+        value = data[key]
+        if not _type_ok(value, prop):
+            problems.append(name + _what(prop))
+            continue
+        inner = _object_node(prop, value, defs)
+        if inner is not None:
+            problems += schema_problems(value, inner, defs, name)
+        elif isinstance(value, list) and "$ref" in prop.get("items", {}):
+            item = defs[prop["items"]["$ref"].rsplit("/", 1)[1]]
+            for i, element in enumerate(value):
+                bad = ([f"{name}[{i}] (an object)"] if not isinstance(element, dict)
+                       else schema_problems(element, item, defs, f"{name}[{i}]"))
+                if bad:
+                    problems += bad
+                    break  # the first bad element says enough
+    return problems
+
+
+#: Sections the commands read that a report's dataclass gives a default (so its schema does not
+#: require them): a report without them is not usable, although it decodes.
+READ_SECTIONS = {"profile": ("attention_totals", "modules", "attention"), "sweep": ("points",)}
 
 
 def check_report(data: dict, kind: str) -> list[str]:
-    """The problems of a `kind` report: wrong schema major version, missing or mistyped fields."""
+    """The problems of a `kind` report: wrong schema major version, missing or mistyped fields
+    against the JSON Schema generated from the report dataclasses (a 1.x profile upgraded first)."""
     version = data.get("schema_version")
     if not isinstance(version, str) or version.split(".")[0] not in SCHEMA_MAJORS:
         readable = " and ".join(f"{m}.x" for m in SCHEMA_MAJORS)
         return [f"schema_version {version!r} (this rooflinekit reads schema {readable})"]
-    problems: list[str] = []
-    for section, keys in REQUIRED[kind].items():
-        value = data.get(section)
-        if section in LIST_SECTIONS:
-            if not isinstance(value, list):
-                problems.append(f"{section} (a list)")
-                continue
-            for i, item in enumerate(value):
-                if not isinstance(item, dict):
-                    problems.append(f"{section}[{i}] (an object)")
-                    break
-                bad = [k for k, t in keys.items() if k not in item or not _type_ok(item[k], t)]
-                if bad:
-                    problems.append(", ".join(f"{section}[{i}].{k}" for k in bad))
-                    break  # the first bad element says enough
-            continue
-        if not isinstance(value, dict):
-            problems.append(f"{section} (an object)")
-            continue
-        problems += [f"{section}.{k}" for k, t in keys.items() if k not in value or not _type_ok(value[k], t)]
-    if kind == "sweep" and not problems:
-        for i, p in enumerate(data["points"]):
-            bad = [k for k in ("intensity_min", "intensity_executed")
-                   if not _type_ok(p["attention"].get(k, ""), "number")]
-            if bad:
-                problems.append(", ".join(f"points[{i}].attention.{k}" for k in bad))
-                break
-    return problems
+    schema = report_schema(kind)
+    node = dict(schema, required=[*schema["required"], *READ_SECTIONS.get(kind, ())])
+    return schema_problems(upgrade_profile(data) if kind == "profile" else data, node, schema["$defs"])
 
 
 #: Numbers a report holds under these keys (or in an object under such a key: `peaks.bf16`) are
@@ -179,7 +188,8 @@ def check_values(data: object, limit: int = 3) -> list[str]:
 
 
 def _check_hardware(data: dict) -> list[str]:
-    """The hardware section's ceilings within the hardware database's plausible bounds."""
+    """The hardware section's ceilings within the hardware database's plausible bounds, its ridge
+    above zero."""
     hw = data.get("hardware")
     if not isinstance(hw, dict):
         return []
@@ -189,6 +199,8 @@ def _check_hardware(data: dict) -> list[str]:
             why = check_value(bound, hw[key])
             if why:
                 problems.append(f"hardware.{key}: {why}")
+    if not (isinstance(hw.get("ridge"), Real) and hw["ridge"] > 0):
+        problems.append("hardware.ridge: not a positive number")
     return problems
 
 
