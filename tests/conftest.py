@@ -22,6 +22,7 @@ from rooflinekit.core.report import (
     Report,
     SweepReport,
 )
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def run_profile(path, phase="decode", batch=1, context=64, dtype="bf16", device=
                 hardware="H800", **options):
     """Profile a model file and return the report dict."""
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, hardware).report.to_dict()
+    return profile(load_source(str(path), options), workload, Deployment(hardware)).report.to_dict()
 
 
 @pytest.fixture

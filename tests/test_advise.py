@@ -13,12 +13,12 @@ from dataclasses import replace
 import pytest
 
 from rooflinekit.analyses.advise import advise
-from rooflinekit.analyses.parallel import with_parallel
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import AdviceReport
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from rooflinekit_plugins.mla_absorb import absorb
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
@@ -43,27 +43,32 @@ def _workload(**changes) -> Workload:
     return replace(Workload("decode", 2, 256, options=tuple(sorted(OPTIONS.items()))), **changes)
 
 
-def _step(workload: Workload, hw: str, **kw) -> float:
-    return profile(load_source(str(GQA), OPTIONS), workload, hw, measure=False, **kw).report.totals.predicted_step_s
+COUNTS = ReportOptions(measure=False)
+
+
+def _step(workload: Workload, hw: str, **deployment) -> float:
+    return profile(load_source(str(GQA), OPTIONS), workload, Deployment(hw, **deployment),
+                   options=COUNTS).report.totals.predicted_step_s
 
 
 @pytest.fixture(scope="module")
 def advice(small_hw) -> AdviceReport:
-    return advise(load_source(str(GQA), OPTIONS), _workload(), small_hw)
+    return advise(load_source(str(GQA), OPTIONS), _workload(), Deployment(small_hw))
 
 
 def test_levers_are_the_profiles_of_their_workloads(advice, small_hw):
     by = {lv.lever: lv for lv in advice.levers}
     w = _workload()
     assert advice.baseline.predicted_step_s == _step(w, small_hw)
-    assert by["TP 2"].predicted_step_s == _step(with_parallel(w, 2), small_hw)
-    assert by["fp8 weights"].predicted_step_s == _step(replace(w, weight_dtype="fp8"), small_hw)
-    assert by["int4 weights"].predicted_step_s == _step(replace(w, weight_dtype="int4", weight_group_size=128),
-                                                        small_hw)
-    assert by["fp8 KV cache"].predicted_step_s == _step(replace(w, kv_dtype="fp8"), small_hw)
+    assert by["TP 2"].predicted_step_s == _step(w, small_hw, tp=2)
+    assert by["TP 2"].changes == {"tp": 2}
+    assert by["fp8 weights"].predicted_step_s == _step(w, small_hw, weight_dtype="fp8")
+    assert by["int4 weights"].predicted_step_s == _step(w, small_hw, weight_dtype="int4", weight_group_size=128)
+    assert by["int4 weights"].changes == {"weight_dtype": "int4", "weight_group_size": 128}
+    assert by["fp8 KV cache"].predicted_step_s == _step(w, small_hw, kv_dtype="fp8")
     assert by["q_len 4"].predicted_step_s == _step(replace(w, decode_q_len=4), small_hw)
     assert by["q_len 4"].tokens == 4 * w.batch
-    fused = profile(load_source(str(GQA), OPTIONS), w, small_hw, measure=False).report.totals.fused
+    fused = profile(load_source(str(GQA), OPTIONS), w, Deployment(small_hw), options=COUNTS).report.totals.fused
     assert by["fused kernels"].predicted_step_s == fused.predicted_step_s
 
 
@@ -119,7 +124,7 @@ class _DoubleBatch:
 def test_plugin_lever_is_priced_like_the_builtins(small_hw):
     host = PluginHost()
     host.register(_DoubleBatch(), "double")
-    report = advise(load_source(str(GQA), OPTIONS, host), _workload(), small_hw, host=host)
+    report = advise(load_source(str(GQA), OPTIONS, host), _workload(), Deployment(small_hw), host=host)
     (lever,) = [lv for lv in report.levers if lv.lever == "double batch"]
     assert lever.source == "double" and lever.changes == {"batch": 4}
     assert lever.predicted_step_s == _step(_workload(batch=4), small_hw)
@@ -135,11 +140,11 @@ def test_absorbed_mla_from_the_models_own_mode():
     path = str(EXAMPLES / "deepseek_mla.py")
     naive = dict(MLA_OPTIONS, mode="naive")
     w = Workload("decode", 2, 512, options=tuple(sorted(naive.items())))
-    report = advise(load_source(path, naive), w, "H800")
+    report = advise(load_source(path, naive), w, Deployment("H800"))
     (lever,) = [lv for lv in report.levers if lv.lever == "absorbed MLA"]
     absorbed = dict(MLA_OPTIONS, mode="absorbed")
-    expected = profile(load_source(path, absorbed), replace(w, options=tuple(sorted(absorbed.items()))), "H800",
-                       measure=False).report.totals.predicted_step_s
+    expected = profile(load_source(path, absorbed), replace(w, options=tuple(sorted(absorbed.items()))),
+                       Deployment("H800"), options=COUNTS).report.totals.predicted_step_s
     assert lever.predicted_step_s == expected and lever.changes == {"mode": "absorbed"}
 
 
@@ -153,7 +158,7 @@ def test_absorbed_mla_restates_a_naive_capture_to_closed_forms():
     h, r, rope, nope, v = (c["num_attention_heads"], c["kv_lora_rank"], c["qk_rope_head_dim"],
                            c["qk_nope_head_dim"], c["v_head_dim"])
     source = load_source(str(EXAMPLES / "configs/deepseek-v2-lite.json"), {})
-    done = profile(source, Workload("decode", b, s), "H800", measure=False, transform=absorb)
+    done = profile(source, Workload("decode", b, s), Deployment("H800"), options=COUNTS, lever=absorb)
     rows = done.report.attention
     assert len(rows) == c["num_hidden_layers"] and {a.mode for a in rows} == {"absorbed"}
     for a in rows:
@@ -172,7 +177,7 @@ def test_absorbed_mla_restates_a_naive_capture_to_closed_forms():
 def test_deepseek_v3_advice_has_six_priced_levers():
     """The acceptance workload: DeepSeek-V3, decode, batch 4, context 32768, H800."""
     source = load_source(str(EXAMPLES / "configs/deepseek-v3.json"), {})
-    report = advise(source, Workload("decode", 4, 32768), "H800")
+    report = advise(source, Workload("decode", 4, 32768), Deployment("H800"))
     priced = [lv for lv in report.levers if lv.predicted_step_s > 0 and lv.tokens_per_s]
     assert len(priced) >= 6
     names = {lv.lever for lv in report.levers}

@@ -11,14 +11,14 @@ from rooflinekit.analyses.parallel import (
     normalise_style,
     resolve,
     structural_plan,
-    with_parallel,
 )
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
-from rooflinekit.stages.workload import Workload, build, load_source
+from rooflinekit.stages.workload import Workload, build, load_source, validate_levers
 from tests.conftest import EXAMPLES, MODELS
 
 MLA = EXAMPLES / "deepseek_mla.py"
@@ -30,10 +30,10 @@ GQA8 = {"layers": 1, "heads": 32, "kv_heads": 8, "head_dim": 32, "hidden": 1024,
 
 
 def planned(path, tp=1, ep=1, batch=4, context=32768, host=None, **options):
-    workload = with_parallel(Workload("decode", batch, context, "bf16", "meta", tuple(sorted(options.items()))),
-                             tp, ep)
+    workload = Workload("decode", batch, context, "bf16", "meta", tuple(sorted(options.items())))
     kwargs = {"host": host} if host is not None else {}
-    return profile(load_source(str(path), options, host), workload, "H800", **kwargs).report.to_dict()
+    return profile(load_source(str(path), options, host), workload, Deployment("H800", tp=tp, ep=ep),
+                   **kwargs).report.to_dict()
 
 
 # -- the acceptance figures ---------------------------------------------------------------------
@@ -320,15 +320,16 @@ def test_sweep_takes_tp(invoke, tmp_path):
                     "-Ointermediate=512", "-f", "json", "-o", out)
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["workload"]["options"]["_tp"] == 2
+    assert data["deployment"]["tp"] == 2 and "_tp" not in data["workload"]["options"]
     assert data["points"][1]["flops"] == pytest.approx(2 * 4 * 256 * 512 * 3 * 2 / 2)
     assert any("tensor parallel 2" in n for n in data["notes"])
 
 
-def test_workload_options_carry_the_sizes():
-    w = with_parallel(Workload("decode", 1, 8), tp=4)
-    assert dict(w.options) == {"_tp": 4}
-    assert dict(with_parallel(w, tp=1, ep=1).options) == {}
+def test_the_deployment_carries_the_sizes():
+    w = Workload("decode", 1, 8)
+    d = Deployment(tp=4)
+    assert (d.tp, d.ep, d.parallel) == (4, 1, True) and dict(w.options) == {}
+    assert not Deployment(tp=1, ep=1).parallel
     with pytest.raises(UserError):
-        with_parallel(w, tp=0)
+        validate_levers(w, Deployment(tp=0))
     assert torch.nn  # keep the import: tests build models on meta

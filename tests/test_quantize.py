@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 from conftest import EXAMPLES, MODELS, TINY_LLAMA
 
-from rooflinekit.analyses.parallel import with_parallel
 from rooflinekit.analyses.profile import profile
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 
 CONFIGS = EXAMPLES / "configs"
@@ -19,17 +19,19 @@ GQA_FILE = EXAMPLES / "llama_gqa.py"
 BF16 = 2
 
 
-def run(path, workload: Workload, hardware: str = "H800"):
-    """Profile `path` at `workload` (its -O options from workload.options)."""
-    return profile(load_source(str(path), dict(workload.options)), workload, hardware)
+def run(path, workload: Workload, deployment: Deployment | None = None, hardware: str = "H800"):
+    """Profile `path` at `workload` (its -O options from workload.options) under `deployment` (its
+    formats and degrees) on `hardware`."""
+    deployment = replace(deployment or Deployment(), hardware=hardware)
+    return profile(load_source(str(path), dict(workload.options)), workload, deployment)
 
 
 def config(name: str) -> dict:
     return json.loads((CONFIGS / name).read_text())
 
 
-def decode(batch=2, context=1024, options=(), **levers) -> Workload:
-    return Workload("decode", batch, context, options=tuple(sorted(options)), **levers)
+def decode(batch=2, context=1024, options=(), **fields) -> Workload:
+    return Workload("decode", batch, context, options=tuple(sorted(options)), **fields)
 
 
 # -- weights -------------------------------------------------------------------------------------
@@ -62,13 +64,13 @@ def test_int4_group128_llama_8b_weights_are_half_a_byte_plus_scales():
     c = config("llama-3.1-8b.json")
     assert (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["num_attention_heads"],
             c["num_key_value_heads"], c["vocab_size"]) == (4096, 14336, 32, 32, 8, 128256)
-    p = run(CONFIGS / "llama-3.1-8b.json", decode(batch=1, context=4096, weight_dtype="int4"))
+    p = run(CONFIGS / "llama-3.1-8b.json", decode(batch=1, context=4096), Deployment(weight_dtype="int4"))
     quantized, stored = llama_weights(c, 32, 4, 128, 2)
     # 0.5 byte per quantized parameter plus one fp16 scale per 128 of them
     assert quantized * (0.5 + 2 / 128) + 2 * 128256 * 4096 * BF16 + 65 * 4096 * BF16 == pytest.approx(stored)
     r = p.report
     assert r.model.param_bytes == pytest.approx(stored, rel=0.005)
-    assert r.workload.weight_dtype == "int4" and r.workload.weight_group_size == 128
+    assert r.deployment.weight_dtype == "int4" and r.deployment.weight_group_size == 128
     # a decode step reads every quantized weight, lm_head, one embedding row and the norms
     step = quantized * (0.5 + 2 / 128) + 128256 * 4096 * BF16 + 4096 * BF16 + 65 * 4096 * BF16
     assert r.totals.weight_bytes == pytest.approx(step, rel=0.005)
@@ -81,7 +83,7 @@ def test_int4_group128_llama_8b_weights_are_half_a_byte_plus_scales():
 def test_weight_formats_on_a_small_llama(fmt, group, bits, scale_bytes, per_row):
     opts = TINY_LLAMA | {"layers": 2, "vocab": 1000}
     base = decode(batch=4, context=64, options=opts.items())
-    q = run(GQA_FILE, replace(base, weight_dtype=fmt, weight_group_size=group)).report
+    q = run(GQA_FILE, base, Deployment(weight_dtype=fmt, weight_group_size=group)).report
     plain = run(GQA_FILE, base).report
     h, heads, kv_heads, d, i = opts["hidden"], opts["heads"], opts["kv_heads"], opts["head_dim"], opts["intermediate"]
     shapes = [(heads * d, h), (kv_heads * d, h), (kv_heads * d, h), (h, heads * d), (i, h), (i, h), (h, i)]
@@ -102,20 +104,21 @@ def test_weight_formats_on_a_small_llama(fmt, group, bits, scale_bytes, per_row)
 
 def test_quantize_embeddings_quantizes_embedding_and_head():
     opts = TINY_LLAMA | {"vocab": 1000}
-    base = decode(batch=1, context=64, options=opts.items(), weight_dtype="int8")
-    kept = run(GQA_FILE, base).report
-    both = run(GQA_FILE, replace(base, quantize_embeddings=True)).report
+    base = decode(batch=1, context=64, options=opts.items())
+    int8 = Deployment(weight_dtype="int8")
+    kept = run(GQA_FILE, base, int8).report
+    both = run(GQA_FILE, base, replace(int8, quantize_embeddings=True)).report
     v, h = opts["vocab"], opts["hidden"]
     table_int8 = v * h * 1 + v * math.ceil(h / 128) * 2
     assert both.model.param_bytes - kept.model.param_bytes == pytest.approx(2 * (table_int8 - v * h * BF16))
-    assert both.workload.quantize_embeddings and not kept.workload.quantize_embeddings
+    assert both.deployment.quantize_embeddings and not kept.deployment.quantize_embeddings
 
 
 def test_fp8_activations_place_weight_products_at_the_fp8_peak():
     opts = TINY_LLAMA | {"layers": 2}
     p = run(GQA_FILE, decode(batch=64, context=64, options=opts.items(), dtype="fp8"))
     r = p.report
-    assert r.workload.weight_dtype == "fp8" and r.workload.kv_dtype == "fp8"
+    assert r.deployment.weight_dtype == "fp8" and r.deployment.kv_dtype == "fp8"
     assert r.hardware.dtype == "fp8" and r.hardware.peak_flops == 1979e12
     products = [o for o in r.ops if o.flops and o.param_bytes and o.module.endswith("_proj")]
     assert len(products) == 2 * 7 and {o.dtype for o in products} == {"fp8"}
@@ -138,7 +141,7 @@ def test_a_model_running_fp8_itself_is_counted_as_it_runs():
         assert o.flops == 2 * batch * seq * hidden * inter
         assert o.param_bytes == hidden * inter * 1 + 2 * 4  # float8 weight, two fp32 scales
     # a weight format leaves weights the model already stores in 8 bits alone, and says so
-    q = run(MODELS / "fp8_scaled_mm.py", Workload("prefill", batch, seq, weight_dtype="int4")).report
+    q = run(MODELS / "fp8_scaled_mm.py", Workload("prefill", batch, seq), Deployment(weight_dtype="int4")).report
     assert q.totals.weight_bytes == r.totals.weight_bytes
     assert any("stores in 8 bits or fewer" in n for n in q.notes)
 
@@ -147,7 +150,7 @@ def test_a_model_running_fp8_itself_is_counted_as_it_runs():
 
 
 def _kv(path, batch, context, options, kv_dtype):
-    return run(path, decode(batch, context, options=options.items(), kv_dtype=kv_dtype))
+    return run(path, decode(batch, context, options=options.items()), Deployment(kv_dtype=kv_dtype))
 
 
 @pytest.mark.hf
@@ -158,7 +161,7 @@ def test_fp8_kv_halves_the_minimum_and_the_cache_reads_gqa_config():
     reports = {kv: _kv(CONFIGS / "llama-3.1-8b.json", b, s, {"layers": layers}, kv).report for kv in ("bf16", "fp8")}
     for kv, size in (("bf16", 2), ("fp8", 1)):
         r = reports[kv]
-        assert r.workload.kv_dtype == kv
+        assert r.deployment.kv_dtype == kv
         assert r.attention_totals.kv_bytes_min == layers * b * s * kv_heads * 2 * d * size
         assert r.attention_totals.cache_bytes_per_token == layers * kv_heads * 2 * d * size
         for row in r.attention:  # the fused call reads the K and V caches, all `context` slots
@@ -206,7 +209,7 @@ def test_prefill_keeps_fresh_kv_and_halves_the_cache_writes():
     opts = TINY_LLAMA | {"layers": 1}
     b, s = 2, 64
     w = Workload("prefill", b, s, options=tuple(sorted(opts.items())))
-    hi, lo = (run(GQA_FILE, replace(w, kv_dtype=kv)).report for kv in ("bf16", "fp8"))
+    hi, lo = (run(GQA_FILE, w, Deployment(kv_dtype=kv)).report for kv in ("bf16", "fp8"))
     kv_heads, d = opts["kv_heads"], opts["head_dim"]
     # prefill attends the K/V it computed (bf16); only the cache writes (all slots) halve
     assert hi.attention[0].kv_read_bytes == lo.attention[0].kv_read_bytes
@@ -214,7 +217,7 @@ def test_prefill_keeps_fresh_kv_and_halves_the_cache_writes():
 
 
 def test_weights_per_gpu_under_tp_follow_the_format():
-    p = run(GQA_FILE, with_parallel(Workload("decode", 1, 256, weight_dtype="int4"), tp=2))
+    p = run(GQA_FILE, Workload("decode", 1, 256), Deployment(tp=2, weight_dtype="int4"))
     # llama_gqa.py's defaults: 2 layers, hidden 4096, 8 KV heads of 128, intermediate 14336, vocab 32000
     h, kv, i, v, layers = 4096, 8 * 128, 14336, 32000, 2
     params = layers * (2 * h * h + 2 * kv * h + 3 * i * h)
@@ -233,7 +236,7 @@ def test_int4_quantizes_the_experts_a_module_model_stands_in_for():
     c = config("deepseek-v2-lite.json")
     options = (("layers", 2),)
     bf16 = run(CONFIGS / "deepseek-v2-lite.json", decode(4, 4096, options))
-    int4 = run(CONFIGS / "deepseek-v2-lite.json", decode(4, 4096, options, weight_dtype="int4"))
+    int4 = run(CONFIGS / "deepseek-v2-lite.json", decode(4, 4096, options), Deployment(weight_dtype="int4"))
 
     expected = 0.0
     for name, p in bf16.model.named_parameters():
