@@ -167,7 +167,7 @@ def run_type(model_type: str) -> dict:
     Two retries, each shown in the table: a config transformers rejects at LAYERS layers is profiled
     at the fewest layers that hold every kind of its `layer_types`; a decode beyond the decoder's
     learned positions (Whisper: 448) at that many positions."""
-    from rooflinekit_plugins.hf_loader import load_hf_config
+    from rooflinekit_plugins.hf.loader import load_hf_config
 
     result: dict = {"type": model_type, "phases": {}, "layers": LAYERS}
     try:  # what the loader builds (the failure itself, if any, is the profile's to report)

@@ -29,6 +29,7 @@ from rooflinekit.core.heads import (
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import causal_pairs, pairs_attended, positions_attended
 from rooflinekit.core.levers import LeverProposal
+from rooflinekit.core.limits import limit, over
 from rooflinekit.core.model_facts import cached, module_tree
 from rooflinekit.core.skips import skipped_layers, under
 from rooflinekit.core.specs import (
@@ -84,4 +85,7 @@ __all__ = [
     "module_tree",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
+    # bounds on the work one analysis may do, and the one-line error past one (rooflinekit.core.limits)
+    "limit",
+    "over",
 ]

@@ -17,11 +17,11 @@ pytestmark = pytest.mark.hf
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# -- cutting a config to N layers (rooflinekit_plugins.hf_layers) ----------------------------------
+# -- cutting a config to N layers (rooflinekit_plugins.hf.layers) ----------------------------------
 
 
 def test_every_per_layer_field_is_cut_and_nothing_else():
-    from rooflinekit_plugins.hf_layers import cut_layers
+    from rooflinekit_plugins.hf.layers import cut_layers
 
     kinds = ["sliding_attention", "full_attention", "linear_attention", "sliding_attention", "full_attention",
              "linear_attention"]
@@ -63,7 +63,7 @@ def test_every_per_layer_field_is_cut_and_nothing_else():
 def test_layers_keeps_the_first_layers_of_the_default_config(model_type, scope, field):
     from transformers import AutoConfig
 
-    from rooflinekit_plugins.hf_loader import load_hf_config
+    from rooflinekit_plugins.hf.loader import load_hf_config
 
     default = AutoConfig.for_model(model_type)
     config = load_hf_config(f"hf:{model_type}", {"layers": 4}).config.get_text_config(decoder=True)
@@ -76,7 +76,7 @@ def test_layers_keeps_the_first_layers_of_the_default_config(model_type, scope, 
 def test_layers_cuts_both_stacks_of_an_encoder_decoder_and_leaves_a_vision_tower_whole():
     from transformers import AutoConfig
 
-    from rooflinekit_plugins.hf_loader import load_hf_config
+    from rooflinekit_plugins.hf.loader import load_hf_config
 
     bart = load_hf_config("hf:bart", {"layers": 2}).config
     assert (bart.encoder_layers, bart.decoder_layers) == (2, 2)
@@ -150,7 +150,7 @@ def test_the_coverage_table_meets_its_goal_and_names_every_failure():
             assert len(cells[-1]) > 20, row  # a reason: the construct and whose it is
 
 
-# -- the meta device: values a model reads, answered from the workload (rooflinekit_plugins.hf_meta) ----
+# -- the meta device: values a model reads, answered from the workload (rooflinekit_plugins.hf.meta) ----
 
 
 def test_models_that_read_cache_lengths_and_masks_run_on_meta(tmp_path):

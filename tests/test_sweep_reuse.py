@@ -19,7 +19,7 @@ from rooflinekit.core.skips import skipped_layers, skipping_layers, under
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fit import layer_plan, skipping
 from rooflinekit.stages.memory import ScaledPeak
-from rooflinekit.stages.workload import Workload, build, load_source
+from rooflinekit.stages.workload import ModelSource, Workload, build, load_source
 from rooflinekit_plugins.hf import skipped_cache_layers
 from tests.conftest import EXAMPLES
 
@@ -136,3 +136,32 @@ def test_the_loader_leaves_the_skipped_layers_cache_empty():
     assert [layer.is_initialized for layer in cache.layers] == [True, False, False, False]
     whole = build(source, workload).inputs["cache"]  # outside a design capture: every layer
     assert [layer.is_initialized for layer in whole.layers] == [True, True, True, True]
+
+
+@pytest.mark.hf
+def test_each_source_keeps_its_own_empty_layers():
+    """Two loads in sequence with different settings: the plugin's source leaves the layers a design
+    capture stands in for empty, a standalone `load_hf_config` source none, another one layer 2
+    always; each step's cache follows its own source's setting, whichever load came last."""
+    from rooflinekit_plugins.hf.loader import load_hf_config
+
+    options = {"layers": 4}
+    path = str(EXAMPLES / "configs" / "llama-3.1-8b.json")
+    workload = Workload("decode", 1, 64, options=tuple(options.items()))
+
+    def wrapped(loaded) -> ModelSource:
+        return ModelSource(name=loaded.name, path=loaded.path, build_model=loaded.build_model,
+                           make_inputs=loaded.make_inputs, options_handled=True)
+
+    by_plugin = load_source(path, options)
+    plain = wrapped(load_hf_config(path, options))
+    fixed = wrapped(load_hf_config(path, options, empty_layers=lambda model: frozenset({2})))
+    model = build(by_plugin, workload).model
+    with skipping(layer_plan(model)):
+        caches = {name: build(source, workload).inputs["cache"]
+                  for name, source in (("plugin", by_plugin), ("plain", plain), ("fixed", fixed))}
+    filled = {name: [layer.is_initialized for layer in cache.layers] for name, cache in caches.items()}
+    assert filled == {"plugin": [True, False, False, False], "plain": [True, True, True, True],
+                      "fixed": [True, True, False, True]}
+    outside = build(plain, workload).inputs["cache"]
+    assert [layer.is_initialized for layer in outside.layers] == [True, True, True, True]

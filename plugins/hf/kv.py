@@ -9,7 +9,7 @@ meta it allocates nothing) and every attention layer of the cache whose K or V d
 that run wrote is given that layer's heads and widths, at its own length (on meta there is no
 data to keep; elsewhere the slots are as uninitialised as the loader's).
 
-Standalone like hf_loader (imports nothing from rooflinekit).
+Standalone like `loader` (imports nothing from rooflinekit).
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Built-in plugin: load a transformers config.json (the `hf` extra) as a model source."""
+"""Built-in plugin: load a transformers config.json (the `hf` extra) as a model source.
+
+The hook implementations are here; the loader and its helpers (`loader`, `cache`, `kv`, `layers`,
+`meta`, `tasks`) are modules of this package that import nothing from rooflinekit, and are
+imported when the hook answers (they import torch).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,16 @@ import functools
 import importlib
 from pathlib import Path
 
-from rooflinekit.core.limits import limit, over
-from rooflinekit.plugin import UserError, cached, hookimpl, module_tree, skipped_layers, under
+from rooflinekit.plugin import (
+    UserError,
+    cached,
+    hookimpl,
+    limit,
+    module_tree,
+    over,
+    skipped_layers,
+    under,
+)
 
 PROVIDES = ("transformers configs",)
 #: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
@@ -26,7 +39,7 @@ def _is_config(path: str) -> bool:
 def _user_error(exc: Exception, file: str, doing: str) -> UserError:
     """One line for a loader failure: the loader's own message when it names the file, a size bound
     with its limit, else the file, what was being done and transformers' reason."""
-    from rooflinekit_plugins.hf_loader import ConfigError, OptionError, SizeError, reason
+    from .loader import ConfigError, OptionError, SizeError, reason
 
     if isinstance(exc, SizeError):
         return over(exc.bound, str(exc))
@@ -56,7 +69,8 @@ def _guarded(fn, file: str, doing: str):
 
 def skipped_cache_layers(model) -> frozenset[int]:
     """The `layer_idx` of the attention modules inside the layers a sweep's design capture stands in
-    for (rooflinekit.plugin.skipped_layers): nothing reads their cache, so the loader leaves it empty."""
+    for (rooflinekit.plugin.skipped_layers): nothing reads their cache, so the loader leaves it empty.
+    Handed to each source the hook loads (`load_hf_config(empty_layers=...)`), asked at each step."""
     skipped = skipped_layers()
     if not skipped:
         return frozenset()
@@ -77,14 +91,12 @@ def rooflinekit_workload_loader(path, options):
     if not _is_config(path):
         return None
     try:
-        from rooflinekit_plugins import hf_cache
-        from rooflinekit_plugins.hf_loader import load_hf_config
+        from .loader import load_hf_config
     except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
         raise UserError(str(exc)) from None
-    hf_cache.empty_layers = skipped_cache_layers
     try:
         source = load_hf_config(str(path), options, max_layers=int(limit("layers")),
-                                max_parameters=limit("parameters"))
+                                max_parameters=limit("parameters"), empty_layers=skipped_cache_layers)
     except FileNotFoundError as exc:
         raise UserError(str(exc)) from None
     except UserError:

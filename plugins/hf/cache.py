@@ -2,7 +2,7 @@
 state for its recurrent and linear-attention layers (Mamba/SSM, gated delta-net, short
 convolutions, RWKV, xLSTM), each layer with the kind of cache its own code expects.
 
-Standalone like `hf_loader` (imports nothing from rooflinekit). Three cases:
+Standalone like `loader` (imports nothing from rooflinekit). Three cases:
 
 - a cache transformers builds from the config (`StaticCache`/`DynamicCache`, whose per-layer
   classes follow `config.layer_types`: attention layers, `LinearAttentionLayer` for SSM and
@@ -23,18 +23,24 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 
-def _none_empty(model: torch.nn.Module) -> frozenset[int]:
-    return frozenset()
+@dataclass(frozen=True)
+class CacheStep:
+    """The cache one step reads: its kind ("static" or "dynamic"), the shapes each attention layer
+    writes (`kv_shapes(batch, length)`), the batch, the positions cached before the step, the
+    slots in all, and the cache layer indices left empty because nothing reads them (the layers a
+    sweep's design capture stands in for, as the source was told; none by default)."""
 
-
-#: The cache layer indices of a model whose attention cache may stay empty because nothing reads
-#: it: none here (standalone); the hf plugin hands in rooflinekit's answer (the layers a sweep's
-#: design capture stands in for, rooflinekit.plugin.skipped_layers).
-empty_layers: Callable[[torch.nn.Module], frozenset[int]] = _none_empty
+    kind: str
+    kv_shapes: Callable[[int, int], tuple]
+    batch: int
+    past: int
+    context: int
+    skip: frozenset[int] = frozenset()
 
 #: Forward parameters that carry a cache or a recurrent state (transformers' names, old and new).
 CACHE_PARAMS = ("past_key_values", "cache", "cache_params", "state")
@@ -118,7 +124,7 @@ def prime_states(cache: object, filled: object) -> int:
 def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int, length: int,
                      skip: frozenset[int] = frozenset()) -> None:
     """Write `length` more positions into every attention layer of `cache` (on meta: nothing
-    allocated), but the layers in `skip` (empty_layers)."""
+    allocated), but the layers in `skip` (CacheStep.skip)."""
     if length <= 0:
         return
     layers = getattr(cache, "layers", None)
@@ -135,7 +141,7 @@ def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batc
 def preallocate_static(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int,
                        skip: frozenset[int] = frozenset()) -> None:
     """Allocate a static cache's slots now rather than lazily inside the forward (an aten.zeros of
-    the whole cache there would be counted), but those of the layers in `skip` (empty_layers: never
+    the whole cache there would be counted), but those of the layers in `skip` (CacheStep.skip: never
     run). Cache.early_initialization cannot be used: it gives K and V one head_dim, and MLA caches
     512-wide latents with 64-wide rope keys."""
     from transformers.cache_utils import StaticLayer
@@ -191,11 +197,12 @@ def track_positions(cache: object, past: int, notes: list[str]) -> None:
                                                      "get_query_offset": seen})
 
 
-def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[int, int], tuple],
-                batch: int, past: int, context: int, notes: list[str]) -> tuple[str | None, object]:
+def build_cache(model: torch.nn.Module, config, step: CacheStep,
+                notes: list[str]) -> tuple[str | None, object]:
     """(forward parameter, cache) for a step of `context - past` new tokens after `past` cached
     positions; (None, None) when the model makes its own cache (a prefill of a model with its own
     cache class). A sentence for the report is added to `notes` where a state was made."""
+    kind, kv_shapes, batch, past, context = step.kind, step.kv_shapes, step.batch, step.past, step.context
     model_class = type(model)
     param = cache_param(model_class)
     own = own_cache_class(model_class)
@@ -207,15 +214,14 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
         filled = run_one_token(model, param, batch)
         if filled is None:
             return None, None
-        extend_attention(filled, kv_shapes, batch, past - 1, empty_layers(model))
+        extend_attention(filled, kv_shapes, batch, past - 1, step.skip)
         _note(notes, f"{own or param}: the model's own {'cache class' if own else 'state argument'}, as "
               "left by one token (recurrent states do not grow with context; attention layers, if any, "
               f"extended to {past} positions)")
         return param, filled
     cache = config_cache(config, kind, context, past, notes)
-    empty = empty_layers(model)
     if kind == "static":
-        preallocate_static(cache, kv_shapes, batch, empty)
+        preallocate_static(cache, kv_shapes, batch, step.skip)
     if past == 0:
         return param, cache
     if any(is_state_layer(layer) for layer in cache.layers):
@@ -224,7 +230,7 @@ def build_cache(model: torch.nn.Module, config, kind: str, kv_shapes: Callable[[
         _note(notes, f"{primed} recurrent/linear-attention layers: conv and recurrent states shaped as "
               "the model's code makes them (one token run once before the capture); they do not grow "
               "with context")
-    extend_attention(cache, kv_shapes, batch, past, empty)
+    extend_attention(cache, kv_shapes, batch, past, step.skip)
     return param, cache
 
 

@@ -27,13 +27,14 @@ Options (the `options` dict of `load_hf_config`):
     config                dict of further config overrides
     task                  "auto" (default), "causal", "encoder" or "seq2seq": what the config is
                           built as (auto: an encoder-decoder config as seq2seq, a masked-LM type not
-                          configured as a decoder as an encoder, else a causal LM; hf_tasks)
+                          configured as a decoder as an encoder, else a causal LM; tasks)
     encoder_len           int: source positions of a seq2seq model's encoder (default: the context;
                           fixed by speech encoders)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import inspect
 import json
@@ -41,13 +42,17 @@ import os
 import re
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from rooflinekit_plugins import hf_kv, hf_tasks
-from rooflinekit_plugins.hf_layers import changes, cut_layers, merged
-from rooflinekit_plugins.hf_meta import known_lengths, meta_forward
+from . import tasks
+from .cache import CacheStep, build_cache, config_cache, run_one_token
+from .kv import NOTE as KV_NOTE
+from .kv import fit as fit_kv_layers
+from .layers import changes, cut_layers, merged
+from .meta import known_lengths, meta_forward
 
 INSTALL_HINT = "transformers is not installed: pip install 'rooflinekit[hf]'"
 
@@ -296,13 +301,17 @@ def _check_experts(value: Any) -> str:
 class HFModelSource:
     """A causal LM described by a transformers config, built without weights."""
 
-    #: Parameters the built model may hold (None: no bound); see load_hf_config.
-    max_parameters: float | None = None
-
-    def __init__(self, config, file: str, options: dict, notes: list[str]):
+    def __init__(self, config, file: str, options: dict, notes: list[str], *,
+                 max_parameters: float | None = None,
+                 empty_layers: Callable[[torch.nn.Module], frozenset[int]] | None = None):
         self.config = config
         self.path = file
         self.notes = notes
+        #: Parameters the built model may hold (None: no bound); see load_hf_config.
+        self.max_parameters = max_parameters
+        #: The cache layer indices of a built model that nothing reads, asked at each step's inputs
+        #: (None: every layer's cache is filled); this source's own, no other load's.
+        self._empty_layers = empty_layers
         self.model_type = config.model_type
         self.attn_implementation = _check_choice(
             "attn_implementation", options.get("attn_implementation", "sdpa"), ATTN_IMPLEMENTATIONS
@@ -313,8 +322,8 @@ class HFModelSource:
         self.cache = _check_choice("cache", options.get("cache", "static"), CACHES)
         self.logits = _check_choice("logits", options.get("logits", "last"), LOGITS)
         try:
-            self.task = hf_tasks.choose_task(config, _check_choice("task", options.get("task", "auto"),
-                                                                   hf_tasks.TASKS))
+            self.task = tasks.choose_task(config, _check_choice("task", options.get("task", "auto"),
+                                                                   tasks.TASKS))
         except ValueError as exc:
             raise OptionError(str(exc)) from None
         self.encoder_len = options.get("encoder_len")
@@ -322,11 +331,11 @@ class HFModelSource:
                 self.encoder_len, int) or self.encoder_len < 1):
             raise OptionError(f"option encoder_len={self.encoder_len!r}: give a whole number of source positions")
         if self.task == "causal" and getattr(config, "is_decoder", None) is False \
-                and config.model_type in hf_tasks.mappings()["encoder"]:
+                and config.model_type in tasks.mappings()["encoder"]:
             config.is_decoder = True  # a BERT-style type as a causal LM (BertLMHeadModel) is a decoder
-        self._auto = hf_tasks.auto_class(self.task)
-        self._model_class = hf_tasks.model_class(config, self.task)
-        part = hf_tasks.config_part(config, self._model_class)
+        self._auto = tasks.auto_class(self.task)
+        self._model_class = tasks.model_class(config, self.task)
+        part = tasks.config_part(config, self._model_class)
         if part is not None:  # MusicGen: the causal LM is built from the composite config's decoder
             name, self.config = part
             notes.append(f"{self._model_class.__name__} is built from the config's `{name}` "
@@ -379,7 +388,7 @@ class HFModelSource:
             raise ConfigError(f"{self.path}: transformers cannot build a model from this config: {where} = "
                               f"{exc.args[0]!r} is not a value it knows") from None
         except ImportError as exc:  # a tower needing a package not installed (Gemma-3n's vision: timm)
-            text = hf_tasks.text_part(self.config, self.task)
+            text = tasks.text_part(self.config, self.task)
             if text is None:
                 raise
             missing = " ".join(str(exc).split())[:120]
@@ -388,12 +397,12 @@ class HFModelSource:
                               f"{self._model_class.__name__} is built alone, as a text-only forward runs it")
             return self.build_model()
         model.eval()
-        hf_tasks.tag_roles(model, self.task)  # encoder / decoder / cross-attention layers
-        language = hf_tasks.default_language(model, self.config)
+        tasks.tag_roles(model, self.task)  # encoder / decoder / cross-attention layers
+        language = tasks.default_language(model, self.config)
         if language is not None:
             self.notes.append(f"{type(model).__name__}: language adapters of {language!r} (the config's first "
                               "language; the model needs one set)")
-        meta_forward(model, self.notes)  # values a meta tensor cannot give, from the workload (hf_meta)
+        meta_forward(model, self.notes)  # values a meta tensor cannot give, from the workload (meta.py)
         self._built = weakref.ref(model)
         if self.max_parameters is not None:  # the estimate before building may miss a family's extras
             n = sum(p.numel() for p in model.parameters())
@@ -414,7 +423,7 @@ class HFModelSource:
         if self.task != "causal":
             try:
                 return self._task_inputs(batch, context, phase)
-            except hf_tasks.StepError as exc:
+            except tasks.StepError as exc:
                 raise OptionError(f"{self._model_class.__name__}: {exc}") from None
         q_len = context if phase == "prefill" else q_len
         past = context - q_len
@@ -433,21 +442,21 @@ class HFModelSource:
         param, cache = self._make_cache(batch, past, context)
         if param is not None:
             kwargs[param] = cache
-            known_lengths(cache, past, self.notes)  # meta: lengths from the workload (hf_meta)
+            known_lengths(cache, past, self.notes)  # meta: lengths from the workload (meta.py)
         if self._has_logits_to_keep and self.logits == "last":
             # the last position; every new token's in multi-token decode (a verify step checks each)
             kwargs["logits_to_keep"] = 1 if phase == "prefill" else q_len
         return kwargs
 
     def _task_inputs(self, batch: int, context: int, phase: str) -> dict:
-        """An encoder's or an encoder-decoder's inputs (hf_tasks)."""
+        """An encoder's or an encoder-decoder's inputs (tasks)."""
         if self.task == "encoder":
-            kwargs = hf_tasks.encoder_inputs(batch, context, phase)
-            if hf_tasks.ENCODER_NOTE not in self.notes:
-                self.notes.append(hf_tasks.ENCODER_NOTE)
+            kwargs = tasks.encoder_inputs(batch, context, phase)
+            if tasks.ENCODER_NOTE not in self.notes:
+                self.notes.append(tasks.ENCODER_NOTE)
             return kwargs
-        kwargs = hf_tasks.seq2seq_inputs(self._model(), self.config, self._cache_kwarg, self.cache, batch,
-                                         context, phase, self.encoder_len, self.notes)
+        step = tasks.Seq2SeqStep(batch, context, phase, self.encoder_len)
+        kwargs = tasks.seq2seq_inputs(self._model(), self.config, step, self._cache_kwarg, self.cache, self.notes)
         known_lengths(kwargs[self._cache_kwarg], context - 1 if phase == "decode" else 0, self.notes)
         return kwargs
 
@@ -495,28 +504,28 @@ class HFModelSource:
 
     def _make_cache(self, batch: int, past: int, context: int) -> tuple[str | None, Any]:
         """(forward parameter, cache) after `past` positions: K/V for attention layers, states of the
-        model's own shapes for recurrent and linear-attention layers (rooflinekit_plugins.hf_cache)."""
-        from rooflinekit_plugins.hf_cache import build_cache, config_cache, run_one_token
-
+        model's own shapes for recurrent and linear-attention layers (cache.py); the layers this
+        source was told nothing reads stay empty."""
         model = self._model()
+        skip = self._empty_layers(model) if self._empty_layers is not None else frozenset()
+        step = CacheStep(self.cache, self.kv_shapes, batch, past, context, skip)
         try:
-            param, cache = build_cache(model, self.config, self.cache, self.kv_shapes, batch, past, context,
-                                       self.notes)
+            param, cache = build_cache(model, self.config, step, self.notes)
         except (KeyError, AttributeError) as exc:
             if self.cache != "static":
                 raise
             try:  # transformers' StaticCache has no layer class for this config (DeepSeek-V4's kinds)
-                param, cache = build_cache(model, self.config, "dynamic", self.kv_shapes, batch, past, context,
+                param, cache = build_cache(model, self.config, dataclasses.replace(step, kind="dynamic"),
                                            self.notes)
             except Exception:
                 raise exc from None
             self.notes.append(f"transformers' StaticCache cannot hold this config's layers ({reason(exc)}): a "
                               "DynamicCache instead, whose torch.cat copies the whole cache each step")
-        if cache is not None and param is not None and hf_kv.fit(
+        if cache is not None and param is not None and fit_kv_layers(
                 model, cache, self.kv_shapes,
                 lambda: run_one_token(model, param, batch, cache=config_cache(self.config, "dynamic", context))):
-            if hf_kv.NOTE not in self.notes:
-                self.notes.append(hf_kv.NOTE)
+            if KV_NOTE not in self.notes:
+                self.notes.append(KV_NOTE)
         if param in ("past_key_values", "cache"):
             param = self._cache_kwarg  # transformers 5's name where the forward takes both
         return param, cache
@@ -550,12 +559,15 @@ def _at(layers: int | None) -> str:
 
 
 def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | None = None,
-                   max_parameters: float | None = None) -> HFModelSource:
+                   max_parameters: float | None = None,
+                   empty_layers: Callable[[torch.nn.Module], frozenset[int]] | None = None) -> HFModelSource:
     """A transformers config.json (file, or directory holding one) as a model source.
 
     A config transformers rejects, or one no decoder can run, raises ConfigError naming the file and
     the reason; one with more than `max_layers` decoder layers or (estimated before building,
     counted after) more than `max_parameters` parameters raises SizeError (None: no bound).
+    `empty_layers(model)`, asked at each step's inputs, names the cache layers that stay empty
+    because nothing reads them (None: none).
     """
     options = dict(options or {})
     unknown = sorted(set(options) - set(OPTIONS))
@@ -569,7 +581,7 @@ def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | 
         if key in data:
             data.pop(key)
             notes.append(f"ignored {key} from {os.path.basename(file)}")
-    model_type = _check_model_type(data.get("model_type"), file, set(causal_lm) | hf_tasks.known_types())
+    model_type = _check_model_type(data.get("model_type"), file, set(causal_lm) | tasks.known_types())
     overrides = options.get("config") or {}
     if not isinstance(overrides, dict):
         raise OptionError("option config must be a dict of config overrides")
@@ -582,7 +594,7 @@ def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | 
             raise OptionError(f"option layers={layers!r}: give a whole number of decoder layers, at least 1")
         _check_layers(layers, "option layers", file, max_layers)
         # every count and per-layer field the file gives, cut to the first `layers` layers, each
-        # keeping its own kind (sliding/full/linear attention, rope or not, dense or MoE): hf_layers
+        # keeping its own kind (sliding/full/linear attention, rope or not, dense or MoE): layers.py
         data, _ = cut_layers(data, layers)
     for key, value in _raw_layer_counts(data):  # before transformers builds per-layer lists
         _check_layers(value, key, file, max_layers)
@@ -612,6 +624,4 @@ def load_hf_config(path: str, options: dict | None = None, *, max_layers: int | 
                 raise ConfigError(f"{file}: transformers rejects this {model_type} config{_at(layers)} "
                                   f"(cut: {', '.join(changed[:6])}): {reason(exc)}") from None
     check_text_config(config.get_text_config(decoder=True), file, max_layers, max_parameters)
-    source = HFModelSource(config, file, options, notes)
-    source.max_parameters = max_parameters
-    return source
+    return HFModelSource(config, file, options, notes, max_parameters=max_parameters, empty_layers=empty_layers)

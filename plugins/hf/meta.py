@@ -24,7 +24,7 @@ workload fixes in advance; each is answered here from the workload instead:
 - the padding warning of transformers' encoders (`warn_if_padding_and_no_attention_mask`) reads
   the input ids; with no padding by construction it has nothing to say, and is skipped.
 
-Standalone like hf_loader (imports nothing from rooflinekit).
+Standalone like `loader` (imports nothing from rooflinekit).
 """
 
 from __future__ import annotations

@@ -10,12 +10,13 @@ encoder-decoders (T5, BART, Whisper-style sequence-to-sequence models), as model
 
 Every attention module of such a model is tagged with `attention_role` ("encoder", "decoder" or
 "cross"), which the built-in `encoder_decoder` plugin reads to cost each layer over its own query
-and key lengths. Standalone like hf_loader (imports nothing from rooflinekit).
+and key lengths. Standalone like `loader` (imports nothing from rooflinekit).
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -204,19 +205,31 @@ def _check_positions(config, context: int) -> None:
                              f"profile it at a context of at most {limit}")
 
 
-def seq2seq_inputs(model: torch.nn.Module, config, cache_param: str, cache_kind: str, batch: int, context: int,
-                   phase: str, requested_len: int | None, notes: list[str]) -> dict:
+@dataclass(frozen=True)
+class Seq2SeqStep:
+    """One encoder-decoder step: sequences, target positions (the context), the phase, and the
+    source positions asked for (`encoder_len`; None: the context)."""
+
+    batch: int
+    context: int
+    phase: str
+    encoder_len: int | None = None
+
+
+def seq2seq_inputs(model: torch.nn.Module, config, step: Seq2SeqStep, cache_param: str, cache_kind: str,
+                   notes: list[str]) -> dict:
     """Inputs of one encoder-decoder step (see the module docstring for what each phase runs)."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
     from transformers.modeling_outputs import BaseModelOutput
 
-    enc_len, note = encoder_length(config, model, context, requested_len)
+    batch, context = step.batch, step.context
+    enc_len, note = encoder_length(config, model, context, step.encoder_len)
     for text in (note, SEQ2SEQ_NOTE.format(enc=enc_len)):
         if text and text not in notes:
             notes.append(text)
     start = torch.zeros(batch, 1, dtype=torch.long)
     source = _source_inputs(config, model, batch, enc_len)
-    if phase == "prefill":
+    if step.phase == "prefill":
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         return {**source, "decoder_input_ids": start, cache_param: cache, "use_cache": True}
     _check_positions(config, context)

@@ -17,7 +17,7 @@ layer count L:
   first N.
 
 Encoder-decoders have every count set (`encoder_layers`, `decoder_layers`, `num_decoder_layers`).
-Standalone like hf_loader (imports nothing from rooflinekit).
+Standalone like `loader` (imports nothing from rooflinekit).
 """
 
 from __future__ import annotations
