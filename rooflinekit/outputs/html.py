@@ -618,6 +618,8 @@ def compare_payload(comparison: dict, a: Report, b: Report) -> dict:
             item("model", d["model"]), item("phase", d["workload"]["phase"]),
             item("batch", d["workload"]["batch"], "int"), item("context", d["workload"]["context"], "int"),
             item("dtype", d["workload"]["dtype"]), item("device", d["workload"]["device"]),
+            item("deployment", deployment_words(d.get("deployment"), d["workload"]["dtype"]) or "one GPU, as run"),
+            *([item("options", options_words(d["options"]))] if d.get("options") else []),
             item("hardware", d["hardware"])]} for tag, d in (("A", comparison["a"]), ("B", comparison["b"]))]}
     for tag, report in (("A", a), ("B", b)):
         t = report.totals
