@@ -23,6 +23,7 @@ from rooflinekit.analyses.profile import profile  # noqa: E402
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
+from rooflinekit.core.request import Deployment  # noqa: E402
 from rooflinekit.outputs.plot import Chart, sweep_series, write_chart  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
 from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
@@ -94,12 +95,13 @@ def _close(a: float, b: float, rel: float = 0.05) -> bool:
 def run_config(cfg: Config) -> dict:
     source = load_source(str(ROOT / cfg.path), cfg.options)
     base = Workload("decode", BATCHES[0], CONTEXT, options=tuple(sorted(cfg.options.items())))
-    return run_sweep(source, base, BATCHES, [CONTEXT], HARDWARE).to_dict()
+    return run_sweep(source, base, Deployment(HARDWARE), BATCHES, [CONTEXT]).to_dict()
 
 
 def single(path: str, options: dict, batch: int = 1, context: int = CONTEXT) -> dict:
     source = load_source(str(ROOT / path), options)
-    return profile(source, Workload("decode", batch, context, options=tuple(sorted(options.items()))), HARDWARE).report.to_dict()
+    workload = Workload("decode", batch, context, options=tuple(sorted(options.items())))
+    return profile(source, workload, Deployment(HARDWARE)).report.to_dict()
 
 
 def per_layer_cache(report_or_row: dict) -> float:

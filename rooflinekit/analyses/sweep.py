@@ -628,6 +628,16 @@ class SweepResult:
         ).to_dict()
 
 
+@dataclass(frozen=True)
+class SweepOptions:
+    """What a sweep computes besides its points: the critical batch per context (probing batches up
+    to `max_batch`), and whether points are evaluated from fitted counts (`fit`, meta device only)."""
+
+    critical: bool = True
+    max_batch: int = MAX_BATCH
+    fit: bool = True
+
+
 #: A sweep interrupted before its first profile has no hardware header yet.
 _NO_HARDWARE = HardwareInfo(name="?", dtype="?", peak_flops=0.0, bandwidth=0.0, ridge=0.0)
 
@@ -639,11 +649,9 @@ def run_sweep(
     batches: list[int],
     contexts: list[int],
     *,
-    critical: bool = True,
-    max_batch: int = MAX_BATCH,
+    options: SweepOptions | None = None,
     progress: Callable[[dict], None] | None = None,
     profiler: Profiler | None = None,
-    fit: bool = True,
 ) -> SweepResult:
     """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done.
 
@@ -652,12 +660,14 @@ def run_sweep(
     only the sweep's own batches are profiled: the critical batch is then the fit's extrapolation,
     and a note says so.
 
-    With `fit` (on the meta device), every point and critical-batch probe is evaluated from counts
+    With `options.fit` (on the meta device), every point and critical-batch probe is evaluated from counts
     fitted exactly on a few captures and checked on one more (rooflinekit.analyses.gridfit), where
     the counts fit; elsewhere it is captured, and the notes say which.
     """
 
     start = time.perf_counter()
+    options = options or SweepOptions()
+    critical, max_batch, fit = options.critical, options.max_batch, options.fit
     prof = profiler or Profiler(source, base, deployment)
     base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
     base_info["q_len"] = base.q_len if base.phase == "decode" else None  # prefill's is each context
@@ -674,16 +684,7 @@ def run_sweep(
                 if progress:
                     progress(row)
         if critical:
-            ridge = prof.header["hardware"]["ridge"]
-            for context in contexts:
-                fits = (prof.point(batches[0], context).get("memory") or {}).get("max_batch")
-                result.critical.append(replace(critical_batch(prof.probe(context), context, ridge, batches,
-                                                              max_batch=max_batch, explore=explore),
-                                               max_batch_fits=fits))
-                if prof.row(batches[0], context)["attention"]["recognised"]:
-                    result.critical_ideal.append(replace(critical_batch(
-                        prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
-                        max_batch=max_batch, explore=explore), max_batch_fits=fits))
+            _critical_batches(prof, result)
     except KeyboardInterrupt:
         result.interrupted = True
     result.header = prof.header or {}
@@ -691,9 +692,33 @@ def run_sweep(
     result.evaluated = prof.evaluated
     result.notes = list(prof.notes) + [n for n in prof.fit_notes if n not in prof.notes]
     result.warnings = list(prof.warnings)
-    if critical and not explore:
-        result.notes.append(
-            f"device {base.device}: the critical batch is fitted on profiles no larger than the sweep's "
+    result.notes += _sweep_notes(result, base.device, critical)
+    result.wall_s = time.perf_counter() - start
+    return result
+
+
+def _critical_batches(prof: Profiler, result: SweepResult) -> None:
+    """The critical batch per context, on the step's counts and on the attention minimum's."""
+    ridge = prof.header["hardware"]["ridge"]
+    batches, explore, max_batch = result.batches, result.explore, result.max_batch
+    for context in result.contexts:
+        fits = (prof.point(batches[0], context).get("memory") or {}).get("max_batch")
+        result.critical.append(replace(critical_batch(prof.probe(context), context, ridge, batches,
+                                                      max_batch=max_batch, explore=explore),
+                                       max_batch_fits=fits))
+        if prof.row(batches[0], context)["attention"]["recognised"]:
+            result.critical_ideal.append(replace(critical_batch(
+                prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
+                max_batch=max_batch, explore=explore), max_batch_fits=fits))
+
+
+def _sweep_notes(result: SweepResult, device: str, critical: bool) -> list[str]:
+    """The sweep's own notes: an extrapolated critical batch, each point's memory notes once (taken
+    off the points), the points that do not fit, the largest share of uncounted bytes."""
+    notes = []
+    if critical and not result.explore:
+        notes.append(
+            f"device {device}: the critical batch is fitted on profiles no larger than the sweep's "
             "largest batch, and neither checked with a profile at the batch it solves nor searched (each "
             "batch is real memory there): it is extrapolated; rerun the sweep with --device meta for a "
             "profiled critical batch")
@@ -702,22 +727,21 @@ def run_sweep(
         if p.get("memory"):
             memory_notes.update(dict.fromkeys(p["memory"].get("notes", [])))
             p["memory"]["notes"] = []
-    result.notes.extend(n for n in memory_notes if n not in result.notes)
+    notes.extend(n for n in memory_notes if n not in result.notes)
     short = [p for p in result.points if p.get("fits") is False]
     if short:
         top = short[0]["memory"]
-        result.notes.append(
+        notes.append(
             f"{len(short)} of {len(result.points)} points do not fit in memory (fits false): e.g. B={short[0]['batch']}, "
             f"S={short[0]['context']} needs {si(top['total_bytes'], 'B')} per GPU of {si(top['usable_bytes'], 'B')} "
             f"usable ({top['fraction']:g} x {si(top['capacity_bytes'], 'B')})")
     uncounted = [p for p in result.points if p.get("uncounted_bytes_share")]
     if uncounted:
         top = max(uncounted, key=lambda p: p["uncounted_bytes_share"])
-        result.notes.append(
+        notes.append(
             f"ops without a FLOP formula move up to {100 * top['uncounted_bytes_share']:.1f}% of a step's bytes "
             f"(B={top['batch']}, S={top['context']}; uncounted_bytes_share per point): their FLOPs count as 0")
-    result.wall_s = time.perf_counter() - start
-    return result
+    return notes
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from rooflinekit.analyses.sweep import MAX_BATCH, render_sweep, run_sweep
+from rooflinekit.analyses.sweep import MAX_BATCH, SweepOptions, render_sweep, run_sweep
 from rooflinekit.cli.base import Command
 from rooflinekit.cli.options import (
     check_destination,
@@ -100,8 +100,8 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
         if bar:
             bar.__enter__()
         with stdout_to_stderr():  # what the model and plugins print stays off the report
-            result = run_sweep(load_source(model, opts), base, deployment, batches, contexts,
-                               critical=not no_critical, max_batch=max_batch, fit=not no_fit,
+            options = SweepOptions(critical=not no_critical, max_batch=max_batch, fit=not no_fit)
+            result = run_sweep(load_source(model, opts), base, deployment, batches, contexts, options=options,
                                progress=(lambda _row: bar.update(1)) if bar else None)
     finally:
         if bar:
