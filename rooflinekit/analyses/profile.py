@@ -26,7 +26,7 @@ from rooflinekit.analyses.measure import (
 from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.parallel import ParallelShard
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.model_facts import cached
+from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
@@ -168,7 +168,7 @@ def place(counting: Counting, source: ModelSource, workload: Workload, deploymen
         "name": source.name,
         "path": source.path,
         "kind": source.kind,
-        "parameters": cached(model, "parameters", lambda: sum(p.numel() for p in model.parameters())),
+        "parameters": cached(model, fact("parameters"), lambda: sum(p.numel() for p in model.parameters())),
         "param_bytes": cap.param_bytes_total,
         "modules": len(cap.modules),
     }

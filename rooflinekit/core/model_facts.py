@@ -6,7 +6,9 @@ module tree, parameters and buffers, plugins' answers about each module), which 
 layer design capture costs more than the forward it records. Inside `using(facts)` those walks
 are answered from `facts` for that model; elsewhere `cached` computes every time, as before.
 Nothing may change the model's modules or parameters inside the block (patched forwards are fine).
-Plugins use `cached` and `module_tree` too (rooflinekit.plugin), for their own walks of the model.
+Plugins use `cached` and `module_tree` too (rooflinekit.plugin), for their own walks of the model;
+rooflinekit's own facts are kept under `fact(name)` keys, which no plugin's key can equal. Only
+pure computations are cached: a side effect (such as `model.eval()`) would run once per sweep.
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ def cached(model: torch.nn.Module, key: Hashable, compute: Callable[[], T]) -> T
         return value
 
 
+class _Own:
+    """The namespace of rooflinekit's own facts (a key no plugin can build)."""
+
+
+_OWN = _Own()
+
+
+def fact(name: str) -> tuple[_Own, str]:
+    """The key of one of rooflinekit's own facts."""
+    return (_OWN, name)
+
+
 def module_tree(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """list(model.named_modules()), cached while `using` facts of `model`."""
-    return cached(model, "tree", lambda: list(model.named_modules()))
+    return cached(model, fact("tree"), lambda: list(model.named_modules()))

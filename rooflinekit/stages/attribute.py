@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from rooflinekit.core.model_facts import cached
+from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import (
@@ -344,7 +344,7 @@ def attribute_attention(
 def _attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost, deployment: Deployment
 ) -> list[AttentionRow]:
-    modules = cached(model, "modules", lambda: dict(model.named_modules()))
+    modules = cached(model, fact("modules"), lambda: dict(model.named_modules()))
     by_index = {op.index: op for op in cap.ops}
     rows = []
     sites = find_sites(cap)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rooflinekit.core.model_facts import cached
+from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 
@@ -26,7 +26,7 @@ from rooflinekit.stages.capture import CaptureResult, OpRecord
 def mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:
     """Module paths every plugin names as a fixed-state mixer (`rooflinekit_mixer_sites`); asked
     once per model in a sweep (rooflinekit.core.model_facts)."""
-    return cached(model, ("mixer_paths", id(host)), lambda: _mixer_paths(model, host))
+    return cached(model, (*fact("mixer_paths"), id(host)), lambda: _mixer_paths(model, host))
 
 
 def _mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:

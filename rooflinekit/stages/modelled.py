@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.model_facts import cached, module_tree
+from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.specs import ModuleModel
 from rooflinekit.core.stdio import stdout_to_stderr
@@ -102,7 +102,7 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
     used: list[ModuleModel] = []
     try:
         # asked once per model and workload less its batch and context in a sweep (model_facts)
-        key = ("module_models", id(host), replace(workload, batch=0, context=0), deployment)
+        key = (*fact("module_models"), id(host), replace(workload, batch=0, context=0), deployment)
         answers = cached(model, key, lambda: _answers(model, workload, host, deployment))
         for path, module, answer, plugin in answers:
             if answer is None:

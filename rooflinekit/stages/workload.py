@@ -46,7 +46,6 @@ from torch.overrides import TorchFunctionMode
 
 from rooflinekit.core.errors import ModelError, UserError, WorkloadError
 from rooflinekit.core.limits import limit, over
-from rooflinekit.core.model_facts import cached
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import (
     KERNELS,
@@ -417,7 +416,8 @@ def build(source: ModelSource, workload: Workload) -> Built:
             raise ModelError(
                 f"build_model() returned {type(model).__name__}, expected a torch.nn.Module"
             )
-        cached(model, "eval", model.eval)  # a sweep's model is put in eval mode once (core.model_facts)
+        if model.training:  # eval mode, once: a sweep's model built once stays in it
+            model.eval()
         given = _accepted(source.make_inputs, options)
         q_len = q_len_argument(source, workload)
         if q_len and "q_len" in given:
