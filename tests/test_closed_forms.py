@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import rooflinekit
-from rooflinekit.analyses.parallel import with_parallel
 from rooflinekit.analyses.profile import profile
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from rooflinekit_plugins import moe
 from tests.conftest import EXAMPLES, MODELS
@@ -93,9 +93,7 @@ def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 def model_file(path, phase: str, batch: int, context: int, tp: int = 1, **options) -> dict:
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    if tp > 1:
-        workload = with_parallel(workload, tp, 1)
-    return profile(load_source(str(path), options), workload, "H800").report.to_dict()
+    return profile(load_source(str(path), options), workload, Deployment("H800", tp=tp)).report.to_dict()
 
 
 def only(rows: list[dict], **match) -> dict:
@@ -308,8 +306,9 @@ def test_the_experts_model_takes_its_touched_count_from_expected_distinct_expert
     ep, hidden, inter = 4, 256, 128
     options = {"hidden": hidden, "inter": inter, "experts": 16, "top_k": 2}
     report = model_file(MODELS / "experts3d.py", "decode", 4, 8, **options)
-    workload = with_parallel(Workload("decode", 4, 8, "bf16", "meta", tuple(sorted(options.items()))), 1, ep)
-    report_ep = profile(load_source(str(MODELS / "experts3d.py"), options), workload, "H800").report.to_dict()
+    workload = Workload("decode", 4, 8, "bf16", "meta", tuple(sorted(options.items())))
+    report_ep = profile(load_source(str(MODELS / "experts3d.py"), options), workload,
+                        Deployment("H800", ep=ep)).report.to_dict()
     # tests/models/experts3d.py: gate_up [E, 2*inter, hidden] and down [E, hidden, inter] per expert
     per_expert = (2 * inter * hidden + hidden * inter) * BF16
     for r, share in ((report, 1), (report_ep, ep)):

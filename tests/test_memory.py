@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import rooflinekit
-from rooflinekit.analyses.parallel import with_parallel
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.analyses.sweep import run_sweep
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import load_file
 from rooflinekit.stages.memory import activation_peak
@@ -53,8 +53,9 @@ def kv_per_sequence(c: dict, context: int) -> int:
     return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * hd * BF16 * context
 
 
-def _profile(name: str, workload: Workload):
-    return profile(load_source(str(CONFIGS / f"{name}.json"), {}), workload, "H800", measure=False).report
+def _profile(name: str, workload: Workload, tp: int = 1):
+    return profile(load_source(str(CONFIGS / f"{name}.json"), {}), workload, Deployment("H800", tp=tp),
+                   options=ReportOptions(measure=False)).report
 
 
 @pytest.mark.hf
@@ -77,7 +78,7 @@ def test_llama_70b_fits_one_h800_only_split(tp):
         assert m.fits is False and m.max_batch == 0 and m.gpus == 1
         assert m.headroom_bytes == pytest.approx(usable - m.total_bytes)
         return
-    m = _profile("llama-3.1-70b", with_parallel(base, tp)).memory
+    m = _profile("llama-3.1-70b", base, tp).memory
     # every weight split N ways but the 2L+1 RMSNorm vectors, replicated on every GPU
     norms = (2 * c["num_hidden_layers"] + 1) * c["hidden_size"] * BF16
     expected = (weights - norms) / tp + norms
@@ -207,7 +208,7 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     options = dict(TINY_LLAMA, layers=2)
     source = load_source(str(EXAMPLES / "llama_gqa.py"), options)
     base = Workload("decode", 1, 64, options=tuple(sorted(options.items())))
-    result = run_sweep(source, base, [1, 4, 64], [64, 4096], str(hw))
+    result = run_sweep(source, base, Deployment(str(hw)), [1, 4, 64], [64, 4096])
     points = result.to_dict()["points"]
     usable = 40e6 * FRACTION
     for p in points:
@@ -218,7 +219,8 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     assert {p["fits"] for p in points} == {True, False}
     # a fitted point's activation peak is the one a capture at that point measures
     fitted = next(p for p in points if p["batch"] == 64 and p["context"] == 4096)
-    captured = profile(source, Workload("decode", 64, 4096, options=base.options), str(hw), measure=False)
+    captured = profile(source, Workload("decode", 64, 4096, options=base.options), Deployment(str(hw)),
+                       options=ReportOptions(measure=False))
     assert fitted["memory"]["activation_peak_bytes"] == captured.report.memory.activation_peak_bytes
     for c in result.to_dict()["critical_batch"]:
         at = next(p for p in points if p["context"] == c["context"])

@@ -10,8 +10,9 @@ import pytest
 from conftest import EXAMPLES, TINY_LLAMA
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.analyses.sweep import run_sweep
+from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.keys import pairs_attended, positions_attended
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 
 GQA_FILE = EXAMPLES / "llama_gqa.py"
@@ -26,7 +27,7 @@ def pairs(n: int, context: int) -> int:
 
 def run(path, batch, context, q_len, **options):
     w = Workload("decode", batch, context, options=tuple(sorted(options.items())), decode_q_len=q_len)
-    return profile(load_source(str(path), options), w, "H800")
+    return profile(load_source(str(path), options), w, Deployment("H800"))
 
 
 def test_pairs_attended_counts_the_bottom_right_triangle():
@@ -110,7 +111,8 @@ def test_sweep_points_and_critical_batch_follow_q_len():
     crit = {}
     for q_len in (1, 4):
         base = Workload("decode", 1, s, options=tuple(sorted(opts.items())), decode_q_len=q_len)
-        result = run_sweep(load_source(str(GQA_FILE), opts), base, [1, 8], [s], "H800", max_batch=4096).to_dict()
+        result = run_sweep(load_source(str(GQA_FILE), opts), base, Deployment("H800"), [1, 8], [s],
+                           options=SweepOptions(max_batch=4096)).to_dict()
         assert result["workload"]["q_len"] == q_len
         # every point equals a direct profile at that q_len (a second method: a capture, not the fit)
         for point in result["points"]:

@@ -12,12 +12,14 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import (
     AffineFit,
     Profiler,
+    SweepOptions,
     critical_batch,
     point_row,
     probe_batches,
     run_sweep,
     search_critical,
 )
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, MODELS
 
@@ -32,7 +34,7 @@ S = 32768
 def sweep(path, batches, contexts, hardware="H800", device="meta", max_batch=4096, **options):
     source = load_source(str(path), options)
     base = Workload("decode", batches[0], contexts[0], device=device, options=tuple(sorted(options.items())))
-    return run_sweep(source, base, batches, contexts, hardware, max_batch=max_batch)
+    return run_sweep(source, base, Deployment(hardware), batches, contexts, options=SweepOptions(max_batch=max_batch))
 
 
 def brute_force(intensity, ridge, limit=100_000):
@@ -236,7 +238,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
     source = load_source(str(MOE), {})
 
     def intensity(b):
-        return profile(source, Workload("decode", b, 16), "H20").report.totals.intensity
+        return profile(source, Workload("decode", b, 16), Deployment("H20")).report.totals.intensity
 
     assert intensity(cb.critical_batch) >= H20_RIDGE > intensity(cb.critical_batch - 1)
     assert result.critical_ideal == []  # no attention: nothing to put at its minimum
@@ -253,7 +255,7 @@ def test_model_is_built_once():
 
     source.build_model = counting
     base = Workload("decode", 1, 64, options=(("layers", 1),))
-    prof = Profiler(source, base, "H800")
+    prof = Profiler(source, base, Deployment("H800"))
     for b in (1, 2, 3):
         for s in (64, 128):
             prof.row(b, s)
@@ -264,7 +266,7 @@ def test_point_row_byte_split_closed_form():
     h, heads, kv_heads, d, inter, vocab = 4096, 32, 8, 128, 14336, 32000  # llama_gqa.py defaults
     batch, context = 2, 128
     rep = profile(load_source(str(GQA), {"layers": 1}),
-                  Workload("decode", batch, context, options=(("layers", 1),)), "H800").report
+                  Workload("decode", batch, context, options=(("layers", 1),)), Deployment("H800")).report
     row = point_row(rep)
     params = (h * heads * d + 2 * h * kv_heads * d + heads * d * h  # q, k, v, o
               + 3 * h * inter                                       # gate, up, down
@@ -327,7 +329,7 @@ def _bend_crossing(h, passes, ridge):
 
 def _bend_intensity(path, batch, **options):
     workload = Workload("decode", batch, 1, options=tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, "H800").report.totals.intensity
+    return profile(load_source(str(path), options), workload, Deployment("H800")).report.totals.intensity
 
 
 def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
@@ -382,7 +384,7 @@ def test_sweep_max_batch_option(invoke, tmp_path, bend_model):
 
 def test_uncounted_bytes_share_per_point(bend_model):
     h, batch = 2048, 100  # above the bend: the output's scaling pass has no FLOP formula
-    prof = Profiler(load_source(str(bend_model), {}), Workload("decode", batch, 1), "H800")
+    prof = Profiler(load_source(str(bend_model), {}), Workload("decode", batch, 1), Deployment("H800"))
     row = prof.row(batch, 1)
     total = 2 * h * h + 4 * batch * h + 4 * batch * h
     assert row["uncounted_bytes"] == 4 * batch * h
