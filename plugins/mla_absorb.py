@@ -17,18 +17,32 @@ V half into the output, and attends over the latent itself. For each naive layer
   written);
 - restates the layer's attention row with the absorbed spec and cost.
 
-The result is placed by the same code as any capture.
+The absorbed cost is asked at the deployment's KV cache format (the latent cached in fp8 under
+`--kv-dtype fp8`). `AbsorbMLA` is the transform the MLA plugin's lever proposes; `absorb` is the
+same restatement as a function. The result is placed by the same code as any capture.
+
+Imports torch (the capture records): the MLA plugin imports this module when it proposes the lever.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.specs import AttentionCost
-from rooflinekit.stages.attribute import AttentionRow, attention_workload, dtype_itemsize
-from rooflinekit.stages.capture import CaptureResult, OpRecord
-from rooflinekit.stages.workload import Workload
+from rooflinekit.plugin import (
+    AttentionCost,
+    AttentionSite,
+    CaptureResult,
+    Counted,
+    Deployment,
+    OpRecord,
+    PluginHost,
+    TransformContext,
+    Workload,
+    attention_workload,
+    dtype_itemsize,
+    is_attention_product,
+    reexpanding,
+)
 
 ASSUMPTION = ("absorbed MLA: each naive MLA layer's per-step re-expansion of the cached latent (kv_b_proj "
               "over every cached position, the per-head K/V copies) and its attention over them replaced by "
@@ -36,29 +50,20 @@ ASSUMPTION = ("absorbed MLA: each naive MLA layer's per-step re-expansion of the
               "and attention over the latent at the MLA plugin's absorbed cost")
 
 
-def naive_mla(rows: list[AttentionRow]) -> list[AttentionRow]:
+def naive_mla(rows: list[AttentionSite]) -> list[AttentionSite]:
     """The recognised MLA layers that run naive."""
     return [r for r in rows if r.recognised and r.spec.arch == "mla" and r.spec.mode == "naive"]
 
 
-def _product(op: OpRecord, params: set[int]) -> bool:
-    """An attention product: a fused attention call, or a matrix product of two activations."""
-    if op.kind == "fused" and op.name.endswith("scaled_dot_product_attention"):
-        return True
-    sids = op.attrs.get("operand_sids") if op.sinks else None
-    return sids is not None and len(sids) == 2 and not (set(sids) & params)
-
-
-def _layer(row: AttentionRow, ops: list[OpRecord], params: set[int], tokens: int,
-           workload: Workload, host: PluginHost) -> tuple[set[int], list[OpRecord], AttentionRow] | None:
+def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: int, workload: Workload,
+           host: PluginHost, deployment: Deployment | None) -> tuple[set[int], list[OpRecord], AttentionSite] | None:
     """The ops to drop, the records that replace them and the restated row; None where the layer
     re-expands nothing (no projection over more rows than the new tokens)."""
     site = sorted(set(row.op_indices) | set(row.kv_op_indices))
-    reexpand = [i for i in row.kv_op_indices
-                if ops[i].param_bytes > 0 and ops[i].flops > 0 and ops[i].attrs.get("rows", 0) > tokens]
+    reexpand = [i for i in row.kv_op_indices if reexpanding(ops[i], tokens)]
     if not reexpand:
         return None
-    products = [i for i in site if _product(ops[i], params)]
+    products = [i for i in site if is_attention_product(ops[i], params)]
     last = products[-1] if products else None
     dropped = set(reexpand)
     tainted = {sid for i in reexpand for sid, _ in ops[i].writes}
@@ -72,7 +77,7 @@ def _layer(row: AttentionRow, ops: list[OpRecord], params: set[int], tokens: int
                 tainted.update(sid for sid, _ in op.writes)
     spec = replace(row.spec, mode="absorbed")
     cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec,
-                              workload=attention_workload(workload, row.dtype, row.causal))
+                              workload=attention_workload(workload, row.dtype, row.causal, deployment))
     if cost is None:
         return None
     x = spec.extra
@@ -98,16 +103,17 @@ def _layer(row: AttentionRow, ops: list[OpRecord], params: set[int], tokens: int
     return dropped, [projections, attention], restated
 
 
-def absorb(cap: CaptureResult, rows: list[AttentionRow], workload: Workload,
-           host: PluginHost) -> tuple[CaptureResult, list[AttentionRow], list[str]]:
-    """The capture and rows with every naive MLA layer in the absorbed form, and the notes."""
+def absorb(cap: CaptureResult, rows: list[AttentionSite], workload: Workload, host: PluginHost,
+           deployment: Deployment | None = None) -> tuple[CaptureResult, list[AttentionSite], list[str]]:
+    """The capture and rows with every naive MLA layer in the absorbed form, and the notes; the
+    absorbed attention costed at `deployment`'s KV cache format (None: the activation dtype's)."""
     ops, params, tokens = cap.ops, cap.param_storages, workload.tokens
     dropped: set[int] = set()
     inserts: dict[int, list[OpRecord]] = {}  # old index -> records placed before it
-    restated: dict[int, tuple[AttentionRow, OpRecord]] = {}  # id(row) -> (row, its attention record)
+    restated: dict[int, tuple[AttentionSite, OpRecord]] = {}  # id(row) -> (row, its attention record)
     skipped = []
     for row in naive_mla(rows):
-        done = _layer(row, ops, params, tokens, workload, host)
+        done = _layer(row, ops, params, tokens, workload, host, deployment)
         if done is None:
             skipped.append(row.module)
             continue
@@ -139,3 +145,18 @@ def absorb(cap: CaptureResult, rows: list[AttentionRow], workload: Workload,
         notes.append(f"absorbed MLA: {len(skipped)} naive MLA layer(s) re-expand nothing per step (e.g. "
                      f"{skipped[0]}): left as they run")
     return replace(cap, ops=out, notes=list(cap.notes)), new_rows, notes
+
+
+@dataclass(frozen=True)
+class AbsorbMLA:
+    """The absorbed-MLA lever as a `Transform`: every naive MLA layer of the counted capture restated
+    in the absorbed form (`absorb`), its attention costed at the deployment's KV cache format."""
+
+    name: str = "absorbed MLA"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        return True  # a capture without naive MLA layers passes through unchanged
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        cap, rows, notes = absorb(counted.capture, counted.attention, ctx.workload, ctx.host, ctx.deployment)
+        return replace(counted, capture=cap, attention=rows).with_notes(*notes)

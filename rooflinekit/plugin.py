@@ -6,9 +6,17 @@ Hooks and what each receives and returns are documented in `rooflinekit.core.hoo
 docs/plugins.md. Everything named here is the public surface for plugins; rooflinekit's built-in
 plugins (package `rooflinekit_plugins`) import from it too. Import the helpers freely: none is a
 hook implementation, so importing them into a plugin module registers nothing.
+
+Loading this module imports no torch: the names whose modules need it (the capture records, the
+transforms, the module-model emitters, the tensor-parallel helpers) and `Report` are imported on
+first use (`_LAZY`). A plugin that imports them inside a hook, or in a module of its own imported
+from a hook, still loads without torch.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.heads import (
@@ -31,6 +39,8 @@ from rooflinekit.core.keys import causal_pairs, pairs_attended, positions_attend
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.model_facts import cached, module_tree
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, under
 from rooflinekit.core.specs import (
     AttentionCall,
@@ -39,8 +49,53 @@ from rooflinekit.core.specs import (
     AttentionSpec,
     AttentionWindow,
     AttentionWorkload,
+    ModuleModel,
 )
 from rooflinekit.core.state import STATE_KEYS, split_state, state_cost, state_spec
+
+if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
+    from rooflinekit.analyses.parallel import resolve, structural_plan
+    from rooflinekit.core.report import Report
+    from rooflinekit.stages.attribute import (
+        AttentionSite,
+        attention_workload,
+        dtype_itemsize,
+        is_attention_product,
+        reexpanding,
+    )
+    from rooflinekit.stages.capture import CaptureResult, OpRecord
+    from rooflinekit.stages.hardware import dtype_key
+    from rooflinekit.stages.modelled import emit, emit_collective, suppressed
+    from rooflinekit.stages.transform import Counted, Transform, TransformContext
+    from rooflinekit.stages.workload import load_model_file
+
+#: Name -> the module it is imported from on first use (PEP 562): these modules import torch, or
+#: are slow to import (the report's types).
+_LAZY = {
+    **dict.fromkeys(("Counted", "Transform", "TransformContext"), "rooflinekit.stages.transform"),
+    **dict.fromkeys(("CaptureResult", "OpRecord"), "rooflinekit.stages.capture"),
+    **dict.fromkeys(("AttentionSite", "attention_workload", "dtype_itemsize", "is_attention_product", "reexpanding"),
+                    "rooflinekit.stages.attribute"),
+    **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
+    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.parallel"),
+    "dtype_key": "rooflinekit.stages.hardware",
+    "Report": "rooflinekit.core.report",
+    "load_model_file": "rooflinekit.stages.workload",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     # the hook marker
@@ -54,6 +109,36 @@ __all__ = [
     "AttentionWorkload",
     "Heads",
     "LeverProposal",
+    # the request a hook receives: what runs, how it is deployed, what builds the model
+    "Workload",
+    "Deployment",
+    "ModelSource",
+    # the plugins, for a hook that asks other hooks (`host.call_first(...)`), and a profile's report
+    "PluginHost",
+    "Report",
+    # a module's analytic stand-in during capture (rooflinekit_module_model) and the records it emits
+    "ModuleModel",
+    "emit",
+    "emit_collective",
+    "suppressed",
+    # a lever's restatement of the capture (LeverProposal(transform=...)): the protocol, what it
+    # receives, the capture records and attention rows it restates, and the costs it asks for
+    "Transform",
+    "Counted",
+    "TransformContext",
+    "CaptureResult",
+    "OpRecord",
+    "AttentionSite",
+    "attention_workload",
+    "dtype_itemsize",
+    "is_attention_product",
+    "reexpanding",
+    "dtype_key",
+    # tensor-parallel plans (rooflinekit_tp_plan): the structural rules, and a plan's patterns resolved
+    "structural_plan",
+    "resolve",
+    # the model-file loader (rooflinekit_workload_loader)
+    "load_model_file",
     # head recognition
     "HEAD_ATTRS",
     "HEAD_DIM_ATTRS",

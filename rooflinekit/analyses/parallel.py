@@ -39,7 +39,7 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.stages import collectives
-from rooflinekit.stages.attribute import AttentionRow, attention_workload, attribute_attention
+from rooflinekit.stages.attribute import AttentionSite, attention_workload, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.transform import Counted, TransformContext
 
@@ -424,7 +424,7 @@ def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
     return replace(cap, ops=out, notes=list(cap.notes))
 
 
-def shard_attention(rows: list[AttentionRow], tp: int, workload: Workload, host) -> tuple[list[AttentionRow], list[dict]]:
+def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host) -> tuple[list[AttentionSite], list[dict]]:
     """Per-GPU attention rows (one GPU's spec as the architecture's plugin says: heads / N; KV
     heads split or replicated; MLA latent replicated), re-costed by the attention plugins, and a
     summary per layer for the report."""
@@ -480,7 +480,7 @@ class Planned:
     """The per-GPU capture and attention rows, and what the report says about the split."""
 
     capture: CaptureResult
-    attention: list[AttentionRow]
+    attention: list[AttentionSite]
     section: dict
 
     @property
@@ -490,7 +490,7 @@ class Planned:
                 f"expert parallel {s['ep']} (see `parallel` and docs/parallel.md)")
 
 
-def plan_parallel(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
+def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn.Module,
                   workload: Workload, host, par: Deployment, stored: dict[str, float] | None = None) -> Planned:
     """Apply planned TP/EP to a single-GPU capture (see the module docstring); `stored` gives the
     quantized bytes of parameters by name (weights_per_gpu)."""

@@ -81,7 +81,7 @@ class Profiled:
     report: Report | None  # None where the pipeline stopped after counting (a sweep's design captures)
     model: torch.nn.Module
     capture: object
-    #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionRow).
+    #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionSite).
     attention: list = field(default_factory=list)
     #: The module models plugins put in place during the capture (rooflinekit.stages.modelled).
     models: list = field(default_factory=list)

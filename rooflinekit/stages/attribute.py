@@ -37,8 +37,9 @@ from rooflinekit.stages.mixers import StorageLife, mixer_paths, state_traffic, w
 
 
 @dataclass
-class AttentionRow:
-    """One attention layer: what it is, what its architecture needs, what its code moved."""
+class AttentionSite:
+    """One attention layer as found in a capture: what it is, what its architecture needs, what its
+    code moved, and its ops (the working object; the report's row is core.report.AttentionRow)."""
 
     module: str
     module_class: str
@@ -84,7 +85,9 @@ class AttentionRow:
         return self.flops_executed / self.bytes_executed if self.bytes_executed else None
 
 
-def _is_attention_product(op: OpRecord, params: set[int]) -> bool:
+def is_attention_product(op: OpRecord, params: set[int]) -> bool:
+    """An attention product: a fused attention call, or a matrix product of two activations (QK^T,
+    PV; neither operand a parameter)."""
     if op.kind == "fused" and op.name.endswith("scaled_dot_product_attention"):
         return True
     if not op.sinks:  # most ops: no activation operands to a product
@@ -104,7 +107,7 @@ def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
             ops = by_module[op.module] = []
         ops.append(op)
         # only a fused call or a product of activations (sinks) can be one: most ops are not asked
-        if (op.sinks or op.kind == "fused") and op.module not in sites and _is_attention_product(op, params):
+        if (op.sinks or op.kind == "fused") and op.module not in sites and is_attention_product(op, params):
             sites.add(op.module)
     return {path: ops for path, ops in by_module.items() if path in sites}
 
@@ -115,7 +118,7 @@ def kv_operands(ops: list[OpRecord], params: set[int], context: int) -> dict[int
     result: dict[int, list[tuple[int, float]]] = {}
     for op in ops:
         reads = {sid for sid, _ in op.reads}
-        if _is_attention_product(op, params):
+        if is_attention_product(op, params):
             if op.kind == "fused":
                 kv_bytes = op.attrs.get("kv_read_bytes", 0.0)
                 sids = list(op.sinks)
@@ -163,7 +166,7 @@ def _kv_path(ops: list[OpRecord], sinks: dict[int, list[tuple[int, float]]], par
             at = writers.get(sid, ())
             for i in reversed(at[:bisect_left(at, before)]):  # the writers of sid before, latest first
                 op = ops[i]
-                if _is_projection(op) and op.attrs.get("rows", 0) <= tokens:
+                if is_projection(op) and not reexpanding(op, tokens):
                     break  # the new K/V, made from hidden states: the walk ends here
                 if op.index not in chosen:
                     chosen.add(op.index)
@@ -196,9 +199,16 @@ def reexpanded_flops(op: OpRecord, tokens: int) -> float:
     return op.flops * (rows - tokens) / rows if rows > tokens else 0.0
 
 
-def _is_projection(op: OpRecord) -> bool:
+def is_projection(op: OpRecord) -> bool:
     """A product with a parameter operand (q/k/v/o projections, MLA's W_UK run inside a module)."""
     return op.param_bytes > 0 and op.flops > 0
+
+
+def reexpanding(op: OpRecord, tokens: int) -> bool:
+    """A projection re-applied to cached positions: over more rows than this step's `tokens` (a
+    transformers MLA layer's kv_b_proj expanding its whole latent cache every step), where the
+    architecture needs it for the new tokens only."""
+    return is_projection(op) and op.attrs.get("rows", 0) > tokens
 
 
 def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int]) -> AttentionCall | None:
@@ -210,7 +220,7 @@ def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int
             unique = distinct if distinct is not None and len(k) >= 4 and distinct < k[-3] else None
             return AttentionCall(path, module_class, q, k, v, op.attrs.get("enable_gqa", False), unique, True,
                                  op.attrs.get("mask_keys"))
-    products = [op for op in ops if op.kind != "fused" and _is_attention_product(op, params)
+    products = [op for op in ops if op.kind != "fused" and is_attention_product(op, params)
                 and len(op.attrs.get("operand_shapes", [[], []])[0]) >= 4]
     if not products:
         return None
@@ -334,8 +344,8 @@ def _repeat_factor(ops: list[OpRecord], kv_path: list[int], by_index: dict[int, 
 def attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost,
     deployment: Deployment | None = None,
-) -> list[AttentionRow]:
-    """One AttentionRow per attention site, in execution order; the architecture minimum costed
+) -> list[AttentionSite]:
+    """One AttentionSite per attention site, in execution order; the architecture minimum costed
     at the deployment's KV cache format."""
     with stdout_to_stderr():  # plugins' prints: one redirect for all the hooks asked, not one per call
         return _attribute_attention(cap, model, workload, host, deployment or Deployment())
@@ -343,7 +353,7 @@ def attribute_attention(
 
 def _attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost, deployment: Deployment
-) -> list[AttentionRow]:
+) -> list[AttentionSite]:
     modules = cached(model, fact("modules"), lambda: dict(model.named_modules()))
     by_index = {op.index: op for op in cap.ops}
     rows = []
@@ -354,7 +364,7 @@ def _attribute_attention(
     life: StorageLife | None = None
     subtrees = _subtrees(cap.ops, set(sites))
     for path, ops in sites.items():
-        core = [op for op in ops if not _is_projection(op)]
+        core = [op for op in ops if not is_projection(op)]
         subtree = subtrees.get(path, []) if path else cap.ops
         sinks = kv_operands(core, cap.param_storages, workload.context)
         kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
@@ -362,8 +372,7 @@ def _attribute_attention(
         kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
         # Projections on the K/V path over more rows than this step's new tokens re-compute
         # K/V of cached positions (transformers' MLA expands its latent cache every step).
-        reexpand = [by_index[i] for i in kv_path if _is_projection(by_index[i])
-                    and by_index[i].attrs.get("rows", 0) > workload.tokens]
+        reexpand = [by_index[i] for i in kv_path if reexpanding(by_index[i], workload.tokens)]
         kv_reexpand_flops = sum(reexpanded_flops(op, workload.tokens) for op in reexpand)
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
@@ -418,7 +427,7 @@ def _attribute_attention(
                                           sorted({op.module for op in reexpand}), kv_repeat)
         notes.extend(cost_notes)
         rows.append(
-            AttentionRow(
+            AttentionSite(
                 module=path or "(root)",
                 module_class=module_class,
                 spec=spec,

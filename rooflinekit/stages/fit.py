@@ -41,7 +41,13 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.skips import skipping_layers
 from rooflinekit.core.units import plain
-from rooflinekit.stages.attribute import AttentionRow, attention_workload, causality, cost_and_notes
+from rooflinekit.stages.attribute import (
+    AttentionSite,
+    attention_workload,
+    causality,
+    cost_and_notes,
+    reexpanding,
+)
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
@@ -263,7 +269,7 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
             handle.remove()
 
 
-def windows(sites: list[AttentionRow]) -> tuple[set[int], set[int]]:
+def windows(sites: list[AttentionSite]) -> tuple[set[int], set[int]]:
     """The sliding windows and the chunks of the recognised attention layers."""
     specs = [s.spec for s in sites if s.spec is not None]
     return {s.window for s in specs if s.window}, {s.chunk for s in specs if s.chunk}
@@ -289,7 +295,7 @@ def _slots(ops: list[OpRecord], plan: LayerPlan) -> tuple[list[tuple[str, int, s
     return slots, counts
 
 
-def _site_slot(site: AttentionRow, plan: LayerPlan) -> tuple[str, str]:
+def _site_slot(site: AttentionSite, plan: LayerPlan) -> tuple[str, str]:
     child = plan.owner(site.module)
     return ("", site.module) if child is None else (plan.rep[child], site.module[len(child):])
 
@@ -301,7 +307,7 @@ def _bare(spec):
 _DIGITS = re.compile(r"\d+")
 
 
-def _site_signature(site: AttentionRow, fitted: _Site) -> tuple:
+def _site_signature(site: AttentionSite, fitted: _Site) -> tuple:
     """What an attention layer's row at another point depends on, but its name."""
     fused = tuple((op.attrs.get("is_causal"), op.attrs.get("has_mask"), op.attrs.get("mask_keys"))
                   for op in fitted.core if op.kind == "fused")
@@ -351,8 +357,8 @@ class FittedCapture:
     misses the template.
     """
 
-    def __init__(self, design: Design, designs: list[tuple[CaptureResult, list[AttentionRow]]],
-                 template: CaptureResult, sites: list[AttentionRow], workload: Workload, plan: LayerPlan,
+    def __init__(self, design: Design, designs: list[tuple[CaptureResult, list[AttentionSite]]],
+                 template: CaptureResult, sites: list[AttentionSite], workload: Workload, plan: LayerPlan,
                  host: PluginHost):
         self.design, self.template, self.sites, self.plan, self.host = design, template, sites, plan, host
         self.point = point = (workload.batch, workload.context)
@@ -449,8 +455,7 @@ class FittedCapture:
             polys = tuple(self.design.poly(tuple(float(getattr(m, f)) for m in matches)) for f in SITE_FIELDS)
             core = [by_index[i] for i in site.op_indices]
             reexpand = sorted({by_index[i].module for i in site.kv_op_indices
-                               if by_index[i].param_bytes > 0 and by_index[i].flops > 0
-                               and by_index[i].attrs.get("rows", 0) > self._tokens})
+                               if reexpanding(by_index[i], self._tokens)})
             out.append(_Site(core, reexpand if site.kv_reexpand_flops else [], polys, repr(site.spec)))
         return out
 
@@ -514,13 +519,13 @@ class FittedCapture:
         return ScaledPeak(self.template, allocations, [fit.written for fit in self.op_fits])
 
     def sites_at(self, workload: Workload, deployment: Deployment | None = None, *,
-                 compact: bool = False) -> list[AttentionRow]:
+                 compact: bool = False) -> list[AttentionSite]:
         """The attention layers at `workload`: executed figures from the fit, the minimum re-costed.
         `compact`: one row per group of layers that count alike, its figures (executed and minimum)
         multiplied by the layers it stands for, named after the first of them."""
         values = self.design.values(workload.batch, workload.context)
         costs: dict[tuple, tuple] = {}
-        out: list[AttentionRow] = []
+        out: list[AttentionSite] = []
         done: set[int] = set()
         for site, fitted, group in zip(self.sites, self._sites, self._site_groups, strict=True):
             if compact and group in done:

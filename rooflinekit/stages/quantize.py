@@ -34,7 +34,7 @@ import torch
 
 from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
-from rooflinekit.stages.attribute import AttentionRow, dtype_itemsize, kv_operands
+from rooflinekit.stages.attribute import AttentionSite, dtype_itemsize, kv_operands
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.transform import Counted, TransformContext
@@ -54,7 +54,7 @@ class Transformed:
     that say what was assumed."""
 
     capture: CaptureResult
-    attention: list[AttentionRow]
+    attention: list[AttentionSite]
     notes: list[str] = field(default_factory=list)
     #: Parameter name -> its stored bytes, for the quantized parameters (per-GPU weights under TP/EP).
     stored: dict[str, float] = field(default_factory=dict)
@@ -172,7 +172,7 @@ def weight_roles(cap: CaptureResult, model: torch.nn.Module, quantize_embeddings
     return _Roles(quantized, kept, already)
 
 
-def _cache_storages(cap: CaptureResult, by_index: dict[int, OpRecord], rows: list[AttentionRow],
+def _cache_storages(cap: CaptureResult, by_index: dict[int, OpRecord], rows: list[AttentionSite],
                     context: int) -> tuple[dict[int, float], list[str]]:
     """Cache storage -> bytes per element the model ran it at, over the recognised attention
     layers; and the layers where no cache storage was seen."""
@@ -270,8 +270,8 @@ def _scaled_modelled(op: OpRecord, factor: float, to_fp8: bool) -> OpRecord:
                    dtype="fp8" if to_fp8 and op.flops > 0 else op.dtype)
 
 
-def _rows(rows: list[AttentionRow], by_index: dict[int, OpRecord], params: set[int],
-          context: int) -> list[AttentionRow]:
+def _rows(rows: list[AttentionSite], by_index: dict[int, OpRecord], params: set[int],
+          context: int) -> list[AttentionSite]:
     """The attention rows' executed figures from the transformed records (costs are the plugins',
     asked at the workload's cache format already)."""
     out = []
@@ -288,7 +288,7 @@ def _count(n: float) -> str:
     return f"{n / 1e9:.3g}e9" if n >= 1e8 else f"{n:,.0f}"
 
 
-def transform(cap: CaptureResult, rows: list[AttentionRow], model: torch.nn.Module,
+def transform(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn.Module,
               workload: Workload, deployment: Deployment) -> Transformed:
     """The capture and attention rows of the deployment's weight and KV cache formats and the
     workload's activation dtype, with notes saying what was assumed (unchanged when nothing applies)."""

@@ -17,7 +17,7 @@ import torch
 
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.attribute import AttentionRow
+from rooflinekit.stages.attribute import AttentionSite
 from rooflinekit.stages.capture import CaptureResult
 
 
@@ -26,7 +26,7 @@ class Counted:
     """A capture with its attention rows, as it moves through the transforms."""
 
     capture: CaptureResult
-    attention: list[AttentionRow]
+    attention: list[AttentionSite]
     #: What the transforms assumed, in their order (the report's notes).
     notes: tuple[str, ...] = ()
     #: Parameter name -> its stored bytes, for parameters a format transform rescaled.
