@@ -16,6 +16,7 @@ import pytest
 from rooflinekit.analyses.gridfit import regions
 from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.fit import Design
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
@@ -43,11 +44,13 @@ def _workload(phase, batch, context, options):
 
 
 def _reference(path, phase, batch, context, options):
-    return profile(load_source(str(path), options), _workload(phase, batch, context, options), "H800").report
+    return profile(load_source(str(path), options), _workload(phase, batch, context, options),
+                   Deployment("H800")).report
 
 
 def _fitted(path, phase, options, batches=BATCHES, contexts=CONTEXTS):
-    prof = Profiler(load_source(str(path), options), _workload(phase, batches[0], contexts[0], options), "H800")
+    prof = Profiler(load_source(str(path), options), _workload(phase, batches[0], contexts[0], options),
+                    Deployment("H800"))
     prof.fit(batches, contexts, top_batch=4096)
     return prof
 
@@ -202,7 +205,7 @@ def test_ops_that_change_with_batch_fall_back_with_a_note(tmp_path):
         "def make_inputs(batch, context, phase):\n    return (torch.zeros(batch, 64), 1 if batch > 64 else 0)\n")
     source = load_source(str(path), {})
     base = Workload("decode", 1, 1)
-    result = run_sweep(source, base, [1, 4, 16], [1], "H800")  # the critical batch may ask up to 4096
+    result = run_sweep(source, base, Deployment("H800"), [1, 4, 16], [1])  # the critical batch may ask up to 4096
     data = result.to_dict()
     assert data["evaluated"] == 0 and result.profiles >= 3
     assert any(n.startswith("counts not fitted for S=1") and "every point there is captured" in n
