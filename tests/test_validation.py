@@ -21,6 +21,7 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.outputs.report_io import check_values, load_report
 from rooflinekit.stages.formulas import FormulaBook, flops_problem
 from rooflinekit.stages.hardware import BOUNDS, HardwareDB, check_value, hardware_db
@@ -156,10 +157,10 @@ def _formula_plugin(answer):
     return Formulas()
 
 
-def _profile(host, path=GQA, hardware="H800", **extra):
+def _profile(host, path=GQA, hardware="H800", tp=1, **extra):
     options = dict(TINY_LLAMA, **extra)
     workload = Workload("decode", 1, 64, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, hardware, host=host).report
+    return profile(load_source(str(path), options, host), workload, Deployment(hardware, tp=tp), host=host).report
 
 
 @pytest.mark.parametrize("answer,why", [
@@ -212,7 +213,7 @@ class _Plan:
 def test_unknown_tp_style_is_named_and_ignored():
     host = PluginHost()
     host.register(_Plan(), "rk_plan", "tests", "0")
-    report = _profile(host, _tp=2)
+    report = _profile(host, tp=2)
     plan = {p["module"]: p["style"] for p in report.parallel["plan"]}
     assert plan["layers.0.self_attn.q_proj"] == "colwise"  # the structural rules, not "diagonal"
     assert plan["layers.0.mlp.down_proj"] == "rowwise"
