@@ -25,11 +25,12 @@ import pytest
 import torch
 from conftest import pip_install_site, write_distribution
 
-from rooflinekit.analyses.parallel import attention_shard, structural_plan, with_parallel
+from rooflinekit.analyses.parallel import attention_shard, structural_plan
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
@@ -196,7 +197,8 @@ def test_the_core_fills_spec_plugin():
     options = {"layers": 1, "heads": 8, "kv_heads": 2, "head_dim": 32, "hidden": 256, "intermediate": 512,
                "vocab": 1000}
     workload = Workload("decode", 1, 64, "bf16", "meta", tuple(sorted(options.items())))
-    done = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload, "H800", host=host)
+    done = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload, Deployment("H800"),
+                   host=host)
     (row,) = attribute_attention(done.capture, done.model, workload, host)
     assert row.plugin == row.spec.plugin == "liar"
     (row,) = attribute_attention(done.capture, done.model, workload, PluginHost())
@@ -264,9 +266,9 @@ def test_parallel_follows_the_shard_answer():
     host.register(_Ring(), "ring", "tests", "0")
     options = {"layers": 1, "heads": 8, "kv_heads": 2, "head_dim": 32, "hidden": 256, "intermediate": 512,
                "vocab": 1000}
-    workload = with_parallel(Workload("decode", 4, 64, "bf16", "meta", tuple(sorted(options.items()))), tp=4)
-    report = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload, "H800",
-                     host=host).report.to_dict()
+    workload = Workload("decode", 4, 64, "bf16", "meta", tuple(sorted(options.items())))
+    report = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload,
+                     Deployment("H800", tp=4), host=host).report.to_dict()
     (att,) = report["attention"]
     assert (att["arch"], att["num_heads"], att["num_kv_heads"]) == ("ring", 2, 2)
     assert att["cache_bytes_per_token"] == 2 * (32 + 32) * 2  # both K/V heads, bf16
