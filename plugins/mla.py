@@ -114,9 +114,10 @@ def rooflinekit_attention_shard(spec, tp):
 
 
 @hookimpl
-def rooflinekit_advise_levers(workload, report, source):
+def rooflinekit_advise_levers(workload, deployment, report, source):
     """The absorbed form, for MLA layers that run naive: the model's own absorbed mode where its
-    model file has one (-O mode=absorbed), else its capture restated (rooflinekit_plugins.mla_absorb)."""
+    model file has one (-O mode=absorbed), else its capture restated (rooflinekit_plugins.mla_absorb's
+    `AbsorbMLA`, at the deployment's KV cache format)."""
     name = "absorbed MLA"
     rows = [a for a in report.attention if a.recognised and a.arch == ARCH]
     if not rows:
@@ -129,9 +130,9 @@ def rooflinekit_advise_levers(workload, report, source):
                               assumption="the model's own absorbed mode (-O mode=absorbed): the latent cached and "
                                          "attended, kv_b_proj folded into the query and output")]
     # imports torch: only when a lever is asked for
-    from rooflinekit_plugins.mla_absorb import absorb
+    from rooflinekit_plugins.mla_absorb import AbsorbMLA
 
-    return [LeverProposal(name, workload, transform=absorb,
+    return [LeverProposal(name, workload, transform=AbsorbMLA(),
                           assumption="kv_b_proj's re-expansion of every cached position and the attention over the "
                                      "expanded K/V replaced by the absorbed form: the same weights on the new tokens "
                                      "only, attention over the latent at the MLA plugin's absorbed cost (the model's "

@@ -17,13 +17,10 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING
 
-from rooflinekit.plugin import UserError, hookimpl
-from rooflinekit.stages.hardware import dtype_key
+from rooflinekit.plugin import ModuleModel, UserError, dtype_key, hookimpl
 
 if TYPE_CHECKING:
     import torch
-
-    from rooflinekit_plugins.moe_model import ExpertsModel
 
 PROVIDES = ("MoE expert models",)
 #: ExpertsModel's module (it needs torch): imported when the hook first finds an experts container.
@@ -44,9 +41,9 @@ def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> floa
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
-def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ExpertsModel | None:
-    """An ExpertsModel for a container of 3-D per-expert weights, or None (a convolution's 3-D
-    weight [out, in, kernel] is not experts: Whisper's and Mamba's Conv1d)."""
+def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ModuleModel | None:
+    """An ExpertsModel (rooflinekit_plugins.moe_model) for a container of 3-D per-expert weights, or
+    None (a convolution's 3-D weight [out, in, kernel] is not experts: Whisper's and Mamba's Conv1d)."""
     if any(cls.__name__ == "_ConvNd" for cls in type(module).__mro__):
         return None
     params = dict(module.named_parameters(recurse=False))

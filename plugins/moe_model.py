@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rooflinekit.stages.modelled import ModuleModel, emit, emit_collective, suppressed
+from rooflinekit.plugin import ModuleModel, emit, emit_collective, suppressed
 from rooflinekit_plugins import moe  # its expected_distinct_experts: the one formula
 
 

@@ -36,7 +36,8 @@ def transformers_plan(model) -> dict:
 
 @hookimpl(trylast=True)
 def rooflinekit_tp_plan(model, attention, shards):
-    from rooflinekit.analyses.parallel import resolve, structural_plan
+    # these need torch: imported when the hook runs, so that loading the plugin imports none
+    from rooflinekit.plugin import resolve, structural_plan
 
     plan = structural_plan(model, attention, shards=shards)
     hf = transformers_plan(model)

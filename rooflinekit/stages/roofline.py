@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rooflinekit.core.report import Placement
 
-if TYPE_CHECKING:
-    from rooflinekit.stages.hardware import HardwareSpec
+
+class Roof(Protocol):
+    """What placement reads of a hardware entry (a `rooflinekit.stages.hardware.HardwareSpec`, which
+    imports this module for `ridge`)."""
+
+    @property
+    def memory_bandwidth(self) -> float: ...
+
+    def peak(self, dtype_key: str) -> float: ...
 
 
 def ridge(peak: float, bandwidth: float) -> float:
@@ -67,6 +74,6 @@ def place(flops: float, nbytes: float, peak: float, bandwidth: float, dtype: str
     )
 
 
-def place_on(hw: HardwareSpec, dtype_key: str, flops: float, nbytes: float) -> Placement:
+def place_on(hw: Roof, dtype_key: str, flops: float, nbytes: float) -> Placement:
     """Place on a hardware entry's roofline for one dtype (its peak, or the fallback's)."""
     return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth, dtype_key)

@@ -16,8 +16,7 @@ import functools
 import inspect
 import sys
 
-from rooflinekit.plugin import UserError, hookimpl
-from rooflinekit.stages.workload import ModelSource
+from rooflinekit.plugin import ModelSource, UserError, hookimpl
 
 from rooflinekit_swa import model
 
