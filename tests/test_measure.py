@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.analyses.measure import align, measure, timed_recording
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import Workload, load_source
@@ -37,8 +38,8 @@ def one_thread():
 def measured(path, options, phase="decode", batch=2, context=64, hardware="H800", warmup=1, repeats=2,
              device="cpu", **kw):
     workload = Workload(phase, batch, context, "fp32", device, tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, hardware, measure=True, warmup=warmup,
-                   repeats=repeats, **kw).report.to_dict()
+    return profile(load_source(str(path), options), workload, Deployment(hardware),
+                   options=ReportOptions(measure=True, warmup=warmup, repeats=repeats, **kw)).report.to_dict()
 
 
 @pytest.mark.parametrize("path,options", [(GQA, TINY_LLAMA), (MLA, TINY_MLA), (MLA, dict(TINY_MLA, mode="naive")),
@@ -430,8 +431,8 @@ def test_modelled_records_keep_the_numbering_and_get_no_time(tmp_path):
     path = tmp_path / "fused_moe.py"
     path.write_text(FUSED_MOE)
     workload = Workload("decode", 4, 8, "fp32", "cpu", ())
-    report = profile(load_source(str(path), {}, host), workload, "H800", measure=True, warmup=1, repeats=2,
-                     host=host).report.to_dict()
+    report = profile(load_source(str(path), {}, host), workload, Deployment("H800"),
+                     options=ReportOptions(measure=True, warmup=1, repeats=2), host=host).report.to_dict()
     kinds = [(op["name"], op["kind"]) for op in report["ops"]]
     assert kinds[0] == ("aten.addmm", "op") and kinds[-1] == ("aten.addmm", "op")
     assert any(kind == "modelled" for _, kind in kinds)
@@ -454,8 +455,8 @@ def test_step_times_report_min_median_and_max_beside_the_mean():
     from rooflinekit.outputs.render import measured_lines, seconds
 
     workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(TINY_LLAMA.items())))
-    report = profile(load_source(str(GQA), TINY_LLAMA), workload, "H800", measure=True, warmup=1,
-                     repeats=4).report
+    report = profile(load_source(str(GQA), TINY_LLAMA), workload, Deployment("H800"),
+                     options=ReportOptions(measure=True, warmup=1, repeats=4)).report
     m = report.totals.measured
     steps = sorted(m.step_times_s)
     assert len(steps) == 4
@@ -518,7 +519,7 @@ def _one_matmul(tmp_path, hardware, **kw):
     path = tmp_path / "one_matmul.py"
     path.write_text(ONE_MATMUL)
     workload = Workload("prefill", 8, 1, "fp32", "cpu", ())
-    return profile(load_source(str(path), {}), workload, hardware, **kw).report
+    return profile(load_source(str(path), {}), workload, Deployment(hardware), options=ReportOptions(**kw)).report
 
 
 @pytest.mark.parametrize("peak,bandwidth,op_s,figures,first_cause", [
