@@ -6,7 +6,7 @@ Prints, from one process (the machine may be shared: every figure is a median of
   recording; MoE experts replaced by a zeros_like so routing can run on meta), the floor for any
   dispatch-level tool: the two alternate, and the ratio is the median of the per-pair ratios
   (target: at most 1.3x, issue 16);
-- the same profile with the meta memo off (every meta kernel run: rooflinekit.stages.meta_memo),
+- the same profile with the meta memo off (every meta kernel run: rooflinekit.stages.capture.meta_memo),
   and the memo's hits and misses;
 - the cost at context 1024 vs 131072 and batch 1 vs 48 (must not grow), and at 15/30/61 layers
   (must grow linearly); peak RSS.
@@ -61,7 +61,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     from rooflinekit.analyses.profile import profile
-    from rooflinekit.stages.capture import Recorder, call_forward
+    from rooflinekit.stages.capture.forward import call_forward
+    from rooflinekit.stages.capture.recorder import Recorder
     from rooflinekit.stages.workload import Workload, build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})

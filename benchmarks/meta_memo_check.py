@@ -1,4 +1,4 @@
-"""Check: the meta memo (rooflinekit.stages.meta_memo) changes no report, on every transformers type.
+"""Check: the meta memo (rooflinekit.stages.capture.meta_memo) changes no report, on every transformers type.
 
 Every `model_type` benchmarks/hf_coverage.py profiles (its default config cut to 2 layers, both of
 its phases) is profiled twice in one process, with the memo and without it, and the two reports
@@ -27,7 +27,7 @@ from hf_coverage import LAYERS, PHASES, covering_layers, model_types  # noqa: E4
 
 def _report(model_type: str, phase: str, batch: int, context: int, layers: int, memo: bool):
     from rooflinekit.api import profile_file
-    from rooflinekit.stages.capture import Recorder
+    from rooflinekit.stages.capture.recorder import Recorder
 
     Recorder.memo_meta = memo
     start = time.perf_counter()

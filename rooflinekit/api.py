@@ -27,7 +27,8 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import DEFAULT_FRACTION, Deployment
 from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.capture import CaptureResult, recording
+from rooflinekit.stages.capture.forward import recording
+from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
 from rooflinekit.stages.memory import activation_peak, memory_of

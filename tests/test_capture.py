@@ -227,7 +227,7 @@ class _Views(torch.nn.Module):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_view_shortcut_records_what_the_dispatch_mode_records(device, monkeypatch):
-    from rooflinekit.stages import capture as capture_mod
+    from rooflinekit.stages.capture import modes as capture_modes
 
     def run():
         x = torch.randn(4, 3, 8, device=device)
@@ -236,14 +236,14 @@ def test_view_shortcut_records_what_the_dispatch_mode_records(device, monkeypatc
         return [(o.name, o.module, o.flops, o.bytes_read, o.bytes_written, o.shapes, o.dtype) for o in cap.ops]
 
     fast = run()
-    monkeypatch.setattr(capture_mod, "_VIEW_FUNCS", set())  # every view through the dispatch mode
+    monkeypatch.setattr(capture_modes, "_VIEW_FUNCS", set())  # every view through the dispatch mode
     assert run() == fast
     names = [n for n, *_ in fast]
     assert names.count("aten.index") == 2 and names.count("aten.mul") == len(names) - 2
 
 
 def test_parameter_walk_is_named_parameters_then_buffers():
-    from rooflinekit.stages.capture import _params_and_buffers
+    from rooflinekit.stages.capture.modules import _params_and_buffers
 
     emb, shared = torch.nn.Embedding(5, 4), torch.nn.Linear(4, 4)
     head = torch.nn.Linear(4, 5, bias=False)
@@ -261,10 +261,10 @@ def test_parameter_walk_is_named_parameters_then_buffers():
 def test_storage_numbers_survive_address_reuse_on_real_tensors():
     """Meta storages are held for the capture; real ones are weak: a dead storage's address, reused,
     gets a new number either way."""
-    from rooflinekit.stages.capture import _Storages
+    from rooflinekit.stages.capture.storages import Storages
 
     for device in ("meta", "cpu"):
-        storages = _Storages()
+        storages = Storages()
         a = torch.empty(1024, device=device)
         sid_a = storages.id(a)
         assert storages.id(a[3:]) == sid_a and storages.id(a.view(32, 32)) == sid_a

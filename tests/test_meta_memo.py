@@ -1,4 +1,4 @@
-"""The meta memo (rooflinekit.stages.meta_memo) changes nothing but the time a capture takes.
+"""The meta memo (rooflinekit.stages.capture.meta_memo) changes nothing but the time a capture takes.
 
 A repeated pure meta call gets rebuilt outputs instead of a run of its meta kernel: these tests
 check the rebuilt outputs against torch's own kernels op by op (scalar types, strides, default
@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.stages import capture as capture_mod
-from rooflinekit.stages.meta_memo import MetaMemo, memoisable
+from rooflinekit.stages.capture import recorder as capture_mod
+from rooflinekit.stages.capture.meta_memo import MetaMemo, memoisable
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, MODELS
 

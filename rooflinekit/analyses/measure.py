@@ -47,14 +47,16 @@ from pathlib import Path
 import torch
 
 from rooflinekit.analyses.calibrate import device_name
-from rooflinekit.core import compat
 from rooflinekit.core.codec import encode
 from rooflinekit.core.files import write_atomic
 from rooflinekit.core.report import AltPlacement, Measured, Placement, Report, StepMeasured
 from rooflinekit.core.units import si
-from rooflinekit.stages import capture as _capture
 from rooflinekit.stages import collectives
-from rooflinekit.stages.capture import SDPA_NAME, OpRecord, Recorder, call_forward
+from rooflinekit.stages.capture.forward import active, call_forward, hooked
+from rooflinekit.stages.capture.modes import DispatchRecorder, FunctionRecorder
+from rooflinekit.stages.capture.recorder import Recorder
+from rooflinekit.stages.capture.records import OpRecord
+from rooflinekit.stages.capture.sdpa import SDPA_NAME, patched_sdpa
 from rooflinekit.stages.formulas import FormulaBook, op_key
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
 from rooflinekit.stages.place import hardware_info, rollup_name
@@ -138,19 +140,10 @@ def timed_recording(model: torch.nn.Module, formulas: FormulaBook | None = None)
     """capture.recording()'s modes and hooks, with a profiler range around each recorded op."""
     names = {id(m): n for n, m in model.named_modules()}
     recorder = _TimedRecorder(formulas or FormulaBook(), names)
-    hooks = compat.register_global_forward_hooks(recorder.pre_hook, recorder.post_hook)
-    active = getattr(_capture, "_ACTIVE", None)  # modelled modules emit into the active recorder
-    if active is not None:
-        active.append(recorder)
-    try:
-        with (_capture._patched_sdpa(recorder), _capture._FunctionRecorder(recorder),
-              _capture._DispatchRecorder(recorder)):
-            yield recorder
-    finally:
-        if active is not None:
-            active.remove(recorder)
-        for h in hooks:
-            h.remove()
+    # modelled modules emit into the active recorder
+    with (hooked(recorder), active(recorder), patched_sdpa(recorder), FunctionRecorder(recorder),
+          DispatchRecorder(recorder)):
+        yield recorder
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rooflinekit.core.report import FusedTotals
-from rooflinekit.stages.capture import OpRecord
+from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on
 

@@ -31,7 +31,7 @@ from rooflinekit.core.report import (
 from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionSite
-from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.capture.records import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on, ridge

@@ -178,7 +178,7 @@ def _cache_storages(cap: CaptureResult, by_index: dict[int, OpRecord], rows: lis
     layers; and the layers where no cache storage was seen."""
     ops, params = cap.ops, cap.param_storages
     first = _first_touch(ops)
-    # what the forward allocated (rooflinekit.stages.liveness: a scratch tensor made with
+    # what the forward allocated (rooflinekit.stages.capture.liveness: a scratch tensor made with
     # torch.empty and filled in place is one); without that record, first touches decide
     allocated = {sid for sid, _ in getattr(cap, "live", None) or ()}
     buffers = params - set(cap.param_names)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from rooflinekit.stages.liveness import tensors_in
+from rooflinekit.stages.capture.liveness import tensors_in
 
 _META = torch.device("meta")
 _STRIDED = torch.strided
