@@ -13,6 +13,7 @@ from rooflinekit.analyses.measure import with_alt_placement
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import codec
 from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report, report_schema
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import Workload, load_source
@@ -26,7 +27,7 @@ def test_the_shipped_schemas_are_the_ones_the_types_imply(kind, path):
     assert json.loads(path.read_text()) == report_schema(kind), (
         "the report dataclasses changed: regenerate with "
         "python -c 'from rooflinekit.core.report import write_schema; write_schema()'")
-    assert SCHEMA_VERSION == "2.0" and path.name == f"{kind}-2.0.schema.json"
+    assert SCHEMA_VERSION == "3.0" and path.name == f"{kind}-3.0.schema.json"
 
 
 def test_the_schema_rejects_what_the_types_reject():
@@ -46,7 +47,7 @@ def test_json_round_trip_is_exact():
     data = run_profile(MLA, batch=4, context=256, layers=2, mode="absorbed")
     again = Report.from_dict(data).to_dict()
     assert again == data
-    assert data["schema_version"] == "2.0" and data["kind"] == "profile"
+    assert data["schema_version"] == "3.0" and data["kind"] == "profile"
 
 
 def test_decode_names_the_field_that_does_not_fit():
@@ -62,7 +63,7 @@ def test_decode_names_the_field_that_does_not_fit():
 def test_reports_are_frozen_and_new_placements_are_new_values():
     source = load_source(str(GQA), dict(TINY_LLAMA))
     workload = Workload("decode", 2, 64, options=tuple(sorted(TINY_LLAMA.items())))
-    report = profile(source, workload, "H800").report
+    report = profile(source, workload, Deployment("H800")).report
     before = report.to_dict()
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.totals = None
