@@ -13,6 +13,7 @@ from torch import nn
 from rooflinekit.analyses.profile import profile
 from rooflinekit.api import profile as profile_module
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, run_profile
 
@@ -128,7 +129,7 @@ def test_olmoe_k_norm_upcast_leaves_its_16_kv_heads(tmp_path):
 def _gemma2(host=None, context=8192):
     workload = Workload("decode", 1, context, "bf16", "meta", (("layers", 2),))
     source = load_source(str(CONFIGS / "gemma-2-9b.json"), {"layers": 2}, host)
-    return profile(source, workload, "H800", host=host).report
+    return profile(source, workload, Deployment("H800"), host=host).report
 
 
 def test_gemma2_sliding_rows_carry_their_window_at_8192():
