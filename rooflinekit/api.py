@@ -32,7 +32,7 @@ from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
 from rooflinekit.stages.memory import activation_peak, memory_of
-from rooflinekit.stages.place import build_report
+from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.workload import (
     DTYPES,
     ModelSource,
@@ -178,7 +178,8 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
             "parameters": sum(p.numel() for p in model.parameters()), "param_bytes": cap.param_bytes_total,
             "modules": len(cap.modules)}
     out.model = model
-    report = build_report(cap, rows, hw, workload, model_info=info, depth=depth, group_layers=group_layers,
-                          warnings=list(host.warnings + db.problems))
+    view = Presentation(depth=depth, group_layers=group_layers, model_info=info,
+                        warnings=list(host.warnings + db.problems))
+    report = build_report(cap, rows, hw, workload, view)
     out.report = ViewedReport.of(replace(report, memory=memory_of(report, hw, DEFAULT_FRACTION,
                                                                   activation_peak(cap))))

@@ -38,7 +38,7 @@ from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.modelled import module_models
-from rooflinekit.stages.place import build_report
+from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.transform import (
     Counted,
     LegacyTransform,
@@ -177,11 +177,10 @@ def place(counting: Counting, source: ModelSource, workload: Workload, deploymen
         notes.append(multi_token_note(workload))
     extra_notes, warnings = extra
     notes += extra_notes
-    report = build_report(
-        cap, counting.counted.attention, hw, workload, model_info=info, depth=options.depth,
-        group_layers=options.group_layers, warnings=warnings, notes=list(dict.fromkeys(notes)),
-        parallel=counting.counted.parallel, detail=options.detail,
-    )
+    view = Presentation(depth=options.depth, group_layers=options.group_layers, detail=options.detail,
+                        model_info=info, warnings=warnings, notes=list(dict.fromkeys(notes)),
+                        parallel=counting.counted.parallel)
+    report = build_report(cap, counting.counted.attention, hw, workload, view)
     return replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
 
 

@@ -51,7 +51,7 @@ from rooflinekit.stages.attribute import (
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
-from rooflinekit.stages.place import build_report
+from rooflinekit.stages.place import Presentation, build_report
 
 #: The largest relative difference between a fit's prediction and a capture that counts as equal.
 TOLERANCE = 1e-9
@@ -560,8 +560,8 @@ class FittedCapture:
         the step's totals, byte split and attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
         deployment = deployment or Deployment()
-        report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload,
-                              model_info=model_info, depth=depth, group_layers=group_layers, detail=not compact)
+        view = Presentation(depth=depth, group_layers=group_layers, detail=not compact, model_info=model_info)
+        report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload, view)
         report = replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
         if compact:
             at = report.attention_totals

@@ -7,6 +7,7 @@ measured times or under planned parallelism is a new Report (rooflinekit.analyse
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rooflinekit.core.paths import layer_pattern
@@ -18,6 +19,7 @@ from rooflinekit.core.report import (
     CollectiveInfo,
     CollectiveSummary,
     Communication,
+    FusedTotals,
     HardwareInfo,
     ModelInfo,
     ModuleRow,
@@ -32,7 +34,7 @@ from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionSite
 from rooflinekit.stages.capture.records import CaptureResult, OpRecord
-from rooflinekit.stages.fusion import fuse, fused_totals, fusion_notes
+from rooflinekit.stages.fusion import Fusion, fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on, ridge
 from rooflinekit.stages.workload import Workload
@@ -198,33 +200,40 @@ def communication(ops: list[OpRecord], interconnect_bandwidth: float | None) -> 
     return Communication(**{**s, "collectives": [CollectiveSummary(**c) for c in s["collectives"]]})
 
 
-def build_report(
-    cap: CaptureResult,
-    attention: list[AttentionSite],
-    hw: HardwareSpec,
-    workload: Workload,
-    *,
-    model_info: dict | None = None,
-    depth: int = 3,
-    group_layers: bool = False,
-    warnings: list[str] | None = None,
-    notes: list[str] | None = None,
-    parallel: dict | None = None,
-    detail: bool = True,
-) -> Report:
-    """The Report of one capture on one hardware entry (schema in docs/schema.md). `detail=False`
-    leaves out the op rows and the fused view (totals.fused, module fused_bytes): a sweep's compact
-    points, whose merged records carry no per-storage traffic to fuse and whose rows none reads."""
-    fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
-    hardware = hardware_info(hw, workload.dtype)
-    wdtype = hardware.dtype
-    op_rows = []
-    total = Aggregate()
-    modules: dict[str, Aggregate] = defaultdict(Aggregate)
+@dataclass(frozen=True)
+class Presentation:
+    """What a report shows beside the counts: module rows cut to `depth` (repeated layers merged
+    with `group_layers`), the op rows and the fused view (`detail`), and the model facts, warnings,
+    notes and parallel plan it carries."""
+
+    depth: int = 3
+    group_layers: bool = False
+    detail: bool = True
+    model_info: dict | None = None
+    warnings: Sequence[str] = ()
+    notes: Sequence[str] = ()
+    parallel: dict | None = None
+
+
+@dataclass
+class _OpWalk:
+    """One pass over the ops: their rows, the step's and each module row's sums, the uncounted ops."""
+
+    op_rows: list[OpRow] = field(default_factory=list)
+    total: Aggregate = field(default_factory=Aggregate)
+    modules: dict[str, Aggregate] = field(default_factory=lambda: defaultdict(Aggregate))
+    uncounted_rows: list[UncountedOp] = field(default_factory=list)
+
+
+def _walk_ops(cap: CaptureResult, hw: HardwareSpec, view: Presentation) -> _OpWalk:
+    """Each op placed once (its row when `view.detail`) and added to the step and its module row."""
+    walk = _OpWalk()
+    total, modules, op_rows = walk.total, walk.modules, walk.op_rows
     uncounted: dict[str, dict] = {}
     peaks: dict[str, float] = {}  # per dtype
     rollups: dict[str, Aggregate] = {}  # module path -> its row's sums
     bandwidth = hw.memory_bandwidth
+    depth, group_layers, detail = view.depth, view.group_layers, view.detail
     for op in cap.ops:
         dtype = op.dtype
         peak = peaks.get(dtype)
@@ -249,75 +258,52 @@ def build_report(
             u["time_bound_s"] += time_bound_s
             if op.attrs.get("formula_error"):
                 u["formula_error"] = op.attrs["formula_error"]
-
     total_bytes = total.bytes or 1.0
     total_time = total.time_ops_s or 1.0
-    uncounted_rows = [
+    walk.uncounted_rows = [
         UncountedOp(**u, bytes_share=u["bytes"] / total_bytes, time_share=u["time_bound_s"] / total_time)
         for u in sorted(uncounted.values(), key=lambda u: -u["bytes"])
     ]
+    return walk
 
-    fusion = fuse(cap.ops) if detail else None  # the fused view (rooflinekit.stages.fusion): each op's bytes there
+
+def _module_rows(cap: CaptureResult, hw: HardwareSpec, walk: _OpWalk, wdtype: str, fusion: Fusion | None,
+                 view: Presentation) -> list[ModuleRow]:
+    """The module rows, most time first; each with its bytes in the fused view when there is one."""
+    total_time = walk.total.time_ops_s or 1.0
     fused_rows: dict[str, float] = defaultdict(float)
     if fusion is not None:
         fused_paths: dict[str, float] = defaultdict(float)
         for op, nbytes in zip(cap.ops, fusion.op_bytes, strict=True):
             fused_paths[op.module] += nbytes
         for path, nbytes in fused_paths.items():
-            fused_rows[rollup_name(path, depth, group_layers)] += nbytes
+            fused_rows[rollup_name(path, view.depth, view.group_layers)] += nbytes
     module_rows = [
         ModuleRow(**_fields(place_on(hw, agg.dtype(wdtype), agg.flops, agg.bytes)), name=name, ops=agg.count,
                   weight_bytes=agg.param_bytes, time_bound_ops_s=agg.time_ops_s,
                   time_share=agg.time_ops_s / total_time,
                   fused_bytes=fused_rows[name] if fusion is not None else None)
-        for name, agg in modules.items()
+        for name, agg in walk.modules.items()
     ]
     module_rows.sort(key=lambda r: -r.time_bound_ops_s)
+    return module_rows
 
+
+def _attention_totals(attention: list[AttentionSite]) -> tuple[AttentionTotals, float]:
+    """All attention layers together, and the executed FLOPs of the recognised ones (which model
+    FLOPs replace)."""
     recognised = [r for r in attention if r.recognised]
-    att_exec_flops = sum(r.flops_executed for r in recognised)
     att_model_flops = sum(r.cost.flops_model for r in recognised)
     kv_exec = sum(r.kv_bytes_executed for r in attention)
     # the minimum is known only for recognised layers; None (not 0) when there are none
     kv_min = sum(r.cost.kv_bytes_min for r in recognised) if recognised else None
     kv_exec_recognised = sum(r.kv_bytes_executed for r in recognised)
-    reexpand = sum(r.kv_reexpand_flops for r in attention)
-    flops_model = total.flops - att_exec_flops + att_model_flops - reexpand
-
-    whole = place_on(hw, wdtype, total.flops, total.bytes)
-    peak = hardware.peak_flops
-    predicted = total.time_ops_s
-    comm = communication(cap.ops, hw.interconnect_bandwidth)
-    time_compute, time_memory = total.flops / peak, total.bytes / hw.memory_bandwidth
-    totals = Totals(
-        **_fields(whole),
-        flops_executed=total.flops,
-        flops_model=flops_model,
-        predicted_step_s=predicted,
-        tokens_per_s=workload.tokens / predicted if predicted else None,
-        sequences_per_s=workload.batch / predicted if predicted and workload.phase == "decode" else None,
-        mfu_bound_model=flops_model / (whole.time_bound_s * peak) if whole.time_bound_s else 0.0,
-        weight_bytes=total.param_bytes,
-        kv_bytes_executed=kv_exec,
-        kv_bytes_min=kv_min,
-        other_bytes=max(0.0, total.bytes - total.param_bytes - kv_exec),
-        uncounted_bytes=sum(u.bytes for u in uncounted_rows),
-        ops=total.count,
-        time_compute_s=time_compute,
-        time_memory_s=time_memory,
-        time_comm_s=comm.time_s,
-        binding=collectives.binding(time_compute, time_memory, comm.time_s),
-        flop_conventions=dict(FLOP_CONVENTIONS),
-        time_conventions=dict(TIME_CONVENTIONS),
-        fused=None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in op_rows], hw, wdtype,
-                                                       total.flops, workload.tokens),
-    )
-    attention_totals = AttentionTotals(
+    totals = AttentionTotals(
         layers=len(attention),
         recognised=len(recognised),
         flops_model=att_model_flops,
         flops_executed=sum(r.flops_executed for r in attention),
-        kv_reexpand_flops=reexpand,
+        kv_reexpand_flops=sum(r.kv_reexpand_flops for r in attention),
         kv_bytes_min=kv_min,
         kv_bytes_executed=kv_exec,
         kv_bytes_executed_unrecognised=kv_exec - kv_exec_recognised,
@@ -326,20 +312,76 @@ def build_report(
         cache_bytes_per_sequence=sum(r.cost.cache_bytes_per_sequence for r in recognised) if recognised else None,
         intensity_min=att_model_flops / sum(r.cost.bytes_min for r in recognised) if recognised else None,
     )
-    info = dict(model_info or {})
+    return totals, sum(r.flops_executed for r in recognised)
+
+
+def _totals(walk: _OpWalk, at: AttentionTotals, flops_model: float, hardware: HardwareInfo, hw: HardwareSpec,
+            workload: Workload, comm: Communication, fused: FusedTotals | None) -> Totals:
+    """The whole step: placed at the workload's dtype, its byte split, time bounds and binding."""
+    total = walk.total
+    whole = place_on(hw, hardware.dtype, total.flops, total.bytes)
+    peak = hardware.peak_flops
+    predicted = total.time_ops_s
+    time_compute, time_memory = total.flops / peak, total.bytes / hw.memory_bandwidth
+    return Totals(
+        **_fields(whole),
+        flops_executed=total.flops,
+        flops_model=flops_model,
+        predicted_step_s=predicted,
+        tokens_per_s=workload.tokens / predicted if predicted else None,
+        sequences_per_s=workload.batch / predicted if predicted and workload.phase == "decode" else None,
+        mfu_bound_model=flops_model / (whole.time_bound_s * peak) if whole.time_bound_s else 0.0,
+        weight_bytes=total.param_bytes,
+        kv_bytes_executed=at.kv_bytes_executed,
+        kv_bytes_min=at.kv_bytes_min,
+        other_bytes=max(0.0, total.bytes - total.param_bytes - at.kv_bytes_executed),
+        uncounted_bytes=sum(u.bytes for u in walk.uncounted_rows),
+        ops=total.count,
+        time_compute_s=time_compute,
+        time_memory_s=time_memory,
+        time_comm_s=comm.time_s,
+        binding=collectives.binding(time_compute, time_memory, comm.time_s),
+        flop_conventions=dict(FLOP_CONVENTIONS),
+        time_conventions=dict(TIME_CONVENTIONS),
+        fused=fused,
+    )
+
+
+def build_report(
+    cap: CaptureResult,
+    attention: list[AttentionSite],
+    hw: HardwareSpec,
+    workload: Workload,
+    view: Presentation | None = None,
+) -> Report:
+    """The Report of one capture on one hardware entry (schema in docs/schema.md). `view.detail=False`
+    leaves out the op rows and the fused view (totals.fused, module fused_bytes): a sweep's compact
+    points, whose merged records carry no per-storage traffic to fuse and whose rows none reads."""
+    view = view or Presentation()
+    fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
+    hardware = hardware_info(hw, workload.dtype)
+    walk = _walk_ops(cap, hw, view)
+    # the fused view (rooflinekit.stages.fusion): each op's bytes there
+    fusion = fuse(cap.ops) if view.detail else None
+    at, att_exec_flops = _attention_totals(attention)
+    flops_model = walk.total.flops - att_exec_flops + at.flops_model - at.kv_reexpand_flops
+    comm = communication(cap.ops, hw.interconnect_bandwidth)
+    fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
+                                                     hardware.dtype, walk.total.flops, workload.tokens)
+    info = dict(view.model_info or {})
     return Report(
         workload=WorkloadInfo(**workload.to_dict()),
         model=ModelInfo(**{k: info.get(k) for k in ModelInfo.__dataclass_fields__}),
         hardware=hardware,
-        totals=totals,
-        attention_totals=attention_totals,
-        modules=module_rows,
+        totals=_totals(walk, at, flops_model, hardware, hw, workload, comm, fused),
+        attention_totals=at,
+        modules=_module_rows(cap, hw, walk, hardware.dtype, fusion, view),
         attention=[attention_row(r, hw) for r in attention],
-        uncounted_ops=uncounted_rows,
+        uncounted_ops=walk.uncounted_rows,
         comm=comm,
-        ops=op_rows,
-        capture=CaptureInfo(wall_s=cap.wall_s, depth=depth, group_layers=group_layers),
-        warnings=list(warnings or []),
-        notes=list(notes or []) + list(cap.notes) + fallback_notes + (fusion_notes(fusion) if fusion else []),
-        parallel=parallel,
+        ops=walk.op_rows,
+        capture=CaptureInfo(wall_s=cap.wall_s, depth=view.depth, group_layers=view.group_layers),
+        warnings=list(view.warnings),
+        notes=list(view.notes) + list(cap.notes) + fallback_notes + (fusion_notes(fusion) if fusion else []),
+        parallel=view.parallel,
     )
