@@ -9,6 +9,7 @@ import pytest
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, run_profile
 
@@ -221,7 +222,7 @@ def test_a_window_the_plugins_do_not_model_is_flagged(tmp_path):
     s, window = 1024, 256
     workload = Workload("decode", 2, s, "bf16", "meta", ())
     host = PluginHost(disabled={"sliding_window"})
-    report = profile(load_source(str(path), {}, host), workload, "H800", host=host).report.to_dict()
+    report = profile(load_source(str(path), {}, host), workload, Deployment("H800"), host=host).report.to_dict()
     for row in report["attention"]:
         assert row["window"] is None
         assert row["read_amplification"] == pytest.approx(window / s, rel=0.01)
