@@ -8,10 +8,10 @@ imported when the hook answers (they import torch).
 from __future__ import annotations
 
 import functools
-import importlib
 from pathlib import Path
 
 from rooflinekit.plugin import (
+    ModelSource,
     UserError,
     cached,
     hookimpl,
@@ -23,8 +23,6 @@ from rooflinekit.plugin import (
 )
 
 PROVIDES = ("transformers configs",)
-#: ModelSource's module imports torch: imported when the hook answers, not when the plugin loads.
-WORKLOAD = "rooflinekit.stages.workload"
 #: `hf:MODEL_TYPE`: transformers' default config of that model type (`hf:llama`).
 SPEC = "hf:"
 
@@ -103,7 +101,7 @@ def rooflinekit_workload_loader(path, options):
         raise
     except Exception as exc:  # transformers raises ValueError, TypeError, KeyError, its own classes...
         raise _user_error(exc, str(path), "cannot load this transformers config") from None
-    return importlib.import_module(WORKLOAD).ModelSource(
+    return ModelSource(
         name=source.name,
         path=source.path,
         build_model=_guarded(source.build_model, source.path, "transformers cannot build a model from this config"),
