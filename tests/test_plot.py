@@ -228,7 +228,7 @@ def test_missing_matplotlib(monkeypatch, tmp_path, mla_report, invoke):
     ("[1, 2]", ["not a rooflinekit report"]),
     ('{"schema_version": "1.0", "totals": {}, "modules": []}',
      ["not a usable rooflinekit profile report", "totals.intensity", "hardware (an object)"]),
-    ('{"schema_version": "3.0", "kind": "profile", "totals": {}, "modules": []}', ["schema_version '3.0'"]),
+    ('{"schema_version": "4.0", "kind": "profile", "totals": {}, "modules": []}', ["schema_version '4.0'"]),
     ('{"schema_version": "1.0", "kind": "sweep", "points": [{"batch": 1}], "hardware": {"name": "x"}, '
      '"workload": {}}', ["points[0].context", "hardware.peak_flops", "workload.batches"]),
 ])
@@ -357,15 +357,16 @@ def test_marker_area_is_proportional_to_the_share_of_step_time(mla_report):
 
 
 def test_measured_points_sit_at_their_achieved_rate_joined_to_their_bound():
-    from rooflinekit.analyses.profile import profile
+    from rooflinekit.analyses.profile import ReportOptions, profile
+    from rooflinekit.core.request import Deployment
     from rooflinekit.outputs.plot import figure
     from rooflinekit.stages.workload import Workload, load_source
 
     options = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
                "vocab": 1000}
     workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(options.items())))
-    measured = profile(load_source(str(GQA), options), workload, "H800", measure=True, warmup=1,
-                       repeats=2).report.to_dict()
+    measured = profile(load_source(str(GQA), options), workload, Deployment("H800"),
+                       options=ReportOptions(measure=True, warmup=1, repeats=2)).report.to_dict()
     chart = chart_for(measured)
     assert chart.measured
     ax = figure(chart).axes[0]
