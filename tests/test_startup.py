@@ -37,14 +37,14 @@ def test_no_model_commands_plugins_and_hardware_db_import_no_torch():
         import rooflinekit.cli.plot
         import rooflinekit.cli.plugins
         import rooflinekit.plugin
-        from rooflinekit.core.plugins import BUILTINS, get_host
+        from rooflinekit.core.plugins import builtin_entry_points, get_host
         from rooflinekit.outputs.report_io import load_report
         from rooflinekit.stages.hardware import hardware_db
 
         host = get_host()
         assert not host.warnings, host.warnings
         loaded = {{info.name for info in host.infos}}
-        assert set(BUILTINS) <= loaded, set(BUILTINS) - loaded
+        assert set(builtin_entry_points()) <= loaded, set(builtin_entry_points()) - loaded
         assert hardware_db().get("H800").memory_bandwidth > 0
         load_report({str(ROOT / "tests" / "data" / "report-1.0-gqa.json")!r})
         heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)

@@ -1,40 +1,63 @@
-"""Load plugins from the `rooflinekit` entry-point group and call their hooks safely."""
+"""Load plugins from the `rooflinekit` entry-point group and call their hooks through pluggy.
+
+Hooks are called by pluggy itself (`pm.hook.<name>(**kwargs)`), so firstresult, tryfirst/trylast,
+`wrapper=True` and old-style `hookwrapper=True` implementations and `pm.add_hookcall_monitoring`
+behave as pluggy documents. What rooflinekit adds is done per implementation, once, when a plugin
+is registered: each plain implementation's function is replaced by a guard (`PluginHost._guard`)
+that keeps its prints off stdout, names a failure in one warning and answers None instead (pluggy
+then asks the next implementation), and checks the answer against the hook's rule
+(`rooflinekit.core.answers`): an unusable answer is named and treated as None likewise.
+
+Who answered: pluggy returns answers without their plugins. Rather than tag the answers (wrappers
+would then see tags instead of the real values), the host keeps a record per hook call, opened and
+closed by its own `add_hookcall_monitoring`: each guard notes (answer, plugin) as it answers, and
+each wrapper, which pluggy drives unchanged, notes any answer it puts in place of the ones it
+received. `call_first` and `call_all` name each answer of pluggy's result by identity from that
+record, so a wrapper sees, and may replace, the real answers, and a replaced answer is credited to
+the wrapper that made it (and checked against the hook's rule as well).
+"""
 
 from __future__ import annotations
 
-import importlib
+import functools
 import importlib.metadata as md
 import os
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pluggy
 
-from rooflinekit.core import hookspecs
+from rooflinekit.core import answers, hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.version import __version__
 
 GROUP = "rooflinekit"
-#: Built-ins, registered directly only when the package's own entry points are not installed
-#: (running from a source tree without `pip install`).
-BUILTINS = {
-    "mha": "rooflinekit_plugins.mha",
-    "gqa": "rooflinekit_plugins.gqa",
-    "mla": "rooflinekit_plugins.mla",
-    "hardware_db": "rooflinekit_plugins.hardware",
-    "modelfile": "rooflinekit_plugins.modelfile",
-    "hf": "rooflinekit_plugins.hf",
-    "moe": "rooflinekit_plugins.moe",
-    "parallel": "rooflinekit_plugins.parallel",
-    "sliding_window": "rooflinekit_plugins.sliding_window",
-    "ssm": "rooflinekit_plugins.ssm",
-    "linear_attention": "rooflinekit_plugins.linear_attention",
-    "rwkv": "rooflinekit_plugins.rwkv",
-    "xlstm": "rooflinekit_plugins.xlstm",
-    "fixed_state": "rooflinekit_plugins.fixed_state",
-    "encoder_decoder": "rooflinekit_plugins.encoder_decoder",
-}
+#: rooflinekit's own pyproject.toml, whose `[project.entry-points.rooflinekit]` table is the one
+#: list of the built-in plugins (read when running from a source tree without installed metadata).
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def builtin_entry_points(pyproject: Path = PYPROJECT) -> dict[str, str]:
+    """The built-in plugins, entry-point name -> target ("module" or "module:attr"), as
+    pyproject.toml declares them; empty when the file is not rooflinekit's or is absent (an
+    installed wheel, whose metadata carries the same table)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    try:
+        with open(pyproject, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    project = data.get("project", {})
+    if project.get("name") != "rooflinekit":
+        return {}
+    return dict(project.get("entry-points", {}).get(GROUP, {}))
 
 
 @dataclass
@@ -49,12 +72,48 @@ class PluginInfo:
     provides: list[str] = field(default_factory=list)
 
 
+class _Call:
+    """The record of one hook call: who gave which answer (see the module's docstring)."""
+
+    __slots__ = ("hook", "firstresult", "expect", "answers", "replaced", "named")
+
+    def __init__(self, hook: str, firstresult: bool, expect: type | tuple | None) -> None:
+        self.hook = hook
+        self.firstresult = firstresult
+        #: The caller's extra type check (`call_first(..., expect=)`), beside the hook's rule.
+        self.expect = expect
+        #: (answer, plugin) of each plain implementation's usable answer, in call order.
+        self.answers: list[tuple[object, str]] = []
+        #: (answer, wrapper's plugin) of each answer a wrapper put in place of those it received.
+        self.replaced: list[tuple[object, str]] = []
+        #: (answer, plugin) of each usable answer of the call's result, in its order.
+        self.named: list[tuple[object, str]] = []
+
+    def knows(self, answer: object) -> bool:
+        return any(a is answer for a, _ in self.answers) or any(a is answer for a, _ in self.replaced)
+
+
+class _Manager(pluggy.PluginManager):
+    """pluggy's manager, guarding each implementation as a plugin registers (through the host's
+    `register` or `pm.register` directly)."""
+
+    def __init__(self, host: PluginHost) -> None:
+        super().__init__(GROUP)
+        self._rooflinekit_host = host
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        registered = super().register(plugin, name)
+        if registered is not None:
+            self._rooflinekit_host._guard_plugin(plugin)
+        return registered
+
+
 class PluginHost:
     """A pluggy manager plus the record of what loaded, what failed, and who answered."""
 
     def __init__(self, load_entry_points: bool = True, trace: bool | None = None,
                  disabled: set[str] | None = None) -> None:
-        self.pm = pluggy.PluginManager(GROUP)
+        self.pm = _Manager(self)
         self.pm.add_hookspecs(hookspecs)
         self.infos: list[PluginInfo] = []
         self.warnings: list[str] = []
@@ -62,6 +121,9 @@ class PluginHost:
         #: Entry points not loaded: ROOFLINEKIT_DISABLE_PLUGINS=name,name (see what runs without them).
         self.disabled = _disabled_from_env() if disabled is None else set(disabled)
         self._warned: set[str] = set()
+        self._local = threading.local()  # the records of the hook calls in progress, per thread
+        self._firstresult: dict[str, bool] = {}
+        self.pm.add_hookcall_monitoring(self._before, self._after)
         if load_entry_points:
             with stdout_to_stderr():  # what a plugin prints at import stays off stdout's report
                 self.load_entry_points()
@@ -71,6 +133,8 @@ class PluginHost:
             self._warned.add(message)
             self.warnings.append(message)
 
+    # -- loading ------------------------------------------------------------------------------
+
     def load_entry_points(self) -> None:
         seen_builtin = False
         for ep in sorted(md.entry_points(group=GROUP), key=lambda e: e.name):
@@ -78,25 +142,20 @@ class PluginHost:
             dist_name = dist.metadata["Name"] if dist is not None else "?"
             if dist_name == "rooflinekit":
                 seen_builtin = True
-            if self.pm.has_plugin(ep.name) or ep.name in self.disabled:
-                continue
-            try:
-                plugin = ep.load()
-            except (Exception, SystemExit) as exc:  # sys.exit() at import time too
-                self.warn(f"plugin '{ep.name}' ({dist_name}) failed to load: {type(exc).__name__}: {exc}")
-                continue
-            self.register(plugin, ep.name, dist_name, dist.version if dist is not None else "?")
-        if not seen_builtin:
+            self._load(ep, dist_name, dist.version if dist is not None else "?")
+        if not seen_builtin:  # a source tree without installed metadata: pyproject.toml's table
+            for name, target in sorted(builtin_entry_points().items()):
+                self._load(md.EntryPoint(name, target, GROUP), "rooflinekit (source tree)", __version__)
 
-            for name, module_name in BUILTINS.items():
-                if self.pm.has_plugin(name) or name in self.disabled:
-                    continue
-                try:
-                    plugin = importlib.import_module(module_name)
-                except Exception as exc:
-                    self.warn(f"built-in plugin '{name}' failed to load: {type(exc).__name__}: {exc}")
-                    continue
-                self.register(plugin, name, "rooflinekit (source tree)", __version__)
+    def _load(self, ep: md.EntryPoint, distribution: str, version: str) -> None:
+        if self.pm.has_plugin(ep.name) or ep.name in self.disabled:
+            return
+        try:
+            plugin = ep.load()
+        except (Exception, SystemExit) as exc:  # sys.exit() at import time too
+            self.warn(f"plugin '{ep.name}' ({distribution}) failed to load: {type(exc).__name__}: {exc}")
+            return
+        self.register(plugin, ep.name, distribution, version)
 
     def register(self, plugin, name: str, distribution: str = "", version: str = "") -> None:
         try:
@@ -115,63 +174,204 @@ class PluginHost:
                        provides_of(plugin))
         )
 
+    # -- one guard per implementation, at registration ----------------------------------------
+
+    def _guard_plugin(self, plugin: object) -> None:
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin or getattr(impl.function, "_rooflinekit_guard", False):
+                    continue
+                if impl.wrapper:
+                    impl.function = self._track_wrapper(impl.function, impl.plugin_name, caller.name)
+                elif impl.hookwrapper:
+                    impl.function = self._track_hookwrapper(impl.function, impl.plugin_name, caller.name)
+                else:
+                    impl.function = self._guard(impl.function, impl.plugin_name, caller.name)
+
+    def _guard(self, function: Callable, plugin: str, hook: str) -> Callable:
+        """`function` as pluggy calls it: stdout to stderr, a failure or an unusable answer named
+        and answered as None, a usable answer noted in the call's record."""
+
+        @functools.wraps(function)
+        def guarded(*args, **kwargs):
+            try:
+                with stdout_to_stderr():  # what a plugin prints stays off stdout's report
+                    answer = function(*args, **kwargs)
+            except UserError:
+                raise  # a plugin's deliberate message to the user (e.g. a bad model file)
+            except KeyboardInterrupt:  # raised by the plugin, or Ctrl-C while it ran: say where
+                raise KeyboardInterrupt(f"interrupted in plugin '{plugin}' ({hook})") from None
+            except SystemExit as exc:  # not the plugin's to end the run silently: name it
+                raise UserError(f"plugin '{plugin}' called sys.exit({exc.code!r}) in {hook}") from None
+            except Exception as exc:
+                self.warn(f"plugin '{plugin}' failed in {hook}: {type(exc).__name__}: {exc}")
+                return None
+            if answer is None:
+                return None
+            call = self._current(hook)
+            reason = answers.problem(hook, answer, call.expect if call is not None else None)
+            if reason is not None:
+                self.warn(answers.warning(plugin, hook, answer, reason))
+                return None
+            if call is not None:
+                call.answers.append((answer, plugin))
+            return answer
+
+        guarded._rooflinekit_guard = True
+        return guarded
+
+    def _track_wrapper(self, function: Callable, plugin: str, hook: str) -> Callable:
+        """A `wrapper=True` implementation, driven by pluggy as written; an answer it returns in
+        place of those it received is noted as its own."""
+
+        @functools.wraps(function)
+        def tracked(*args, **kwargs):
+            result = yield from function(*args, **kwargs)
+            self._note_replaced(hook, plugin, result)
+            return result
+
+        tracked._rooflinekit_guard = True
+        return tracked
+
+    def _track_hookwrapper(self, function: Callable, plugin: str, hook: str) -> Callable:
+        """An old-style `hookwrapper=True` implementation, likewise: what it forces on the
+        outcome is noted as its own."""
+
+        @functools.wraps(function)
+        def tracked(*args, **kwargs):
+            teardown = function(*args, **kwargs)
+            try:
+                try:
+                    first = next(teardown)
+                except StopIteration:
+                    return  # it did not yield: pluggy names the mistake
+                outcome = yield first
+                try:
+                    teardown.send(outcome)
+                except StopIteration:
+                    if outcome.exception is None:
+                        self._note_replaced(hook, plugin, outcome.get_result())
+                    return
+                yield  # a second yield: pluggy names the mistake
+            finally:
+                teardown.close()
+
+        tracked._rooflinekit_guard = True
+        return tracked
+
+    # -- the record of each hook call (pluggy's monitoring) -----------------------------------
+
+    def _stack(self) -> list[_Call]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _current(self, hook: str) -> _Call | None:
+        stack = self._stack()
+        return stack[-1] if stack and stack[-1].hook == hook else None
+
+    def _is_firstresult(self, hook: str) -> bool:
+        if hook not in self._firstresult:
+            caller = getattr(self.pm.hook, hook, None)
+            spec = caller.spec if caller is not None else None
+            self._firstresult[hook] = bool(spec is not None and spec.opts.get("firstresult"))
+        return self._firstresult[hook]
+
+    def _before(self, hook: str, impls, kwargs) -> None:
+        pending = getattr(self._local, "pending", None)  # the expect= of call_first/call_all
+        expect = pending[1] if pending is not None and pending[0] == hook else None
+        self._local.pending = None
+        self._stack().append(_Call(hook, self._is_firstresult(hook), expect))
+
+    def _after(self, outcome: pluggy.Result, hook: str, impls, kwargs) -> None:
+        call = self._stack().pop()
+        self._local.last = call
+        if outcome.exception is None:
+            call.named = self._named(call, outcome.get_result())
+        if self.trace:
+            self._trace(call, outcome)
+
+    def _note_replaced(self, hook: str, plugin: str, result: object) -> None:
+        call = self._current(hook)
+        if call is None or result is None:
+            return
+        for answer in self._items(call, result):
+            if answer is not None and not call.knows(answer):
+                call.replaced.append((answer, plugin))
+
+    @staticmethod
+    def _items(call: _Call, result: object) -> list:
+        if result is None:
+            return []
+        if call.firstresult or not isinstance(result, (list, tuple)):
+            return [result]
+        return list(result)
+
+    def _named(self, call: _Call, result: object) -> list[tuple[object, str]]:
+        """(answer, plugin) for each answer of pluggy's result: a plain implementation's by
+        identity, else the wrapper's that put it there (checked against the hook's rule)."""
+        named, used = [], set()
+        for answer in self._items(call, result):
+            if answer is None:
+                continue
+            index = next((i for i, (a, _) in enumerate(call.answers) if a is answer and i not in used), None)
+            if index is not None:
+                used.add(index)
+                named.append((answer, call.answers[index][1]))
+                continue
+            wrapper = next((p for a, p in call.replaced if a is answer), "?")
+            reason = answers.problem(call.hook, answer, call.expect)
+            if reason is not None:
+                self.warn(answers.warning(wrapper, call.hook, answer, reason))
+                continue
+            named.append((answer, wrapper))
+        return named
+
+    def _say(self, text: str) -> None:
+        print(f"[rooflinekit hooks] {text}", file=sys.stderr)
+
+    def _trace(self, call: _Call, outcome: pluggy.Result) -> None:
+        if outcome.exception is not None:
+            self._say(f"{call.hook}: stopped by {type(outcome.exception).__name__}: {outcome.exception}")
+        elif call.firstresult:
+            self._say(f"{call.hook}: answered by '{call.named[0][1]}'" if call.named
+                      else f"{call.hook}: no plugin answered")
+        elif call.named:
+            for _, plugin in call.named:
+                self._say(f"{call.hook}: '{plugin}' contributed")
+        else:
+            self._say(f"{call.hook}: no plugin contributed")
+
+    # -- calling hooks ------------------------------------------------------------------------
+
     def implemented(self, hook_name: str) -> bool:
         """Whether any plugin implements `hook_name` (asking it of every module is then skipped)."""
         return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
 
-    def _impls(self, hook_name: str):
-        # pluggy calls implementations last-registered first (tryfirst/trylast respected).
-        return list(reversed(getattr(self.pm.hook, hook_name).get_hookimpls()))
-
-    def _say(self, text: str) -> None:
-        if self.trace:
-            print(f"[rooflinekit hooks] {text}", file=sys.stderr)
-
-    def _answers(self, hook_name: str, expect: type | tuple | None, kwargs: dict):
-        """Yield (answer, plugin name) for each implementation's usable answer, in call order.
-
-        Lazy, so that `call_first` calls no plugin after the first answer. A plugin that raises
-        (other than a deliberate UserError) or answers the wrong type is warned about and skipped.
-        """
-        for impl in self._impls(hook_name):
-            try:
-                with stdout_to_stderr():  # what a plugin prints stays off stdout's report
-                    result = impl.function(*[kwargs[a] for a in impl.argnames])
-            except UserError:
-                raise  # a plugin's deliberate message to the user (e.g. a bad model file)
-            except KeyboardInterrupt:  # raised by the plugin, or Ctrl-C while it ran: say where
-                raise KeyboardInterrupt(f"interrupted in plugin '{impl.plugin_name}' ({hook_name})") from None
-            except SystemExit as exc:  # not the plugin's to end the run silently: name it
-                raise UserError(f"plugin '{impl.plugin_name}' called sys.exit({exc.code!r}) in {hook_name}") from None
-            except Exception as exc:
-                self.warn(f"plugin '{impl.plugin_name}' failed in {hook_name}: {type(exc).__name__}: {exc}")
-                continue
-            if result is None:
-                continue
-            if expect is not None and not isinstance(result, expect):
-                names = expect.__name__ if isinstance(expect, type) else "/".join(t.__name__ for t in expect)
-                self.warn(
-                    f"plugin '{impl.plugin_name}' returned {type(result).__name__} from {hook_name}, "
-                    f"expected {names}; ignored"
-                )
-                continue
-            yield result, impl.plugin_name
+    def _call(self, hook_name: str, expect: type | tuple | None, kwargs: dict) -> list[tuple[object, str]]:
+        caller = getattr(self.pm.hook, hook_name)
+        self._local.pending = (hook_name, expect)
+        try:
+            with stdout_to_stderr():  # wrappers' prints too stay off stdout's report
+                caller(**kwargs)
+        finally:
+            self._local.pending = None
+        return self._local.last.named
 
     def call_first(self, hook_name: str, expect: type | tuple | None = None, **kwargs):
-        """(answer, plugin name) from the first plugin that answers non-None, skipping failures."""
-        for result, name in self._answers(hook_name, expect, kwargs):
-            self._say(f"{hook_name}: answered by '{name}'")
-            return result, name
-        self._say(f"{hook_name}: no plugin answered")
-        return None, None
+        """(answer, plugin name) of the first usable answer in pluggy's call order, or (None, None).
+
+        On a firstresult hook pluggy stops at that answer; on another hook every implementation
+        runs and the first answer is taken. Failures and unusable answers are named and skipped.
+        """
+        named = self._call(hook_name, expect, kwargs)
+        return named[0] if named else (None, None)
 
     def call_all(self, hook_name: str, expect: type | tuple | None = None, **kwargs) -> list[tuple[object, str]]:
-        """Every non-None (answer, plugin name), skipping failures and wrong types."""
-        results = []
-        for result, name in self._answers(hook_name, expect, kwargs):
-            self._say(f"{hook_name}: '{name}' contributed")
-            results.append((result, name))
-        return results
+        """Every usable (answer, plugin name), in pluggy's call order (on a firstresult hook, the
+        one answer pluggy stops at), skipping failures and unusable answers."""
+        return self._call(hook_name, expect, kwargs)
 
 
 def provides_of(plugin: object) -> list[str]:

@@ -59,15 +59,29 @@ FREE_OPS = {
 }
 
 
-def register_flops(*ops: object) -> Callable[[FlopFormula], FlopFormula]:
-    """Decorator: register `fn(*args, out=..., **kwargs) -> flops` for one or more ops."""
+def register_flops(*ops: object, override: bool = False) -> Callable[[FlopFormula], FlopFormula]:
+    """Decorator: register `fn(*args, out=..., **kwargs) -> flops` for one or more ops.
+
+    An op that already has a formula is refused (ValueError naming both) unless `override=True`:
+    replacing a formula is then a visible choice, not the accident of which module loaded last.
+    """
 
     def wrap(fn: FlopFormula) -> FlopFormula:
-        for op in ops:
-            FLOP_FORMULAS[op_key(op)] = fn
+        keys = [op_key(op) for op in ops]
+        taken = [k for k in keys if k in FLOP_FORMULAS and FLOP_FORMULAS[k] is not fn]
+        if taken and not override:
+            held = ", ".join(f"{k} ({_formula_name(FLOP_FORMULAS[k])})" for k in taken)
+            raise ValueError(f"register_flops: {held} already has a FLOP formula; {_formula_name(fn)} "
+                             "does not replace it unless registered with override=True")
+        for key in keys:
+            FLOP_FORMULAS[key] = fn
         return fn
 
     return wrap
+
+
+def _formula_name(fn: FlopFormula) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def op_key(op: object) -> str:

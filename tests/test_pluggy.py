@@ -1,0 +1,393 @@
+"""The plugin host calls hooks through pluggy: wrappers, ordering and monitoring behave as pluggy
+documents, every answer is still named by its plugin, failures and unusable answers are named once
+and skipped, the built-ins are listed once (pyproject.toml), and plugins written to the 0.1 guide
+still load."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata as md
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rooflinekit.core import answers
+from rooflinekit.core import plugins as core_plugins
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.plugins import PluginHost, builtin_entry_points
+from rooflinekit.core.specs import AttentionSpec
+from rooflinekit.stages import formulas
+
+EMBED, HEADS = 64, 4  # nn.MultiheadAttention(64, 4): the built-in `mha` answers, head_dim 64 / 4
+
+
+def _mha() -> torch.nn.Module:
+    return torch.nn.MultiheadAttention(EMBED, HEADS)
+
+
+def _spec(host: PluginHost, module: torch.nn.Module | None = None):
+    return host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=module or _mha(),
+                           path="x", call=None)
+
+
+# -- wrappers ---------------------------------------------------------------------------------------
+
+
+class _NewStyle:
+    def __init__(self, change: bool) -> None:
+        self.change, self.seen = change, []
+
+    @hookimpl(wrapper=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        answer = yield
+        self.seen.append(answer)
+        if self.change and answer is not None:
+            return dataclasses.replace(answer, notes=(*answer.notes, "wrapped"))
+        return answer
+
+
+class _OldStyle:
+    def __init__(self) -> None:
+        self.seen = []
+
+    @hookimpl(hookwrapper=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        outcome = yield
+        spec = outcome.get_result()
+        self.seen.append(spec)
+        outcome.force_result(dataclasses.replace(spec, window=128))
+
+
+def test_a_wrapper_sees_the_builtins_real_answer_and_may_change_it():
+    host = PluginHost()
+    wrapper = _NewStyle(change=True)
+    host.register(wrapper, "new_wrapper", "tests", "0")
+    spec, plugin = _spec(host)
+    (seen,) = wrapper.seen
+    assert type(seen) is AttentionSpec  # the real value, not a tagged one
+    assert (seen.arch, seen.num_heads, seen.num_kv_heads, seen.head_dim) == ("mha", HEADS, HEADS, EMBED // HEADS)
+    assert spec.notes[-1] == "wrapped" and spec.head_dim == EMBED // HEADS
+    assert plugin == "new_wrapper"  # the answer it put in place is credited to it
+    assert host.warnings == []
+
+
+def test_a_wrapper_that_passes_the_answer_through_leaves_it_to_its_plugin():
+    host = PluginHost()
+    wrapper = _NewStyle(change=False)
+    host.register(wrapper, "watcher", "tests", "0")
+    spec, plugin = _spec(host)
+    assert plugin == "mha" and spec is wrapper.seen[0]
+
+
+def test_an_old_style_hookwrapper_sees_and_forces_the_answer():
+    host = PluginHost()
+    wrapper = _OldStyle()
+    host.register(wrapper, "old_wrapper", "tests", "0")
+    spec, plugin = _spec(host)
+    assert wrapper.seen[0].arch == "mha" and wrapper.seen[0].window is None
+    assert spec.window == 128 and spec.num_heads == HEADS and plugin == "old_wrapper"
+
+
+class _WrapsBadly:
+    @hookimpl(wrapper=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        yield
+        return "not a spec"
+
+
+def test_a_wrappers_unusable_answer_is_named_and_dropped():
+    host = PluginHost()
+    host.register(_WrapsBadly(), "bad_wrapper", "tests", "0")
+    assert _spec(host) == (None, None)
+    assert host.warnings == ["plugin 'bad_wrapper' returned str from rooflinekit_attention_spec, "
+                             "expected AttentionSpec; ignored"]
+
+
+# -- ordering and monitoring ------------------------------------------------------------------------
+
+
+def _answering(arch: str, **opts):
+    class Answers:
+        @hookimpl(**opts)
+        def rooflinekit_attention_spec(self, module, path):
+            return AttentionSpec(arch=arch, num_heads=1, num_kv_heads=1, head_dim=8, v_head_dim=8)
+
+    return Answers()
+
+
+def test_tryfirst_goes_before_a_later_registered_plain_implementation():
+    host = PluginHost()
+    host.register(_answering("early", tryfirst=True), "early", "tests", "0")
+    host.register(_answering("late"), "late", "tests", "0")  # plain, registered last: asked first of the plain
+    spec, plugin = _spec(host)
+    assert (spec.arch, plugin) == ("early", "early")
+    host.pm.unregister(name="early")
+    assert _spec(host)[1] == "late"
+
+
+def _sites(paths: list[str], calls: list[str], **opts):
+    class Sites:
+        @hookimpl(**opts)
+        def rooflinekit_mixer_sites(self, model):
+            calls.append(paths[0])
+            return paths
+
+    return Sites()
+
+
+def test_call_all_keeps_pluggys_order_and_call_first_takes_its_first_answer():
+    host = PluginHost(load_entry_points=False)
+    calls: list[str] = []
+    host.register(_sites(["a.first"], calls, tryfirst=True), "first", "tests", "0")
+    host.register(_sites(["b.plain"], calls), "plain", "tests", "0")
+    host.register(_sites(["c.last"], calls, trylast=True), "last", "tests", "0")
+    model = torch.nn.Linear(2, 2)
+    assert host.call_all("rooflinekit_mixer_sites", model=model) == [
+        (["a.first"], "first"), (["b.plain"], "plain"), (["c.last"], "last")]
+    calls.clear()
+    # not a firstresult hook: every implementation runs, the first answer in call order is taken
+    assert host.call_first("rooflinekit_mixer_sites", model=model) == (["a.first"], "first")
+    assert calls == ["a.first", "b.plain", "c.last"]
+
+
+def test_hookcall_monitoring_sees_every_call():
+    host = PluginHost()
+    seen = []
+    host.pm.add_hookcall_monitoring(lambda name, impls, kwargs: seen.append(("before", name)),
+                                    lambda outcome, name, impls, kwargs: seen.append(("after", name,
+                                                                                      outcome.get_result())))
+    spec, _ = _spec(host)
+    assert seen == [("before", "rooflinekit_attention_spec"), ("after", "rooflinekit_attention_spec", spec)]
+    host.call_all("rooflinekit_hardware_dirs")
+    assert seen[-1][:2] == ("after", "rooflinekit_hardware_dirs") and seen[-1][2]  # the built-in folder
+
+
+def test_tracing_names_who_answered_on_every_call(capsys):
+    host = PluginHost(trace=True)
+    _spec(host)
+    host.pm.hook.rooflinekit_attention_spec(module=torch.nn.Linear(2, 2), path="y", call=None)  # directly
+    host.call_all("rooflinekit_mixer_sites", model=torch.nn.Linear(2, 2))  # the mixer built-ins answer []
+    PluginHost(load_entry_points=False, trace=True).call_all("rooflinekit_mixer_sites", model=None)
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[:2] == ["[rooflinekit hooks] rooflinekit_attention_spec: answered by 'mha'",
+                         "[rooflinekit hooks] rooflinekit_attention_spec: no plugin answered"]
+    assert "[rooflinekit hooks] rooflinekit_mixer_sites: 'ssm' contributed" in lines[2:-1]
+    assert lines[-1] == "[rooflinekit hooks] rooflinekit_mixer_sites: no plugin contributed"
+    assert captured.out == ""
+
+
+# -- failures and unusable answers ------------------------------------------------------------------
+
+
+class _Raises:
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        raise ValueError("boom")
+
+
+def test_a_raising_implementation_is_named_once_and_the_next_answers():
+    host = PluginHost()
+    host.register(_Raises(), "raiser", "tests", "0")
+    for _ in range(3):  # one warning for the run, however many layers hit it
+        spec, plugin = _spec(host)
+        assert plugin == "mha" and spec.num_heads == HEADS
+    assert [w for w in host.warnings if "raiser" in w] == [
+        "plugin 'raiser' failed in rooflinekit_attention_spec: ValueError: boom"]
+
+
+class _Exits:
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        sys.exit(3)
+
+
+def test_an_exit_in_a_hook_stops_the_run_naming_the_plugin():
+    host = PluginHost()
+    host.register(_Exits(), "exiter", "tests", "0")
+    with pytest.raises(UserError, match=r"plugin 'exiter' called sys.exit\(3\) in rooflinekit_attention_spec"):
+        _spec(host)
+
+
+class _Prints:
+    @hookimpl(tryfirst=True)
+    def rooflinekit_attention_spec(self, module, path, call):
+        print("chatty plugin")
+
+
+def test_what_a_hook_prints_goes_to_stderr(capfd):
+    host = PluginHost()
+    host.register(_Prints(), "chatty", "tests", "0")
+    assert _spec(host)[1] == "mha"
+    captured = capfd.readouterr()
+    assert "chatty plugin" in captured.err and "chatty plugin" not in captured.out
+
+
+def test_an_answer_of_the_wrong_type_is_named_and_the_next_answers():
+    host = PluginHost()
+    host.register(_answering_value("not a spec"), "wrong", "tests", "0")
+    spec, plugin = _spec(host)
+    assert plugin == "mha" and spec.num_heads == HEADS
+    assert host.warnings == ["plugin 'wrong' returned str from rooflinekit_attention_spec, expected "
+                             "AttentionSpec; ignored"]
+
+
+def _answering_value(value):
+    class Answers:
+        @hookimpl(tryfirst=True)
+        def rooflinekit_attention_spec(self, module, path):
+            return value
+
+    return Answers()
+
+
+def test_an_answer_its_rule_refuses_is_named_and_the_next_answers(monkeypatch):
+    def no_heads(answer):
+        return answers.type_problem(answer, AttentionSpec) or ("no heads" if answer.num_heads < 1 else None)
+
+    monkeypatch.setitem(answers.VALIDATORS, "rooflinekit_attention_spec", no_heads)
+    host = PluginHost()
+    zero = AttentionSpec(arch="zero", num_heads=0, num_kv_heads=0, head_dim=8, v_head_dim=8)
+    host.register(_answering_value(zero), "zero", "tests", "0")
+    spec, plugin = _spec(host)
+    assert plugin == "mha" and spec.num_heads == HEADS
+    (warning,) = host.warnings
+    assert warning.startswith("plugin 'zero' answered rooflinekit_attention_spec with ")
+    assert warning.endswith(": no heads; ignored")
+
+
+def test_every_rule_is_registered_once_per_hook():
+    with pytest.raises(ValueError, match="already has a rule"):
+        answers.validator("rooflinekit_attention_spec")(lambda answer: None)
+    assert answers.problem("rooflinekit_attention_cost", "x") == "expected AttentionCost"
+    assert answers.problem("rooflinekit_attention_window", 4096) is None
+
+
+# -- register_flops ---------------------------------------------------------------------------------
+
+
+def test_register_flops_refuses_a_second_formula_unless_overriding(monkeypatch):
+    monkeypatch.setattr(formulas, "FLOP_FORMULAS", dict(formulas.FLOP_FORMULAS))
+
+    def first(a, out=None, **kwargs):
+        return 1
+
+    def second(a, out=None, **kwargs):
+        return 2
+
+    formulas.register_flops("aten._rk_test_op")(first)
+    with pytest.raises(ValueError, match=r"aten\._rk_test_op .*already has a FLOP formula.*override=True"):
+        formulas.register_flops("aten._rk_test_op")(second)
+    assert formulas.FLOP_FORMULAS["aten._rk_test_op"] is first
+    with pytest.raises(ValueError, match="aten.mm"):  # a built-in's formula too
+        formulas.register_flops("aten.mm")(second)
+    formulas.register_flops("aten._rk_test_op", override=True)(second)
+    assert formulas.FLOP_FORMULAS["aten._rk_test_op"] is second
+    formulas.register_flops("aten._rk_test_op")(second)  # the same formula again is no conflict
+
+
+# -- built-ins listed once --------------------------------------------------------------------------
+
+
+def test_the_builtins_read_from_pyproject_are_the_installed_entry_points():
+    installed = {ep.name: ep.value for ep in md.entry_points(group="rooflinekit")
+                 if ep.dist is not None and ep.dist.metadata["Name"] == "rooflinekit"}
+    if not installed:
+        pytest.skip("rooflinekit's metadata is not installed (a bare source tree)")
+    declared = builtin_entry_points()
+    assert declared == installed, "pyproject.toml and the installed metadata differ: pip install -e ."
+    assert {"mha", "gqa", "mla", "hardware_db"} <= set(declared)
+
+
+def test_a_source_tree_without_metadata_registers_pyprojects_builtins(monkeypatch):
+    monkeypatch.setattr(core_plugins.md, "entry_points", lambda group: [])
+    host = PluginHost()
+    assert {i.name for i in host.infos} == set(builtin_entry_points())
+    assert {i.distribution for i in host.infos} == {"rooflinekit (source tree)"}
+    assert host.warnings == [] and _spec(host)[1] == "mha"
+
+
+# -- plugins written to the 0.1 plugin guide --------------------------------------------------------
+
+#: docs/plugins.md of rooflinekit 0.1, "A plugin in two files": its imports and hook, as written.
+OLD_PLUGIN = textwrap.dedent(
+    '''
+    import dataclasses
+
+    from rooflinekit.hookspecs import hookimpl
+    from rooflinekit_plugins import attention as builtin   # the module, see "Pitfalls"
+
+
+    @hookimpl(tryfirst=True)            # ask me before the built-in attention plugin
+    def rooflinekit_attention_spec(module, path, call):
+        window = getattr(module, "sliding_window", None)
+        if not isinstance(window, int):
+            return None                 # not mine: the next plugin is asked
+        spec = builtin.rooflinekit_attention_spec(module=module, path=path, call=call)
+        return dataclasses.replace(spec, window=window) if spec else None
+    '''
+)
+SHIMS = ("rooflinekit.hookspecs", "rooflinekit.specs", "rooflinekit.workload", "rooflinekit.modelled",
+         "rooflinekit.errors", "rooflinekit.plugins", "rooflinekit.pipeline", "rooflinekit_plugins.attention")
+
+
+@pytest.fixture
+def fresh_shims(monkeypatch):
+    """Each 0.1 module imported anew in the test (its warning is given at import)."""
+    for name in SHIMS:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_a_plugin_written_to_the_01_guide_loads_with_a_deprecation_warning_and_runs(
+        fresh_shims, tmp_path, monkeypatch):
+    (tmp_path / "rk_old_windows.py").write_text(OLD_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rk_old_windows", raising=False)
+    with pytest.warns(DeprecationWarning) as caught:
+        plugin = importlib.import_module("rk_old_windows")
+    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    assert any(m.startswith("rooflinekit.hookspecs is deprecated") and "rooflinekit.plugin" in m for m in messages)
+    assert any(m.startswith("rooflinekit_plugins.attention is deprecated") for m in messages)
+    assert all(w.filename == str(tmp_path / "rk_old_windows.py") for w in caught)  # the importer is named
+
+    host = PluginHost()
+    host.register(plugin, "old_windows", "tests", "0")
+    assert host.warnings == []
+    module = _mha()
+    module.sliding_window = 32
+    spec, name = _spec(host, module)
+    assert name == "old_windows"
+    assert (spec.arch, spec.num_heads, spec.head_dim, spec.window) == ("mha", HEADS, EMBED // HEADS, 32)
+    assert _spec(host)[1] == "mha"  # no window declared: not the old plugin's
+
+
+@pytest.mark.parametrize("module,names,home", [
+    ("rooflinekit.hookspecs", ["hookimpl", "hookspec"], "rooflinekit.core.hookspecs"),
+    ("rooflinekit.specs", ["AttentionSpec", "AttentionCall", "AttentionWorkload", "AttentionCost"],
+     "rooflinekit.core.specs"),
+    ("rooflinekit.workload", ["ModelSource", "Workload"], "rooflinekit.stages.workload"),
+    ("rooflinekit.modelled", ["ModuleModel", "emit", "suppressed"], "rooflinekit.stages.modelled"),
+    ("rooflinekit.errors", ["UserError"], "rooflinekit.core.errors"),
+    ("rooflinekit.plugins", ["PluginHost"], "rooflinekit.core.plugins"),
+    ("rooflinekit.pipeline", ["load_source"], "rooflinekit.stages.workload"),
+    ("rooflinekit.pipeline", ["profile"], "rooflinekit.analyses.profile"),
+])
+def test_every_01_module_serves_the_guides_names_from_their_new_homes(fresh_shims, module, names, home):
+    with pytest.warns(DeprecationWarning, match=rf"^{module} is deprecated since rooflinekit 0\.2: "):
+        old = importlib.import_module(module)
+    new = importlib.import_module(home)
+    for name in names:
+        assert getattr(old, name) is getattr(new, name), name
+
+
+def test_the_01_attention_module_answers_as_the_builtins(fresh_shims):
+    with pytest.warns(DeprecationWarning):
+        builtin = importlib.import_module("rooflinekit_plugins.attention")
+    assert not hasattr(builtin.rooflinekit_attention_spec, "rooflinekit_impl")  # importing it registers nothing
+    spec = builtin.rooflinekit_attention_spec(module=_mha(), path="x", call=None)
+    assert (spec.arch, spec.num_heads, spec.num_kv_heads, spec.head_dim) == ("mha", HEADS, HEADS, EMBED // HEADS)
+    assert builtin.rooflinekit_attention_spec(module=torch.nn.Linear(2, 2), path="x") is None
