@@ -17,6 +17,7 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import pairs_attended, positions_attended
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.specs import AttentionCall, AttentionSpec, AttentionWindow
 from rooflinekit.stages.capture import mask_keys_max
 from rooflinekit.stages.workload import Workload, load_source
@@ -282,7 +283,7 @@ def _with(answer) -> PluginHost:
 
 def _profile(path, host, phase="decode", batch=1, context=1024, **options):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, "H800", host=host).report.to_dict()
+    return profile(load_source(str(path), options, host), workload, Deployment("H800"), host=host).report.to_dict()
 
 
 def test_a_window_on_mla():
