@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rooflinekit.analyses.profile import profile
+from rooflinekit.core.request import Deployment
 from rooflinekit.stages.capture import recorder as capture_mod
 from rooflinekit.stages.capture.meta_memo import MetaMemo, memoisable
 from rooflinekit.stages.workload import Workload, load_source
@@ -119,7 +120,7 @@ def test_which_ops_may_use_the_memo():
 def _profiled(path, phase, options, memo, monkeypatch):
     monkeypatch.setattr(capture_mod.Recorder, "memo_meta", memo)
     workload = Workload(phase, 2, 96, options=tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, "H800")
+    return profile(load_source(str(path), options), workload, Deployment("H800"))
 
 
 def _without_time(report: dict) -> dict:
