@@ -56,6 +56,20 @@ class RegionFit:
         return self.min_batch <= batch and (self.max_batch is None or batch <= self.max_batch)
 
 
+@dataclass(frozen=True)
+class Grid:
+    """What a meta-device grid's fits are made from: the runner of captures and the layers it skips
+    in a design, the base workload, the sweep's batches and the largest other batch it may ask for
+    (`top_batch`, the critical batch's bound), where each fit is checked."""
+
+    run: Run
+    plan: LayerPlan
+    base: Workload
+    host: PluginHost
+    batches: tuple[int, ...]
+    top_batch: int | None = None
+
+
 def regions(contexts: list[int], sizes: set[int]) -> list[list[int]]:
     """Contexts (ascending) in runs that no window or chunk size separates; those within MARGIN of
     one, and those up to SMALL_CONTEXT, alone."""
@@ -139,12 +153,13 @@ def fit_grid(run: Run, model, base: Workload, host: PluginHost, batches: list[in
     if chunks:
         return {}, [f"counts not fitted: chunked attention (chunks of {', '.join(map(str, sorted(chunks)))} "
                     "positions) is not polynomial in context; every point is captured"]
+    grid = Grid(run, plan, base, host, tuple(batches), top_batch)
     fits: dict[int, list[RegionFit]] = {}
     notes: list[str] = []
     for region in regions(contexts, sizes):
         seed = {(b_design[0], first_context): first} if first_context in region else {}
         try:
-            done = _fit_region(run, plan, base, host, batches, b_design, region, top_batch, seed)
+            done = _fit_region(grid, b_design, region, seed)
         except FitError as exc:
             notes.append(f"counts not fitted for {_span(region)}: {exc}; every point there is captured")
             continue
@@ -159,12 +174,12 @@ def _structure(p: Profiled) -> list[tuple[str, str]]:
     return [(op.name, op.module) for op in p.capture.ops]
 
 
-def _fit_region(run: Run, plan: LayerPlan, base: Workload, host: PluginHost, batches: list[int],
-                b_design: tuple[int, int], region: list[int], top_batch: int | None,
+def _fit_region(grid: Grid, b_design: tuple[int, int], region: list[int],
                 seed: dict) -> list[tuple[RegionFit, str]]:
     """The fits for one region's contexts: one over every batch, or, where batch 1 runs other ops
     than larger batches (a copy a view makes at B > 1), one at B=1 and one from B=2 on."""
-    contexts = tuple(region[:DESIGN_CONTEXTS.get(base.phase, 3)])
+    run, plan, batches, top_batch = grid.run, grid.plan, grid.batches, grid.top_batch
+    contexts = tuple(region[:DESIGN_CONTEXTS.get(grid.base.phase, 3)])
     captures = dict(seed)
     b1, b2 = b_design
     try:
@@ -174,19 +189,20 @@ def _fit_region(run: Run, plan: LayerPlan, base: Workload, host: PluginHost, bat
         raise FitError(f"a design capture failed ({exc})") from None
     captures[(b1, contexts[0])], captures[(b2, contexts[0])] = first, second
     if _structure(first) == _structure(second):
-        checks = check_batches(batches, b_design, top_batch)
-        return [_fit(run, Design(b_design, contexts), plan, base, host, checks, region, captures, 1, None)]
+        checks = check_batches(list(batches), b_design, top_batch)
+        return [_fit(grid, Design(b_design, contexts), checks, region, captures, 1, None)]
     if b1 != 1:
         raise FitError(f"B={b1} and B={b2} run different ops")
     b3 = next((b for b in sorted(set(batches)) if b > b2), b2 + 1)
-    ones = _fit(run, Design((1,), contexts), plan, base, host, [1], region, captures, 1, 1)
-    rest = _fit(run, Design((b2, b3), contexts), plan, base, host, check_batches(batches, (b2, b3), top_batch),
-                region, captures, 2, None)
+    ones = _fit(grid, Design((1,), contexts), [1], region, captures, 1, 1)
+    rest = _fit(grid, Design((b2, b3), contexts), check_batches(list(batches), (b2, b3), top_batch), region,
+                captures, 2, None)
     return [ones, rest]
 
 
-def _fit(run: Run, design: Design, plan: LayerPlan, base: Workload, host: PluginHost, checks: list[int],
-         region: list[int], captures: dict, min_batch: int, max_batch: int | None) -> tuple[RegionFit, str]:
+def _fit(grid: Grid, design: Design, checks: list[int], region: list[int], captures: dict, min_batch: int,
+         max_batch: int | None) -> tuple[RegionFit, str]:
+    run, plan = grid.run, grid.plan
     template, failure = None, None
     for b in checks:
         try:
@@ -196,12 +212,12 @@ def _fit(run: Run, design: Design, plan: LayerPlan, base: Workload, host: Plugin
             failure = exc
     if template is None:
         raise FitError(f"the check capture failed ({failure})")
-    check = replace(base, batch=template.report.workload.batch, context=region[-1])
+    check = replace(grid.base, batch=template.report.workload.batch, context=region[-1])
     skipped = len(plan.skipped)
     try:
         designs = [captures.get(p) or run(*p, plan) for p in design.points]
         fitted = FittedCapture(design, [(d.capture, d.attention) for d in designs], template.capture,
-                               template.attention, check, plan, host)
+                               template.attention, check, plan, grid.host)
     except (FitError, UserError):
         if not skipped:
             raise
@@ -209,7 +225,7 @@ def _fit(run: Run, design: Design, plan: LayerPlan, base: Workload, host: Plugin
         skipped = 0
         designs = [run(*p, None) for p in design.points]
         fitted = FittedCapture(design, [(d.capture, d.attention) for d in designs], template.capture,
-                               template.attention, check, LayerPlan(), host)
+                               template.attention, check, LayerPlan(), grid.host)
     how = f"; {skipped} of {len(plan.rep)} repeated layers skipped in those" if skipped else ""
     where = ("B=1" if max_batch == 1 else f"B>={min_batch}" if min_batch > 1 else "every batch")
     degree_b = len(design.batches) - 1
