@@ -247,8 +247,9 @@ def test_sweep_text_fits(invoke):
 
 
 def test_header_names_the_formats_the_step_is_priced_in():
-    """A quantized or multi-token step says so where the workload is named (the figures below it
-    are not the model's bf16 step); a plain one names its dtype alone."""
+    """A quantized or multi-token step says so in the header (the figures below it are not the
+    model's bf16 step): the new tokens where the workload is named, the formats on the deployment
+    line; a plain one names its dtype alone and has no deployment line."""
     from rooflinekit.api import profile_file
     from rooflinekit.outputs.render import header_lines
     from tests.conftest import EXAMPLES
@@ -258,5 +259,6 @@ def test_header_names_the_formats_the_step_is_priced_in():
     levered = header_lines(profile_file(model, options={"layers": 1}, context=256, weight_dtype="int4",
                                         kv_dtype="fp8", q_len=2))
     assert "workload: decode, batch 1, context 256, bf16, device meta" in plain
-    text = " ".join(levered)
-    assert ", bf16, weights int4/128, KV fp8, 2 new tokens/seq," in text
+    assert not any(line.startswith("deployment:") for line in plain)
+    assert "workload: decode, batch 1, context 256, bf16, 2 new tokens/seq, device meta" in levered
+    assert "deployment: int4 weights, fp8 KV" in levered  # int4's default group of 128 goes unsaid
