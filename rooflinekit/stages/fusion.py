@@ -152,12 +152,22 @@ def _charge(charged: dict[tuple[int, int], float], key: tuple[int, int], nbytes:
 
 def fuse(ops: list[OpRecord]) -> Fusion:
     """Group `ops` into fused kernels between anchors and count each kernel's traffic (module doc)."""
+    group, producers, size, unknown = _group(ops)
+    outside = _read_outside(ops, group, producers)
+    op_bytes, acc = _charge_ops(ops, group, producers, size, outside)
+    kernels, kernel_of = _kernels(ops, acc)
+    return Fusion(kernels=kernels, op_bytes=op_bytes, kernel_of=kernel_of, unknown=unknown)
+
+
+def _group(ops: list[OpRecord]) -> tuple[list[int], list[list[int]], dict[int, float], int]:
+    """Pass 1: per op its kernel's root (-1: an anchor), the producer of each of its reads (-1:
+    none), each storage's size, and how many fusible ops were kept eager (traffic not known)."""
     n = len(ops)
     fus = [False] * n
     unknown = 0
     known = _FUSIBLE
 
-    # Pass 1: producers, levels, kernels (union-find), and each storage's size.
+    # Producers, levels, kernels (union-find), and each storage's size.
     parent = list(range(n))
     level = [0] * n
     last_writer: dict[int, int] = {}
@@ -206,9 +216,13 @@ def fuse(ops: list[OpRecord]) -> Fusion:
                     parent[b] = a
 
     group = [_find(parent, i) if fus[i] else -1 for i in range(n)]
+    return group, producers, size, unknown
 
-    # Which values fused ops write (a value: the op that wrote it, the storage) are read outside
-    # their kernel; a value nothing reads is absent (it leaves: an output, a cache, a last state).
+
+def _read_outside(ops: list[OpRecord], group: list[int],
+                  producers: list[list[int]]) -> dict[tuple[int, int], bool]:
+    """Which values fused ops write (a value: the op that wrote it, the storage) are read outside
+    their kernel; a value nothing reads is absent (it leaves: an output, a cache, a last state)."""
     outside: dict[tuple[int, int], bool] = {}
     for i, op in enumerate(ops):
         g = group[i]
@@ -216,9 +230,14 @@ def fuse(ops: list[OpRecord]) -> Fusion:
             if p >= 0 and group[p] >= 0:
                 key = (p, sid)
                 outside[key] = outside.get(key, False) or group[p] != g
+    return outside
 
-    # Pass 2: charge each kernel's reads and writes to its ops.
-    op_bytes = [0.0] * n
+
+def _charge_ops(ops: list[OpRecord], group: list[int], producers: list[list[int]], size: dict[int, float],
+                outside: dict[tuple[int, int], bool]) -> tuple[list[float], dict[int, list]]:
+    """Pass 2: charge each kernel's reads and writes to its ops; per op its bytes in the fused view,
+    and per kernel (by its root, in the order of its first op) its ops, FLOPs, bytes read and written."""
+    op_bytes = [0.0] * len(ops)
     charged_r: dict[tuple[int, int], float] = {}
     charged_w: dict[tuple[int, int], float] = {}
     acc: dict[int, list] = {}  # kernel -> [its ops, FLOPs, bytes read, bytes written]
@@ -250,9 +269,14 @@ def fuse(ops: list[OpRecord]) -> Fusion:
         entry[1] += op.flops
         entry[2] += r
         entry[3] += w
+    return op_bytes, acc
 
+
+def _kernels(ops: list[OpRecord], acc: dict[int, list]) -> tuple[list[Kernel], list[int]]:
+    """The kernels from pass 2's sums, in the order of their first op, and per op its kernel's
+    index (-1: an anchor)."""
     kernels: list[Kernel] = []
-    kernel_of = [-1] * n
+    kernel_of = [-1] * len(ops)
     for idx, flops, r, w in acc.values():  # in the order of their first op
         for i in idx:
             kernel_of[i] = len(kernels)
@@ -261,7 +285,7 @@ def fuse(ops: list[OpRecord]) -> Fusion:
         if any(op.dtype != dtype for op in members):
             dtype = _dominant_dtype(members)
         kernels.append(Kernel(ops=tuple(idx), flops=flops, bytes_read=r, bytes_written=w, dtype=dtype))
-    return Fusion(kernels=kernels, op_bytes=op_bytes, kernel_of=kernel_of, unknown=unknown)
+    return kernels, kernel_of
 
 
 def _dominant_dtype(ops: list[OpRecord]) -> str:
