@@ -351,6 +351,124 @@ def attribute_attention(
         return _attribute_attention(cap, model, workload, host, deployment or Deployment())
 
 
+@dataclass(frozen=True)
+class _KVTraffic:
+    """What a site's code moved of its K/V cache (or state): the reads of its products, the copies on
+    their path, the projections re-expanding cached positions, the dtype it is kept in, and how many
+    times each distinct K/V head is repeated (one place for what the two kinds of site compute)."""
+
+    read: float
+    copy: float
+    path: list[int]
+    reexpand: list[OpRecord]
+    reexpand_flops: float
+    dtype: str
+    repeat: float = 1.0
+
+
+def _softmax_traffic(core: list[OpRecord], subtree: list[OpRecord], cap: CaptureResult, workload: Workload,
+                     by_index: dict[int, OpRecord]) -> _KVTraffic:
+    """A site's K/V traffic read from its attention products' operands and the ops that produced
+    them: every site's first reading, which a fixed-state mixer's replaces."""
+    sinks = kv_operands(core, cap.param_storages, workload.context)
+    kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
+    kv_read = sum(b for operands in sinks.values() for _, b in operands)
+    kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
+    # Projections on the K/V path over more rows than this step's new tokens re-compute
+    # K/V of cached positions (transformers' MLA expands its latent cache every step).
+    reexpand = [by_index[i] for i in kv_path if reexpanding(by_index[i], workload.tokens)]
+    kv_reexpand_flops = sum(reexpanded_flops(op, workload.tokens) for op in reexpand)
+    dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
+    return _KVTraffic(read=kv_read, copy=kv_copy, path=kv_path, reexpand=reexpand,
+                      reexpand_flops=kv_reexpand_flops, dtype=dtype)
+
+
+def _fixed_state_traffic(subtree: list[OpRecord], life: StorageLife, workload: Workload) -> _KVTraffic:
+    """A fixed-state mixer's traffic: its cache is a state, what the code read of it and wrote into
+    it (rooflinekit.stages.mixers), kept at the model's dtype whatever the code computes in."""
+    kv_read, kv_copy, kv_path = state_traffic(subtree, life)
+    return _KVTraffic(read=kv_read, copy=kv_copy, path=kv_path, reexpand=[], reexpand_flops=0.0,
+                      dtype=workload.dtype)
+
+
+def _with_unique_kv_heads(call: AttentionCall | None, core: list[OpRecord], kv_path: list[int],
+                          by_index: dict[int, OpRecord]) -> AttentionCall | None:
+    """The call with its distinct K/V heads when the code repeated them before a call that saw as
+    many K/V heads as query heads (repeat_kv copies), else the call as it was."""
+    if call is not None and call.kv_heads_unique is None and not call.enable_gqa \
+            and call.k_shape[-3] == call.q_shape[-3]:
+        factor = _repeat_factor(core, kv_path, by_index)
+        heads = call.q_shape[-3] / factor if factor else 0
+        if heads == int(heads) and 1 <= heads < call.q_shape[-3]:
+            call = AttentionCall(**{**call.__dict__, "kv_heads_unique": int(heads)})
+    return call
+
+
+def _recognise(path: str, modules: dict, call: AttentionCall | None,
+               host: PluginHost) -> tuple[AttentionSpec | None, str | None, list[str]]:
+    """The spec a plugin gives a site and that plugin's name, and the modules asked (innermost
+    first): the module itself, then up to two ancestors (a parameter-free core module inside an
+    attention block), then the call alone."""
+    spec, plugin = None, None
+    candidates = [path]
+    parts = path.split(".") if path else []
+    for cut in (1, 2):
+        if len(parts) > cut:
+            candidates.append(".".join(parts[:-cut]))
+    for candidate in candidates:
+        mod = modules.get(candidate)
+        if mod is None:
+            continue
+        spec, plugin = host.call_first(
+            "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate, call=call
+        )
+        if spec is not None:
+            break
+    if spec is None and call is not None:
+        spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
+    if spec is not None and spec.plugin != plugin:
+        spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
+    return spec, plugin, candidates
+
+
+def _costed(spec: AttentionSpec | None, core: list[OpRecord], kv: _KVTraffic, workload: Workload,
+            deployment: Deployment, host: PluginHost) -> tuple[AttentionCost | None, list[str], bool | None]:
+    """A site's architecture cost at the deployment, the notes it carries before its spec's, and
+    whether its FLOPs assumed causal attention."""
+    causal, causal_note = causality(core, workload)
+    if spec is not None and getattr(spec, "fixed_state", False):
+        causal_note = None  # a recurrence is causal by construction: no mask to read
+    aw = attention_workload(workload, kv.dtype, causal, deployment)
+    cost, cost_notes = cost_and_notes(spec, aw, causal_note, host, kv.read, kv.reexpand_flops,
+                                      sorted({op.module for op in kv.reexpand}), kv.repeat)
+    return cost, cost_notes, causal
+
+
+def _site_row(path: str, module_class: str, spec: AttentionSpec | None, plugin: str | None,
+              core: list[OpRecord], kv: _KVTraffic,
+              costed: tuple[AttentionCost | None, list[str], bool | None]) -> AttentionSite:
+    """The AttentionSite of one site, from what was recognised, costed and measured of it."""
+    cost, cost_notes, causal = costed
+    return AttentionSite(
+        module=path or "(root)",
+        module_class=module_class,
+        spec=spec,
+        plugin=plugin,
+        cost=cost,
+        flops_executed=sum(op.flops for op in core),
+        bytes_executed=sum(op.bytes for op in core),
+        kv_bytes_executed=kv.read + kv.copy,
+        kv_read_bytes=kv.read,
+        kv_copy_bytes=kv.copy,
+        kv_reexpand_flops=kv.reexpand_flops,
+        causal=causal,
+        dtype=kv.dtype,
+        op_indices=[op.index for op in core],
+        kv_op_indices=kv.path,
+        notes=list(cost_notes) + list(spec.notes if spec else ()),
+    )
+
+
 def _attribute_attention(
     cap: CaptureResult, model: torch.nn.Module, workload: Workload, host: PluginHost, deployment: Deployment
 ) -> list[AttentionSite]:
@@ -366,86 +484,21 @@ def _attribute_attention(
     for path, ops in sites.items():
         core = [op for op in ops if not is_projection(op)]
         subtree = subtrees.get(path, []) if path else cap.ops
-        sinks = kv_operands(core, cap.param_storages, workload.context)
-        kv_path = _kv_path(subtree, sinks, cap.param_storages, workload.tokens)
-        kv_read = sum(b for operands in sinks.values() for _, b in operands)
-        kv_copy = sum(by_index[i].bytes - by_index[i].param_bytes for i in kv_path)
-        # Projections on the K/V path over more rows than this step's new tokens re-compute
-        # K/V of cached positions (transformers' MLA expands its latent cache every step).
-        reexpand = [by_index[i] for i in kv_path if reexpanding(by_index[i], workload.tokens)]
-        kv_reexpand_flops = sum(reexpanded_flops(op, workload.tokens) for op in reexpand)
+        kv = _softmax_traffic(core, subtree, cap, workload, by_index)
         module = modules.get(path)
         module_class = type(module).__name__ if module is not None else "?"
-        dtype = next((op.dtype for op in core if op.index in sinks), core[0].dtype if core else "bf16")
-
         call = _call_for(path, module_class, core, cap.param_storages)
-        if call is not None and call.kv_heads_unique is None and not call.enable_gqa \
-                and call.k_shape[-3] == call.q_shape[-3]:
-            factor = _repeat_factor(core, kv_path, by_index)
-            heads = call.q_shape[-3] / factor if factor else 0
-            if heads == int(heads) and 1 <= heads < call.q_shape[-3]:
-                call = AttentionCall(**{**call.__dict__, "kv_heads_unique": int(heads)})
-
-        spec, plugin = None, None
-        notes: list[str] = []
-        # Ask for the module itself, then up to two ancestors (a parameter-free core module
-        # inside an attention block), innermost first.
-        candidates = [path]
-        parts = path.split(".") if path else []
-        for cut in (1, 2):
-            if len(parts) > cut:
-                candidates.append(".".join(parts[:-cut]))
-        for candidate in candidates:
-            mod = modules.get(candidate)
-            if mod is None:
-                continue
-            spec, plugin = host.call_first(
-                "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate, call=call
-            )
-            if spec is not None:
-                break
-        if spec is None and call is not None:
-            spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
-        if spec is not None and spec.plugin != plugin:
-            spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
-        kv_repeat = 1.0
+        call = _with_unique_kv_heads(call, core, kv.path, by_index)
+        spec, plugin, candidates = _recognise(path, modules, call, host)
         if spec is not None and getattr(spec, "fixed_state", False):
-            # its cache is a state: what the code read of it and wrote into it (rooflinekit.stages.mixers)
             life = life or StorageLife.of(cap)
-            kv_read, kv_copy, kv_path = state_traffic(subtree, life)
-            reexpand, kv_reexpand_flops = [], 0.0
-            dtype = workload.dtype  # the state is kept at the model's dtype, whatever the code computes in
+            kv = _fixed_state_traffic(subtree, life, workload)
         elif spec is not None:
             spec = _with_window(spec, host, modules, candidates, call, workload.context)
             if call is not None and call.kv_heads_unique and len(call.k_shape) >= 4:
-                kv_repeat = call.k_shape[-3] / call.kv_heads_unique
-        causal, causal_note = causality(core, workload)
-        if spec is not None and getattr(spec, "fixed_state", False):
-            causal_note = None  # a recurrence is causal by construction: no mask to read
-        aw = attention_workload(workload, dtype, causal, deployment)
-        cost, cost_notes = cost_and_notes(spec, aw, causal_note, host, kv_read, kv_reexpand_flops,
-                                          sorted({op.module for op in reexpand}), kv_repeat)
-        notes.extend(cost_notes)
-        rows.append(
-            AttentionSite(
-                module=path or "(root)",
-                module_class=module_class,
-                spec=spec,
-                plugin=plugin,
-                cost=cost,
-                flops_executed=sum(op.flops for op in core),
-                bytes_executed=sum(op.bytes for op in core),
-                kv_bytes_executed=kv_read + kv_copy,
-                kv_read_bytes=kv_read,
-                kv_copy_bytes=kv_copy,
-                kv_reexpand_flops=kv_reexpand_flops,
-                causal=causal,
-                dtype=dtype,
-                op_indices=[op.index for op in core],
-                kv_op_indices=kv_path,
-                notes=notes + list(spec.notes if spec else ()),
-            )
-        )
+                kv = replace(kv, repeat=call.k_shape[-3] / call.kv_heads_unique)
+        costed = _costed(spec, core, kv, workload, deployment, host)
+        rows.append(_site_row(path, module_class, spec, plugin, core, kv, costed))
     return rows
 
 
