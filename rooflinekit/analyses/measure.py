@@ -49,7 +49,16 @@ import torch
 from rooflinekit.analyses.calibrate import device_name
 from rooflinekit.core.codec import encode
 from rooflinekit.core.files import write_atomic
-from rooflinekit.core.report import AltPlacement, Measured, Placement, Report, StepMeasured
+from rooflinekit.core.report import (
+    AltPlacement,
+    AttentionRow,
+    Measured,
+    ModuleRow,
+    OpRow,
+    Placement,
+    Report,
+    StepMeasured,
+)
 from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture.forward import active, call_forward, hooked
@@ -219,14 +228,41 @@ def measure(
         raise ValueError("warmup must be >= 0")
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    sync = _sync(device)
     cuda = device.startswith("cuda")
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if cuda:
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    plain = _plain_forwards(model, inputs, device, warmup, repeats)
+    sequences, prof = _profiled_forwards(model, inputs, device, warmup, repeats, formulas)
+    mappings, unmatched = _align_all([op.name for op in captured], sequences)
+    per_op, per_op_cpu, steps = _op_times(prof, mappings, cuda)
 
+    n = float(repeats)
+    op_time = {i: per_op.get(i, 0.0) / n for i in range(len(captured)) if _timed(captured[i])}
+    op_cpu = {i: per_op_cpu.get(i, 0.0) / n for i in op_time}
+    events = None
+    if trace:
+        events = _export_events(prof)
+    return Measurement(
+        device=device,
+        warmup=warmup,
+        repeats=repeats,
+        op_time_s=op_time,
+        op_cpu_time_s=op_cpu,
+        step_times_s=[steps[r] for r in sorted(steps)],
+        step_time_plain_s=sum(plain) / len(plain),
+        timing=(
+            "cuda: device time of the kernels launched inside each op's profiler range"
+            if cuda
+            else "cpu: duration of each op's profiler range"
+        ),
+        unmatched=unmatched,
+        trace=events,
+    )
+
+
+def _plain_forwards(model: torch.nn.Module, inputs, device: str, warmup: int, repeats: int) -> list[float]:
+    """The wall time of each of `repeats` forwards (after `warmup`) with no modes and no profiler:
+    what the model costs with nothing attached."""
+    sync = _sync(device)
     with torch.no_grad():
-        # 1. plain forwards: what the model costs with nothing attached
         for _ in range(warmup):
             call_forward(model, inputs)
         sync()
@@ -236,7 +272,18 @@ def measure(
             call_forward(model, inputs)
             sync()
             plain.append(time.perf_counter() - start)
-        # 2. instrumented warm-up (first-call costs of the modes and hooks), then profiled repeats
+    return plain
+
+
+def _profiled_forwards(model: torch.nn.Module, inputs, device: str, warmup: int, repeats: int,
+                       formulas: FormulaBook | None) -> tuple[list[list[str]], torch.profiler.profile]:
+    """An instrumented warm-up (first-call costs of the modes and hooks), then `repeats` profiled
+    forwards under timed recording: each repeat's recorded op names, and the profiler."""
+    sync = _sync(device)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.no_grad():
         for _ in range(warmup):
             with timed_recording(model, formulas):
                 call_forward(model, inputs)
@@ -249,8 +296,12 @@ def measure(
                     call_forward(model, inputs)
                     sync()
                 sequences.append([op.name for op in rec.ops])
+    return sequences, prof
 
-    captured_names = [op.name for op in captured]
+
+def _align_all(captured_names: list[str], sequences: list[list[str]]) -> tuple[list[dict[int, int]], list[str]]:
+    """Per profiled repeat, its op positions mapped to captured indices; and every distinct
+    difference between the two sequences, once, in the order first seen."""
     mappings = []
     unmatched: list[str] = []
     for seq in sequences:
@@ -259,7 +310,13 @@ def measure(
         for p in problems:
             if p not in unmatched:
                 unmatched.append(p)
+    return mappings, unmatched
 
+
+def _op_times(prof, mappings: list[dict[int, int]],
+              cuda: bool) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """From the profiler's events: per captured op index its time and its ranges' CPU time summed
+    over the repeats, and per repeat its step time (all in seconds)."""
     per_op: dict[int, float] = defaultdict(float)
     per_op_cpu: dict[int, float] = defaultdict(float)
     steps: dict[int, float] = {}
@@ -289,29 +346,7 @@ def measure(
         cpu_s = evt.cpu_time_total * 1e-6
         per_op_cpu[index] += cpu_s
         per_op[index] += _device_us(evt) * 1e-6 if cuda else cpu_s
-
-    n = float(repeats)
-    op_time = {i: per_op.get(i, 0.0) / n for i in range(len(captured)) if _timed(captured[i])}
-    op_cpu = {i: per_op_cpu.get(i, 0.0) / n for i in op_time}
-    events = None
-    if trace:
-        events = _export_events(prof)
-    return Measurement(
-        device=device,
-        warmup=warmup,
-        repeats=repeats,
-        op_time_s=op_time,
-        op_cpu_time_s=op_cpu,
-        step_times_s=[steps[r] for r in sorted(steps)],
-        step_time_plain_s=sum(plain) / len(plain),
-        timing=(
-            "cuda: device time of the kernels launched inside each op's profiler range"
-            if cuda
-            else "cpu: duration of each op's profiler range"
-        ),
-        unmatched=unmatched,
-        trace=events,
-    )
+    return per_op, per_op_cpu, steps
 
 
 def _device_us(evt) -> float:
@@ -429,10 +464,43 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
     layers and step. `modelled_modules`: modules whose analytic stand-in ran (their ops have no time).
     `hardware_warning`: why `hw` is not the measured device's own entry (a CPU run placed on a GPU's
     datasheet entry by default); it replaces the note that says so."""
+    cuda = m.device.startswith("cuda")
+    ops, modules = _measured_ops_and_modules(report, hw, m)
+    attention = _measured_attention(report, hw, m)
+    summary = _step_measured(report, hw, m)
+    warnings, notes = list(report.warnings), list(report.notes)
+    if m.unmatched:
+        warnings.append(
+            f"the timed forward ran a different op sequence from the counted one ({len(m.unmatched)} "
+            "difference(s), e.g. " + m.unmatched[0] + "): unmatched ops are left out of op times "
+            "and counted in unattributed_s"
+        )
+    modelled = sorted(set(modelled_modules))
+    if modelled:
+        notes.append(
+            f"measured mode ran the analytic stand-in of {len(modelled)} modelled module(s) "
+            f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
+            "their records have no time, and the stand-in's own time is in unattributed_s"
+        )
+    if hardware_warning:
+        warnings.append(hardware_warning)
+    elif not cuda and not hw.calibrated:
+        notes.append(
+            f"measured on {m.device} but placed on {hw.name}: MFU/MBU compare CPU times with that "
+            "device's ceilings; run `rooflinekit calibrate --device cpu` and pass --hardware with its name"
+        )
+    warnings += past_the_limit(summary, ops, modules, report, hw)
+    return replace(report, ops=ops, modules=modules, attention=attention,
+                   totals=replace(report.totals, measured=summary), warnings=warnings, notes=notes)
+
+
+def _measured_ops_and_modules(report: Report, hw: HardwareSpec,
+                              m: Measurement) -> tuple[list[OpRow], list[ModuleRow]]:
+    """The report's op rows and module rows with their measured fields and model FLOPs: each op's
+    own time, each module the sum of its ops' (rolled up as the rows were)."""
     depth, group = report.capture.depth, report.capture.group_layers
     model_flops = model_flops_per_op(report)
     cuda = m.device.startswith("cuda")
-
     module_time: dict[str, float] = defaultdict(float)
     module_model_flops: dict[str, float] = defaultdict(float)
     ops = []
@@ -452,7 +520,12 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
             hw.peak(mod.dtype), hw.memory_bandwidth, mod.time_bound_ops_s))
         for mod in report.modules
     ]
+    return ops, modules
 
+
+def _measured_attention(report: Report, hw: HardwareSpec, m: Measurement) -> list[AttentionRow]:
+    """The report's attention rows with their measured fields: each layer's time the sum of its ops',
+    against the sum of their roofline bounds."""
     bound_of = {op.index: op.time_bound_s for op in report.ops}
     attention = []
     for att in report.attention:
@@ -463,13 +536,19 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
             t, pe.flops, att.flops_model if att.flops_model is not None else pe.flops, pe.bytes,
             hw.peak(att.dtype), hw.memory_bandwidth, predicted, predicted_ops_s=predicted,
             mbu_min=_util(att.bytes_min, t, hw.memory_bandwidth) if att.bytes_min else None)))
+    return attention
 
+
+def _step_measured(report: Report, hw: HardwareSpec, m: Measurement) -> StepMeasured:
+    """The whole step's measured figures: its time and spread, what the op ranges cover of it, its
+    utilisations against the report's ceilings, and how each was measured."""
+    cuda = m.device.startswith("cuda")
     totals = report.totals
     step = m.step_time_s
     op_sum = sum(m.op_time_s.values())
     whole = _measured(step, totals.flops_executed, totals.flops_model, totals.bytes,
                       report.hardware.peak_flops, hw.memory_bandwidth, totals.predicted_step_s)
-    summary = StepMeasured(
+    return StepMeasured(
         step_time_s=step,
         step_times_s=list(m.step_times_s),
         op_time_s=op_sum,
@@ -508,30 +587,6 @@ def with_measurement(report: Report, hw: HardwareSpec, m: Measurement,
             "(totals: predicted_step_s; modules: time_bound_ops_s; ops: time_bound_s)",
         },
     )
-    warnings, notes = list(report.warnings), list(report.notes)
-    if m.unmatched:
-        warnings.append(
-            f"the timed forward ran a different op sequence from the counted one ({len(m.unmatched)} "
-            "difference(s), e.g. " + m.unmatched[0] + "): unmatched ops are left out of op times "
-            "and counted in unattributed_s"
-        )
-    modelled = sorted(set(modelled_modules))
-    if modelled:
-        notes.append(
-            f"measured mode ran the analytic stand-in of {len(modelled)} modelled module(s) "
-            f"({', '.join(modelled[:3])}{', ...' if len(modelled) > 3 else ''}), as the counts did: "
-            "their records have no time, and the stand-in's own time is in unattributed_s"
-        )
-    if hardware_warning:
-        warnings.append(hardware_warning)
-    elif not cuda and not hw.calibrated:
-        notes.append(
-            f"measured on {m.device} but placed on {hw.name}: MFU/MBU compare CPU times with that "
-            "device's ceilings; run `rooflinekit calibrate --device cpu` and pass --hardware with its name"
-        )
-    warnings += past_the_limit(summary, ops, modules, report, hw)
-    return replace(report, ops=ops, modules=modules, attention=attention,
-                   totals=replace(totals, measured=summary), warnings=warnings, notes=notes)
 
 
 def _over(me: Measured | StepMeasured | None) -> list[str]:
