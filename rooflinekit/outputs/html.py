@@ -13,10 +13,11 @@ import html
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rooflinekit.core.report import AttentionRow, Report, SweepReport
+from rooflinekit.core.report import AttentionRow, Report, SweepPoint, SweepReport
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
@@ -72,13 +73,27 @@ def col(label: str, kind: str = "text", unit: str = "", hint: str = "") -> dict:
     return {"label": label, "f": kind, "u": unit, "hint": hint}
 
 
-def table(tid: str, title: str, columns: list[dict], rows: list[list], sort: tuple[int, str] | None = None,
-          limit: int = TOP_ROWS, caption: str = "", total: int | None = None, series: str | None = None) -> dict:
-    """A sortable table: rows are raw values in column order; `series` links rows to chart points
-    of that series by the first column (hovering a row highlights its point)."""
+@dataclass(frozen=True)
+class TableView:
+    """How a table is shown: its first sort (column, "asc"/"desc"), the rows shown before "show all",
+    its caption, the row count it speaks of (None: its rows'), and the chart series its rows link to
+    by the first column (hovering a row highlights its point)."""
+
+    sort: tuple[int, str] | None = None
+    limit: int = TOP_ROWS
+    caption: str = ""
+    total: int | None = None
+    series: str | None = None
+
+
+PLAIN_TABLE = TableView()
+
+
+def table(tid: str, title: str, columns: list[dict], rows: list[list], view: TableView = PLAIN_TABLE) -> dict:
+    """A sortable table: rows are raw values in column order, shown as `view` says."""
     return {"id": tid, "title": title, "columns": columns, "rows": rows,
-            "sort": list(sort) if sort else None, "limit": limit, "caption": caption,
-            "total": len(rows) if total is None else total, "series": series}
+            "sort": list(view.sort) if view.sort else None, "limit": view.limit, "caption": view.caption,
+            "total": len(rows) if view.total is None else view.total, "series": view.series}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -92,20 +107,34 @@ def _attainable(peak: float, bandwidth: float, intensity: float | None) -> float
 # -- chart -----------------------------------------------------------------------------------------
 
 
-def series(sid: str, label: str, points: list[dict], style: str | None = None, colour: str | None = None,
-           sized: bool = False, select: str | None = None, link: str | None = None, omitted: list[str] = (),
-           hint: str = "", tag: str = "") -> dict:
-    """One chart series: points {n: name, x: FLOP/B, y: FLOP/s, s: share, a: achieved FLOP/s, tip}.
+@dataclass(frozen=True)
+class SeriesView:
+    """How a chart series is drawn: `style` (a key of STYLES; None: the series' id) and `colour`
+    (None: the style's). `sized`: marker area proportional to a point's share. `select` (sweeps):
+    "point" draws only the selected (batch, context), "context" every batch at the selected context.
+    `link`: the id of a series whose point of the same name this one is joined to. `hint`: the
+    legend's hover text. `tag` prefixes the chart's labels of its points (a comparison's "A" and "B")."""
 
-    `sized`: marker area proportional to `s`. `select` (sweeps): "point" draws only the selected
-    (batch, context), "context" every batch at the selected context. `link`: the id of a series whose
-    point of the same name this one is joined to. `omitted`: rows of this series not drawn (no FLOPs).
-    `tag` prefixes the chart's labels of its points (a comparison's "A" and "B").
-    """
-    shape, default_colour, hollow = STYLES.get(style or sid, STYLES["modules"])
-    return {"id": sid, "label": label, "shape": shape, "colour": colour or default_colour, "hollow": hollow,
-            "sized": sized, "select": select, "link": link, "points": points, "omitted": list(omitted),
-            "hint": hint, "tag": tag}
+    style: str | None = None
+    colour: str | None = None
+    sized: bool = False
+    select: str | None = None
+    link: str | None = None
+    hint: str = ""
+    tag: str = ""
+
+
+PLAIN_SERIES = SeriesView()
+
+
+def series(sid: str, label: str, points: list[dict], omitted: Iterable[str] = (),
+           view: SeriesView = PLAIN_SERIES) -> dict:
+    """One chart series: points {n: name, x: FLOP/B, y: FLOP/s, s: share, a: achieved FLOP/s, tip},
+    drawn as `view` says; `omitted`: rows of this series not drawn (no FLOPs)."""
+    shape, default_colour, hollow = STYLES.get(view.style or sid, STYLES["modules"])
+    return {"id": sid, "label": label, "shape": shape, "colour": view.colour or default_colour, "hollow": hollow,
+            "sized": view.sized, "select": view.select, "link": view.link, "points": points,
+            "omitted": list(omitted), "hint": view.hint, "tag": view.tag}
 
 
 def point(name: str, intensity: float | None, flops_rate: float | None, tip: list[list],
@@ -162,9 +191,9 @@ def _module_points(report: Report) -> dict:
         achieved = m.measured.achieved_flops if m.measured else None
         rows.append((m.name, point(m.name, m.intensity, m.attainable_flops, tip, m.time_share, achieved)))
     drawn, omitted = _placed(rows)
-    return series("modules", "modules", drawn, sized=True, omitted=omitted,
-                  hint=f"one point per module row; area proportional to its share of the predicted step "
-                       f"({len(report.modules)} rows)" if step else "")
+    return series("modules", "modules", drawn, omitted, SeriesView(
+        sized=True, hint=f"one point per module row; area proportional to its share of the predicted step "
+                         f"({len(report.modules)} rows)" if step else ""))
 
 
 def _mixer_kind(report: Report) -> str:
@@ -199,12 +228,13 @@ def _attention_points(report: Report) -> tuple[dict, dict]:
                                             _ratio(pm.time_bound_s, step))))
     kind = _mixer_kind(report)
     drawn, omitted = _placed(executed)
-    s_exec = series("attention", f"{kind}, as executed", drawn, sized=True, omitted=omitted,
-                    hint="one point per layer row, at the bytes its code moved")
+    s_exec = series("attention", f"{kind}, as executed", drawn, omitted,
+                    SeriesView(sized=True, hint="one point per layer row, at the bytes its code moved"))
     drawn_min, omitted_min = _placed(minimum)
-    s_min = series("attention_min", f"{kind}, architecture minimum", drawn_min, sized=True, omitted=omitted_min,
-                   link="attention", hint="each recognised layer at its architecture's minimum bytes "
-                                          "(cache read once), joined to its executed point")
+    s_min = series("attention_min", f"{kind}, architecture minimum", drawn_min, omitted_min,
+                   SeriesView(sized=True, link="attention", hint="each recognised layer at its architecture's "
+                                                                 "minimum bytes (cache read once), joined to its "
+                                                                 "executed point"))
     return s_exec, s_min
 
 
@@ -373,9 +403,10 @@ def module_table(report: Report) -> dict:
             me = m.measured
             row += [me.time_s, me.achieved_flops, me.mfu, me.mbu] if me else [None] * 4
         rows.append(row)
-    return table("modules", "Modules", cols, rows, sort=(8, "desc"), series="modules",
-                 caption=f"{len(rows)} modules, rolled up to depth {report.capture.depth}"
-                         + (", repeated layers merged" if report.capture.group_layers else ""))
+    return table("modules", "Modules", cols, rows, TableView(
+        sort=(8, "desc"), series="modules",
+        caption=f"{len(rows)} modules, rolled up to depth {report.capture.depth}"
+                + (", repeated layers merged" if report.capture.group_layers else "")))
 
 
 def attention_table(report: Report) -> dict:
@@ -405,9 +436,9 @@ def attention_table(report: Report) -> dict:
                 a.bytes_executed, a.intensity_min, a.intensity_executed, a.placement_executed.bound,
                 _op_time(report, a), _ratio(_op_time(report, a), step), " | ".join(a.notes)]
         rows.append(row)
-    return table("attention", _mixer_kind(report).capitalize(), cols, rows, series="attention",
-                 caption=f"{len(rows)} layers in model order; KV min and I min are the architecture's minimum "
-                         "(the cache read once), the others what the code executed")
+    return table("attention", _mixer_kind(report).capitalize(), cols, rows, TableView(
+        series="attention", caption=f"{len(rows)} layers in model order; KV min and I min are the architecture's "
+                                    "minimum (the cache read once), the others what the code executed"))
 
 
 def ops_table(report: Report) -> dict:
@@ -422,7 +453,8 @@ def ops_table(report: Report) -> dict:
     cut = len(report.ops) - len(ops)
     caption = (f"the {TOP_OPS} most expensive of {len(report.ops):,} ops by time bound; show all for every one"
                + (f" (the page holds the top {MAX_OPS:,}; {cut:,} cheaper ones are in the JSON report)" if cut else ""))
-    return table("ops", "Ops", cols, rows, sort=(8, "desc"), limit=TOP_OPS, caption=caption, total=len(report.ops))
+    return table("ops", "Ops", cols, rows,
+                 TableView(sort=(8, "desc"), limit=TOP_OPS, caption=caption, total=len(report.ops)))
 
 
 def uncounted_table(report: Report) -> dict:
@@ -430,8 +462,8 @@ def uncounted_table(report: Report) -> dict:
             col("time bound", "time"), col("time share", "pct"), col("formula error")]
     rows = [[u.name, u.count, u.bytes, u.bytes_share, u.time_bound_s, u.time_share, u.formula_error]
             for u in report.uncounted_ops]
-    return table("uncounted", "Ops without a FLOP formula", cols, rows, sort=(2, "desc"),
-                 caption="bytes counted, FLOPs not: listed so that none is a silent zero")
+    return table("uncounted", "Ops without a FLOP formula", cols, rows,
+                 TableView(sort=(2, "desc"), caption="bytes counted, FLOPs not: listed so that none is a silent zero"))
 
 
 def comm_table(report: Report) -> dict:
@@ -439,8 +471,7 @@ def comm_table(report: Report) -> dict:
             col("wire bytes per GPU", "si", "B"), col("time bound", "time")]
     rows = [[c.collective, c.group_size, c.calls, c.message_bytes, c.wire_bytes, c.time_bound_s]
             for c in report.comm.collectives]
-    return table("comm", "Collectives per GPU", cols, rows, sort=(5, "desc"),
-                 caption=report.comm.assumption)
+    return table("comm", "Collectives per GPU", cols, rows, TableView(sort=(5, "desc"), caption=report.comm.assumption))
 
 
 def profile_payload(report: Report) -> dict:
@@ -484,21 +515,27 @@ def _critical_items(c) -> list[list]:
     return [item(f"context {c.context:,}", c.summary)]
 
 
-def sweep_payload(sweep: SweepReport) -> dict:
-    """The page's data for a sweep: every point, drawn for the selected batch and context."""
-    hw, w = sweep.hardware, sweep.workload
+def _sweep_step_tip(p: SweepPoint) -> list[list]:
+    """A sweep point's tip on the whole-step chart: its counts, its placement and its memory."""
+    return _sweep_tip(p, "whole step", p.intensity, p.flops, p.bytes) + [
+        item("bound", p.bound), item("attainable", p.attainable_flops, "si", "FLOP/s"),
+        item("time bound (whole step)", p.time_bound_s, "time"),
+        item("predicted step (sum of op bounds)", p.predicted_step_s, "time"),
+        item("tokens/s", p.tokens_per_s, "num"), item("bound MFU", p.mfu_bound, "pct"),
+        item("weights' share of bytes", p.weight_share, "pct"), item("KV cache's share", p.kv_share, "pct"),
+        item("memory per GPU", getattr(getattr(p, "memory", None), "total_bytes", None), "si", "B"),
+        item("fits", getattr(p, "fits", None), "bool")]
+
+
+def _sweep_series(sweep: SweepReport) -> list[dict]:
+    """A sweep's chart series: every point's whole step (also as the trail of its context), its step
+    with attention at its minimum, and its attention as executed and at its minimum."""
+    hw = sweep.hardware
     att = lambda x: _attainable(hw.peak_flops, hw.bandwidth, x)  # noqa: E731
     step, step_min, a_exec, a_min, trail = [], [], [], [], []
     for p in sweep.points:
         where = {"b": p.batch, "c": p.context}
-        tip = _sweep_tip(p, "whole step", p.intensity, p.flops, p.bytes) + [
-            item("bound", p.bound), item("attainable", p.attainable_flops, "si", "FLOP/s"),
-            item("time bound (whole step)", p.time_bound_s, "time"),
-            item("predicted step (sum of op bounds)", p.predicted_step_s, "time"),
-            item("tokens/s", p.tokens_per_s, "num"), item("bound MFU", p.mfu_bound, "pct"),
-            item("weights' share of bytes", p.weight_share, "pct"), item("KV cache's share", p.kv_share, "pct"),
-            item("memory per GPU", getattr(getattr(p, "memory", None), "total_bytes", None), "si", "B"),
-            item("fits", getattr(p, "fits", None), "bool")]
+        tip = _sweep_step_tip(p)
         step.append(point(f"step B={p.batch} S={p.context}", p.intensity, p.attainable_flops, tip, **where))
         trail.append(point(f"B={p.batch}", p.intensity, p.attainable_flops, tip, **where))
         sm = p.step_at_attention_minimum
@@ -512,14 +549,22 @@ def sweep_payload(sweep: SweepReport) -> dict:
         a_min.append(point(f"attention minimum B={p.batch} S={p.context}", a.intensity_min, att(a.intensity_min),
                            _sweep_tip(p, f"attention, {a.recognised} layers, architecture minimum",
                                       a.intensity_min, a.flops_model, a.bytes_min), **where))
-    chart_series = [
-        series("trail", "whole step, every batch at this context", [p for p in trail if p], select="context"),
-        series("step", "whole step", [p for p in step if p], select="point"),
-        series("step_min", "whole step, attention at its minimum", [p for p in step_min if p], select="point"),
-        series("attention", "attention (all layers), as executed", [p for p in a_exec if p], select="point"),
+    return [
+        series("trail", "whole step, every batch at this context", [p for p in trail if p],
+               view=SeriesView(select="context")),
+        series("step", "whole step", [p for p in step if p], view=SeriesView(select="point")),
+        series("step_min", "whole step, attention at its minimum", [p for p in step_min if p],
+               view=SeriesView(select="point")),
+        series("attention", "attention (all layers), as executed", [p for p in a_exec if p],
+               view=SeriesView(select="point")),
         series("attention_min", "attention (all layers), architecture minimum", [p for p in a_min if p],
-               select="point", link="attention"),
+               view=SeriesView(select="point", link="attention")),
     ]
+
+
+def _sweep_tables(sweep: SweepReport) -> list[dict]:
+    """A sweep's tables: its points (a row selects its point on the chart), then the critical batch
+    per context, as counted and with attention at its minimum, where the sweep found them."""
     cols = [col("batch", "int"), col("context", "int"), col("FLOPs", "si", "FLOP"), col("bytes", "si", "B"),
             col("FLOP/B", "num"), col("bound"), col("predicted step", "time"), col("tokens/s", "num"),
             col("bound MFU", "pct"), col("weights", "pct", hint="weights' share of the step's bytes"),
@@ -533,7 +578,7 @@ def sweep_payload(sweep: SweepReport) -> dict:
         for row, p in zip(rows, sweep.points, strict=True):
             mem = getattr(p, "memory", None)
             row += [getattr(mem, "total_bytes", None), getattr(p, "fits", None)]
-    tables = [{**table("points", "Sweep points", cols, rows, caption="click a row to show it on the chart"),
+    tables = [{**table("points", "Sweep points", cols, rows, TableView(caption="click a row to show it on the chart")),
                "selects": True}]
     for tid, title, crit in (("critical", "Critical batch per context", sweep.critical_batch),
                              ("critical_min", "Critical batch, attention at its minimum",
@@ -546,29 +591,44 @@ def sweep_payload(sweep: SweepReport) -> dict:
             crows = [[c.context, c.critical_batch, c.saturation_intensity, c.ridge,
                       getattr(c, "max_batch_fits", None), c.method, c.summary] for c in crit]
             tables.append(table(tid, title, ccols, crows))
+    return tables
+
+
+def _sweep_header(sweep: SweepReport) -> dict:
+    """A sweep's header: its tiles (points, captures, wall time) and its model, workload, hardware and
+    critical batch cards."""
+    hw, w = sweep.hardware, sweep.workload
+    return {"tiles": [item("points", len(sweep.points), "int"), item("captures", sweep.profiles, "int"),
+                      item("evaluated from fitted counts", sweep.evaluated, "int"),
+                      item("wall time", sweep.wall_s, "time")],
+            "cards": [
+                {"title": "Model", "items": [item("name", sweep.model.name), item("kind", sweep.model.kind),
+                                             item("path", sweep.model.path),
+                                             item("parameters", sweep.model.parameters, "si"),
+                                             item("weights", sweep.model.param_bytes, "si", "B")]},
+                {"title": "Workload", "items": [item("phase", w.phase), item("dtype", w.dtype),
+                                                item("deployment", deployment_words(sweep.deployment, w.dtype)
+                                                     or "one GPU, as run"),
+                                                *([item("options", options_words(w.options))] if w.options else []),
+                                                item("device", w.device),
+                                                item("batches", ", ".join(map(str, w.batches))),
+                                                item("contexts", ", ".join(map(str, w.contexts)))]},
+                {"title": "Hardware", "items": [item("name", hw.name),
+                                                item(f"peak {hw.dtype} (dense)", hw.peak_flops, "si", "FLOP/s"),
+                                                item("bandwidth", hw.bandwidth, "si", "B/s"),
+                                                item("ridge", hw.ridge, "num", "FLOP/B")]},
+                {"title": "Critical batch",
+                 "items": [x for c in sweep.critical_batch for x in _critical_items(c)]},
+            ]}
+
+
+def sweep_payload(sweep: SweepReport) -> dict:
+    """The page's data for a sweep: every point, drawn for the selected batch and context."""
+    hw, w = sweep.hardware, sweep.workload
+    chart_series = _sweep_series(sweep)
+    tables = _sweep_tables(sweep)
     first = sweep.points[0] if sweep.points else None
-    header = {"tiles": [item("points", len(sweep.points), "int"), item("captures", sweep.profiles, "int"),
-                        item("evaluated from fitted counts", sweep.evaluated, "int"),
-                        item("wall time", sweep.wall_s, "time")],
-              "cards": [
-                  {"title": "Model", "items": [item("name", sweep.model.name), item("kind", sweep.model.kind),
-                                               item("path", sweep.model.path),
-                                               item("parameters", sweep.model.parameters, "si"),
-                                               item("weights", sweep.model.param_bytes, "si", "B")]},
-                  {"title": "Workload", "items": [item("phase", w.phase), item("dtype", w.dtype),
-                                                  item("deployment", deployment_words(sweep.deployment, w.dtype)
-                                                       or "one GPU, as run"),
-                                                  *([item("options", options_words(w.options))] if w.options else []),
-                                                  item("device", w.device),
-                                                  item("batches", ", ".join(map(str, w.batches))),
-                                                  item("contexts", ", ".join(map(str, w.contexts)))]},
-                  {"title": "Hardware", "items": [item("name", hw.name),
-                                                  item(f"peak {hw.dtype} (dense)", hw.peak_flops, "si", "FLOP/s"),
-                                                  item("bandwidth", hw.bandwidth, "si", "B/s"),
-                                                  item("ridge", hw.ridge, "num", "FLOP/B")]},
-                  {"title": "Critical batch",
-                   "items": [x for c in sweep.critical_batch for x in _critical_items(c)]},
-              ]}
+    header = _sweep_header(sweep)
     words = request_words(w.dtype, sweep.deployment, w.q_len, w.options)
     title = f"{sweep.model.name or 'model'}: {w.phase} sweep{words} on {hw.name}"
     return {"kind": "sweep", "title": title, "header": header, "warnings": list(sweep.warnings),
@@ -601,8 +661,8 @@ def compare_payload(comparison: dict, a: Report, b: Report) -> dict:
         for s, sid, label in ((mods, "modules", "modules"), (att, "attention", "attention layers, as executed"),
                               (step, "step", "whole step")):
             if s["points"] or s["omitted"]:
-                chart_series.append(series(f"{tag}_{sid}", f"{tag}: {label}", s["points"], style=sid, colour=colour,
-                                           sized=s["sized"], omitted=s["omitted"], tag=tag))
+                chart_series.append(series(f"{tag}_{sid}", f"{tag}: {label}", s["points"], s["omitted"],
+                                           SeriesView(style=sid, colour=colour, sized=s["sized"], tag=tag)))
         roof_colour, prefix = ("#444444", "") if same else (colour, f"{tag}: ")
         for r in _roofs(report, colour=roof_colour, prefix=prefix):
             if not any(x["peak"] == r["peak"] and x["bandwidth"] == r["bandwidth"] for x in roofs):
@@ -631,7 +691,7 @@ def compare_payload(comparison: dict, a: Report, b: Report) -> dict:
             "header": header, "warnings": [f"A: {x}" for x in a.warnings] + [f"B: {x}" for x in b.warnings],
             "notes": list(comparison.get("notes", [])), "conventions": [],
             "chart": {"roofs": roofs, "series": chart_series, "y_label": "attainable (TFLOP/s): the roofline bound"},
-            "tables": [table("compare", "A and B side by side", cols, rows, caption="every ratio is A/B")]}
+            "tables": [table("compare", "A and B side by side", cols, rows, TableView(caption="every ratio is A/B"))]}
 
 
 # -- advise -----------------------------------------------------------------------------------------
@@ -673,8 +733,8 @@ def advise_payload(advice: Any) -> dict:
                      getattr(lv, "batch", None), getattr(lv, "time_compute_s", None),
                      getattr(lv, "time_memory_s", None), getattr(lv, "time_comm_s", None), lv.assumption,
                      getattr(lv, "source", None), changes])
-    tables = [table("levers", "Levers, ranked by speed-up", cols, rows, series="levers",
-                    caption="row 0 is the baseline; each lever is priced alone against it")]
+    tables = [table("levers", "Levers, ranked by speed-up", cols, rows, TableView(
+        series="levers", caption="row 0 is the baseline; each lever is priced alone against it"))]
     skipped = list(getattr(advice, "skipped", []) or [])
     if skipped:
         tables.append(table("skipped", "Levers that do not apply", [col("lever"), col("reason"), col("source")],
