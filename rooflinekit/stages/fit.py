@@ -553,14 +553,15 @@ class FittedCapture:
 
     def report_at(self, workload: Workload, hw: HardwareSpec, *, model_info: dict,
                   deployment: Deployment | None = None, depth: int = 3,
-                  group_layers: bool = False, notes: list[str] | None = None, warnings: list[str] | None = None,
+                  notes: list[str] | None = None, warnings: list[str] | None = None,
                   compact: bool = False) -> Report:
-        """The Report at `workload`'s batch and context, placed as a capture's is. `compact`: ops
-        of equal counts and attention layers that count alike merged (capture_at, sites_at), for
-        the step's totals, byte split and attention totals only (the layer counts restored)."""
+        """The Report at `workload`'s batch and context, placed as a capture's is (module rows to
+        `depth`, repeated layers not merged). `compact`: ops of equal counts and attention layers
+        that count alike merged (capture_at, sites_at), for the step's totals, byte split and
+        attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
         deployment = deployment or Deployment()
-        view = Presentation(depth=depth, group_layers=group_layers, detail=not compact, model_info=model_info)
+        view = Presentation(depth=depth, detail=not compact, model_info=model_info)
         report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload, view)
         report = replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
         if compact:
