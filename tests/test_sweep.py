@@ -55,7 +55,7 @@ def test_affine_fit_recovers_the_line_and_solves_the_crossing():
     assert cb.saturation_intensity == pytest.approx(f / k)
     expected = brute_force(lambda b: (f0 + b * f) / (w + b * k), H800_RIDGE)
     assert cb.critical_batch == expected == math.ceil((H800_RIDGE * w - f0) / (f - H800_RIDGE * k))
-    assert cb.checked[expected] >= H800_RIDGE > cb.checked[expected - 1]
+    assert cb.checked[str(expected)] >= H800_RIDGE > cb.checked[str(expected - 1)]
 
 
 def test_affine_fit_says_never_below_the_ridge():
@@ -63,7 +63,7 @@ def test_affine_fit_says_never_below_the_ridge():
         return b * 1.0e9, 1.0e9 + b * 1.0e8  # saturates at 10
     cb = critical_batch(probe, 4096, H800_RIDGE, [1, 4])
     assert cb.critical_batch is None and cb.saturation_intensity == pytest.approx(10.0)
-    assert cb.summary().startswith("never: saturates at 10 FLOP/B, ridge 295")
+    assert cb.summary.startswith("never: saturates at 10 FLOP/B, ridge 295")
 
 
 def test_probe_batches_always_has_three():
@@ -105,11 +105,11 @@ def test_gqa_attention_flat_step_rises_and_saturates_below_the_ridge():
     # attention: 4*B*H*S*d FLOPs over K+V (2*B*S*H_kv*d*2 bytes) plus q and out (2*B*H*d*2): H*S/(H_kv*S+H)
     closed = h * S / (h_kv * S + h)
     for r in rows:
-        assert r["attention"]["intensity_min"] == pytest.approx(closed, rel=1e-6)
-    got = [r["attention"]["intensity_min"] for r in rows]
+        assert r.attention.intensity_min == pytest.approx(closed, rel=1e-6)
+    got = [r.attention.intensity_min for r in rows]
     assert max(got) / min(got) < 1.01
     assert closed == pytest.approx(4.0, rel=1e-3)
-    steps = [r["intensity"] for r in rows]
+    steps = [r.intensity for r in rows]
     assert steps == sorted(steps) and steps[-1] > steps[0]
     # per sequence: 2 FLOPs per weight of every linear + attention; bytes: the K/V it reads
     linear = hidden * (h * d + 2 * h_kv * d) + h * d * hidden + 3 * hidden * inter + hidden * vocab
@@ -120,8 +120,8 @@ def test_gqa_attention_flat_step_rises_and_saturates_below_the_ridge():
     assert cb.fit["flops_per_seq"] == pytest.approx(f, rel=2e-3)
     assert cb.saturation_intensity == pytest.approx(f / k, rel=0.015)
     assert cb.saturation_intensity < H800_RIDGE
-    assert cb.critical_batch is None and cb.to_dict()["summary"].startswith("never: saturates at")
-    assert all(r["intensity"] < cb.saturation_intensity for r in rows)
+    assert cb.critical_batch is None and cb.summary.startswith("never: saturates at")
+    assert all(r.intensity < cb.saturation_intensity for r in rows)
 
 
 def _mla_closed(heads, context, hidden=7168, q_rank=1536, r=512, rope=64, nope=128, v=128, inter=18432,
@@ -180,8 +180,8 @@ def test_mla_absorbed_128_heads():
     # and out (H*512*2): 241.8 = 128*1088/576 as S grows
     closed = 2 * heads * S * (r + rope + r) / (S * (r + rope) * 2 + heads * (r + rope + r) * 2)
     for row in result.points:
-        assert row["attention"]["intensity_min"] == pytest.approx(closed, rel=1e-6)
-        assert row["attention"]["cache_bytes_per_token_per_layer"] == (r + rope) * 2
+        assert row.attention.intensity_min == pytest.approx(closed, rel=1e-6)
+        assert row.attention.cache_bytes_per_token_per_layer == (r + rope) * 2
     assert heads * (r + rope + r) / (r + rope) == pytest.approx(241.8, abs=0.05)
     assert closed == pytest.approx(241.8, rel=0.01)
     f, k = _mla_closed(heads, S)
@@ -203,17 +203,17 @@ def test_mla_absorbed_128_heads():
     b = math.ceil(H800_RIDGE * once / (f - H800_RIDGE * per_seq))
     assert closed_intensity(b) >= H800_RIDGE > closed_intensity(b - 1)
     assert ideal.critical_batch == b and ideal.profiled  # the solved batch was profiled, not extrapolated
-    assert set(ideal.checked) == {b - 1, b}
+    assert set(ideal.checked) == {str(b - 1), str(b)}
     for batch, got in ideal.checked.items():
-        assert got == pytest.approx(closed_intensity(batch), rel=1e-12)
-    assert "extrapolated" not in ideal.summary() and f"profiled at B={b - 1},{b}" in ideal.summary()
+        assert got == pytest.approx(closed_intensity(int(batch)), rel=1e-12)
+    assert "extrapolated" not in ideal.summary and f"profiled at B={b - 1},{b}" in ideal.summary
 
 
 def test_mla_absorbed_16_heads():
     heads, r, rope = 16, 512, 64
     result = sweep(MLA, [1, 4, 48], [S], heads=heads, layers=1)
     closed = 2 * heads * S * (r + rope + r) / (S * (r + rope) * 2 + heads * (r + rope + r) * 2)
-    assert result.points[0]["attention"]["intensity_min"] == pytest.approx(closed, rel=1e-6)
+    assert result.points[0].attention.intensity_min == pytest.approx(closed, rel=1e-6)
     assert closed == pytest.approx(30.2, abs=0.1)
     assert result.critical[0].critical_batch is None
     # at a longer context the S-proportional terms dominate what the layer moves per sequence
@@ -231,10 +231,10 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
     result = sweep(MOE, [1, 4, 16, 48], [16], hardware="H20")
     for row in result.points:
         # weights read: the experts touched, up and down projections, bf16
-        assert row["weight_bytes"] == experts_touched(row["batch"], experts, top_k) * 2 * hidden * inter * 2
-        assert row["flops"] == 2 * row["batch"] * top_k * 2 * hidden * inter
+        assert row.weight_bytes == experts_touched(row.batch, experts, top_k) * 2 * hidden * inter * 2
+        assert row.flops == 2 * row.batch * top_k * 2 * hidden * inter
     cb = result.critical[0]
-    assert cb.method == "search" and cb.residual > 0.01 and "MoE" in cb.fallback and "MoE" in cb.summary()
+    assert cb.method == "search" and cb.residual > 0.01 and "MoE" in cb.fallback and "MoE" in cb.summary
     source = load_source(str(MOE), {})
 
     def intensity(b):
@@ -274,10 +274,10 @@ def test_point_row_byte_split_closed_form():
               + h * vocab)                                           # lm_head
     # bf16 weights read once, the embedding's rows once per sequence, and the rotary inv_freq buffer
     # (head_dim/2 fp32)
-    assert row["weight_bytes"] == 2 * params + batch * h * 2 + (d // 2) * 4
+    assert row.weight_bytes == 2 * params + batch * h * 2 + (d // 2) * 4
     # K and V of every cached position read once: 2 * B * S * H_kv * d * 2 B
-    assert row["kv_bytes_min"] == 2 * batch * context * kv_heads * d * 2
-    assert row["weight_share"] == pytest.approx(row["weight_bytes"] / rep.totals.bytes)
+    assert row.kv_bytes_min == 2 * batch * context * kv_heads * d * 2
+    assert row.weight_share == pytest.approx(row.weight_bytes / rep.totals.bytes)
 
 
 # -- a model whose intensity bends: the fit's batch must be profiled ---------------------------
@@ -341,7 +341,7 @@ def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
     cb = result.critical[0]
     assert cb.fit["critical"] == fitted and cb.residual == pytest.approx(0, abs=1e-12)
     assert cb.method == "search" and cb.critical_batch == real and cb.profiled
-    assert "below the ridge" in cb.fallback and "B*=416" in cb.summary()
+    assert "below the ridge" in cb.fallback and "B*=416" in cb.summary
     # re-profiled here: the reported batch reaches the ridge, the one below does not
     assert _bend_intensity(bend_model, real) >= H800_RIDGE > _bend_intensity(bend_model, real - 1)
     assert result.profiles < 40  # doubling + bisection, not a walk one batch at a time
@@ -352,19 +352,19 @@ def test_critical_batch_never_above_max_batch(bend_model):
     # the bend lowers the saturation to h/8 = 256 < ridge: no batch qualifies
     result = sweep(bend_model, [1, 4, 16, 48], [1], passes=3)
     cb = result.critical[0]
-    assert cb.critical_batch is None and max(cb.checked) == 4096
-    assert cb.summary().startswith("never up to max_batch 4096: intensity ")
-    assert cb.checked[4096] == pytest.approx(_bend_intensity(bend_model, 4096, passes=3), rel=1e-12)
-    assert cb.checked[4096] == pytest.approx(4096 * 2048 / (2048 + 8 * 4096), rel=1e-12)
+    assert cb.critical_batch is None and max(map(int, cb.checked)) == 4096
+    assert cb.summary.startswith("never up to max_batch 4096: intensity ")
+    assert cb.checked["4096"] == pytest.approx(_bend_intensity(bend_model, 4096, passes=3), rel=1e-12)
+    assert cb.checked["4096"] == pytest.approx(4096 * 2048 / (2048 + 8 * 4096), rel=1e-12)
     # a cap below the real crossing (698): nothing above it is profiled or reported
     capped = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=600).critical[0]
-    assert capped.critical_batch is None and max(capped.checked) <= 600
-    assert capped.summary().startswith("never up to max_batch 600")
+    assert capped.critical_batch is None and max(map(int, capped.checked)) <= 600
+    assert capped.summary.startswith("never up to max_batch 600")
     # a cap below the fit's own crossing (416): profiled at the cap, which is below the ridge
     low = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=300, passes=0).critical[0]
-    assert low.method == "affine fit" and low.critical_batch is None and set(low.checked) == {300}
-    assert low.checked[300] == pytest.approx(300 * 2048 / (2048 + 600), rel=1e-12)
-    assert low.summary().startswith("never up to max_batch 300") and "B=416" in low.summary()
+    assert low.method == "affine fit" and low.critical_batch is None and set(low.checked) == {"300"}
+    assert low.checked["300"] == pytest.approx(300 * 2048 / (2048 + 600), rel=1e-12)
+    assert low.summary.startswith("never up to max_batch 300") and "B=416" in low.summary
 
 
 def test_sweep_max_batch_option(invoke, tmp_path, bend_model):
@@ -387,8 +387,8 @@ def test_uncounted_bytes_share_per_point(bend_model):
     prof = Profiler(load_source(str(bend_model), {}), Workload("decode", batch, 1), Deployment("H800"))
     row = prof.row(batch, 1)
     total = 2 * h * h + 4 * batch * h + 4 * batch * h
-    assert row["uncounted_bytes"] == 4 * batch * h
-    assert row["uncounted_bytes_share"] == pytest.approx(4 * batch * h / total, rel=1e-12)
+    assert row.uncounted_bytes == 4 * batch * h
+    assert row.uncounted_bytes_share == pytest.approx(4 * batch * h / total, rel=1e-12)
 
 
 def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, monkeypatch):
@@ -405,7 +405,7 @@ def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, mon
     # I(B) = B*h/(h + 2B) reaches the H20 ridge (37) at B = ceil(37*256 / (256 - 74)) = 53
     assert cb.critical_batch == _bend_crossing(h, 0, H20_RIDGE) == 53
     assert not cb.profiled and cb.checked == {}
-    assert cb.summary().endswith("extrapolated, not profiled]")
+    assert cb.summary.endswith("extrapolated, not profiled]")
     assert any(n.startswith("device cpu: the critical batch") and "extrapolated" in n for n in result.to_dict()["notes"])
 
 

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
 from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, profile
@@ -26,10 +26,12 @@ from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.report import (
+    AttentionFigures,
     CriticalBatchInfo,
     HardwareInfo,
     ModelInfo,
     Report,
+    StepFigures,
     SweepPoint,
     SweepReport,
     SweepWorkload,
@@ -83,52 +85,63 @@ FITTED_ACTIVATIONS = (ACTIVATION_NOTE + "; at a point evaluated from fitted coun
 # -- one point -------------------------------------------------------------------------------
 
 
-def point_row(report: Report) -> dict:
-    """The sweep row of one profile report: the whole step, its byte split, attention totals."""
-    w, t = encode(report.workload), encode(report.totals)
+def _floats(obj):
+    """A report dataclass with the ints its float fields hold (counts summed from integers) made
+    floats, nested dataclasses too: a sweep point's numbers are floats, as its JSON has them."""
+    changes = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if type(value) is int and str(f.type).split(" | ")[0] == "float":
+            changes[f.name] = float(value)
+        elif is_dataclass(value):
+            typed = _floats(value)
+            if typed is not value:
+                changes[f.name] = typed
+    return replace(obj, **changes) if changes else obj
+
+
+def point_row(report: Report) -> SweepPoint:
+    """The sweep point of one profile report: the whole step, its byte split, attention totals."""
+    w, t = report.workload, report.totals
     att = attention_figures(report)
-    nbytes = t["bytes"] or 0.0
-    uncounted = t.get("uncounted_bytes")
+    nbytes = t.bytes if t.bytes is not None and math.isfinite(t.bytes) else 0.0
+    uncounted = t.uncounted_bytes
     # the step with each recognised attention layer at its architecture minimum (a fused kernel)
     ideal_bytes = nbytes - att["bytes_executed"] + att["bytes_min"]
 
     def share(value):
         return value / nbytes if nbytes and value is not None else None
 
-    return {
-        "batch": w["batch"],
-        "context": w["context"],
-        "phase": w["phase"],
-        "tokens": w["tokens"],
-        "flops": t["flops"],
-        "flops_model": t["flops_model"],
-        "bytes": nbytes,
-        "intensity": t["intensity"],
-        "attainable_flops": t["attainable_flops"],
-        "bound": t["bound"],
-        "time_bound_s": t["time_bound_s"],
-        "predicted_step_s": t["predicted_step_s"],
-        "tokens_per_s": t["tokens_per_s"],
-        "mfu_bound": t["mfu_bound"],
-        "mfu_bound_model": t["mfu_bound_model"],
-        "weight_bytes": t["weight_bytes"],
-        "kv_bytes_executed": t["kv_bytes_executed"],
-        "kv_bytes_min": t["kv_bytes_min"],
-        "other_bytes": t["other_bytes"],
-        "uncounted_bytes": uncounted,
-        "weight_share": share(t["weight_bytes"]),
-        "kv_share": share(t["kv_bytes_executed"]),
-        "other_share": share(t["other_bytes"]),
-        "uncounted_bytes_share": share(uncounted),
-        "attention": att,
-        "step_at_attention_minimum": {
-            "flops": t["flops_model"],
-            "bytes": ideal_bytes,
-            "intensity": intensity(t["flops_model"], ideal_bytes),
-        },
-        "memory": encode(report.memory) if report.memory is not None else None,
-        "fits": report.memory.fits if report.memory is not None else None,
-    }
+    return _floats(SweepPoint(
+        batch=w.batch,
+        context=w.context,
+        phase=w.phase,
+        tokens=w.tokens,
+        flops=t.flops,
+        flops_model=t.flops_model,
+        bytes=nbytes,
+        intensity=t.intensity,
+        attainable_flops=t.attainable_flops,
+        bound=t.bound,
+        time_bound_s=t.time_bound_s,
+        predicted_step_s=t.predicted_step_s,
+        tokens_per_s=t.tokens_per_s,
+        mfu_bound=t.mfu_bound,
+        mfu_bound_model=t.mfu_bound_model,
+        weight_bytes=t.weight_bytes,
+        kv_bytes_executed=t.kv_bytes_executed,
+        kv_bytes_min=t.kv_bytes_min,
+        other_bytes=t.other_bytes,
+        uncounted_bytes=uncounted,
+        weight_share=share(t.weight_bytes),
+        kv_share=share(t.kv_bytes_executed),
+        other_share=share(t.other_bytes),
+        uncounted_bytes_share=share(uncounted),
+        attention=AttentionFigures(**att),
+        step_at_attention_minimum=StepFigures(t.flops_model, ideal_bytes, intensity(t.flops_model, ideal_bytes)),
+        memory=report.memory,
+        fits=report.memory.fits if report.memory is not None else None,
+    ))
 
 
 def _always(model):
@@ -141,7 +154,7 @@ def _always(model):
 
 
 class Profiler:
-    """Profile one model at any (batch, context), building it once and caching each point's row.
+    """Profile one model at any (batch, context), building it once and caching each sweep point.
 
     Counts only: no point is timed, whatever the device (measured mode is `profile --measure`).
     The notes and warnings of every profile are kept, each once, in order of first appearance.
@@ -157,7 +170,7 @@ class Profiler:
         self.depth = depth
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
-        self.rows: dict[tuple[int, int], dict] = {}
+        self.rows: dict[tuple[int, int], SweepPoint] = {}
         self.header: dict | None = None  # schema_version, tool, model, hardware of the first report
         self.notes: dict[str, None] = {}  # ordered sets
         self.warnings: dict[str, None] = {}
@@ -171,8 +184,8 @@ class Profiler:
         self._hw: HardwareSpec | None = None
         self._fitted: dict[tuple[int, int], Report] = {}  # fitted points' reports, until their memory is known
 
-    def row(self, batch: int, context: int) -> dict:
-        """The sweep row at (batch, context), from the fit at its context or profiled, on first use."""
+    def row(self, batch: int, context: int) -> SweepPoint:
+        """The sweep point at (batch, context), from the fit at its context or profiled, on first use."""
         key = (batch, context)
         if key not in self.rows:
             fit = self.fit_for(batch, context)
@@ -187,17 +200,17 @@ class Profiler:
                 self.run(batch, context)  # keeps its row
         return self.rows[key]
 
-    def point(self, batch: int, context: int) -> dict:
-        """The sweep row at (batch, context) with its memory: a profile's own; for a point from a
+    def point(self, batch: int, context: int) -> SweepPoint:
+        """The sweep point at (batch, context) with its memory: a profile's own; for a point from a
         fit, the fitted report's KV cache, the profiled weights, and the activation peak of the fit's
         full capture with every allocation scaled as its op's bytes written (rooflinekit.stages.memory)."""
         row = self.row(batch, context)
         report = self._fitted.pop((batch, context), None)
         fit = self.fit_for(batch, context)
-        if row.get("memory") is None and report is not None and fit is not None and fit.template.memory is not None:
+        if row.memory is None and report is not None and fit is not None and fit.template.memory is not None:
             memory = at_point(fit.template.memory, report, self.hw(), fit.fitted.activation_peak_at(batch, context),
                               FITTED_ACTIVATIONS)
-            row["memory"], row["fits"] = encode(memory), memory.fits
+            row = self.rows[(batch, context)] = replace(row, memory=_floats(memory), fits=memory.fits)
         return row
 
     def report(self, batch: int, context: int) -> Report:
@@ -284,9 +297,9 @@ class Profiler:
         def run(batch: int) -> tuple[float, float]:
             r = self.row(batch, context)
             if basis == "executed":
-                return r["flops"], r["bytes"]
-            ideal = r["step_at_attention_minimum"]
-            return ideal["flops"], ideal["bytes"]
+                return r.flops, r.bytes
+            ideal = r.step_at_attention_minimum
+            return ideal.flops, ideal.bytes
 
         return run
 
@@ -352,79 +365,59 @@ class AffineFit:
         return b
 
 
-@dataclass
-class CriticalBatch:
-    """The critical batch at one context: where the whole step reaches the ridge, or its ceiling.
+def fits_text(cb: CriticalBatchInfo) -> str:
+    """'; exceeds the largest batch that fits in memory (13)' where it does, else ''."""
+    if cb.max_batch_fits is None or cb.method == "none":
+        return ""
+    if cb.critical_batch is not None and cb.critical_batch > cb.max_batch_fits:
+        return f"; exceeds the largest batch that fits in memory ({cb.max_batch_fits:,})"
+    if cb.critical_batch is None:
+        return f"; the largest batch that fits in memory is {cb.max_batch_fits:,}"
+    return f"; fits in memory (up to B={cb.max_batch_fits:,})"
 
-    `profiled` says whether the answer was checked with real profiles: the critical batch (and the
-    batch below it), or for "never up to max_batch" the profile at max_batch. Where it is False the
-    answer is the fit's extrapolation and the summary says so.
-    """
 
-    context: int
-    critical_batch: int | None
-    saturation_intensity: float | None
-    ridge: float
-    method: str  # "affine fit" | "search" | "none" (not computed: see note)
-    basis: str = "executed"
-    residual: float | None = None
-    fit: dict | None = None
-    checked: dict[int, float | None] = field(default_factory=dict)  # batch -> profiled intensity
-    note: str = ""
-    max_batch: int = MAX_BATCH
-    profiled: bool = False
-    fallback: str = ""  # why a search replaced the fit
-    max_batch_fits: int | None = None  # the largest batch that fits in memory at this context
+def summary(cb: CriticalBatchInfo) -> str:
+    """'never: saturates at 7.9 FLOP/B, ridge 295 [...]' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295) [...]'."""
+    if cb.method == "none":
+        return f"not computed: {cb.note}"
+    sat = _fmt(cb.saturation_intensity)
+    ridge = f"ridge {cb.ridge:.0f}"
+    fitted = f"B={cb.fit['batches'][0]},{cb.fit['batches'][1]}" if cb.fit else "-"
+    residual = "unchecked" if cb.residual is None else f"{plain(100 * cb.residual, 2)}%"
 
-    def fits_text(self) -> str:
-        """'; exceeds the largest batch that fits in memory (13)' where it does, else ''."""
-        if self.max_batch_fits is None or self.method == "none":
-            return ""
-        if self.critical_batch is not None and self.critical_batch > self.max_batch_fits:
-            return f"; exceeds the largest batch that fits in memory ({self.max_batch_fits:,})"
-        if self.critical_batch is None:
-            return f"; the largest batch that fits in memory is {self.max_batch_fits:,}"
-        return f"; fits in memory (up to B={self.max_batch_fits:,})"
+    def at(batch: int | None) -> str:  # the intensity profiled at `batch`
+        return _fmt(cb.checked.get(str(batch)))
 
-    def summary(self) -> str:
-        """'never: saturates at 7.9 FLOP/B, ridge 295 [...]' or 'B* = 37 (saturates at 412 FLOP/B, ridge 295) [...]'."""
-        if self.method == "none":
-            return f"not computed: {self.note}"
-        sat = _fmt(self.saturation_intensity)
-        ridge = f"ridge {self.ridge:.0f}"
-        fitted = f"B={self.fit['batches'][0]},{self.fit['batches'][1]}" if self.fit else "-"
-        residual = "unchecked" if self.residual is None else f"{plain(100 * self.residual, 2)}%"
-        if self.method == "search":
-            if self.critical_batch is None:
-                text = (f"never up to max_batch {self.max_batch}: intensity "
-                        f"{_fmt(self.checked.get(self.max_batch))} there, marginal {sat} FLOP/B, {ridge}")
-            else:
-                text = (f"B* = {self.critical_batch} (intensity {_fmt(self.checked.get(self.critical_batch))} "
-                        f"there, marginal {sat} FLOP/B, {ridge})")
-            return f"{text}{self.fits_text()} [search, {len(self.checked)} profiles: {self.fallback}]"
-        fit_crit = (self.fit or {}).get("critical")
-        beyond = self.critical_batch is None and fit_crit is not None and fit_crit > self.max_batch
-        if beyond and self.profiled:
-            text = (f"never up to max_batch {self.max_batch}: intensity {_fmt(self.checked.get(self.max_batch))} "
-                    f"there; the fit reaches the ridge at B={fit_crit} (saturates at {sat} FLOP/B, {ridge})")
-        elif beyond:
-            text = (f"never up to max_batch {self.max_batch}: the fit reaches the ridge at B={fit_crit} "
-                    f"(saturates at {sat} FLOP/B, {ridge})")
-        elif self.critical_batch is None:
-            text = f"never: saturates at {sat} FLOP/B, {ridge}"
+    if cb.method == "search":
+        if cb.critical_batch is None:
+            text = f"never up to max_batch {cb.max_batch}: intensity {at(cb.max_batch)} there, marginal {sat} FLOP/B, {ridge}"
         else:
-            text = f"B* = {self.critical_batch} (saturates at {sat} FLOP/B, {ridge})"
-        tail = ""
-        if self.critical_batch is not None or beyond:
-            tail = (f"; profiled at B={','.join(map(str, sorted(self.checked)))}" if self.profiled
-                    else "; extrapolated, not profiled")
-        return f"{text}{self.fits_text()} [affine fit on {fitted}, residual {residual}{tail}]"
+            text = f"B* = {cb.critical_batch} (intensity {at(cb.critical_batch)} there, marginal {sat} FLOP/B, {ridge})"
+        return f"{text}{fits_text(cb)} [search, {len(cb.checked)} profiles: {cb.fallback}]"
+    fit_crit = (cb.fit or {}).get("critical")
+    beyond = (cb.critical_batch is None and fit_crit is not None and cb.max_batch is not None
+              and fit_crit > cb.max_batch)
+    if beyond and cb.profiled:
+        text = (f"never up to max_batch {cb.max_batch}: intensity {at(cb.max_batch)} there; the fit reaches the "
+                f"ridge at B={fit_crit} (saturates at {sat} FLOP/B, {ridge})")
+    elif beyond:
+        text = (f"never up to max_batch {cb.max_batch}: the fit reaches the ridge at B={fit_crit} "
+                f"(saturates at {sat} FLOP/B, {ridge})")
+    elif cb.critical_batch is None:
+        text = f"never: saturates at {sat} FLOP/B, {ridge}"
+    else:
+        text = f"B* = {cb.critical_batch} (saturates at {sat} FLOP/B, {ridge})"
+    tail = ""
+    if cb.critical_batch is not None or beyond:
+        tail = (f"; profiled at B={','.join(sorted(cb.checked, key=int))}" if cb.profiled
+                else "; extrapolated, not profiled")
+    return f"{text}{fits_text(cb)} [affine fit on {fitted}, residual {residual}{tail}]"
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["checked"] = {str(b): i for b, i in self.checked.items()}
-        d["summary"] = self.summary()
-        return d
+
+def summarised(cb: CriticalBatchInfo, **changes) -> CriticalBatchInfo:
+    """`cb` with `changes` (fields of CriticalBatchInfo), its summary written afresh from them."""
+    cb = replace(cb, **changes)
+    return replace(cb, summary=summary(cb))
 
 
 def _fmt(value: float | None) -> str:
@@ -505,7 +498,7 @@ def critical_batch(
     tolerance: float = FIT_TOLERANCE,
     max_batch: int = MAX_BATCH,
     explore: bool = True,
-) -> CriticalBatch:
+) -> CriticalBatchInfo:
     """The critical batch at `context` from profiles: an affine fit whose batch is profiled, else a search.
 
     `explore=False` (a sweep on a real device, where a batch is real memory) profiles nothing but
@@ -515,9 +508,10 @@ def critical_batch(
     given = sorted(set(batches))
     chosen = probe_batches(given) if explore else probe_batches(given, limit=max(given))
     if len(chosen) < 2:
-        return CriticalBatch(context, None, None, ridge, "none", basis, max_batch=max_batch,
-                             note=f"one batch ({chosen[0]}) cannot be fitted and other batches are not profiled "
-                             "on a real device: sweep two or more batches, or use --device meta")
+        return summarised(CriticalBatchInfo(
+            context, None, None, ridge, "none", basis, summary="", max_batch=max_batch,
+            note=f"one batch ({chosen[0]}) cannot be fitted and other batches are not profiled on a real device: "
+            "sweep two or more batches, or use --device meta"))
     fit = fit_affine(probe, chosen)
     crit_fit = fit.critical(ridge)
     fit_dict = {
@@ -527,8 +521,10 @@ def critical_batch(
     }
 
     def result(crit, saturation, method, checked=None, note="", profiled=False, fallback=""):
-        return CriticalBatch(context, crit, saturation, ridge, method, basis, fit.residual, fit_dict,
-                             dict(sorted((checked or {}).items())), note, max_batch, profiled, fallback)
+        checked = {str(b): i for b, i in sorted((checked or {}).items())}
+        return summarised(CriticalBatchInfo(
+            context, crit, saturation, ridge, method, basis, summary="", residual=fit.residual, fit=fit_dict,
+            checked=checked, note=note, max_batch=max_batch, profiled=profiled, fallback=fallback))
 
     fitted = f"B={fit.batches[0]},{fit.batches[1]}"
     if fit.residual is not None and fit.residual > tolerance:
@@ -569,7 +565,7 @@ def critical_batch(
     return _searched(probe, ridge, max_batch, seen, why, result)
 
 
-def _searched(probe: Probe, ridge: float, max_batch: int, seen: dict, why: str, result) -> CriticalBatch:
+def _searched(probe: Probe, ridge: float, max_batch: int, seen: dict, why: str, result) -> CriticalBatchInfo:
     crit, marginal, seen = search_critical(probe, ridge, max_batch, seen)
     note = (f"searched with real profiles at {len(seen)} batches up to {max(seen)}; the saturation shown is the "
             "marginal intensity between the two largest batches profiled")
@@ -581,15 +577,15 @@ def _searched(probe: Probe, ridge: float, max_batch: int, seen: dict, why: str, 
 
 @dataclass
 class SweepResult:
-    """Rows per point, critical batch per context, and whether the user stopped it early."""
+    """The points, the critical batch per context, and whether the user stopped it early."""
 
     header: dict
     base: dict
     batches: list[int]
     contexts: list[int]
-    points: list[dict] = field(default_factory=list)
-    critical: list[CriticalBatch] = field(default_factory=list)
-    critical_ideal: list[CriticalBatch] = field(default_factory=list)
+    points: list[SweepPoint] = field(default_factory=list)
+    critical: list[CriticalBatchInfo] = field(default_factory=list)
+    critical_ideal: list[CriticalBatchInfo] = field(default_factory=list)
     interrupted: bool = False
     profiles: int = 0
     evaluated: int = 0
@@ -600,7 +596,8 @@ class SweepResult:
     notes: list[str] = field(default_factory=list)  # every profile's notes, each once, then the sweep's own
     warnings: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def report(self) -> SweepReport:
+        """The sweep report (its JSON: `to_dict`)."""
         notes = list(self.notes)
         if self.critical:
             notes.append(assumption(self.max_batch, self.explore))
@@ -616,16 +613,20 @@ class SweepResult:
             deployment=self.deployment,
             hardware=decode(HardwareInfo, header["hardware"]) if header.get("hardware") else _NO_HARDWARE,
             model=decode(ModelInfo, header.get("model") or {}),
-            points=[decode(SweepPoint, p) for p in self.points],
-            critical_batch=[decode(CriticalBatchInfo, c.to_dict()) for c in self.critical],
-            critical_batch_attention_minimum=[decode(CriticalBatchInfo, c.to_dict()) for c in self.critical_ideal],
+            points=list(self.points),
+            critical_batch=list(self.critical),
+            critical_batch_attention_minimum=list(self.critical_ideal),
             interrupted=self.interrupted,
             profiles=self.profiles,
             evaluated=self.evaluated,
             wall_s=self.wall_s,
             warnings=list(self.warnings),
             notes=notes,
-        ).to_dict()
+        )
+
+    def to_dict(self) -> dict:
+        """The JSON document of `sweep -f json`."""
+        return self.report().to_dict()
 
 
 @dataclass(frozen=True)
@@ -650,7 +651,7 @@ def run_sweep(
     contexts: list[int],
     *,
     options: SweepOptions | None = None,
-    progress: Callable[[dict], None] | None = None,
+    progress: Callable[[SweepPoint], None] | None = None,
     profiler: Profiler | None = None,
 ) -> SweepResult:
     """Profile every (batch, context), then the critical batch per context. Ctrl-C keeps what is done.
@@ -679,10 +680,10 @@ def run_sweep(
             prof.fit(batches, contexts, top_batch=max_batch if critical else None)
         for context in contexts:
             for batch in batches:
-                row = prof.point(batch, context)
-                result.points.append(row)
+                point = prof.point(batch, context)
+                result.points.append(point)
                 if progress:
-                    progress(row)
+                    progress(point)
         if critical:
             _critical_batches(prof, result)
     except KeyboardInterrupt:
@@ -693,6 +694,7 @@ def run_sweep(
     result.notes = list(prof.notes) + [n for n in prof.fit_notes if n not in prof.notes]
     result.warnings = list(prof.warnings)
     result.notes += _sweep_notes(result, base.device, critical)
+    result.points = _memory_notes_off(result.points)
     result.wall_s = time.perf_counter() - start
     return result
 
@@ -702,19 +704,21 @@ def _critical_batches(prof: Profiler, result: SweepResult) -> None:
     ridge = prof.header["hardware"]["ridge"]
     batches, explore, max_batch = result.batches, result.explore, result.max_batch
     for context in result.contexts:
-        fits = (prof.point(batches[0], context).get("memory") or {}).get("max_batch")
-        result.critical.append(replace(critical_batch(prof.probe(context), context, ridge, batches,
-                                                      max_batch=max_batch, explore=explore),
-                                       max_batch_fits=fits))
-        if prof.row(batches[0], context)["attention"]["recognised"]:
-            result.critical_ideal.append(replace(critical_batch(
+        memory = prof.point(batches[0], context).memory
+        fits = memory.max_batch if memory is not None else None
+        result.critical.append(summarised(critical_batch(prof.probe(context), context, ridge, batches,
+                                                         max_batch=max_batch, explore=explore),
+                                          max_batch_fits=fits))
+        if prof.row(batches[0], context).attention.recognised:
+            result.critical_ideal.append(summarised(critical_batch(
                 prof.probe(context, "ideal"), context, ridge, batches, basis="attention minimum",
                 max_batch=max_batch, explore=explore), max_batch_fits=fits))
 
 
 def _sweep_notes(result: SweepResult, device: str, critical: bool) -> list[str]:
-    """The sweep's own notes: an extrapolated critical batch, each point's memory notes once (taken
-    off the points), the points that do not fit, the largest share of uncounted bytes."""
+    """The sweep's own notes: an extrapolated critical batch, each point's memory notes once (which
+    `_memory_notes_off` then takes off the points), the points that do not fit, the largest share of
+    uncounted bytes."""
     notes = []
     if critical and not result.explore:
         notes.append(
@@ -724,24 +728,29 @@ def _sweep_notes(result: SweepResult, device: str, critical: bool) -> list[str]:
             "profiled critical batch")
     memory_notes: dict[str, None] = {}
     for p in result.points:  # each point's memory notes once, in the sweep's notes
-        if p.get("memory"):
-            memory_notes.update(dict.fromkeys(p["memory"].get("notes", [])))
-            p["memory"]["notes"] = []
+        if p.memory is not None:
+            memory_notes.update(dict.fromkeys(p.memory.notes))
     notes.extend(n for n in memory_notes if n not in result.notes)
-    short = [p for p in result.points if p.get("fits") is False]
+    short = [p for p in result.points if p.fits is False]
     if short:
-        top = short[0]["memory"]
+        first, top = short[0], short[0].memory
         notes.append(
-            f"{len(short)} of {len(result.points)} points do not fit in memory (fits false): e.g. B={short[0]['batch']}, "
-            f"S={short[0]['context']} needs {si(top['total_bytes'], 'B')} per GPU of {si(top['usable_bytes'], 'B')} "
-            f"usable ({top['fraction']:g} x {si(top['capacity_bytes'], 'B')})")
-    uncounted = [p for p in result.points if p.get("uncounted_bytes_share")]
+            f"{len(short)} of {len(result.points)} points do not fit in memory (fits false): e.g. B={first.batch}, "
+            f"S={first.context} needs {si(top.total_bytes, 'B')} per GPU of {si(top.usable_bytes, 'B')} "
+            f"usable ({top.fraction:g} x {si(top.capacity_bytes, 'B')})")
+    uncounted = [p for p in result.points if p.uncounted_bytes_share]
     if uncounted:
-        top = max(uncounted, key=lambda p: p["uncounted_bytes_share"])
+        top = max(uncounted, key=lambda p: p.uncounted_bytes_share)
         notes.append(
-            f"ops without a FLOP formula move up to {100 * top['uncounted_bytes_share']:.1f}% of a step's bytes "
-            f"(B={top['batch']}, S={top['context']}; uncounted_bytes_share per point): their FLOPs count as 0")
+            f"ops without a FLOP formula move up to {100 * top.uncounted_bytes_share:.1f}% of a step's bytes "
+            f"(B={top.batch}, S={top.context}; uncounted_bytes_share per point): their FLOPs count as 0")
     return notes
+
+
+def _memory_notes_off(points: list[SweepPoint]) -> list[SweepPoint]:
+    """The points without their memory notes (the sweep's notes hold each once)."""
+    return [replace(p, memory=replace(p.memory, notes=[])) if p.memory is not None and p.memory.notes else p
+            for p in points]
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -505,22 +505,31 @@ class SweepPoint:
 
 @dataclass(frozen=True)
 class CriticalBatchInfo:
-    """The critical batch at one context (rooflinekit.analyses.sweep.CriticalBatch), as reported."""
+    """The critical batch at one context: where the whole step reaches the ridge, or its ceiling.
+
+    Found by rooflinekit.analyses.sweep.critical_batch, which writes `summary` (one line, the
+    answer with how it was found) from the other fields. `profiled` says whether the answer was
+    checked with real profiles: the critical batch (and the batch below it), or for "never up to
+    max_batch" the profile at max_batch; where it is False the answer is the fit's extrapolation.
+    """
 
     context: int
     critical_batch: int | None
     saturation_intensity: float | None
     ridge: float
-    method: str
-    basis: str
+    method: str  # "affine fit" | "search" | "none" (not computed: see note)
+    basis: str  # "executed" | "attention minimum" (the step with attention at its architecture minimum)
     summary: str
+    #: Largest relative miss of the affine fit on the batches it was checked on (None: unchecked).
     residual: float | None = None
+    #: The affine fit: flops0, flops_per_seq, bytes0, bytes_per_seq, batches, checked, critical.
     fit: dict[str, Any] | None = None
+    #: Batch (as a string, as in JSON) -> the intensity profiled there, ascending by batch.
     checked: dict[str, float | None] = field(default_factory=dict)
     note: str = ""
     max_batch: int | None = None
     profiled: bool = False
-    fallback: str = ""
+    fallback: str = ""  # why a search replaced the fit
     #: The largest batch that fits in memory at this context (None: capacity unknown).
     max_batch_fits: int | None = None
 
