@@ -17,6 +17,7 @@ from rooflinekit.cli.options import (
 from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.files import check_not_input
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.advice_plot import write_advice_plot
 from rooflinekit.outputs.advise_view import ADVISE_FORMATS, render_advice
@@ -53,8 +54,8 @@ fit), whether it fits, memory per GPU, the assumption. Counts on the meta device
 def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, fmt, output, plot_path, debug,
                tp=1, ep=1):
     fmt = output_format(fmt, output)
-    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep,
-                                               hardware=hardware)
+    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
     inputs = model_inputs(model, hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)

@@ -28,6 +28,7 @@ from rooflinekit.cli.workload import make_workload, parallel_options, workload_o
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import profile_html
 from rooflinekit.outputs.plot import check_target, write_plot
@@ -98,8 +99,8 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
     fmt = output_format(fmt, output)
     if csv_table is not None and fmt != "csv":
         raise UserError(f"--table applies to -f csv, not -f {fmt}")
-    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, tp, ep,
-                                               hardware=hardware)
+    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
     inputs = model_inputs(model, hardware, compare_hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)

@@ -22,6 +22,7 @@ from rooflinekit.cli.workload import make_workload, parallel_options, workload_o
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import sweep_html
 from rooflinekit.outputs.plot import check_target, write_plot
@@ -80,11 +81,11 @@ def decorate(f):
 def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
           no_critical, max_batch, debug, tp=1, ep=1, no_fit=False, wide=False):
     fmt = output_format(fmt, output)
-    base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, tp, ep,
-                                           hardware=hardware)
+    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
+    base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, asked)
     for b in batches:
         for c in contexts:
-            make_workload(phase, b, c, dtype, device, (), tp, ep)
+            make_workload(phase, b, c, dtype, device, (), Deployment(tp=tp, ep=ep))
     if max_batch > BATCH_LIMIT:
         raise UserError(f"--max-batch must be at most {BATCH_LIMIT:,}, got {max_batch}")
     inputs = model_inputs(model, hardware)

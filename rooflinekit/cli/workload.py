@@ -13,6 +13,8 @@ Apart from rooflinekit.cli.options because a Workload needs torch: commands that
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 import torch
 
@@ -122,12 +124,13 @@ def command_memory_fraction() -> float:
     return ctx.meta.get(MEMORY_FRACTION, DEFAULT_FRACTION) if ctx is not None else DEFAULT_FRACTION
 
 
-def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *, hardware: str | None = None,
+def make_workload(phase, batch, context, dtype, device, options, deployment: Deployment | None = None, *,
                   levers: dict | None = None) -> tuple[Workload, Deployment, dict]:
     """The request the options describe, checked: the Workload (what runs), the Deployment (how:
-    `hardware`, TP/EP, formats, memory fraction) and the parsed -O options. `levers` maps the format
-    and multi-token flag names (weight_dtype, weight_group_size, kv_dtype, q_len,
-    quantize_embeddings) to values; None: those the current command was given."""
+    `deployment`'s hardware and TP/EP, with the formats and memory fraction the command was given)
+    and the parsed -O options. `levers` maps the format and multi-token flag names (weight_dtype,
+    weight_group_size, kv_dtype, q_len, quantize_embeddings) to values; None: those the current
+    command was given."""
     validate(phase, batch, context, dtype, device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -141,7 +144,7 @@ def make_workload(phase, batch, context, dtype, device, options, tp=1, ep=1, *, 
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())),
                         decode_q_len=1 if q_len is None else q_len)
     formats = {k: v for k, v in kept.items() if k in DEPLOYMENT_FLAGS and v is not None}
-    deployment = Deployment(hardware=hardware or "auto", tp=tp, ep=ep, memory_fraction=command_memory_fraction(),
-                            **formats)
+    deployment = replace(deployment or Deployment(hardware="auto"), memory_fraction=command_memory_fraction(),
+                         **formats)
     validate_levers(workload, deployment)
     return workload, deployment, opts
