@@ -81,7 +81,7 @@ def test_ratio_edge_cases():
     ('{"schema_version": "1.0", "kind": "sweep", "points": [], "hardware": {}}', ["takes a profile report"]),
     ('{"schema_version": "1.0", "totals": {"flops": 1}, "modules": [], "attention": [], "workload": {}}',
      ["totals.intensity", "hardware (an object)", "workload.phase", "attention_totals (an object)"]),
-    ('{"schema_version": "3.1", "kind": "profile"}', ["schema_version '3.1'", "schema 1.x"]),
+    ('{"schema_version": "4.1", "kind": "profile"}', ["schema_version '4.1'", "schema 1.x"]),
 ])
 def test_compare_bad_input(invoke, reports, tmp_path, content, needles):
     bad = tmp_path / "bad.json"
