@@ -20,6 +20,7 @@ if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, no
 from rooflinekit.analyses.profile import profile  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.plugins import PluginHost  # noqa: E402
+from rooflinekit.core.request import Deployment  # noqa: E402
 from rooflinekit.core.specs import AttentionSpec  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
 from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
@@ -50,7 +51,8 @@ def make_host(with_plugin: bool = True) -> PluginHost:
 
 def run(path, phase, batch, context, options, host, hardware_name="H800"):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, hardware_name, host=host).report.to_dict()
+    return profile(load_source(str(path), options, host), workload, Deployment(hardware_name),
+                   host=host).report.to_dict()
 
 
 # -- the override ---------------------------------------------------------------------------------
