@@ -61,6 +61,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     from rooflinekit.analyses.profile import profile
+    from rooflinekit.core.request import Deployment
     from rooflinekit.stages.capture.forward import call_forward
     from rooflinekit.stages.capture.recorder import Recorder
     from rooflinekit.stages.workload import Workload, build, in_effect, load_source
@@ -84,7 +85,7 @@ def main() -> None:
             call_forward(built.model, built.inputs)
 
     def analyse(w, src):
-        return profile(src, w, "H800").report.to_dict()
+        return profile(src, w, Deployment("H800")).report.to_dict()
 
     w = workload()
     bare(w, source)  # first meta forward pays torch's one-off meta-kernel imports
@@ -115,7 +116,7 @@ def main() -> None:
     plain_ratio = statistics.median(p[2] / p[0] for p in plain)
     rows.append((f"profile with the meta memo off (median of {runs} pairs), ratio to the bare forward",
                  f"{statistics.median(p[2] for p in plain):.3f} s, {plain_ratio:.2f}x"))
-    memo = profile(source, w, "H800").capture.memo_counts
+    memo = profile(source, w, Deployment("H800")).capture.memo_counts
     rows.append(("meta memo: calls answered from it / kernels run", f"{memo[0]} / {memo[1]}"))
     for label, kw in [("context 1024", {"context": 1024}), ("context 131072", {"context": 131072}),
                       ("batch 1", {"batch": 1})]:

@@ -32,7 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rooflinekit.analyses.profile import profile  # noqa: E402
-from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep  # noqa: E402
+from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep  # noqa: E402
+from rooflinekit.core.codec import encode  # noqa: E402
+from rooflinekit.core.request import Deployment  # noqa: E402
 from rooflinekit.stages.workload import Workload, load_source, parse_options  # noqa: E402
 
 BATCHES = [2 ** i for i in range(10)]  # 1 .. 512
@@ -50,7 +52,7 @@ def _workload(phase: str, batch: int, context: int, options: dict) -> Workload:
 def one_profile(model: str, phase: str, options: dict, hardware: str) -> tuple[float, float]:
     """(wall, cpu) seconds of one profile from the model file: load, build, capture, attribute, place."""
     wall, cpu = time.perf_counter(), time.process_time()
-    profile(load_source(model, options), _workload(phase, *POINT, options), hardware)
+    profile(load_source(model, options), _workload(phase, *POINT, options), Deployment(hardware))
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -59,8 +61,9 @@ def one_sweep(model: str, phase: str, options: dict, hardware: str, fit: bool = 
     wall, cpu = time.perf_counter(), time.process_time()
     source = load_source(model, options)
     base = _workload(phase, BATCHES[0], CONTEXTS[0], options)
-    prof = Profiler(source, base, hardware)
-    result = run_sweep(source, base, BATCHES, CONTEXTS, hardware, profiler=prof, fit=fit)
+    deployment = Deployment(hardware)
+    prof = Profiler(source, base, deployment)
+    result = run_sweep(source, base, deployment, BATCHES, CONTEXTS, options=SweepOptions(fit=fit), profiler=prof)
     return time.perf_counter() - wall, time.process_time() - cpu, result, prof
 
 
@@ -72,8 +75,9 @@ def check_points(model: str, phase: str, options: dict, hardware: str, prof: Pro
     points = list(dict.fromkeys(corners + grid[3::step]))[:n]
     worst = 0.0
     for b, s in points:
-        row = prof.row(b, s)
-        ref = point_row(profile(load_source(model, options), _workload(phase, b, s, options), hardware).report)
+        row = encode(prof.row(b, s))
+        ref = encode(point_row(profile(load_source(model, options), _workload(phase, b, s, options),
+                                       Deployment(hardware)).report))
         for key in CHECKED:
             x, y = row[key], ref[key]
             if x is None or y is None:
@@ -117,7 +121,7 @@ def main() -> int:
     ok = True
 
     start = time.perf_counter()
-    profile(load_source(args.model, options), _workload(args.phase, 1, 64, options), args.hardware)
+    profile(load_source(args.model, options), _workload(args.phase, 1, 64, options), Deployment(args.hardware))
     print(f"warm-up profile: {time.perf_counter() - start:.2f} s (excluded)")
     singles, sweeps = [], []
     for _ in range(args.repeats):
