@@ -16,23 +16,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from rooflinekit.analyses.profile import ReportOptions
+from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_memory
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import DEFAULT_FRACTION, Deployment
 from rooflinekit.outputs.render import ViewedReport
-from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture.forward import recording
 from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
-from rooflinekit.stages.memory import activation_peak, memory_of
-from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.workload import (
     DTYPES,
     ModelSource,
@@ -173,13 +170,11 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
                         param_storages=rec.param_storages, param_bytes_total=rec.param_total,
                         wall_s=time.perf_counter() - start, param_owners=dict(rec.param_owners),
                         param_names=dict(rec.param_names), live=rec.live.finish())
-    rows = attribute_attention(cap, model, workload, host)
-    info = {"name": type(model).__name__, "path": "(in memory)", "kind": "module",
-            "parameters": sum(p.numel() for p in model.parameters()), "param_bytes": cap.param_bytes_total,
-            "modules": len(cap.modules)}
+    deployment = Deployment(hardware=hw.name)
+    source = ModelSource(name=type(model).__name__, path="(in memory)", build_model=lambda: model,
+                         make_inputs=lambda *_: (), kind="module")
+    counting = attributed(model, cap, workload, deployment, host)
     out.model = model
-    view = Presentation(depth=depth, group_layers=group_layers, model_info=info,
-                        warnings=list(host.warnings + db.problems))
-    report = build_report(cap, rows, hw, workload, view)
-    out.report = ViewedReport.of(replace(report, memory=memory_of(report, hw, DEFAULT_FRACTION,
-                                                                  activation_peak(cap))))
+    report = place(counting, source, workload, deployment, hw, ReportOptions(depth=depth, group_layers=group_layers),
+                   ([], list(host.warnings + db.problems)))
+    out.report = ViewedReport.of(with_memory(report, counting, hw, deployment))

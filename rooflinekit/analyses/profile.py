@@ -32,7 +32,7 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages import quantize
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.capture import capture
+from rooflinekit.stages.capture import CaptureResult, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
@@ -149,6 +149,15 @@ def count(source: ModelSource, workload: Workload, deployment: Deployment, host:
     counted = run_transforms(Counted(cap, rows), transforms_for(lever), ctx)
     notes = list(source.notes) + [m.assumption_note for m in models]
     return Counting(built.model, built.inputs, counted, models, notes)
+
+
+def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, deployment: Deployment,
+               host: PluginHost) -> Counting:
+    """A capture recorded elsewhere (`rooflinekit.capture()` around the user's own forward) through
+    the rest of the counting: attribute, then the transforms. Its inputs are not kept."""
+    rows = attribute_attention(cap, model, workload, host, deployment)
+    counted = run_transforms(Counted(cap, rows), TRANSFORMS, TransformContext(workload, deployment, model, host))
+    return Counting(model, None, counted, [], [])
 
 
 def counted(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost) -> Profiled:
