@@ -1,0 +1,529 @@
+"""Hold rooflinekit's bound and expected time against published measurements of real engines.
+
+Reads benchmarks/published.toml (one row per published figure, with its source and exact
+configuration), maps each row to rooflinekit runs in-process on the full model config, and writes
+benchmarks/published_results.json and docs/validation.md.
+
+Mappings (the `mapping` field of a row):
+
+- `prefill`: one prefill step of `input_len` tokens (a first-token latency).
+- `decode-step`: one decode step at `context` (a per-user token rate read as the step).
+- `static-batch`: one batch of `batch` prompts: a prefill of `input_len` tokens, then
+  `output_len - 1` decode steps at contexts input_len + 1 .. input_len + output_len - 1 (the
+  context counts the new token). The decode steps are summed step by step: the two ends are
+  profiled, and each step's compute time, memory time and collective time are interpolated
+  between them (all three are affine in the context: K/V reads, score sizes and attention FLOPs
+  grow linearly) before the step's max(compute, memory) is taken, so the sum is the sum of the
+  per-step bounds, not the bound of the mean step. tests/test_validation_published.py checks
+  the interpolation against a profiled midpoint.
+- `per-token` (bound-only rows): the measured time per token against the step's bound divided
+  by its tokens.
+
+The bound of a step is `totals.time_bound_s` (max of compute and memory time over the whole
+step) plus the collectives' time (`totals.time_comm_s`) unless the report's time conventions
+already put the collectives inside `time_bound_s`. The expected time is `totals.expected_step_s`
+where the tool has it, else "not yet".
+
+Runs use the serving view (`kernels="serving"`) once the tool has it; until then (the view is
+named but prices the code as written, or is not named at all) they fall back to as-written and
+say so. Resumable: a row whose result is already in the results file with the same fingerprint
+(the row, the kernels view, the tool version and whether expected times exist) is not run again;
+`--force` reruns, `--only ID` runs some rows, `--docs-only` rewrites docs/validation.md from the
+results file.
+
+    python benchmarks/validate_published.py [--force] [--only ID ...] [--docs-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS_PATH = ROOT / "benchmarks" / "published.toml"
+RESULTS_PATH = ROOT / "benchmarks" / "published_results.json"
+DOC_PATH = ROOT / "docs" / "validation.md"
+#: The probe that tells whether the serving view prices anything differently (cheap: 2 layers).
+PROBE = ("examples/configs/llama-2-7b.json", {"layers": 2})
+RESULTS_SCHEMA = 1
+
+
+def load_rows(path: Path = ROWS_PATH) -> list[dict]:
+    with open(path, "rb") as f:
+        rows = tomllib.load(f)["row"]
+    ids = [r["id"] for r in rows]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise SystemExit(f"duplicate row ids in {path}: {', '.join(dup)}")
+    return rows
+
+
+def gpus(row: dict) -> int:
+    return max(row.get("tp", 1), row.get("ep", 1))
+
+
+def measured_seconds(row: dict) -> float:
+    """The published figure as the seconds of the mapped quantity (a step, a sum of steps, or a token)."""
+    unit, value, mapping = row["unit"], float(row["measured"]), row["mapping"]
+    if unit == "s":
+        return value
+    if unit == "ms":
+        return value / 1e3
+    if unit == "tok/s/user":
+        if mapping == "static-batch":
+            return row["output_len"] / value
+        if mapping == "decode-step":
+            return 1.0 / value
+    if unit == "out tok/s/GPU" and mapping == "static-batch":
+        return row["batch"] * row["output_len"] / (value * gpus(row))
+    if unit == "in tok/s/GPU" and mapping == "per-token":
+        return 1.0 / value
+    raise ValueError(f"row {row['id']}: unit '{unit}' does not map to '{mapping}'")
+
+
+def runs_of(row: dict) -> list[tuple[str, int, int]]:
+    """The (phase, batch, context) steps profiled for a row."""
+    m, b = row["mapping"], row["batch"]
+    if m == "prefill":
+        return [("prefill", b, row["input_len"])]
+    if m in ("decode-step", "per-token"):
+        return [("decode" if m == "decode-step" else "prefill", b, row["context"])]
+    if m == "static-batch":
+        steps = [("prefill", b, row["input_len"])]
+        n = row["output_len"] - 1
+        if n >= 1:
+            steps.append(("decode", b, row["input_len"] + 1))
+        if n >= 2:
+            steps.append(("decode", b, row["input_len"] + n))
+        return steps
+    raise ValueError(f"row {row['id']}: unknown mapping '{m}'")
+
+
+def command(row: dict, phase: str, batch: int, context: int, kernels: str) -> str:
+    """The CLI command of one profiled step."""
+    parts = [f"rooflinekit profile {row['model']} --phase {phase} -b {batch} -s {context}",
+             f"-H '{row['hardware']}'", f"--dtype {row['dtype']}"]
+    if row.get("weight_dtype") and row["weight_dtype"] != row["dtype"]:
+        parts.append(f"--weight-dtype {row['weight_dtype']}")
+    if row.get("weight_group_size"):
+        parts.append(f"--weight-group-size {row['weight_group_size']}")
+    if row.get("kv_dtype") and row["kv_dtype"] != row["dtype"]:
+        parts.append(f"--kv-dtype {row['kv_dtype']}")
+    if row.get("tp", 1) > 1:
+        parts.append(f"--tp {row['tp']}")
+    if row.get("ep", 1) > 1:
+        parts.append(f"--ep {row['ep']}")
+    if kernels != "as-written":
+        parts.append(f"--kernels {kernels}")
+    return " ".join(parts)
+
+
+# --- the tool --------------------------------------------------------------------------------
+
+def _api():
+    from rooflinekit.analyses.profile import ReportOptions, profile
+    from rooflinekit.core.request import Deployment, Workload
+    from rooflinekit.stages.workload import load_source
+    return profile, ReportOptions, Workload, Deployment, load_source
+
+
+def tool_version() -> str:
+    import rooflinekit
+    return getattr(rooflinekit, "__version__", "unknown")
+
+
+def _totals(source, workload, deployment) -> dict:
+    profile, ReportOptions, *_ = _api()
+    report = profile(source, workload, deployment, options=ReportOptions(detail=False)).report
+    return report.to_dict()["totals"]
+
+
+def serving_view() -> tuple[str, str]:
+    """The kernels view the runs use, and why: "serving" once the tool prices it, else "as-written"."""
+    try:
+        from rooflinekit.core.request import KERNELS, Deployment
+    except ImportError:  # pragma: no cover - an older tool
+        return "as-written", "the tool has no kernels views: runs price the code as written"
+    if "serving" not in KERNELS:
+        return "as-written", "the tool does not name the serving view yet: runs price the code as written"
+    try:
+        Deployment(kernels="serving")
+    except Exception as exc:  # noqa: BLE001 - any refusal means no serving view
+        return "as-written", f"Deployment(kernels='serving') is refused ({exc}): runs price the code as written"
+    _, _, Workload, Deployment, load_source = _api()
+    source = load_source(str(ROOT / PROBE[0]), dict(PROBE[1]))
+    work = Workload("decode", 1, 256)
+    written = _totals(source, work, Deployment("A100 SXM 80GB"))
+    serving = _totals(source, work, Deployment("A100 SXM 80GB", kernels="serving"))
+    if (written["bytes"], written["flops"]) == (serving["bytes"], serving["flops"]):
+        return "as-written", ("the tool names the serving view but prices it as written (a probe on "
+                              f"{PROBE[0]} moved the same bytes in both views): the serving transform has "
+                              "not landed, so runs price the code as written")
+    return "serving", "the serving view (kernels='serving')"
+
+
+def comm_inside_bound(totals: dict) -> bool:
+    words = (totals.get("time_conventions") or {}).get("time_bound_s", "")
+    return "collective" in words or "comm" in words
+
+
+def step_figures(totals: dict) -> dict:
+    comm = float(totals.get("time_comm_s") or 0.0)
+    return {
+        "compute_s": float(totals["time_compute_s"]),
+        "memory_s": float(totals["time_memory_s"]),
+        "comm_s": 0.0 if comm_inside_bound(totals) else comm,
+        "time_bound_s": float(totals["time_bound_s"]),
+        "expected_s": None if totals.get("expected_step_s") is None else float(totals["expected_step_s"]),
+        "binding": totals.get("binding") or totals.get("bound"),
+        "bytes": float(totals["bytes"]),
+        "flops": float(totals["flops"]),
+        "weight_bytes": float(totals.get("weight_bytes") or 0.0),
+        "kv_bytes": float(totals.get("kv_bytes_executed") or 0.0),
+    }
+
+
+def step_bound(fig: dict) -> float:
+    """A step's bound: the whole-step roofline plus the collectives not already inside it."""
+    return fig["time_bound_s"] + fig["comm_s"]
+
+
+def decode_sum(first: dict, last: dict | None, c0: int, c1: int) -> tuple[float, float | None]:
+    """The summed bound (and expected time) of the decode steps at contexts c0..c1, interpolating
+    compute, memory and collective time linearly in the context between the two profiled ends."""
+    if last is None or c1 == c0:
+        n = c1 - c0 + 1
+        exp = first["expected_s"]
+        return n * step_bound(first), None if exp is None else n * exp
+    total = 0.0
+    for c in range(c0, c1 + 1):
+        f = (c - c0) / (c1 - c0)
+        comp = first["compute_s"] + f * (last["compute_s"] - first["compute_s"])
+        mem = first["memory_s"] + f * (last["memory_s"] - first["memory_s"])
+        comm = first["comm_s"] + f * (last["comm_s"] - first["comm_s"])
+        total += max(comp, mem) + comm
+    if first["expected_s"] is None or last["expected_s"] is None:
+        return total, None
+    n = c1 - c0 + 1
+    return total, n * (first["expected_s"] + last["expected_s"]) / 2
+
+
+def deployment_of(row: dict, kernels: str):
+    *_, Deployment, _ = _api()
+    return Deployment(row["hardware"], tp=row.get("tp", 1), ep=row.get("ep", 1),
+                      weight_dtype=row.get("weight_dtype"), weight_group_size=row.get("weight_group_size"),
+                      kv_dtype=row.get("kv_dtype"), kernels=kernels)
+
+
+def run_row(row: dict, kernels: str) -> dict:
+    """Profile a row's steps and map them to its measured quantity."""
+    _, _, Workload, _, load_source = _api()
+    source = load_source(str(ROOT / row["model"]), {})
+    deployment = deployment_of(row, kernels)
+    steps = []
+    for phase, batch, context in runs_of(row):
+        fig = step_figures(_totals(source, Workload(phase, batch, context, dtype=row["dtype"]), deployment))
+        steps.append({"phase": phase, "batch": batch, "context": context,
+                      "command": command(row, phase, batch, context, kernels), **fig})
+    m = row["mapping"]
+    if m in ("prefill", "decode-step"):
+        bound, expected = step_bound(steps[0]), steps[0]["expected_s"]
+    elif m == "per-token":
+        tokens = steps[0]["batch"] * steps[0]["context"]
+        bound = step_bound(steps[0]) / tokens
+        expected = None if steps[0]["expected_s"] is None else steps[0]["expected_s"] / tokens
+    else:
+        bound, expected = step_bound(steps[0]), steps[0]["expected_s"]
+        if len(steps) > 1:
+            c0 = row["input_len"] + 1
+            c1 = row["input_len"] + row["output_len"] - 1
+            dec_bound, dec_exp = decode_sum(steps[1], steps[2] if len(steps) > 2 else None, c0, c1)
+            bound += dec_bound
+            expected = None if expected is None or dec_exp is None else expected + dec_exp
+    measured = measured_seconds(row)
+    # what dominates the mapped time: the step (or summed steps) carrying most of the bound
+    if m == "static-batch" and len(steps) > 1:
+        prefill_share = step_bound(steps[0]) / bound if bound else 0.0
+        main = steps[0] if prefill_share >= 0.5 else steps[-1]
+    else:
+        prefill_share = 1.0 if steps[0]["phase"] == "prefill" else 0.0
+        main = steps[0]
+    return {
+        "id": row["id"], "kernels": kernels, "bound_s": bound, "expected_s": expected, "measured_s": measured,
+        "bound_over_measured": bound / measured,
+        "expected_over_measured": None if expected is None else expected / measured,
+        "beats_bound": measured < bound, "bound_only": bool(row.get("bound_only", False)),
+        "binding": main["binding"], "prefill_share": prefill_share,
+        "weight_share": main["weight_bytes"] / main["bytes"] if main["bytes"] else 0.0,
+        "kv_share": main["kv_bytes"] / main["bytes"] if main["bytes"] else 0.0,
+        "comm_share": step_bound(main) and main["comm_s"] / step_bound(main),
+        "steps": steps,
+    }
+
+
+def fingerprint(row: dict, kernels: str, version: str, has_expected: bool) -> str:
+    text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def has_expected_field() -> bool:
+    """Whether the tool's reports carry totals.expected_step_s (read from the report schema)."""
+    schema_dir = ROOT / "rooflinekit" / "schema"
+    return any("expected_step_s" in p.read_text() for p in schema_dir.glob("profile-*.schema.json"))
+
+
+# --- results and docs ------------------------------------------------------------------------
+
+def load_results(path: Path = RESULTS_PATH) -> dict:
+    if path.exists():
+        data = json.loads(path.read_text())
+        if data.get("schema") == RESULTS_SCHEMA:
+            return data
+    return {"schema": RESULTS_SCHEMA, "meta": {}, "rows": {}}
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def summarize(rows: list[dict], results: dict) -> dict:
+    done = [(r, results["rows"][r["id"]]) for r in rows
+            if r["id"] in results["rows"] and "error" not in results["rows"][r["id"]]]
+    failed = [r["id"] for r in rows if "error" in results["rows"].get(r["id"], {})]
+    scored = [(r, x) for r, x in done if not x["bound_only"]]
+    beats = [x["id"] for _, x in scored if x["beats_bound"]]
+    bound_only_beats = [x["id"] for _, x in done if x["bound_only"] and x["beats_bound"]]
+    ratios = [x["bound_over_measured"] for _, x in scored]
+    errs = [(abs(x["expected_over_measured"] - 1), x["id"]) for _, x in scored if x["expected_over_measured"] is not None]
+    within = [x for _, x in scored if not x["beats_bound"]]
+    loosest = sorted(within, key=lambda x: x["bound_over_measured"])[:5]
+    return {
+        "rows": len(rows), "done": len(done), "failed": failed, "scored": len(scored), "bound_only": len(done) - len(scored),
+        "beat_bound": beats, "bound_only_beat_bound": bound_only_beats,
+        "bound_over_measured_median": statistics.median(ratios) if ratios else None,
+        "bound_over_measured_min": min(ratios) if ratios else None,
+        "bound_over_measured_max": max(ratios) if ratios else None,
+        "expected_rows": len(errs),
+        "expected_abs_err_median": statistics.median(e for e, _ in errs) if errs else None,
+        "expected_abs_err_worst": max(errs)[0] if errs else None,
+        "expected_worst_rows": [i for _, i in sorted(errs, reverse=True)[:5]],
+        "loosest_rows": [x["id"] for x in loosest],
+    }
+
+
+def _fmt_s(x: float | None) -> str:
+    if x is None:
+        return "not yet"
+    if x >= 1:
+        return f"{x:.3f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.2f} ms"
+    return f"{x * 1e6:.1f} us"
+
+
+def _fmt_r(x: float | None) -> str:
+    return "not yet" if x is None else f"{x:.3f}"
+
+
+def _limits(x: dict) -> str:
+    """What the bound of a row is made of, in words."""
+    parts = [f"{x['binding']}-bound"]
+    if x["prefill_share"] not in (0.0, 1.0):
+        parts.append(f"prefill {x['prefill_share']:.0%} of the bound")
+    parts.append(f"weights {x['weight_share']:.0%} and K/V {x['kv_share']:.0%} of the bytes")
+    if x["comm_share"]:
+        parts.append(f"collectives {x['comm_share']:.0%} of the step")
+    return ", ".join(parts)
+
+
+def config_words(row: dict) -> str:
+    w = [row["dtype"]]
+    if row.get("weight_dtype") and row["weight_dtype"] != row["dtype"]:
+        g = f" g{row['weight_group_size']}" if row.get("weight_group_size") else ""
+        w.append(f"{row['weight_dtype']}{g} weights")
+    if row.get("kv_dtype") and row["kv_dtype"] != row["dtype"]:
+        w.append(f"{row['kv_dtype']} KV")
+    if row.get("tp", 1) > 1:
+        w.append(f"TP {row['tp']}")
+    if row.get("ep", 1) > 1:
+        w.append(f"EP {row['ep']}")
+    m = row["mapping"]
+    if m == "static-batch":
+        w.append(f"B {row['batch']}, {row['input_len']} in / {row['output_len']} out")
+    elif m == "prefill":
+        w.append(f"B {row['batch']}, prefill {row['input_len']}")
+    else:
+        w.append(f"B {row['batch']}, context {row['context']}")
+    return ", ".join(w)
+
+
+def render_doc(rows: list[dict], results: dict) -> str:
+    meta, s = results["meta"], summarize(rows, results)
+    out = ["# Validation against published measurements", "",
+           "rooflinekit's step time is a bound and, beside it, an expected time. This page holds both against",
+           f"{len(rows)} published measurements of real engines (gpt-fast, TensorRT-LLM, vLLM, DeepSeek's own",
+           "serving system): each row is a figure from its source with the exact configuration, mapped to",
+           "rooflinekit runs on the model's full config. The rows live in `benchmarks/published.toml` (source,",
+           "configuration, mapping); `benchmarks/validate_published.py` runs them and regenerates this page and",
+           "`benchmarks/published_results.json`; `tests/test_validation_published.py` recomputes a few cheap",
+           "rows against the committed results and holds the property below.", "",
+           "**The property: no row is faster than its bound.** A measured time below the bound means the",
+           "tool prices work the engine does not do (or an entry's peaks are too low): a defect to explain and",
+           "fix. The expected time is scored by |expected/measured - 1| (target: median at most 25%).", "",
+           "## How a figure maps to runs", "",
+           "| mapping | published figure | rooflinekit runs |",
+           "| --- | --- | --- |",
+           "| `static-batch` | a batch's whole latency, or tokens/s over it (gpt-fast tokens/s, TensorRT-LLM static-batch throughput, vLLM `benchmark_latency`) | prefill of the prompts, plus the decode steps at contexts input + 1 .. input + output - 1, summed step by step (both ends profiled; compute, memory and collective time interpolated per step, the max taken per step) |",
+           "| `prefill` | first-token latency at batch 1 | one prefill step |",
+           "| `decode-step` | a per-user token rate | one decode step, 1 / rate |",
+           "| `per-token` (bound-only) | a throughput at a scheduler-chosen batch or unpublished lengths | a step's bound per token; only the bound is checked |",
+           "",
+           "Conversions: gpt-fast's tokens/s is 200 generated tokens over the whole generate() call (prefill",
+           "included), so the time is 200 / rate; TensorRT-LLM's out tok/s/GPU is batch x output / (latency x",
+           "GPUs); vLLM's figure is the batch's latency in seconds. The bound of a step is `totals.time_bound_s`",
+           "plus the collectives' time `totals.time_comm_s` (the collectives are not assumed to overlap); the",
+           "expected time is `totals.expected_step_s`.", "",
+           "Kernel-level figures (FlashMLA, FlashAttention-3, DeepGEMM, NCCL tests) are not rows here: they are",
+           "the sources of the expected-time efficiency table, and scoring the table against its own sources",
+           "would be circular.", "",
+           "## This run", "",
+           f"- kernels view: **{meta.get('kernels', '?')}**: {meta.get('kernels_note', '')}",
+           f"- expected time: {'`totals.expected_step_s`' if meta.get('has_expected') else 'not yet (the tool has no `totals.expected_step_s`)'}",
+           f"- rooflinekit {meta.get('version', '?')}, {s['done']} of {s['rows']} rows run; every run is on meta, full model configs, one GPU's share under TP/EP", "",
+           "## Summary", ""]
+    if s["failed"]:
+        out.append(f"- **{len(s['failed'])} rows failed to run** (the tool raised; see the per-row notes): "
+                   f"{', '.join('`' + i + '`' for i in s['failed'])}.")
+    if s["beat_bound"]:
+        out.append(f"- **{len(s['beat_bound'])} of {s['scored']} scored rows are faster than the bound** "
+                   f"(a defect to explain): {', '.join('`' + i + '`' for i in s['beat_bound'])}.")
+    else:
+        out.append(f"- No scored row is faster than its bound ({s['scored']} rows).")
+    if s["bound_only_beat_bound"]:
+        out.append(f"- Bound-only rows faster than the bound: {', '.join('`' + i + '`' for i in s['bound_only_beat_bound'])}.")
+    if s["bound_over_measured_median"] is not None:
+        out.append(f"- bound / measured over the scored rows: median {s['bound_over_measured_median']:.3f}, "
+                   f"range {s['bound_over_measured_min']:.3f} to {s['bound_over_measured_max']:.3f}.")
+    if s["expected_rows"]:
+        out.append(f"- |expected / measured - 1| over {s['expected_rows']} rows: median {s['expected_abs_err_median']:.1%}, "
+                   f"worst {s['expected_abs_err_worst']:.1%} (worst rows: {', '.join('`' + i + '`' for i in s['expected_worst_rows'])}).")
+    else:
+        out.append("- |expected / measured - 1|: not yet (no expected time in the tool's reports).")
+    res = results["rows"]
+    if s["beat_bound"]:
+        out += ["", "What the rows faster than the bound are made of:", ""]
+        for i in s["beat_bound"]:
+            x = res[i]
+            out.append(f"- `{i}`: bound {_fmt_s(x['bound_s'])} against {_fmt_s(x['measured_s'])} measured "
+                       f"({x['bound_over_measured']:.2f}x); {_limits(x)}.")
+    if s["loosest_rows"]:
+        out += ["", "The rows furthest below their bound (where an expected time has most to explain):", ""]
+        for i in s["loosest_rows"]:
+            x = res[i]
+            out.append(f"- `{i}`: bound at {x['bound_over_measured']:.0%} of the measured time; {_limits(x)}.")
+    out += ["", "## Rows", "",
+            "| id | engine | hardware | model | configuration | measured | measured time | bound | bound / measured | expected | expected / measured |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        x = res.get(r["id"])
+        flag = " (bound-only)" if r.get("bound_only") else ""
+        if x is not None and "error" in x:
+            out.append(f"| `{r['id']}`{flag} | {r['engine']} | {r['hardware']} | {r['model_name']} | {config_words(r)} | "
+                       f"{r['measured']:g} {r['unit']} | {_fmt_s(measured_seconds(r))} | failed | | | |")
+            continue
+        if x is None:
+            out.append(f"| `{r['id']}`{flag} | {r['engine']} | {r['hardware']} | {r['model_name']} | {config_words(r)} | "
+                       f"{r['measured']:g} {r['unit']} | {_fmt_s(measured_seconds(r))} | not run | | | |")
+            continue
+        mark = " **faster than bound**" if x["beats_bound"] else ""
+        out.append(f"| `{r['id']}`{flag} | {r['engine']} | {r['hardware']} | {r['model_name']} | {config_words(r)} | "
+                   f"{r['measured']:g} {r['unit']} | {_fmt_s(x['measured_s'])} | {_fmt_s(x['bound_s'])} | "
+                   f"{x['bound_over_measured']:.3f}{mark} | {_fmt_s(x['expected_s'])} | {_fmt_r(x['expected_over_measured'])} |")
+    out += ["", "## Per-row notes", ""]
+    for r in rows:
+        x = res.get(r["id"])
+        out.append(f"### `{r['id']}`")
+        out.append("")
+        out.append(f"- source: [{r['source_title']}]({r['source_url']}); {r['where']}")
+        out.append(f"- engine: {r['engine']} {r.get('engine_version', '')}".rstrip())
+        out.append(f"- mapping: {r['mapping']}{' (bound-only)' if r.get('bound_only') else ''}; {r['notes']}")
+        if x is not None and "error" in x:
+            out.append(f"- the run failed: `{x['error'][:300]}`")
+        elif x is not None:
+            out.append(f"- bound made of: {_limits(x)}")
+            out.append("- runs:")
+            for st in x["steps"]:
+                out.append(f"  - `{st['command']}`: bound {_fmt_s(step_bound(st))} ({st['binding']}), expected {_fmt_s(st['expected_s'])}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true", help="rerun rows whose results are up to date")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these row ids")
+    ap.add_argument("--docs-only", action="store_true", help="rewrite docs/validation.md from the results file")
+    ap.add_argument("--kernels", choices=("auto", "as-written", "serving"), default="auto",
+                    help="the kernels view (auto: serving once the tool prices it, else as-written)")
+    ap.add_argument("--rows", default=str(ROWS_PATH))
+    ap.add_argument("--results", default=str(RESULTS_PATH))
+    ap.add_argument("--doc", default=str(DOC_PATH))
+    args = ap.parse_args(argv)
+    rows = load_rows(Path(args.rows))
+    results_path = Path(args.results)
+    results = load_results(results_path)
+    if not args.docs_only:
+        kernels, note = serving_view()
+        if args.kernels != "auto" and args.kernels != kernels:
+            kernels, note = args.kernels, f"forced with --kernels {args.kernels} (auto would take {kernels})"
+        version, expected = tool_version(), has_expected_field()
+        print(f"kernels view: {kernels}: {note}", flush=True)
+        print(f"expected time: {'totals.expected_step_s' if expected else 'not yet'}", flush=True)
+        results["meta"] = {"kernels": kernels, "kernels_note": note, "version": version, "has_expected": expected}
+        todo = [r for r in rows if args.only is None or r["id"] in args.only]
+        for i, row in enumerate(todo, 1):
+            fp = fingerprint(row, kernels, version, expected)
+            old = results["rows"].get(row["id"])
+            if old is not None and old.get("fingerprint") == fp and not args.force:
+                print(f"[{i}/{len(todo)}] {row['id']}: up to date", flush=True)
+                continue
+            t0 = time.perf_counter()
+            print(f"[{i}/{len(todo)}] {row['id']}: {len(runs_of(row))} run(s) ...", end="", flush=True)
+            try:
+                x = run_row(row, kernels)
+            except Exception as exc:  # noqa: BLE001 - one row's failure is reported, the rest still run
+                results["rows"][row["id"]] = {"id": row["id"], "kernels": kernels, "error": f"{type(exc).__name__}: {exc}"}
+                write_json(results_path, results)
+                print(f" FAILED: {type(exc).__name__}: {exc}", flush=True)
+                continue
+            x["fingerprint"] = fp
+            results["rows"][row["id"]] = x
+            write_json(results_path, results)
+            print(f" {time.perf_counter() - t0:.1f} s: bound {_fmt_s(x['bound_s'])}, measured {_fmt_s(x['measured_s'])}, "
+                  f"bound/measured {x['bound_over_measured']:.3f}{'  FASTER THAN BOUND' if x['beats_bound'] else ''}", flush=True)
+        known = {r["id"] for r in rows}
+        results["rows"] = {k: v for k, v in results["rows"].items() if k in known}
+        write_json(results_path, results)
+    Path(args.doc).write_text(render_doc(rows, results))
+    s = summarize(rows, results)
+    print(f"rows faster than the bound: {', '.join(s['beat_bound']) or 'none'}")
+    if s["expected_rows"]:
+        print(f"|expected/measured - 1|: median {s['expected_abs_err_median']:.1%}, worst {s['expected_abs_err_worst']:.1%}")
+    else:
+        print("|expected/measured - 1|: not yet")
+    print(f"wrote {args.doc} and {results_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
