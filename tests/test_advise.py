@@ -84,9 +84,11 @@ def test_batch_lever_is_the_largest_batch_that_fits(advice, small_hw):
 def test_ranked_speedups_and_bindings(advice):
     base = advice.baseline
     assert base.speedup == 1.0 and base.tokens_per_s == base.tokens / base.predicted_step_s
-    speedups = [lv.speedup for lv in advice.levers]
-    assert speedups == sorted(speedups, reverse=True)
+    per_gpu = [lv.tokens_per_s_per_gpu or 0.0 for lv in advice.levers]
+    assert per_gpu == sorted(per_gpu, reverse=True)  # ranked by tokens/s per GPU at the expected step
     for lv in advice.levers:
+        assert lv.expected_step_s >= lv.predicted_step_s * (1 - 1e-12)
+        assert lv.tokens_per_s_per_gpu == pytest.approx(lv.tokens / lv.expected_step_s / lv.gpus)
         assert lv.tokens_per_s == pytest.approx(lv.tokens / lv.predicted_step_s)
         assert lv.speedup == pytest.approx(lv.tokens_per_s / base.tokens_per_s)
         times = {"compute": lv.time_compute_s, "memory": lv.time_memory_s, "communication": lv.time_comm_s}

@@ -4,7 +4,8 @@ Every lever is a change of the workload re-profiled with the model built once (b
 fits, weight and KV cache formats, tensor parallelism, multi-token decode, a plugin's lever), a
 restatement of the capture placed as any capture (a plugin's, such as the MLA plugin's absorbed
 form), or a view the placement already gives (fused kernels: `totals.fused`). None is a separate formula.
-Each is priced alone against the baseline (no combinations) and ranked by tokens/s; a lever that
+Each is priced alone against the baseline (no combinations) and ranked by tokens/s per GPU at the
+expected step (`totals.expected_step_s`); a lever that
 does not apply to the workload is listed as skipped, with the reason.
 """
 
@@ -24,6 +25,7 @@ from rooflinekit.core.request import KV_BYTES, WEIGHT_BITS, Deployment, ModelSou
 from rooflinekit.core.request import changes as deployment_changes
 from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.collectives import binding as time_binding
+from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
 from rooflinekit.stages.transform import LegacyTransform, Transform
 from rooflinekit.stages.workload import MAX_BATCH
@@ -217,6 +219,18 @@ def _kv_caveat(report: Report, base: Report) -> str:
             "attention kernel that reads the cache once would do better")
 
 
+def _expected(report: Report, view: str) -> tuple[float | None, float | None, float | None]:
+    """(expected step, tokens/s per GPU, tokens/s per user) of a lever's view: the totals', or for the
+    fused view its own expected step at the same GPUs."""
+    t, w = report.totals, report.workload
+    if view != "fused":
+        return t.expected_step_s or None, t.tokens_per_s_per_gpu, t.tokens_per_s_per_user
+    step = t.fused.expected_step_s if t.fused is not None else None
+    if not step:
+        return None, None, None
+    return (step, *throughput(w.tokens, w.q_len, w.phase, step, serving_gpus(report.parallel)))
+
+
 def price(name: str, report: Report, base: Report | None, assumption: str, *, view: str = "eager",
           source: str = BUILTIN, changes: dict | None = None) -> LeverResult:
     """A lever's figures from its placed report (`base`: the baseline's, for the speed-ups)."""
@@ -234,7 +248,9 @@ def price(name: str, report: Report, base: Report | None, assumption: str, *, vi
         base_tps = base.workload.tokens / base.totals.predicted_step_s if base.totals.predicted_step_s else None
         speedup = tps / base_tps if tps and base_tps else None
         step_speedup = base.totals.predicted_step_s / step if step else None
+    expected, per_gpu, per_user = _expected(report, view)
     return LeverResult(
+        expected_step_s=expected, tokens_per_s_per_gpu=per_gpu, tokens_per_s_per_user=per_user,
         lever=name, predicted_step_s=step, tokens_per_s=tps, speedup=speedup if base else 1.0, binding=bound,
         fits=fits, assumption=assumption, step_speedup=step_speedup if base else 1.0, view=view,
         gpus=m.gpus if m is not None else 1, batch=report.workload.batch, tokens=tokens,
@@ -300,7 +316,7 @@ def advise(
         results.append(price(cand.name, report, base.report, cand.assumption + _kv_caveat(report, base.report),
                              source=cand.source,
                              changes=_changes(workload, cand.workload, deployment, cand.deployment)))
-    results.sort(key=lambda r: -(r.speedup or 0.0))
+    results.sort(key=lambda r: (-(r.tokens_per_s_per_gpu or 0.0), -(r.speedup or 0.0)))
     r = base.report
     return AdviceReport(
         workload=r.workload, hardware=r.hardware, model=r.model, deployment=r.deployment,

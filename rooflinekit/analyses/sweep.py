@@ -141,6 +141,9 @@ def point_row(report: Report) -> SweepPoint:
         step_at_attention_minimum=StepFigures(t.flops_model, ideal_bytes, intensity(t.flops_model, ideal_bytes)),
         memory=report.memory,
         fits=report.memory.fits if report.memory is not None else None,
+        expected_step_s=t.expected_step_s or None,
+        tokens_per_s_per_gpu=t.tokens_per_s_per_gpu,
+        tokens_per_s_per_user=t.tokens_per_s_per_user,
     ))
 
 

@@ -167,6 +167,8 @@ class FusedTotals:
     kernels: int = 0  # fused kernels formed
     ops_fused: int = 0  # ops folded into them
     ops_unknown: int = 0  # fusible ops kept at their eager bytes (per-storage traffic unknown)
+    #: Each fused kernel and anchor at its class's achievable rates, launches and collectives included.
+    expected_step_s: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,14 @@ class Totals(Placement):
     binding: str = "none"
     flop_conventions: dict[str, str] = field(default_factory=dict)
     time_conventions: dict[str, str] = field(default_factory=dict)
+    #: The step at the rates real kernels reach (rooflinekit.stages.expected): each kernel at its
+    #: class's achievable fractions, a launch cost per kernel and the collectives' expected cost.
+    expected_step_s: float = 0.0
+    #: Tokens per second at expected_step_s, per GPU serving them (the TP group) and per sequence.
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_user: float | None = None
+    #: The fractions, launch costs and collective costs expected_step_s used, in words.
+    expected_conventions: list[str] = field(default_factory=list)
     measured: StepMeasured | None = field(default=None, metadata=OMIT_NONE)
     placement_alt: AltPlacement | None = field(default=None, metadata=OMIT_NONE)
     fused: FusedTotals | None = field(default=None, metadata=OMIT_NONE)
@@ -501,6 +511,10 @@ class SweepPoint:
     #: What one GPU holds at this point, and whether it fits (rooflinekit.stages.memory).
     memory: Memory | None = field(default=None, metadata=OMIT_NONE)
     fits: bool | None = field(default=None, metadata=OMIT_NONE)
+    #: The profile's expected step and the tokens/s per GPU and per user at it (Totals).
+    expected_step_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_user: float | None = None
 
 
 @dataclass(frozen=True)
@@ -608,6 +622,11 @@ class LeverResult:
     time_comm_s: float = 0.0
     source: str = "rooflinekit"  # the plugin that proposed it, for a third-party lever
     changes: dict[str, Any] = field(default_factory=dict)  # what differs from the baseline's workload
+    #: The step at achievable rates (Totals.expected_step_s; the fused view's for the fused lever),
+    #: and tokens/s per GPU (levers are ranked by it) and per user at it.
+    expected_step_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_user: float | None = None
 
 
 @dataclass(frozen=True)

@@ -76,11 +76,22 @@ def header_lines(report: Report) -> list[str]:
         f"predicted step {seconds(t.predicted_step_s)} (sum of op bounds{', eager' if fused else ''}; whole-step "
         f"bound {seconds(t.time_bound_s)})" + (f", {si(t.tokens_per_s)} tokens/s" if t.tokens_per_s else ""),
     ]
+    if getattr(t, "expected_step_s", 0.0):
+        lines.append(expected_line(t))
     if fused is not None:
         lines.append(f"fused (elementwise chains fused between matmul/attention anchors): {si(fused.bytes, 'B')} "
                      f"moved, intensity {ratio(fused.intensity)} FLOP/B, predicted step "
                      f"{seconds(fused.predicted_step_s)}")
     return lines + memory_lines(report) + measured_lines(report) + parallel_lines(report)
+
+
+def expected_line(t) -> str:
+    """The expected step beside the bound, with tokens/s per GPU and per user at it."""
+    rates = [f"{si(t.tokens_per_s_per_gpu)} tokens/s per GPU"] if t.tokens_per_s_per_gpu else []
+    if t.tokens_per_s_per_user:
+        rates.append(f"{si(t.tokens_per_s_per_user)} per user")
+    return (f"expected step {seconds(t.expected_step_s)} (achievable fractions, docs/accounting.md) / bound "
+            f"{seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
 
 
 def parallel_lines(report: Report) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import (
@@ -34,6 +34,13 @@ from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionSite
 from rooflinekit.stages.capture.records import CaptureResult, OpRecord
+from rooflinekit.stages.expected import (
+    Expected,
+    expected_step,
+    fused_expected,
+    serving_gpus,
+    throughput,
+)
 from rooflinekit.stages.fusion import Fusion, fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on, ridge
@@ -347,6 +354,26 @@ def _totals(walk: _OpWalk, at: AttentionTotals, flops_model: float, hardware: Ha
     )
 
 
+def comm_expected(comm: Communication) -> tuple[float, str]:
+    """The collectives' expected time, and where it comes from: `comm.expected_time_s` where the
+    report has it, else the bound's communication time."""
+    expected_s = getattr(comm, "expected_time_s", None)
+    if expected_s is not None and (expected_s > 0 or not comm.calls):
+        return float(expected_s), "comm.expected_time_s (the library's algorithm and measured per-call latency)"
+    return comm.time_s, "at the bound's communication time (comm.time_s): no expected cost per call known"
+
+
+def with_expected(totals: Totals, expected: Expected, workload: Workload, parallel: dict | None) -> Totals:
+    """The totals with the expected step, tokens/s per GPU and per user at it, and its conventions."""
+    gpus = serving_gpus(parallel)
+    per_gpu, per_user = throughput(workload.tokens, workload.q_len, workload.phase, expected.step_s, gpus)
+    words = [f"tokens_per_s_per_gpu: tokens / expected_step_s / {gpus} GPU(s) serving them (under TP the "
+             "step's tokens are served by the TP group; under EP alone the batch is per GPU)",
+             "tokens_per_s_per_user: q_len accepted tokens per sequence per step / expected_step_s (decode only)"]
+    return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
+                   tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words)
+
+
 def build_report(
     cap: CaptureResult,
     attention: list[AttentionSite],
@@ -368,12 +395,19 @@ def build_report(
     comm = communication(cap.ops, hw.interconnect_bandwidth)
     fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
                                                      hardware.dtype, walk.total.flops, workload.tokens)
+    expected = expected_step(cap.ops, {i for r in attention for i in r.op_indices}, hw, workload.phase,
+                             *comm_expected(comm))
+    if fused is not None:
+        fused = replace(fused, expected_step_s=expected.comm_s + fused_expected(
+            expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase))
+    totals = with_expected(_totals(walk, at, flops_model, hardware, hw, workload, comm, fused), expected, workload,
+                           view.parallel)
     info = dict(view.model_info or {})
     return Report(
         workload=WorkloadInfo(**workload.to_dict()),
         model=ModelInfo(**{k: info.get(k) for k in ModelInfo.__dataclass_fields__}),
         hardware=hardware,
-        totals=_totals(walk, at, flops_model, hardware, hw, workload, comm, fused),
+        totals=totals,
         attention_totals=at,
         modules=_module_rows(cap, hw, walk, hardware.dtype, fusion, view),
         attention=[attention_row(r, hw) for r in attention],

@@ -1,0 +1,258 @@
+"""Expected time: what a step takes at the rates real kernels reach, beside the bound.
+
+The bound (`totals.time_bound_s`) is pure physics: the whole step at the datasheet's peak and
+bandwidth. The expected step (`totals.expected_step_s`) sums, over the step's kernels, each kernel's
+larger of compute at the achievable fraction of its class's peak and traffic at the achievable
+fraction of HBM bandwidth, plus a launch cost per kernel, plus the collectives at their expected
+cost, none of them overlapped. The fractions are the committed table `efficiency.toml` (a source per
+value, from kernel-level public measurements only); a calibrated hardware entry (`rooflinekit
+calibrate`) replaces it, its measured ceilings taken as achievable (fraction 1).
+
+A kernel is one op record of the report's view (each op launches one): the code as written, or the
+serving view's records where a transform replaced them. Its class decides its fractions:
+
+- matrix products (`aten.mm`, `addmm`, `bmm`, `baddbmm`, `_scaled_mm`, `linear`, ...) are GEMMs,
+  small (memory-bound, a decode step's few rows) up to `small_gemm_max_rows` output rows, large above;
+- fused attention records, matrix products inside an attention layer (its scores and output) and
+  modelled records named for attention are attention, of the workload's phase (decode or prefill);
+- modelled records with FLOPs and weights (MoE experts, absorbed projections) are GEMMs;
+- every other op (element-wise, normalisation, copies, gathers) is element-wise / copy.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+from rooflinekit.stages.capture.records import OpRecord
+from rooflinekit.stages.hardware import HardwareSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: The committed table of achievable fractions (docs/accounting.md, "Expected time").
+TABLE_FILE = Path(__file__).resolve().with_name("efficiency.toml")
+CLASSES = ("gemm_large", "gemm_small", "attention_decode", "attention_prefill", "elementwise")
+#: Matrix-product ops: one GEMM kernel each.
+MATMUL_OPS = frozenset({
+    "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten._scaled_mm", "aten.linear",
+    "aten.matmul", "aten._int_mm", "aten._weight_int4pack_mm", "aten._weight_int8pack_mm", "aten.einsum",
+})
+#: The operand holding the product's rows: the bias or input comes first in these.
+_ROWS_OPERAND = {"aten.addmm": 1, "aten.baddbmm": 1, "aten.addbmm": 1}
+_ATTENTION_WORDS = ("attention", "attn", "sdpa", "flash")
+
+
+@dataclass(frozen=True)
+class Fractions:
+    """The achievable fractions of one kernel class: of the dtype's dense peak and of HBM bandwidth."""
+
+    compute: float
+    bandwidth: float
+    compute_by_dtype: dict[str, float] = field(default_factory=dict)
+
+    def compute_for(self, dtype: str) -> float:
+        return self.compute_by_dtype.get(dtype, self.compute)
+
+
+@dataclass(frozen=True)
+class EfficiencyTable:
+    classes: dict[str, Fractions]
+    small_gemm_max_rows: int
+    launch_decode_s: float
+    launch_prefill_s: float
+    sources: dict[str, str] = field(default_factory=dict)
+    path: str = ""
+    calibrated: bool = False
+
+    def launch_s(self, phase: str) -> float:
+        """Per kernel: a CUDA graph node's cost in decode, an eager launch's in prefill."""
+        return self.launch_decode_s if phase == "decode" else self.launch_prefill_s
+
+
+def _fraction(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(f"{TABLE_FILE.name}: {where} must be a fraction in (0, 1], not {value!r}")
+    return float(value)
+
+
+@lru_cache(maxsize=4)
+def load_table(path: str | None = None) -> EfficiencyTable:
+    """The table of achievable fractions (default: the committed `efficiency.toml`)."""
+    file = Path(path) if path else TABLE_FILE
+    data = tomllib.loads(file.read_text())
+    classes, sources = {}, {}
+    for name in CLASSES:
+        entry = data["classes"][name]
+        extra = {k.removeprefix("compute_"): _fraction(v, f"{name}.{k}") for k, v in entry.items()
+                 if k.startswith("compute_")}
+        classes[name] = Fractions(_fraction(entry["compute"], f"{name}.compute"),
+                                  _fraction(entry["bandwidth"], f"{name}.bandwidth"), extra)
+        sources.update({f"{name}.{k}": v for k, v in entry.get("sources", {}).items()})
+    launch = data["launch"]
+    sources.update({f"launch.{k}": v for k, v in launch.get("sources", {}).items()})
+    return EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
+                           launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
+                           sources=sources, path=str(file))
+
+
+def table_for(hw: HardwareSpec) -> EfficiencyTable:
+    """The table an entry is priced with: a calibrated entry's measured ceilings are achievable
+    (every fraction 1); any other entry takes the committed table."""
+    table = load_table()
+    if not hw.calibrated:
+        return table
+    ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
+    return replace(table, classes=ones, calibrated=True)
+
+
+def gemm_rows(name: str, shapes: str) -> int | None:
+    """M, the output rows of one matrix product (per batch for bmm), from its recorded shapes."""
+    operands = shapes.split(",") if shapes else []
+    i = _ROWS_OPERAND.get(name, 0)
+    if len(operands) <= i:
+        return None
+    try:
+        dims = [int(d) for d in operands[i].split("x")]
+    except ValueError:
+        return None
+    if len(dims) < 2:
+        return 1
+    if name in ("aten.bmm", "aten.baddbmm"):
+        return dims[-2]
+    return math.prod(dims[:-1])
+
+
+def kernel_class(op: OpRecord, phase: str, attention_ops: frozenset[int], table: EfficiencyTable) -> str:
+    """The class of one op record's kernel (see the module docstring)."""
+    name = op.name
+    lowered = name.lower()
+    matmul = name in MATMUL_OPS
+    attention = "attention_decode" if phase == "decode" else "attention_prefill"
+    if (op.kind in ("fused", "modelled") and any(w in lowered for w in _ATTENTION_WORDS)) \
+            or (matmul and op.index in attention_ops):
+        return attention
+    if matmul or (op.kind == "modelled" and op.flops > 0 and op.param_bytes > 0):
+        rows = gemm_rows(name, op.shapes) if matmul else None
+        small = phase == "decode" if rows is None else rows <= table.small_gemm_max_rows
+        return "gemm_small" if small else "gemm_large"
+    return "elementwise"
+
+
+def kernel_time(flops: float, nbytes: float, dtype_peak: float, bandwidth: float, fractions: Fractions,
+                dtype: str) -> float:
+    """One kernel at its class's achievable rates: the larger of compute and traffic time."""
+    return max(flops / (fractions.compute_for(dtype) * dtype_peak), nbytes / (fractions.bandwidth * bandwidth))
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The expected step and its parts; `op_times` per op record (launch included, 0 for collectives)."""
+
+    step_s: float
+    kernels_s: float
+    launch_s: float
+    comm_s: float
+    kernels: int
+    op_times: list[float]
+    classes: dict[str, int]
+    conventions: list[str]
+
+
+def launches(op: OpRecord) -> bool:
+    """Whether an op record is a kernel of its own (collectives are priced as communication)."""
+    return op.kind != "collective" and (op.flops > 0 or op.bytes_read + op.bytes_written > 0)
+
+
+def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
+                  comm_expected_s: float, comm_source: str) -> Expected:
+    """The expected step of one report's op records on `hw` (see the module docstring)."""
+    table = table_for(hw)
+    attention = frozenset(attention_ops)
+    launch = table.launch_s(phase)
+    bandwidth = hw.memory_bandwidth
+    peaks: dict[str, float] = {}
+    times, counts = [], dict.fromkeys(CLASSES, 0)
+    kernels_s, kernels = 0.0, 0
+    for op in ops:
+        if not launches(op):
+            times.append(0.0)
+            continue
+        cls = kernel_class(op, phase, attention, table)
+        peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
+        t = kernel_time(op.flops, op.bytes_read + op.bytes_written, peak, bandwidth, table.classes[cls], op.dtype)
+        kernels_s += t
+        kernels += 1
+        counts[cls] += 1
+        times.append(t + launch)
+    launch_s = kernels * launch
+    return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
+                    comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts,
+                    conventions=conventions(table, phase, comm_source))
+
+
+def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,
+                   phase: str) -> float:
+    """The fused view's expected step: each anchor at its op's expected time, each fused kernel as
+    one element-wise kernel (with one launch); collectives are not in it (the caller adds them)."""
+    table = table_for(hw)
+    total = sum(t for t, k in zip(op_times, kernel_of, strict=True) if k < 0)
+    fractions, bandwidth = table.classes["elementwise"], hw.memory_bandwidth
+    for kernel in fused_kernels:
+        total += kernel_time(kernel.flops, kernel.bytes, hw.peak(kernel.dtype), bandwidth, fractions, kernel.dtype)
+        total += table.launch_s(phase)
+    return total
+
+
+def conventions(table: EfficiencyTable, phase: str, comm_source: str) -> list[str]:
+    """What expected_step_s means and the figures it used, in words (totals.expected_conventions)."""
+    lines = [
+        "expected_step_s: sum over kernels (one per op record of the report's view) of max(FLOPs / (compute "
+        "fraction x the dtype's dense peak), bytes / (bandwidth fraction x HBM bandwidth)), plus a launch "
+        "cost per kernel, plus collectives at their expected cost; nothing overlapped",
+    ]
+    if table.calibrated:
+        lines.append("the hardware entry is calibrated: its measured ceilings are taken as achievable "
+                     "(fraction 1 of each); the table of achievable fractions is not applied")
+    else:
+        for name in CLASSES:
+            f = table.classes[name]
+            extra = "".join(f", {v:g} for {k}" for k, v in f.compute_by_dtype.items())
+            lines.append(f"{name}: {f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
+                         f"({table.sources.get(name + '.compute', '')}; {table.sources.get(name + '.bandwidth', '')})")
+        lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "
+                     "docs/accounting.md, Expected time)")
+    lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
+                 "(memory-bound) GEMM; fused attention and the products inside attention layers are "
+                 f"{phase} attention; other ops are element-wise / copy")
+    if phase == "decode":
+        lines.append(f"launch: {table.launch_decode_s * 1e6:g} us per kernel, the decode step replayed as a "
+                     f"CUDA graph, as serving engines run it ({table.sources.get('launch.decode_s', '')})")
+    else:
+        lines.append(f"launch: {table.launch_prefill_s * 1e6:g} us per kernel, prefill launched eagerly (no "
+                     f"CUDA graph), as serving engines run it ({table.sources.get('launch.prefill_s', '')})")
+    lines.append(f"collectives: {comm_source}, not overlapped with compute")
+    return lines
+
+
+def serving_gpus(parallel: dict | None) -> int:
+    """The GPUs one step's tokens are served by: the TP group (under EP alone the batch is per GPU)."""
+    if not parallel:
+        return 1
+    return max(1, int(parallel.get("tp") or 1))
+
+
+def throughput(tokens: int, q_len: int, phase: str, step_s: float, gpus: int) -> tuple[float | None, float | None]:
+    """(tokens/s per GPU, tokens/s per user) at the expected step; per user is decode's q_len
+    accepted tokens per sequence per step (None in prefill)."""
+    if not step_s or step_s <= 0:
+        return None, None
+    per_gpu = tokens / step_s / gpus
+    per_user = q_len / step_s if phase == "decode" else None
+    return per_gpu, per_user

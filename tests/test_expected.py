@@ -1,0 +1,120 @@
+"""The expected step beside the bound (rooflinekit.stages.expected), recomputed here by hand from a
+report's op rows, the committed table of achievable fractions and the launch cost per kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.request import Deployment
+from rooflinekit.stages.capture.records import OpRecord
+from rooflinekit.stages.expected import TABLE_FILE, expected_step
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import Workload, load_source
+from tests.conftest import EXAMPLES, MODELS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+GQA = EXAMPLES / "llama_gqa.py"
+MOE = MODELS / "experts3d.py"
+TINY = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512, "vocab": 1000}
+TABLE = tomllib.loads(TABLE_FILE.read_text())
+PRODUCTS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_mm", "aten.linear", "aten.matmul"}
+
+
+def report(path=GQA, phase="decode", batch=2, context=64, tp=1, ep=1, **options):
+    options = options or TINY
+    workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
+    return profile(load_source(str(path), options), workload, Deployment("H800", tp=tp, ep=ep)).report
+
+
+def by_hand(r) -> float:
+    """The expected step from the report's rows alone: each op of the step one kernel."""
+    classes, launch = TABLE["classes"], TABLE["launch"][f"{r.workload.phase}_s"]
+    in_attention = {i for row in r.attention for i in row.op_indices}
+    total = 0.0
+    for op in r.ops:
+        if op.kind == "collective" or (op.flops == 0 and op.bytes == 0):
+            continue
+        if op.kind == "fused" or (op.name in PRODUCTS and op.index in in_attention):
+            cls = classes[f"attention_{r.workload.phase}"]
+        elif op.name in PRODUCTS:
+            first = op.shapes.split(",")[1 if op.name in ("aten.addmm", "aten.baddbmm") else 0]
+            dims = [int(d) for d in first.split("x")]
+            rows = dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])
+            cls = classes["gemm_small" if rows <= TABLE["small_gemm_max_rows"] else "gemm_large"]
+        else:
+            cls = classes["elementwise"]
+        peak = r.hardware.peaks[op.dtype]
+        total += max(op.flops / (cls["compute"] * peak), op.bytes / (cls["bandwidth"] * r.hardware.bandwidth))
+        total += launch
+    return total + (getattr(r.comm, "expected_time_s", 0.0) or r.comm.time_s)
+
+
+@pytest.mark.parametrize("phase,batch,context", [("decode", 2, 64), ("prefill", 1, 256)])
+def test_expected_step_is_the_sum_over_kernels_by_hand(phase, batch, context):
+    r = report(phase=phase, batch=batch, context=context)
+    t = r.totals
+    assert t.expected_step_s == pytest.approx(by_hand(r), rel=1e-9)
+    assert t.expected_step_s >= t.predicted_step_s >= t.time_bound_s
+    assert any("achievable" in c or "fraction" in c for c in t.expected_conventions)
+    launch = "CUDA graph" if phase == "decode" else "eagerly"
+    assert any(launch in c for c in t.expected_conventions)
+    if phase == "decode":
+        assert t.tokens_per_s_per_user == pytest.approx(1 / t.expected_step_s)
+    else:
+        assert t.tokens_per_s_per_user is None
+
+
+def test_the_table_has_a_source_for_every_value_and_fractions_at_most_one():
+    for name, entry in TABLE["classes"].items():
+        values = {k: v for k, v in entry.items() if k != "sources"}
+        assert set(values) <= set(entry["sources"]), name
+        assert all(0 < v <= 1 for v in values.values()), name
+    assert set(TABLE["launch"]) - {"sources"} <= set(TABLE["launch"]["sources"])
+
+
+def test_a_calibrated_entry_is_taken_at_fraction_one():
+    r = report()
+    hw = dataclasses.replace(hardware_db().get("H800"), calibrated=True)
+    ops = [OpRecord(o.index, o.name, o.module, o.flops, o.bytes_read, o.bytes_written, o.dtype, o.counted,
+                    kind=o.kind, shapes=o.shapes) for o in r.ops]
+    e = expected_step(ops, (), hw, "decode", 0.0, "none")
+    launch = TABLE["launch"]["decode_s"]
+    assert e.step_s == pytest.approx(r.totals.predicted_step_s + e.kernels * launch, rel=1e-9)
+    assert any("calibrated" in c for c in e.conventions)
+
+
+def test_tokens_per_gpu_under_tp_counts_the_group_and_under_ep_one_gpu():
+    tp = report(batch=4, tp=2).totals
+    assert tp.tokens_per_s_per_gpu == pytest.approx(4 / tp.expected_step_s / 2)
+    ep = report(MOE, batch=4, context=8, ep=2, hidden=256).totals
+    assert ep.tokens_per_s_per_gpu == pytest.approx(4 / ep.expected_step_s)
+
+
+_op = st.tuples(st.sampled_from(["aten.mm", "aten.add", "aten.bmm", "F.scaled_dot_product_attention"]),
+                st.integers(1, 4096), st.floats(0, 1e13), st.floats(0, 1e10))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(_op, min_size=1, max_size=30), phase=st.sampled_from(["decode", "prefill"]))
+def test_expected_is_never_below_the_bound(ops, phase):
+    hw = hardware_db().get("H800")
+    records = [OpRecord(i, name, "m", flops, nbytes / 2, nbytes / 2, "bf16", True,
+                        kind="fused" if name.startswith("F.") else "op", shapes=f"{rows}x64,64x64")
+               for i, (name, rows, flops, nbytes) in enumerate(ops)]
+    e = expected_step(records, (), hw, phase, 0.0, "none")
+    flops = sum(r.flops for r in records)
+    nbytes = sum(r.bytes for r in records)
+    bound = max(flops / hw.peak("bf16"), nbytes / hw.memory_bandwidth)
+    per_op = sum(max(r.flops / hw.peak("bf16"), r.bytes / hw.memory_bandwidth) for r in records)
+    assert e.step_s >= per_op * (1 - 1e-12) >= bound * (1 - 1e-9)
