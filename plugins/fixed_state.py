@@ -19,3 +19,10 @@ def rooflinekit_attention_cost(spec, workload):
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
     return split_state(spec, tp) if spec.fixed_state else None
+
+
+@hookimpl
+def rooflinekit_serving_attention(spec, workload):
+    """The mixer's kernel (a chunked scan in prefill, a recurrent step in decode): the state read and
+    written once, its inputs read and output written once (`state_cost`)."""
+    return state_cost(spec, workload) if spec.fixed_state else None

@@ -59,3 +59,10 @@ def rooflinekit_attention_cost(spec, workload):
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
     return split_heads(spec, tp) if spec.arch in PROVIDES else None
+
+
+@hookimpl
+def rooflinekit_serving_attention(spec, workload):
+    """FlashAttention / paged attention (GQA and MQA kernels read each K/V head once for its query
+    group): the architecture minimum of `heads_cost`, the cache read once per step."""
+    return heads_cost(spec, workload) if spec.arch in PROVIDES else None

@@ -61,3 +61,10 @@ def rooflinekit_attention_cost(spec, workload):
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
     return split_heads(spec, tp) if spec.arch == ARCH else None
+
+
+@hookimpl
+def rooflinekit_serving_attention(spec, workload):
+    """FlashAttention / paged attention: q read, the K/V cache read once per step, the output written
+    once, no scores, mask or softmax in HBM (`heads_cost`, the architecture minimum)."""
+    return heads_cost(spec, workload) if spec.arch == ARCH else None

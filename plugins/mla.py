@@ -93,6 +93,16 @@ def rooflinekit_attention_cost(spec, workload):
 
 
 @hookimpl
+def rooflinekit_serving_attention(spec, workload):
+    """FlashMLA-style absorbed MLA, whatever mode the code runs: W_UK folded into the query and W_UV
+    into the output, the latent cache (rank + rope per token) read once per step; the absorbed cost
+    of `rooflinekit_attention_cost` (the same as `mla_absorb`'s absorbed attention record)."""
+    if spec.arch != ARCH:
+        return None
+    return rooflinekit_attention_cost(replace(spec, mode="absorbed"), workload)
+
+
+@hookimpl
 def rooflinekit_attention_shard(spec, tp):
     if spec.arch != ARCH:
         return None

@@ -111,18 +111,21 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                  host: PluginHost | None = None, weight_dtype: str | None = None,
                  weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
                  quantize_embeddings: bool = False, tp: int = 1, ep: int = 1,
-                 memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None) -> ViewedReport:
+                 memory_fraction: float = DEFAULT_FRACTION, kernels: str = "as-written",
+                 deployment: Deployment | None = None) -> ViewedReport:
     """What `rooflinekit profile PATH` does: a model file (build_model/make_inputs), a transformers
     config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs (the
     model's own); `q_len` is `--q-len`; the deployment is `hardware`, `tp`, `ep`, the formats
     (`--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--quantize-embeddings`:
-    docs/accounting.md) and `memory_fraction`, or a whole `deployment` (which then wins)."""
+    docs/accounting.md), `kernels` ("as-written" or "serving": docs/accounting.md, Serving view) and
+    `memory_fraction`, or a whole `deployment` (which then wins)."""
     opts = parse_options([f"{k}={v}" for k, v in (options or {}).items()])
     validate(phase, batch, context, dtype, device)
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), decode_q_len=q_len)
     deployment = deployment or Deployment(
         hardware=hardware, tp=tp, ep=ep, weight_dtype=weight_dtype, weight_group_size=weight_group_size,
-        kv_dtype=kv_dtype, quantize_embeddings=quantize_embeddings, memory_fraction=memory_fraction)
+        kv_dtype=kv_dtype, quantize_embeddings=quantize_embeddings, kernels=kernels,
+        memory_fraction=memory_fraction)
     host = host or get_host()
     options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
     return ViewedReport.of(run_profile(load_source(str(path), opts, host), workload, deployment, options=options,

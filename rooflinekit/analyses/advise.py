@@ -47,6 +47,15 @@ NOTES = [
 ]
 
 
+def kernels_note(deployment: Deployment) -> str:
+    """What advise prices: the serving view unless --kernels as-written was given."""
+    if deployment.kernels == "serving":
+        return ("advise prices the serving view (--kernels serving, advise's default): attention by each "
+                "architecture's serving kernel with the cache read once per step (the q_len levers too), "
+                "the engine's fused kernels; --kernels as-written prices the model's code as written")
+    return "advise prices the model's code as written (--kernels as-written); advise's default is serving"
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A lever to price: a changed workload (or a transform, or the fused view), or why it is skipped."""
@@ -135,6 +144,8 @@ def kv_lever(w: Workload, d: Deployment, report: Report) -> Candidate:
 
 def fused_lever(report: Report) -> Candidate:
     name = "fused kernels"
+    if report.deployment.kernels == "serving":
+        return Candidate(name, skip="the serving view already runs the engine's fused kernels")
     fused = getattr(report.totals, "fused", None)
     if fused is None:
         return Candidate(name, skip="this report has no fused view (totals.fused)")
@@ -270,10 +281,10 @@ def advise(
 ) -> AdviceReport:
     """Profile the workload, then price every lever that applies (see the module docstring)."""
     start = time.perf_counter()
-    deployment = deployment or Deployment()
+    deployment = deployment or Deployment(kernels="serving")
     host = host or get_host()
     db = db or hardware_db(host)
-    extra_notes = []
+    extra_notes = [kernels_note(deployment)]
     if workload.device != "meta":  # levers re-profile at other sizes and formats: counts only
         extra_notes.append(f"advise counts on the meta device (device {workload.device} given): no lever is timed")
         workload = replace(workload, device="meta")

@@ -424,6 +424,23 @@ def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
     return replace(cap, ops=out, notes=list(cap.notes))
 
 
+def serving_rows(cap: CaptureResult, rows: list[AttentionSite]) -> list[AttentionSite]:
+    """The serving view's attention rows on one GPU's records: each layer's serving kernel record
+    (priced per GPU by rooflinekit.stages.serving) found again by module, its figures the row's."""
+    records = {op.module: op for op in cap.ops if op.kind == "modelled" and op.name == "serving.attention"}
+    index = {id(op): i for i, op in enumerate(cap.ops)}
+    out = []
+    for row in rows:
+        op = records.get(row.module)
+        if op is None:
+            out.append(replace(row, op_indices=[], kv_op_indices=[]))
+            continue
+        kv = op.attrs.get("kv_read_bytes", row.kv_bytes_executed)
+        out.append(replace(row, flops_executed=op.flops, bytes_executed=op.bytes, kv_bytes_executed=kv,
+                           kv_read_bytes=kv, op_indices=[index[id(op)]], kv_op_indices=[]))
+    return out
+
+
 def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host) -> tuple[list[AttentionSite], list[dict]]:
     """Per-GPU attention rows (one GPU's spec as the architecture's plugin says: heads / N; KV
     heads split or replicated; MLA latent replicated), re-costed by the attention plugins, and a
@@ -527,7 +544,10 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
     if par.ep > 1 and not any(op.kind == "modelled" and op.name.startswith("moe.") for op in cap.ops):
         notes.append(f"--ep {par.ep}: no modelled expert layers in this model: nothing split across experts")
 
-    per_gpu_rows = attribute_attention(cap, model, workload, host)
+    if par.kernels == "serving":  # the serving view's kernels are records: its rows carried over
+        per_gpu_rows = serving_rows(cap, rows)
+    else:
+        per_gpu_rows = attribute_attention(cap, model, workload, host)
     per_gpu_rows, att = shard_attention(per_gpu_rows, par.tp, workload, host)
     counts: dict[str, int] = {}
     if plan is not None:

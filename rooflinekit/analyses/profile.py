@@ -39,6 +39,7 @@ from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSp
 from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import Presentation, build_report
+from rooflinekit.stages.serving import Serving, views_of
 from rooflinekit.stages.transform import (
     Counted,
     LegacyTransform,
@@ -58,7 +59,7 @@ from rooflinekit.stages.workload import (
 from rooflinekit.stages.workload import _user_frame as user_frame
 
 #: The transforms every request runs, in this order (a lever's restatement goes after them).
-TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), ParallelShard())
+TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), Serving(), ParallelShard())
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class Counting:
     counted: Counted
     models: list
     notes: list[str]
+    #: The capture and its attention rows before the transforms (the other kernels view is run from it).
+    raw: Counted | None = None
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -146,9 +149,10 @@ def count(source: ModelSource, workload: Workload, deployment: Deployment, host:
         on_stage("captured")
     rows = attribute_attention(cap, built.model, workload, host, deployment)
     ctx = TransformContext(workload, deployment, built.model, host)
-    counted = run_transforms(Counted(cap, rows), transforms_for(lever), ctx)
+    raw = Counted(cap, rows)
+    counted = run_transforms(raw, transforms_for(lever), ctx)
     notes = list(source.notes) + [m.assumption_note for m in models]
-    return Counting(built.model, built.inputs, counted, models, notes)
+    return Counting(built.model, built.inputs, counted, models, notes, raw=raw)
 
 
 def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, deployment: Deployment,
@@ -197,6 +201,24 @@ def with_memory(report: Report, counting: Counting, hw: HardwareSpec, deployment
     """Annotate: what one GPU holds for the step against its capacity (rooflinekit.stages.memory)."""
     peak = activation_peak(counting.counted.capture)
     return replace(report, memory=memory_of(report, hw, deployment.memory_fraction, peak))
+
+
+def with_views(report: Report, counting: Counting, workload: Workload, deployment: Deployment, hw: HardwareSpec,
+               host: PluginHost, lever: Transform | LegacyTransform | None = None) -> Report:
+    """Annotate: the step in the other kernels view (as-written or serving), from the same capture
+    run through the transforms again (no second forward), and the module that differs most."""
+    if counting.raw is None:
+        return report
+    other = replace(deployment, kernels="as-written" if deployment.kernels == "serving" else "serving")
+    try:
+        counted_other = run_transforms(counting.raw, transforms_for(lever),
+                                       TransformContext(workload, other, counting.model, host))
+    except UserError:
+        return report  # a view the other kernels cannot take: this report stands alone
+    placed = build_report(counted_other.capture, counted_other.attention, hw, workload, Presentation(detail=False))
+    mine = (counting.counted, report.totals.predicted_step_s)
+    theirs = (counted_other, placed.totals.predicted_step_s)
+    return replace(report, views=views_of(mine, theirs, deployment.kernels, hw))
 
 
 def measured(counting: Counting, workload: Workload, deployment: Deployment, host: PluginHost,
@@ -271,6 +293,7 @@ def profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
+    report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:
         measurement = _guarded("the measured forward", source, workload,
                                lambda: measured(counting, workload, deployment, host, options))

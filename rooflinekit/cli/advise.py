@@ -35,7 +35,8 @@ lever that applies, alone:
   layers that run naive, q_len 2 and 4 (decode), and any lever a plugin proposes
   (rooflinekit_advise_levers).
 Each is a changed workload re-profiled with the model built once, or the capture restated and
-placed by the same code: no lever has a formula of its own. A lever that does not apply is listed
+placed by the same code: no lever has a formula of its own. advise prices the serving view
+(--kernels serving) unless --kernels as-written is given. A lever that does not apply is listed
 with the reason. Columns: predicted step (sum of op bounds), tokens/s, speed-up (tokens/s over the
 baseline's), what binds afterwards (compute, memory, communication, or capacity when it does not
 fit), whether it fits, memory per GPU, the assumption. Counts on the meta device.
@@ -54,7 +55,7 @@ fit), whether it fits, memory per GPU, the assumption. Counts on the meta device
 def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, fmt, output, plot_path, debug,
                tp=1, ep=1):
     fmt = output_format(fmt, output)
-    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
+    asked = Deployment(hardware or "auto", tp=tp, ep=ep, kernels="serving")  # advise's default view
     workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
     inputs = model_inputs(model, hardware)
     compat.defer_dynamo_import()  # this process compiles nothing

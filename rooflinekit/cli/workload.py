@@ -19,13 +19,20 @@ import click
 import torch
 
 from rooflinekit.core.errors import WorkloadError
-from rooflinekit.core.request import DEFAULT_FRACTION, KV_BYTES, WEIGHT_BITS, Deployment, Workload
+from rooflinekit.core.request import (
+    DEFAULT_FRACTION,
+    KERNELS,
+    KV_BYTES,
+    WEIGHT_BITS,
+    Deployment,
+    Workload,
+)
 from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, validate_levers
 
 #: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
-DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings")
+DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -39,8 +46,8 @@ def _keep(ctx: click.Context, param: click.Parameter, value):
 
 
 def lever_options(f):
-    """--weight-dtype, --weight-group-size, --kv-dtype, --q-len, --quantize-embeddings (kept in the
-    click context for make_workload; see the module docstring)."""
+    """--weight-dtype, --weight-group-size, --kv-dtype, --q-len, --quantize-embeddings, --kernels (kept
+    in the click context for make_workload; see the module docstring)."""
     opts = [
         click.option("--weight-dtype", default=None, expose_value=False, callback=_keep,
                      help=f"Stored format of linear and expert weights: {', '.join(WEIGHT_BITS)} (default: "
@@ -56,6 +63,10 @@ def lever_options(f):
                           "themselves, each attending the context up to itself."),
         click.option("--quantize-embeddings", is_flag=True, expose_value=False, callback=_keep,
                      help="Also quantize the token embedding and the output head (lm_head)."),
+        click.option("--kernels", default=None, type=click.Choice(KERNELS), expose_value=False, callback=_keep,
+                     help="as-written: the model's code as it runs; serving: what a serving engine runs "
+                          "(FlashAttention/FlashMLA/paged attention, merged and fused kernels). Default "
+                          "as-written (advise: serving). See docs/accounting.md, Serving view."),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -96,6 +96,20 @@ def _attention_cost(answer: object) -> str | None:
     return type_problem(answer, AttentionCost)
 
 
+@validator("rooflinekit_serving_attention")
+def _serving_attention(answer: object) -> str | None:
+    """An AttentionCost whose FLOPs and bytes are finite and not negative, its bytes at least its cache's."""
+    found = type_problem(answer, AttentionCost)
+    if found is not None:
+        return found
+    values = (answer.flops_model, answer.kv_bytes_min, answer.bytes_min)
+    if not all(isinstance(v, (int, float)) and 0 <= v < float("inf") for v in values):
+        return "FLOPs and bytes must be finite numbers, not negative"
+    if answer.bytes_min < answer.kv_bytes_min:
+        return "bytes_min must include kv_bytes_min"
+    return None
+
+
 @validator("rooflinekit_attention_shard")
 def _attention_shard(answer: object) -> str | None:
     return type_problem(answer, AttentionShard)

@@ -131,6 +131,30 @@ def rooflinekit_attention_cost(spec: AttentionSpec, workload: AttentionWorkload)
 
 
 @hookspec(firstresult=True)
+def rooflinekit_serving_attention(spec: AttentionSpec, workload: AttentionWorkload) -> AttentionCost | None:
+    """firstresult: stops at the first non-None answer.
+
+    The serving kernel of one attention (or state) layer for one step, in the serving view
+    (`--kernels serving`, rooflinekit.stages.serving): what a production engine's kernel for this
+    spec's `arch` computes and moves. The built-ins answer FlashAttention / paged attention for
+    `mha`, `gqa` and `mqa` (`heads_cost`: q read, the K/V cache at its format read once per step
+    whatever the q_len, the output written once; causal, window and chunk pairs), FlashMLA-style
+    absorbed MLA for `mla` (the latent read once, W_UK/W_UV absorbed), and the scan / recurrent-step
+    kernel of every fixed-state spec (the state read and written once). The layer's attention ops
+    (products, masks, softmax, repeated or re-expanded K/V) are replaced by one record at this cost;
+    a layer no plugin answers for stays as written, with a note. Under `--tp` it is asked again
+    with one GPU's spec (`rooflinekit_attention_shard`'s).
+
+    :param spec: the layer's `AttentionSpec` as recognised (its `mode` as the code runs it).
+    :param workload: an `AttentionWorkload` (batch, q_len, context, phase, cache and activation
+        itemsizes: the cache at the deployment's KV format).
+    :return: an `AttentionCost` (`flops_model`: the kernel's FLOPs; `bytes_min`: what it moves;
+        `kv_bytes_min`: its cache or state traffic), or None if this plugin has no serving kernel
+        for this spec's `arch`.
+    """
+
+
+@hookspec(firstresult=True)
 def rooflinekit_attention_shard(spec: AttentionSpec, tp: int) -> AttentionShard | None:
     """firstresult: stops at the first non-None answer.
 

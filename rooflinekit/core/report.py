@@ -372,6 +372,26 @@ class CaptureInfo:
 
 
 @dataclass(frozen=True)
+class ViewGap:
+    """The module whose time differs most between the two kernels views, and why in words."""
+
+    module: str
+    as_written_s: float
+    serving_s: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Views:
+    """The step in both kernels views (`--kernels`): the code as written and what a serving engine
+    runs (docs/accounting.md, Serving view); predicted steps (sums of op bounds) on the same entry."""
+
+    as_written_step_s: float
+    serving_step_s: float
+    largest_gap: ViewGap | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
 class Memory:
     """What one GPU holds for the step (rooflinekit.stages.memory): weights, the KV cache at the
     report's context and batch, the measured activation peak, against capacity x fraction."""
@@ -415,6 +435,8 @@ class Report:
     hardware_alt: HardwareInfo | None = field(default=None, metadata=OMIT_NONE)
     parallel: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     distributed: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    #: The step in the other kernels view beside this one's (profile's annotate step).
+    views: Views | None = field(default=None, metadata=OMIT_NONE)
     schema_version: str = SCHEMA_VERSION
     kind: str = "profile"
     tool: Tool = field(default_factory=Tool)

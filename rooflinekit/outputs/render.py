@@ -82,7 +82,23 @@ def header_lines(report: Report) -> list[str]:
         lines.append(f"fused (elementwise chains fused between matmul/attention anchors): {si(fused.bytes, 'B')} "
                      f"moved, intensity {ratio(fused.intensity)} FLOP/B, predicted step "
                      f"{seconds(fused.predicted_step_s)}")
-    return lines + memory_lines(report) + measured_lines(report) + parallel_lines(report)
+    return lines + views_lines(report) + memory_lines(report) + measured_lines(report) + parallel_lines(report)
+
+
+def views_lines(report: Report) -> list[str]:
+    """The other kernels view's step beside this one's, with the largest gap in words."""
+    v = getattr(report, "views", None)
+    if v is None:
+        return []
+    other = "serving" if report.deployment.kernels != "serving" else "as written"
+    step = v.serving_step_s if other == "serving" else v.as_written_step_s
+    line = (f"kernels: {report.deployment.kernels} view; the {other} view's predicted step is {seconds(step)} "
+            f"(as written {seconds(v.as_written_step_s)}, serving {seconds(v.serving_step_s)})")
+    g = v.largest_gap
+    if g is not None:
+        line += (f"; largest gap {g.module}: {g.why}: as written {seconds(g.as_written_s)}, "
+                 f"serving {seconds(g.serving_s)}")
+    return [line]
 
 
 def expected_line(t) -> str:

@@ -323,3 +323,63 @@ def fusion_notes(fusion: Fusion) -> list[str]:
         return []
     return [f"fused view: {fusion.unknown} fusible ops keep their eager bytes (their traffic per storage is "
             "not known: counts evaluated from a fit or changed by a transform), so totals.fused is an upper bound"]
+
+
+def kernel_records(ops: list[OpRecord], params: set[int], name_of) -> list[OpRecord]:
+    """`ops` with each fused kernel of two or more ops restated as one record (the serving view,
+    rooflinekit.stages.serving): its FLOPs, and the storages it reads from and writes to HBM at
+    the bytes the fused view charges them (a value made and used inside the kernel moves nothing).
+    The record stands where the kernel's last op stood, named `name_of(member ops)`; anchors and
+    single-op kernels are kept as they were. Records are not renumbered."""
+    group, producers, size, _ = _group(ops)
+    members: dict[int, list[int]] = {}
+    for i, g in enumerate(group):
+        if g >= 0:
+            members.setdefault(g, []).append(i)
+    merged = {g: idx for g, idx in members.items() if len(idx) > 1}
+    if not merged:
+        return list(ops)
+    outside = _read_outside(ops, group, producers)
+    traffic: dict[int, tuple[dict[int, float], dict[int, float], list[float]]] = {}
+    charged_r: dict[tuple[int, int], float] = {}
+    charged_w: dict[tuple[int, int], float] = {}
+    for g, idx in merged.items():
+        reads: dict[int, float] = {}
+        writes: dict[int, float] = {}
+        flops = 0.0
+        for i in idx:
+            op = ops[i]
+            flops += op.flops
+            for (sid, nbytes), p in zip(op.reads, producers[i], strict=True):
+                if p >= 0 and group[p] == g:
+                    continue
+                take = nbytes if sid < 0 else _charge(charged_r, (g, sid), nbytes, size[sid])
+                if take:
+                    reads[sid] = reads.get(sid, 0.0) + take
+            for sid, nbytes in op.writes:
+                if sid >= 0 and not outside.get((i, sid), True):
+                    continue
+                take = nbytes if sid < 0 else _charge(charged_w, (g, sid), nbytes, size[sid])
+                if take:
+                    writes[sid] = writes.get(sid, 0.0) + take
+        traffic[g] = (reads, writes, [flops])
+    last = {idx[-1]: g for g, idx in merged.items()}
+    out: list[OpRecord] = []
+    for i, op in enumerate(ops):
+        g = group[i]
+        if g in merged and i not in last:
+            continue
+        if i not in last:
+            out.append(op)
+            continue
+        kernel = [ops[j] for j in merged[g]]
+        reads, writes, (flops,) = traffic[g]
+        out.append(OpRecord(
+            index=op.index, name=name_of(kernel), module=kernel[0].module, flops=flops,
+            bytes_read=sum(reads.values()), bytes_written=sum(writes.values()),
+            dtype=_dominant_dtype(kernel) if any(k.dtype != kernel[0].dtype for k in kernel) else kernel[0].dtype,
+            counted=all(k.counted for k in kernel), kind="op", reads=tuple(reads.items()),
+            param_bytes=sum(b for sid, b in reads.items() if sid in params),
+            writes=tuple(writes.items()), shapes=kernel[0].shapes,
+            attrs={"fused_ops": [k.name for k in kernel], "fused_from": [k.index for k in kernel]}))
+    return out

@@ -1,0 +1,351 @@
+"""The serving view as a transform: what a serving engine (vLLM, SGLang, TensorRT-LLM) runs for the
+same step, restated from the capture of the code as written (`--kernels serving`).
+
+- **Attention by the architecture's serving kernel.** For each recognised attention or state layer,
+  the architecture's plugin prices its serving kernel (`rooflinekit_serving_attention`: FlashAttention
+  / paged attention for MHA, GQA and MQA, FlashMLA-style absorbed MLA, the state mixers' scan and
+  step kernels). The layer's attention ops are dropped: its attention products, every op of the layer
+  that reads what they made (scores, masks, softmax; the last product's output, the attention output,
+  is kept for the ops that follow), the K/V copies on its K/V path (repeat_kv, a whole-cache
+  concatenation) and re-expanding projections (MLA's kv_b_proj over every cached position) with every
+  op reading what they made. One modelled record stands for the kernel, at its plugin's price (Q read,
+  the K/V cache at its format read once per step whatever the q_len, output written once); a
+  re-expanding projection is kept for the new tokens only (query absorption and output un-absorption:
+  the same weights over the step's new rows). Ops outside the attention layers that only fed the
+  dropped ones (the materialised causal mask) go with them. A layer no plugin prices stays as written.
+- **The engine's fused kernels.** Sibling projections of one module reading the same input (q/k/v,
+  gate/up, MLA's q_a/kv_a) read it once (merged QKV and gate/up GEMMs); elementwise chains between
+  anchors run as one kernel each by the fused view's rule (rooflinekit.stages.fusion: residual add +
+  RMSNorm, activation-and-mul, rotary + cache write), each restated as one record named after the
+  engine kernel it stands for (`serving.fused_add_rms_norm`, `serving.silu_and_mul`, ...).
+- **Memory**: the dropped ops' storages, and values a fused kernel keeps on chip, are no longer
+  allocations of the step (rooflinekit.stages.memory reads the restated capture).
+
+Under `--tp` the attention record is priced at one GPU's spec (the shard hook's), since the parallel
+transform after this one passes modelled records unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from rooflinekit.core.heads import split_heads
+from rooflinekit.core.paths import layer_pattern
+from rooflinekit.core.report import ViewGap, Views
+from rooflinekit.core.request import Workload
+from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec
+from rooflinekit.stages.attribute import (
+    AttentionSite,
+    attention_workload,
+    copy_growth,
+    dtype_itemsize,
+    is_attention_product,
+    is_projection,
+    reexpanding,
+)
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.fusion import kernel_records
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.roofline import op_figures
+from rooflinekit.stages.transform import Counted, TransformContext
+
+HOOK = "rooflinekit_serving_attention"
+ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's serving kernel as its "
+              "architecture plugin prices it (no mask, repeated or re-expanded K/V materialised; the cache "
+              "read once per step), merged QKV and gate/up GEMMs, elementwise chains fused (residual add + "
+              "RMSNorm, activation-and-mul, rotary + cache write); docs/accounting.md, Serving view")
+#: Engine kernel names for a fused chain, by the ops it holds (first match wins).
+_CACHE_WRITES = frozenset({"aten.index_copy_", "aten.index_copy", "aten.index_put_", "aten.index_put",
+                           "aten.slice_scatter", "aten.copy_"})
+
+
+def kernel_name(kernel: list[OpRecord]) -> str:
+    """The serving engine's name for a fused chain of ops (vLLM's custom ops), by what it holds."""
+    names = {op.name for op in kernel}
+    rotary = "aten.neg" in names or "aten.cat" in names
+    if rotary and names & _CACHE_WRITES:
+        return "serving.rotary_embedding+reshape_and_cache"
+    if names & {"aten.rsqrt", "aten.rms_norm", "aten._fused_rms_norm"}:
+        return "serving.fused_add_rms_norm" if "aten.add" in names else "serving.rms_norm"
+    if names & {"aten.native_layer_norm", "aten.layer_norm"}:
+        return "serving.fused_add_layer_norm" if "aten.add" in names else "serving.layer_norm"
+    if "aten.mul" in names and names & {"aten.silu", "aten.gelu", "aten.sigmoid"}:
+        return "serving.gelu_and_mul" if "aten.gelu" in names else "serving.silu_and_mul"
+    if rotary:
+        return "serving.rotary_embedding"
+    if names & _CACHE_WRITES:
+        return "serving.reshape_and_cache"
+    return "serving.fused_elementwise"
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer's restatement: the ops dropped, the records standing for them (at the index each
+    is placed before), the restated row and its attention record."""
+
+    dropped: set[int]
+    records: list[tuple[int, OpRecord]]
+    row: AttentionSite
+    attention: OpRecord
+
+
+def serving_cost(row: AttentionSite, workload: Workload, ctx: TransformContext) -> tuple[AttentionCost | None, AttentionCost | None]:
+    """(the layer's serving cost, one GPU's under --tp) from its architecture plugin, or Nones."""
+    aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment)
+    cost, _ = ctx.host.call_first(HOOK, expect=AttentionCost, spec=row.spec, workload=aw)
+    if cost is None or ctx.deployment.tp <= 1:
+        return cost, cost
+    shard, _ = ctx.host.call_first("rooflinekit_attention_shard", expect=AttentionShard, spec=row.spec,
+                                   tp=ctx.deployment.tp)
+    spec: AttentionSpec = shard.spec if shard is not None else split_heads(row.spec, ctx.deployment.tp).spec
+    per_gpu, _ = ctx.host.call_first(HOOK, expect=AttentionCost, spec=spec, workload=aw)
+    return cost, per_gpu
+
+
+def _dropped(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: int) -> tuple[set[int], list[int], int | None]:
+    """The ops of a layer its serving kernel replaces, its re-expanding projections, and its last
+    attention product (whose output the kernel writes)."""
+    site = sorted(set(row.op_indices) | set(row.kv_op_indices))
+    if getattr(row.spec, "fixed_state", False):  # the mixer's kernel: every op of the layer but its projections
+        return {i for i in site if not is_projection(ops[i])}, [], None
+    products = [i for i in site if is_attention_product(ops[i], params)]
+    last = products[-1] if products else None
+    reexpand = [i for i in row.kv_op_indices if reexpanding(ops[i], tokens)]
+    copies = [i for i in row.kv_op_indices if (copy_growth(ops[i]) or 0) > 1.01 or _whole_cache(ops[i], row, tokens)]
+    dropped = set(products) | set(reexpand) | set(copies)
+    tainted = {sid for i in dropped if i != last for sid, _ in ops[i].writes}
+    for i in site:
+        if i in dropped:
+            continue
+        op = ops[i]
+        if any(sid in tainted for sid, _ in op.reads) or any(sid in tainted for sid, _ in op.writes):
+            dropped.add(i)
+            tainted.update(sid for sid, _ in op.writes)
+    return dropped, reexpand, last
+
+
+def _whole_cache(op: OpRecord, row: AttentionSite, tokens: int) -> bool:
+    """A K/V-path op writing more than the step's new K/V (a torch.cat of the whole cache): a paged
+    cache writes the new positions only, into their slots."""
+    spec = row.spec
+    new_kv = tokens * spec.num_heads * max(spec.head_dim, spec.v_head_dim) * 4  # every head, fp32: generous
+    return not is_projection(op) and op.bytes_written > new_kv and op.name not in ("aten.index_copy_", "aten.index_put_")
+
+
+def _projection_record(op: OpRecord, tokens: int, params: set[int]) -> OpRecord:
+    """A re-expanding projection over the step's new rows only (absorbed: the same weights applied to
+    the new tokens, query absorption and output un-absorption)."""
+    share = tokens / op.attrs["rows"]
+    act_read = sum(b for sid, b in op.reads if sid not in params)
+    return replace(op, name="serving.absorbed_projection", kind="modelled", flops=op.flops * share,
+                   bytes_read=op.param_bytes + act_read * share, bytes_written=op.bytes_written * share,
+                   reads=(), writes=(), sinks=(),
+                   attrs={"assumption": "the re-expanding projection's weights applied to the new tokens only "
+                                        "(query absorption and output un-absorption: the serving kernel attends "
+                                        "over the cached latent)", "rows": tokens})
+
+
+def _attention_record(row: AttentionSite, ops: list[OpRecord], dropped: set[int], last: int | None,
+                      cost: AttentionCost, act: int) -> OpRecord:
+    """The serving kernel of a layer as one modelled record: its plugin's FLOPs and bytes, writing
+    the attention output where the code's last product wrote it."""
+    spec = row.spec
+    writes: tuple[tuple[int, float], ...] = ()
+    out_bytes = 0.0
+    if last is not None and ops[last].writes:
+        out_bytes = min(ops[last].bytes_written, cost.bytes_min)
+        writes = tuple(ops[last].writes)
+    sinks = tuple(dict.fromkeys(s for i in sorted(dropped) for s in ops[i].sinks))
+    return OpRecord(
+        index=0, name="serving.attention", module=row.module, flops=cost.flops_model,
+        bytes_read=cost.bytes_min - out_bytes, bytes_written=out_bytes, dtype=row.dtype, counted=True,
+        kind="modelled", writes=writes, sinks=sinks,
+        attrs={"assumption": f"the {spec.arch} serving kernel as its plugin prices it: the K/V cache "
+                             f"(or state) read once, q read and the output written once",
+               "kv_read_bytes": cost.kv_bytes_min, "act_itemsize": act})
+
+
+def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], workload: Workload,
+           ctx: TransformContext) -> _Layer | None:
+    """A recognised layer restated with its serving kernel; None where no plugin prices one."""
+    cost, per_gpu = serving_cost(row, workload, ctx)
+    if cost is None or per_gpu is None:
+        return None
+    dropped, reexpand, last = _dropped(row, ops, params, workload.tokens)
+    if not dropped:
+        return None
+    attention = _attention_record(row, ops, dropped, last, per_gpu, dtype_itemsize(row.dtype))
+    records = [(i, _projection_record(ops[i], workload.tokens, params)) for i in reexpand]
+    records.append((last if last is not None else max(dropped), attention))
+    restated = replace(row, cost=cost, flops_executed=cost.flops_model, bytes_executed=cost.bytes_min,
+                       kv_bytes_executed=cost.kv_bytes_min, kv_read_bytes=cost.kv_bytes_min, kv_copy_bytes=0.0,
+                       kv_reexpand_flops=0.0,
+                       notes=list(row.notes) + [f"serving view: attention by the {row.spec.arch} serving kernel "
+                                                f"[plugin '{row.plugin}']"])
+    return _Layer(dropped, records, restated, attention)
+
+
+def _dead_feeders(ops: list[OpRecord], dropped: set[int], sites: list[str], params: set[int]) -> set[int]:
+    """Ops outside the attention layers whose every output is read only by dropped ops (the causal
+    mask the model builds for its attention): the engine does not materialise them."""
+    readers: dict[int, set[int]] = {}
+    for op in ops:
+        for sid, _ in op.reads:
+            readers.setdefault(sid, set()).add(op.index)
+    dead = set(dropped)
+    for op in reversed(ops):
+        if op.index in dead or op.kind != "op" or not op.writes or any(sid in params for sid, _ in op.writes):
+            continue
+        if any(op.module == s or op.module.startswith(s + ".") for s in sites):
+            continue
+        if all(readers.get(sid) and readers[sid] <= dead for sid, _ in op.writes):
+            dead.add(op.index)
+    return dead - dropped
+
+
+def _merge_siblings(ops: list[OpRecord], params: set[int]) -> list[OpRecord]:
+    """Sibling projections (one parent module) reading the same input storage read it once: the
+    engine's merged QKV and gate/up GEMMs (the later siblings' reads of the input dropped)."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for op in ops:
+        if op.kind == "op" and is_projection(op):
+            parent = op.module.rpartition(".")[0]
+            keep = []
+            for sid, nbytes in op.reads:
+                key = (parent, sid)
+                if sid >= 0 and sid not in params and key in seen:
+                    continue
+                if sid >= 0 and sid not in params:
+                    seen.add(key)
+                keep.append((sid, nbytes))
+            if len(keep) != len(op.reads):
+                op = replace(op, reads=tuple(keep), bytes_read=sum(b for _, b in keep))
+        out.append(op)
+    return out
+
+
+def _rebuild(ops: list[OpRecord], drop: set[int], inserts: dict[int, list[OpRecord]]) -> tuple[list[OpRecord], dict[int, int], dict[int, int]]:
+    """The op list with `drop` removed and `inserts` placed before their indices, renumbered; old
+    index -> new, id(inserted record) -> new."""
+    out: list[OpRecord] = []
+    index: dict[int, int] = {}
+    at: dict[int, int] = {}
+    for op in ops:
+        for record in inserts.get(op.index, ()):
+            at[id(record)] = len(out)
+            out.append(replace(record, index=len(out)))
+        if op.index in drop:
+            continue
+        index[op.index] = len(out)
+        out.append(replace(op, index=len(out)))
+    return out, index, at
+
+
+def _fused(ops: list[OpRecord], params: set[int]) -> tuple[list[OpRecord], dict[int, int]]:
+    """The elementwise chains fused (one record per kernel), renumbered; old index -> new."""
+    merged = kernel_records(ops, params, kernel_name)
+    index: dict[int, int] = {}
+    out = []
+    for op in merged:
+        members = op.attrs.get("fused_from") if op.name.startswith("serving.") and op.kind == "op" else None
+        for old in members or (op.index,):
+            index[old] = len(out)
+        out.append(replace(op, index=len(out)))
+    return out, index
+
+
+def _remap(row: AttentionSite, index: dict[int, int]) -> AttentionSite:
+    return replace(row, op_indices=list(dict.fromkeys(index[i] for i in row.op_indices if i in index)),
+                   kv_op_indices=list(dict.fromkeys(index[i] for i in row.kv_op_indices if i in index)))
+
+
+def serve(counted: Counted, ctx: TransformContext) -> Counted:
+    """`counted` in the serving view (module docstring)."""
+    cap: CaptureResult = counted.capture
+    ops, params, workload = cap.ops, cap.param_storages, ctx.workload
+    drop: set[int] = set()
+    inserts: dict[int, list[OpRecord]] = {}
+    layers: dict[int, _Layer] = {}
+    unpriced = []
+    for row in counted.attention:
+        done = _layer(row, ops, params, workload, ctx) if row.recognised else None
+        if done is None:
+            unpriced.append(row)
+            continue
+        layers[id(row)] = done
+        drop |= done.dropped
+        for before, record in done.records:
+            inserts.setdefault(before, []).append(record)
+    drop |= _dead_feeders(ops, drop, [r.module for r in counted.attention], params)
+    out, index, at = _rebuild(ops, drop, inserts)
+    rows = []
+    for row in counted.attention:
+        layer = layers.get(id(row))
+        rows.append(_remap(row, index) if layer is None
+                    else replace(layer.row, op_indices=[at[id(layer.attention)]], kv_op_indices=[]))
+    fused, index2 = _fused(_merge_siblings(out, params), params)
+    rows = [_remap(r, index2) for r in rows]
+    notes = [ASSUMPTION]
+    if unpriced:
+        notes.append(f"serving view: {len(unpriced)} attention layer(s) no plugin prices a serving kernel for "
+                     f"(e.g. {unpriced[0].module}): left as written")
+    return replace(counted, capture=replace(cap, ops=fused, notes=list(cap.notes)), attention=rows).with_notes(*notes)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The serving view as a `Transform`: applies where the deployment's kernels are "serving"."""
+
+    name: str = "serving kernels"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        return ctx.deployment.kernels == "serving"
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        return serve(counted, ctx)
+
+
+#: Module rows of the gap: cut to this depth ("model.layers.*.self_attn"), layers merged.
+GAP_DEPTH = 4
+
+
+def _module_times(counted: Counted, hw: HardwareSpec) -> dict[str, float]:
+    """Each module's (layers merged) sum of op time bounds."""
+    out: dict[str, float] = {}
+    for op in counted.capture.ops:
+        name = layer_pattern(".".join(op.module.split(".")[:GAP_DEPTH])) if op.module else "(root)"
+        t = op_figures(op.flops, op.bytes, hw.peak(op.dtype), hw.memory_bandwidth)[2]
+        out[name] = out.get(name, 0.0) + t
+    return out
+
+
+def _why(module: str, as_written: Counted) -> str:
+    """Why the code as written spends more (or less) time in `module` than a serving engine, in words."""
+    pattern = re.compile("^" + re.escape(module).replace(r"\*", r"\d+") + r"(\.|$)")
+    rows = [r for r in as_written.attention if r.recognised and pattern.match(r.module)]
+    if any(r.kv_reexpand_flops for r in rows):
+        what = "MLA latent" if any(r.spec.arch == "mla" for r in rows) else "cached K/V"
+        return (f"the code re-expands the {what} every step (a projection over every cached position) where "
+                "the serving kernel reads the cache once")
+    amp = max((r.amplification or 0.0 for r in rows), default=0.0)
+    if amp > 1.5:
+        return (f"the code moves {amp:.3g}x the K/V cache (repeated or copied K/V heads, materialised "
+                "scores and mask) where the serving kernel reads it once")
+    if rows:
+        return "the code materialises scores, mask and softmax where the serving kernel keeps them on chip"
+    return "the engine fuses this module's elementwise ops and merges its projections into fewer kernels"
+
+
+def views_of(mine: tuple[Counted, float], theirs: tuple[Counted, float], kernels: str, hw: HardwareSpec) -> Views:
+    """The report's `views`: (counted, predicted step) of this report's view and of the other one."""
+    serving, written = (mine, theirs) if kernels == "serving" else (theirs, mine)
+    t_serving, t_written = _module_times(serving[0], hw), _module_times(written[0], hw)
+    gap = None
+    names = set(t_serving) | set(t_written)
+    if names:
+        module = max(sorted(names), key=lambda n: abs(t_written.get(n, 0.0) - t_serving.get(n, 0.0)))
+        gap = ViewGap(module=module, as_written_s=t_written.get(module, 0.0), serving_s=t_serving.get(module, 0.0),
+                      why=_why(module, written[0]))
+    return Views(as_written_step_s=written[1], serving_step_s=serving[1], largest_gap=gap)
