@@ -141,3 +141,13 @@ def test_a_2_0_report_with_tp_in_its_options_reads_as_a_deployment():
 ])
 def test_deployment_words(deployment, dtype, words):
     assert deployment.words(dtype) == words
+
+
+@pytest.mark.parametrize(("kv", "itemsize"), [("bf16", 2), ("fp8", 1)])
+def test_the_kv_format_reaches_the_parallel_shard(invoke, kv, itemsize):
+    """Under TP the per-GPU rows are costed at the deployment's KV format: 1 layer x K and V x 8/2
+    KV heads x head_dim 128 x context 256 x batch 2 x the format's bytes (examples/llama_gqa.py)."""
+    result = invoke("profile", GQA, "--phase", "decode", "-O", "layers=1", "-b", "2", "-s", "256", "--tp", "2",
+                    "--kv-dtype", kv, "-H", "H800", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["attention_totals"]["kv_bytes_min"] == 1 * 2 * 4 * 128 * 256 * 2 * itemsize

@@ -441,7 +441,8 @@ def serving_rows(cap: CaptureResult, rows: list[AttentionSite]) -> list[Attentio
     return out
 
 
-def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host) -> tuple[list[AttentionSite], list[dict]]:
+def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host,
+                    deployment: Deployment | None = None) -> tuple[list[AttentionSite], list[dict]]:
     """Per-GPU attention rows (one GPU's spec as the architecture's plugin says: heads / N; KV
     heads split or replicated; MLA latent replicated), re-costed by the attention plugins, and a
     summary per layer for the report."""
@@ -454,7 +455,7 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
         shard = attention_shard(spec, tp, host, row.module)
         new_spec, kv, note = shard.spec, shard.kv, shard.note
         heads, kv_heads = new_spec.num_heads, new_spec.num_kv_heads
-        aw = attention_workload(workload, row.dtype, row.causal)
+        aw = attention_workload(workload, row.dtype, row.causal, deployment)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
         new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + ([note] if note else []))
         out.append(new)
@@ -547,8 +548,8 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
     if par.kernels == "serving":  # the serving view's kernels are records: its rows carried over
         per_gpu_rows = serving_rows(cap, rows)
     else:
-        per_gpu_rows = attribute_attention(cap, model, workload, host)
-    per_gpu_rows, att = shard_attention(per_gpu_rows, par.tp, workload, host)
+        per_gpu_rows = attribute_attention(cap, model, workload, host, par)
+    per_gpu_rows, att = shard_attention(per_gpu_rows, par.tp, workload, host, par)
     counts: dict[str, int] = {}
     if plan is not None:
         for style in plan.styles.values():
