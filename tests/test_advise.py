@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -26,14 +27,16 @@ from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
 GQA = EXAMPLES / "llama_gqa.py"
 OPTIONS = dict(TINY_LLAMA, layers=2)
 CAPACITY = 40e6  # a small device: the tiny model's largest batch that fits stays small
+RESERVE = 4e6  # and a small reserve (CUDA context, communication buffers)
 
 
 @pytest.fixture(scope="module")
 def small_hw(tmp_path_factory):
-    """The H800 entry with 40 MB of memory."""
+    """The H800 entry with 40 MB of memory, 4 MB of it reserved."""
     text = (ROOT / "hardware_db/nvidia/h800_sxm5.toml").read_text()
-    text = text.replace("memory_bytes = 80e9", f"memory_bytes = {CAPACITY:g}").replace('name = "H800 SXM5"',
-                                                                                     'name = "Small H800"')
+    text = re.sub(r"(?m)^memory_bytes = \d.*$", f"memory_bytes = {CAPACITY:g}", text)
+    text = re.sub(r"(?m)^memory_reserve_bytes = \d.*$", f"memory_reserve_bytes = {RESERVE:g}", text)
+    text = text.replace('name = "H800 SXM5"', 'name = "Small H800"')
     path = tmp_path_factory.mktemp("hw") / "small.toml"
     path.write_text(text)
     return str(path)
@@ -74,7 +77,7 @@ def test_levers_are_the_profiles_of_their_workloads(advice, small_hw):
 
 def test_batch_lever_is_the_largest_batch_that_fits(advice, small_hw):
     m = advice.memory
-    expected = math.floor((CAPACITY * 0.9 - m.weights_bytes) / (m.kv_bytes_per_sequence + m.activation_bytes_per_sequence))
+    expected = math.floor(((CAPACITY - RESERVE) * 0.9 - m.weights_bytes) / (m.kv_bytes_per_sequence + m.activation_bytes_per_sequence))
     (lever,) = [lv for lv in advice.levers if lv.lever.startswith("batch ")]
     assert lever.batch in (expected, expected - 1)  # one step down where activations grow faster than batch
     assert lever.fits is True

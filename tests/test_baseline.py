@@ -10,6 +10,11 @@ Changes so far, each regenerated for the keys it touched:
   fewer (totals.bytes, other and uncounted bytes, the root module's bytes: -8 B);
 - MLA (DeepSeek-V2-Lite, DeepSeek-V3): flops_model includes the new tokens' kv_b_proj (it was left
   out with the cached positions' re-expansion).
+- collectives with latency and capacity as the device reports it (issue 23, items 3 and 4): every
+  case's memory.capacity_bytes (H800: 85,520,809,984 B, was 80e9), memory.reserve_bytes (new, 1 GiB)
+  and memory.max_batch where it has a bound; comm.expected_time_s (new); under TP/EP comm.time_s,
+  totals.predicted_step_s and fused.predicted_step_s grow by the link's latency floor per call.
+  FLOPs and bytes unchanged.
 """
 
 from __future__ import annotations

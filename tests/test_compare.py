@@ -110,7 +110,8 @@ def test_a_step_that_does_not_fit_reads_back(invoke, tmp_path):
     assert made.exit_code == 0, made.stderr
     memory = json.loads(out.read_text())["memory"]
     assert memory["fits"] is False and memory["headroom_bytes"] == pytest.approx(
-        memory["capacity_bytes"] * 0.000001 - memory["total_bytes"], rel=1e-9) and memory["headroom_bytes"] < 0
+        (memory["capacity_bytes"] - memory["reserve_bytes"]) * 0.000001 - memory["total_bytes"], rel=1e-9)
+    assert memory["headroom_bytes"] < 0
     result = invoke("compare", out, out, "-f", "json")
     assert result.exit_code == 0, result.stderr
     assert all(r["ratio"] in (None, 1.0) for r in json.loads(result.stdout)["rows"])

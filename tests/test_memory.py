@@ -1,6 +1,7 @@
 """Memory capacity: weights, KV cache and measured activations per GPU against capacity x fraction.
 
-Expected numbers are written out from the configs' dimensions and the H800 datasheet's 80 GB;
+Expected numbers are written out from the configs' dimensions and the H800 entry's capacity (what
+the device reports, 81,559 MiB) less its reserve;
 the activation peak of a small model is derived by hand from which tensors are alive at once.
 """
 
@@ -8,8 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,8 +33,11 @@ from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error
 
 CONFIGS = EXAMPLES / "configs"
-H800_BYTES = 80e9  # NVIDIA H800 SXM datasheet: 80 GB HBM3
+H800_TOML = ROOT / "hardware_db/nvidia/h800_sxm5.toml"
+H800_BYTES = 81559 * 2**20  # nvidia-smi's memory.total of an H800 SXM (the datasheet's "80 GB")
+H800_RESERVE = tomllib.loads(H800_TOML.read_text())["memory_reserve_bytes"]
 FRACTION = 0.9
+USABLE = (H800_BYTES - H800_RESERVE) * FRACTION
 BF16 = 2
 
 
@@ -67,7 +78,7 @@ def test_llama_70b_fits_one_h800_only_split(tp):
     c = _config("llama-3.1-70b")
     weights = decoder_params(c, qkv_bias=False) * BF16
     kv = kv_per_sequence(c, 4096)
-    usable = H800_BYTES * FRACTION
+    usable = USABLE
     base = Workload("decode", 1, 4096)
     if tp == 1:
         assert weights > usable  # the closed form: no batch fits on one GPU
@@ -103,8 +114,8 @@ def test_qwen_14b_max_batch_closed_form():
     assert m.kv_bytes_per_sequence == kv and m.kv_cache_bytes == kv
     act = m.activation_peak_bytes
     assert 0 < act < 1e8  # measured: one token's hidden states and logits, not gigabytes
-    usable = H800_BYTES * FRACTION
-    assert m.max_batch == math.floor((usable - weights - act) / kv) == 13
+    usable = USABLE
+    assert m.max_batch == math.floor((usable - weights - act) / kv) == 14
     # the rule as implemented (activations scaled per sequence) gives the same batch here
     assert m.max_batch == math.floor((usable - weights) / (kv + act))
     assert m.fits is True
@@ -170,6 +181,12 @@ def test_kv_cache_kept_by_the_forward_is_not_an_activation():
     assert activation_peak(cap) == d * f32
 
 
+def small_entry(capacity: float, reserve: float = 4e6) -> str:
+    """The H800 entry's text with another capacity and reserve."""
+    text = re.sub(r"(?m)^memory_bytes = \d.*$", f"memory_bytes = {capacity:g}", H800_TOML.read_text())
+    return re.sub(r"(?m)^memory_reserve_bytes = \d.*$", f"memory_reserve_bytes = {reserve:g}", text)
+
+
 def test_every_hardware_entry_has_a_sourced_capacity():
     paths = sorted((ROOT / "hardware_db").rglob("*.toml"))
     assert paths
@@ -185,8 +202,9 @@ def test_memory_fraction_changes_usable_and_fit(invoke):
     full = json.loads(invoke(*args, "--memory-fraction", "1").stdout)["memory"]
     half = json.loads(invoke(*args, "--memory-fraction", "0.5").stdout)["memory"]
     assert full["fraction"] == 1 and half["fraction"] == 0.5
-    assert full["usable_bytes"] == H800_BYTES and half["usable_bytes"] == H800_BYTES / 2
-    assert half["max_batch"] == math.floor((H800_BYTES / 2 - half["weights_bytes"])
+    assert full["usable_bytes"] == H800_BYTES - H800_RESERVE and full["reserve_bytes"] == H800_RESERVE
+    assert half["usable_bytes"] == (H800_BYTES - H800_RESERVE) / 2
+    assert half["max_batch"] == math.floor(((H800_BYTES - H800_RESERVE) / 2 - half["weights_bytes"])
                                            / (half["kv_bytes_per_sequence"] + half["activation_bytes_per_sequence"]))
 
 
@@ -200,8 +218,7 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     context; each point's fit follows weights + KV + activations against 0.9 x 40 MB, points from
     the fit carry the same activation peak a capture measures, and the critical batch names the
     largest batch that fits."""
-    entry = (ROOT / "hardware_db/nvidia/h800_sxm5.toml").read_text().replace("memory_bytes = 80e9",
-                                                                              "memory_bytes = 40e6")
+    entry = small_entry(40e6)
     entry = entry.replace('name = "H800 SXM5"', 'name = "Small"').replace("aliases = [", 'aliases = ["small", ')
     hw = tmp_path / "small.toml"
     hw.write_text(entry)
@@ -210,7 +227,7 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     base = Workload("decode", 1, 64, options=tuple(sorted(options.items())))
     result = run_sweep(source, base, Deployment(str(hw)), [1, 4, 64], [64, 4096])
     points = result.to_dict()["points"]
-    usable = 40e6 * FRACTION
+    usable = (40e6 - 4e6) * FRACTION
     for p in points:
         m = p["memory"]
         kv = 2 * 2 * 2 * 32 * BF16 * p["context"]  # K and V, 2 layers, 2 K/V heads of 32

@@ -18,6 +18,7 @@ from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
+from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.workload import Workload, build, load_source, validate_levers
 from tests.conftest import EXAMPLES, MODELS
 
@@ -140,7 +141,10 @@ def test_collectives_stay_out_of_flops_and_hbm_bytes_and_bound_their_own_time(gq
     assert t["flops"] == pytest.approx(sum(o["flops"] for o in ops))
     assert t["bytes"] == pytest.approx(sum(o["bytes_read"] + o["bytes_written"] for o in ops))
     assert comm["link_bandwidth_per_direction"] == 200e9  # H800: 400 GB/s, both directions summed
-    assert t["time_comm_s"] == pytest.approx(comm["wire_bytes"] / 200e9)
+    floor = comm["latency_s"]  # H800: the NVLink latency floor per call
+    assert floor > 0 and comm["expected_latency_s"] > floor
+    assert t["time_comm_s"] == pytest.approx(comm["calls"] * floor + comm["wire_bytes"] / 200e9)
+    assert comm["expected_time_s"] > t["time_comm_s"]
     assert t["time_compute_s"] == pytest.approx(t["flops"] / 989.4e12)
     assert t["time_memory_s"] == pytest.approx(t["bytes"] / 3.35e12)
     assert t["binding"] == "memory"
@@ -307,10 +311,23 @@ def test_summary_and_binding():
 
     ops = [OpRecord(0, "comm.all_reduce", "a", 0, 0, 0, "bf16", True, kind="collective",
                     attrs=attrs("all_reduce", 4, 100.0, "planned")) for _ in range(3)]
-    s = summary(ops, 400e9)
+    hw = HardwareSpec("x", {"bf16": 1e15}, 1e12, interconnect_bandwidth=400e9, interconnect_latency=1e-6,
+                      collective_latency=10e-6)
+    s = summary(ops, hw)
     assert s["calls"] == 3 and s["wire_bytes"] == pytest.approx(3 * 150.0)
-    assert s["time_s"] == pytest.approx(450.0 / 200e9)
-    assert summary(ops, None)["time_s"] == 0 and summary(ops, None)["note"]
+    assert s["time_s"] == pytest.approx(3 * 1e-6 + 450.0 / 200e9)
+    # expected: 100 B is small, so one-shot (one step, 3 x 100 B) at the library's latency
+    (row,) = s["collectives"]
+    assert row["algorithm"] == "one-shot" and row["latency_s"] == 1e-6 and row["expected_latency_s"] == 10e-6
+    assert s["expected_time_s"] == pytest.approx(3 * (10e-6 + 300.0 / 200e9))
+    big = [OpRecord(0, "comm.all_reduce", "a", 0, 0, 0, "bf16", True, kind="collective",
+                    attrs=attrs("all_reduce", 4, 1e9, "planned"))]
+    ring = summary(big, hw)
+    assert ring["collectives"][0]["algorithm"] == "ring"  # 6 steps of latency, the fewest bytes
+    assert ring["expected_time_s"] == pytest.approx(10e-6 + 5 * 1e-6 + 1.5e9 / 200e9)
+    assert ring["time_s"] <= ring["expected_time_s"]
+    bare = HardwareSpec("y", {"bf16": 1e15}, 1e12)
+    assert summary(ops, bare)["time_s"] == 0 and summary(ops, bare)["note"]
     assert binding(1.0, 2.0, 3.0) == "communication" and binding(0, 0, 0) == "none"
 
 

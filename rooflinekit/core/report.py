@@ -347,6 +347,13 @@ class CollectiveSummary:
     message_bytes: float
     wire_bytes: float
     time_bound_s: float
+    #: Expected time of the calls: the library's algorithm and measured per-call latency.
+    expected_time_s: float = 0.0
+    #: Per-call latency in the bound (the link's floor) and in the expected time (at zero bytes).
+    latency_s: float = 0.0
+    expected_latency_s: float = 0.0
+    #: The algorithm(s) the expected time picked ("one-shot", "ring x 3, one-shot x 2").
+    algorithm: str = ""
 
 
 @dataclass(frozen=True)
@@ -358,8 +365,13 @@ class Communication:
     message_bytes: float = 0.0
     wire_bytes: float = 0.0
     time_s: float = 0.0
+    #: Sum of the collectives' expected times (not overlapped with compute).
+    expected_time_s: float = 0.0
     interconnect_bandwidth: float | None = None
     link_bandwidth_per_direction: float | None = None
+    #: The entry's per-call latencies: the floor (bound) and the library's measured one (expected).
+    latency_s: float | None = None
+    expected_latency_s: float | None = None
     assumption: str = ""
     note: str | None = None
 
@@ -404,12 +416,15 @@ class Memory:
     fits: bool | None
     max_batch: int | None
     fraction: float = 0.9
-    usable_bytes: float | None = None  # capacity x fraction
+    usable_bytes: float | None = None  # (capacity - reserve) x fraction
     headroom_bytes: float | None = None  # usable - total (negative: short by that much)
     kv_bytes_per_sequence: float = 0.0
     activation_bytes_per_sequence: float | None = None
     gpus: int = 1  # the GPUs the figures are one share of (planned TP/EP)
     notes: list[str] = field(default_factory=list)
+    reserve_bytes: float | None = None  # held back before the fraction (CUDA context, comm buffers)
+    kv_block_size: int | None = None  # serving view: tokens per paged KV block
+    kv_blocks: int | None = None  # serving view: blocks that fit beside weights and activations
 
 
 @dataclass(frozen=True)

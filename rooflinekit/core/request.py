@@ -88,6 +88,8 @@ class Deployment:
     quantize_embeddings: bool = False
     kernels: str = "as-written"
     memory_fraction: float = DEFAULT_FRACTION
+    #: Tokens per block of the serving view's paged KV cache (vLLM's default block size).
+    kv_block_size: int = 16
 
     @property
     def parallel(self) -> bool:

@@ -257,9 +257,11 @@ def uncounted_table(report: Report) -> tuple[list[Column], Rows]:
 
 def comm_table(report: Report) -> tuple[list[Column], Rows]:
     cols = [Column("collective", "left"), Column("group"), Column("calls"), Column("message"),
-            Column("wire B/GPU"), Column("t bound")]
+            Column("wire B/GPU"), Column("t bound"), Column("latency/call"), Column("t expected"),
+            Column("algorithm", "left", drop=1)]
     rows = [[c.collective, str(c.group_size), str(c.calls), num(c.message_bytes, "B"), num(c.wire_bytes, "B"),
-             seconds(c.time_bound_s)] for c in report.comm.collectives]
+             seconds(c.time_bound_s), f"{seconds(c.latency_s)} / {seconds(c.expected_latency_s)}",
+             seconds(c.expected_time_s), c.algorithm] for c in report.comm.collectives]
     return cols, rows
 
 

@@ -9,10 +9,22 @@ message of M bytes makes each GPU send, and at the same time receive, `wire_byte
     all_to_all        (N-1)/N * M   M = this GPU's send buffer, split evenly (its own piece stays)
     broadcast, reduce, send, recv   M
 
-The time bound of a collective is wire_bytes / link bandwidth per direction, where the link
-bandwidth per direction is half the hardware entry's `interconnect_bandwidth` (the database quotes
-the vendor's per-GPU figure with both directions summed: H800 400 GB/s -> 200 GB/s each way, H100
-900 GB/s -> 450 GB/s). Latency (per-message start-up, ~us) is not counted: it is a lower bound.
+Each call costs alpha + bytes / beta, beta the link bandwidth per direction: half the hardware
+entry's `interconnect_bandwidth` (the database quotes the vendor's per-GPU figure with both
+directions summed: H800 400 GB/s -> 200 GB/s each way, H100 900 GB/s -> 450 GB/s). Two figures:
+
+- the time bound: the lowest latency any algorithm has (one step at the link's hardware latency,
+  the entry's `interconnect_latency`: a one-shot's) plus the fewest bytes any algorithm moves (the
+  ring's `wire_bytes` above). No algorithm is faster on both counts, so it stays a bound.
+- the expected time: the algorithm a library picks, the cheapest of those it has for the collective
+  (ring; tree; one-shot for small all-reduces, as NCCL's LL protocol and the engines' custom
+  all-reduce do; direct for all-to-all and point to point), each priced at the latency a library
+  measures per call at small messages (`collective_latency`), plus the link latency of each step
+  after the first, plus its own bytes (`ALGORITHMS`).
+
+A group is taken to be on the entry's links (one NVLink, Infinity Fabric or PCIe domain):
+inter-node links (InfiniBand, RoCE) are not modelled, so a group spanning nodes is priced as if it
+were one node's.
 
 Collective records carry no FLOPs and no HBM bytes: their traffic is on the links, reported in the
 report's `comm` section and in `totals.time_comm_s`, never mixed into `flops`/`bytes`.
@@ -40,11 +52,34 @@ RING_FACTORS = {
     "recv": lambda n: 1.0,
 }
 
+#: Algorithms per collective: (name, steps(N), bytes each GPU sends per message byte(N)).
+#: ring all-reduce: a reduce-scatter then an all-gather, 2(N-1) steps; tree: NCCL's double binary
+#: tree, up then down (2 ceil(log2 N) steps, about the whole message each way); one-shot: every GPU
+#: reads every peer's buffer at once and reduces locally (1 step, (N-1) x message).
+ALGORITHMS = {
+    "all_reduce": (("ring", lambda n: 2 * (n - 1), RING_FACTORS["all_reduce"]),
+                   ("tree", lambda n: 2 * math.ceil(math.log2(n)), lambda n: 2.0),
+                   ("one-shot", lambda n: 1, lambda n: float(n - 1))),
+    "all_gather": (("ring", lambda n: n - 1, RING_FACTORS["all_gather"]),),
+    "reduce_scatter": (("ring", lambda n: n - 1, RING_FACTORS["reduce_scatter"]),),
+    "all_to_all": (("direct", lambda n: 1, RING_FACTORS["all_to_all"]),),
+    "broadcast": (("ring", lambda n: n - 1, RING_FACTORS["broadcast"]),
+                  ("tree", lambda n: math.ceil(math.log2(n)), RING_FACTORS["broadcast"])),
+    "reduce": (("ring", lambda n: n - 1, RING_FACTORS["reduce"]),
+               ("tree", lambda n: math.ceil(math.log2(n)), RING_FACTORS["reduce"])),
+    "send": (("direct", lambda n: 1, RING_FACTORS["send"]),),
+    "recv": (("direct", lambda n: 1, RING_FACTORS["recv"]),),
+}
+
 ASSUMPTION = (
-    "collectives: ring algorithms; bytes each GPU sends (and receives at the same time) per call: "
-    "all-reduce 2(N-1)/N x message, all-gather/reduce-scatter/all-to-all (N-1)/N x message (even "
-    "splits); time bound = those bytes / (interconnect_bandwidth / 2), the hardware entry quoting "
-    "both directions summed; start-up latency not counted"
+    "collectives: per call alpha + bytes / beta, beta = interconnect_bandwidth / 2 (the entry quotes "
+    "both directions summed); bytes each GPU sends per call (ring, the fewest): all-reduce 2(N-1)/N x "
+    "message, all-gather/reduce-scatter/all-to-all (N-1)/N x message (even splits). Time bound: alpha = "
+    "the link's hardware latency (one step, the lowest any algorithm has) with the ring's bytes. "
+    "Expected: the cheapest of ring, tree and one-shot (all-reduce), direct (all-to-all), alpha = the "
+    "per-call latency NCCL/RCCL measure at small messages plus the link latency of each further step, "
+    "no overlap with compute. Groups are priced on the entry's links as one node (inter-node "
+    "InfiniBand/RoCE not modelled)"
 )
 
 #: c10d ops (op name -> (collective, argument holding the message tensors, how M is measured)).
@@ -97,10 +132,35 @@ def link_bandwidth(interconnect_bandwidth: float | None) -> float | None:
     return interconnect_bandwidth / 2.0 if interconnect_bandwidth else None
 
 
-def comm_time(wire: float, interconnect_bandwidth: float | None) -> float:
-    """Time bound of `wire` bytes on the links; 0 when the entry has no interconnect figure."""
+def comm_time(wire: float, interconnect_bandwidth: float | None, latency: float | None = None) -> float:
+    """Time bound of one call moving `wire` bytes: the latency floor given (0 when None) plus the
+    bytes on the links (not timed when the entry has no interconnect_bandwidth)."""
     bw = link_bandwidth(interconnect_bandwidth)
-    return wire / bw if bw else 0.0
+    return (latency or 0.0) + (wire / bw if bw else 0.0)
+
+
+def call_bound(attrs: dict, hw) -> float:
+    """Time bound of one collective call (its OpRecord attrs) on hardware entry `hw`."""
+    if int(attrs.get("group_size", 1)) <= 1:
+        return 0.0
+    return comm_time(attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth, hw.interconnect_latency)
+
+
+def call_expected(attrs: dict, hw) -> tuple[float, str]:
+    """(expected time, algorithm) of one collective call on `hw`: the cheapest algorithm the
+    collective has, each at the library's measured per-call latency (the entry's
+    collective_latency, else its interconnect_latency) plus the link latency of each further step."""
+    n = int(attrs.get("group_size", 1))
+    if n <= 1:
+        return 0.0, "none"
+    bw = link_bandwidth(hw.interconnect_bandwidth)
+    hop = hw.interconnect_latency or 0.0
+    base = hw.collective_latency if hw.collective_latency is not None else hop
+    message = float(attrs.get("message_bytes", 0.0))
+    choices = ALGORITHMS.get(attrs.get("collective"), (("ring", lambda k: 1, lambda k: 1.0),))
+    best = min(((base + (steps(n) - 1) * hop + (factor(n) * message / bw if bw else 0.0), name)
+                for name, steps, factor in choices), key=lambda c: c[0])
+    return best
 
 
 def attrs(collective: str, group_size: int, message_bytes: float, source: str, **extra) -> dict:
@@ -201,32 +261,61 @@ def faking() -> bool:
     return getter(key) is not None
 
 
-def summary(ops, interconnect_bandwidth: float | None) -> dict:
-    """The report's `comm` section: per collective type calls, bytes and time bound."""
+def _row(a: dict, hw) -> dict:
+    n = int(a["group_size"])
+    return {"collective": a["collective"], "group_size": a["group_size"], "calls": 0, "message_bytes": 0.0,
+            "wire_bytes": 0.0, "time_bound_s": 0.0, "expected_time_s": 0.0,
+            "latency_s": (hw.interconnect_latency or 0.0) if n > 1 else 0.0,
+            "expected_latency_s": call_expected({"group_size": n, "collective": a["collective"]}, hw)[0],
+            "algorithms": {}}
+
+
+def _notes(hw, any_calls: bool) -> str | None:
+    missing = [f for f in ("interconnect_bandwidth", "interconnect_latency", "collective_latency")
+               if getattr(hw, f) is None]
+    if not any_calls or not missing:
+        return None
+    return (f"the hardware entry gives no {', '.join(missing)}: " + "; ".join(
+        {"interconnect_bandwidth": "bytes on the links not timed",
+         "interconnect_latency": "no latency floor in the bound",
+         "collective_latency": "the expected time uses the latency floor per call"}[f] for f in missing))
+
+
+def summary(ops, hw) -> dict:
+    """The report's `comm` section: per collective type calls, bytes, time bound and expected time
+    (`latency_s`: the bound's per-call latency; `expected_latency_s`: the expected one)."""
     rows: dict[tuple[str, int], dict] = {}
     for op in ops:
         a = op.attrs if hasattr(op, "attrs") else {}
         if not a.get("collective"):
             continue
-        key = (a["collective"], a["group_size"])
-        r = rows.setdefault(key, {"collective": a["collective"], "group_size": a["group_size"], "calls": 0,
-                                  "message_bytes": 0.0, "wire_bytes": 0.0, "time_bound_s": 0.0})
+        r = rows.get((a["collective"], a["group_size"]))
+        if r is None:
+            r = rows[(a["collective"], a["group_size"])] = _row(a, hw)
+        expected, algorithm = call_expected(a, hw)
         r["calls"] += 1
         r["message_bytes"] += a["message_bytes"]
         r["wire_bytes"] += a["wire_bytes"]
-        r["time_bound_s"] += comm_time(a["wire_bytes"], interconnect_bandwidth)
+        r["time_bound_s"] += call_bound(a, hw)
+        r["expected_time_s"] += expected
+        r["algorithms"][algorithm] = r["algorithms"].get(algorithm, 0) + 1
     table = sorted(rows.values(), key=lambda r: -r["wire_bytes"])
+    for r in table:
+        used = sorted(r.pop("algorithms").items(), key=lambda kv: -kv[1])
+        r["algorithm"] = ", ".join(f"{k} x {v}" if len(used) > 1 else k for k, v in used)
     return {
         "collectives": table,
         "calls": sum(r["calls"] for r in table),
         "message_bytes": sum(r["message_bytes"] for r in table),
         "wire_bytes": sum(r["wire_bytes"] for r in table),
         "time_s": sum(r["time_bound_s"] for r in table),
-        "interconnect_bandwidth": interconnect_bandwidth,
-        "link_bandwidth_per_direction": link_bandwidth(interconnect_bandwidth),
+        "expected_time_s": sum(r["expected_time_s"] for r in table),
+        "interconnect_bandwidth": hw.interconnect_bandwidth,
+        "link_bandwidth_per_direction": link_bandwidth(hw.interconnect_bandwidth),
+        "latency_s": hw.interconnect_latency,
+        "expected_latency_s": hw.collective_latency,
         "assumption": ASSUMPTION,
-        "note": None if interconnect_bandwidth or not table else
-        "the hardware entry has no interconnect_bandwidth: communication time not bounded (0)",
+        "note": _notes(hw, bool(table)),
     }
 
 

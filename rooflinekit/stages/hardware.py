@@ -22,7 +22,11 @@ else:  # pragma: no cover - Python 3.10
 #: Peak-table keys, in display order. int8 rates are ops/s.
 DTYPE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
-_NUMERIC_FIELDS = ("memory_bytes", "memory_bandwidth", "interconnect_bandwidth", "l2_bytes", "l2_bandwidth")
+_NUMERIC_FIELDS = ("memory_bytes", "memory_bandwidth", "interconnect_bandwidth", "l2_bytes", "l2_bandwidth",
+                   "memory_reserve_bytes", "interconnect_latency", "collective_latency")
+#: Bytes held back from capacity when an entry gives no memory_reserve_bytes: the CUDA context
+#: (about 0.5 GiB) and communication buffers (hardware_db/README.md, "Capacity").
+DEFAULT_RESERVE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,16 @@ class HardwareSpec:
     vendor: str = ""
     aliases: tuple[str, ...] = ()
     memory_bytes: float | None = None
+    #: Bytes of memory_bytes a serving process cannot use for the model (CUDA context, communication
+    #: buffers); None: DEFAULT_RESERVE_BYTES.
+    memory_reserve_bytes: float | None = None
     interconnect_bandwidth: float | None = None
+    #: Seconds: the lowest per-call latency any collective algorithm has on the links (one step at
+    #: the link's hardware latency); the collectives' time bound adds it to every call.
+    interconnect_latency: float | None = None
+    #: Seconds: the per-call latency a standard library (NCCL, RCCL) measures at small messages;
+    #: the collectives' expected time adds it to every call.
+    collective_latency: float | None = None
     interconnect: str = ""
     l2_bytes: float | None = None
     l2_bandwidth: float | None = None
@@ -64,6 +77,11 @@ class HardwareSpec:
             f"(it lists {', '.join(self.peak_flops)}); profile with another --dtype"
         )
 
+    @property
+    def reserve_bytes(self) -> float:
+        """Bytes held back from capacity: the entry's memory_reserve_bytes or DEFAULT_RESERVE_BYTES."""
+        return self.memory_reserve_bytes if self.memory_reserve_bytes is not None else float(DEFAULT_RESERVE_BYTES)
+
     def ridge(self, dtype_key: str) -> float:
         """Ridge point I* = peak / bandwidth, in FLOP/B, for one dtype."""
         return ridge(self.peak(dtype_key), self.memory_bandwidth)
@@ -77,7 +95,10 @@ class HardwareSpec:
             "bandwidth": self.memory_bandwidth,
             "ridge": {k: ridge(v, self.memory_bandwidth) for k, v in self.peak_flops.items()},
             "memory_bytes": self.memory_bytes,
+            "memory_reserve_bytes": self.memory_reserve_bytes,
             "interconnect_bandwidth": self.interconnect_bandwidth,
+            "interconnect_latency": self.interconnect_latency,
+            "collective_latency": self.collective_latency,
             "verified": self.verified,
             "calibrated": self.calibrated,
             "sources": dict(self.sources),
@@ -130,6 +151,9 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "l2_bandwidth": (1e8, 1e17, "B/s"),
     "memory_bytes": (1e6, 1e16, "B"),
     "l2_bytes": (1e3, 1e12, "B"),
+    "memory_reserve_bytes": (1e6, 1e12, "B"),
+    "interconnect_latency": (1e-8, 1e-3, "s"),
+    "collective_latency": (1e-7, 1e-2, "s"),
 }
 
 
@@ -213,6 +237,13 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
             raise HardwareFileError(f"{path}: no source for {', '.join(missing)} (add them under [sources])")
     bandwidth = numbers["memory_bandwidth"]
     assert bandwidth is not None
+    reserve, capacity = numbers["memory_reserve_bytes"], numbers["memory_bytes"]
+    if reserve is not None and capacity is not None and reserve >= capacity:
+        raise HardwareFileError(f"{path}: memory_reserve_bytes {reserve:g} B must be below memory_bytes {capacity:g} B")
+    fastest, library = numbers["interconnect_latency"], numbers["collective_latency"]
+    if fastest is not None and library is not None and fastest > library:
+        raise HardwareFileError(f"{path}: interconnect_latency {fastest:g} s (the floor) must not exceed "
+                                f"collective_latency {library:g} s (what a library measures)")
     return HardwareSpec(
         name=name,
         vendor=_text(data, "vendor", path),
@@ -220,7 +251,10 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
         peak_flops=peaks,
         memory_bandwidth=bandwidth,
         memory_bytes=numbers["memory_bytes"],
+        memory_reserve_bytes=reserve,
         interconnect_bandwidth=numbers["interconnect_bandwidth"],
+        interconnect_latency=fastest,
+        collective_latency=library,
         interconnect=_text(data, "interconnect", path),
         l2_bytes=numbers["l2_bytes"],
         l2_bandwidth=numbers["l2_bandwidth"],

@@ -11,9 +11,19 @@ A pure function of a placed report, the capture it came from and a hardware entr
   of storages the forward allocated that were alive at once. K/V storages the forward allocated
   and still held when it returned (a cache grown by concatenation) are the KV cache, counted above.
 
-`max_batch` is the largest batch whose memory fits `capacity x fraction` at the report's context,
-with the activations scaled per sequence (the peak measured at the report's batch, / batch):
-floor((capacity x fraction - weights) / (KV per sequence + activations per sequence)).
+Capacity is what the device reports (the entry's `memory_bytes`), less the entry's
+`memory_reserve_bytes` (CUDA context, communication buffers), then the memory fraction:
+usable = (capacity - reserve) x fraction. `max_batch` is the largest batch that fits at the
+report's context (docs/advise.md writes both forms out):
+
+- as written: the activations scaled per sequence (the peak measured at the report's batch, / batch),
+  floor((usable - weights) / (KV per sequence + activations per sequence));
+- serving view (`deployment.kernels == "serving"`): a paged KV cache, as serving engines allocate it.
+  The activation peak is held once; what is left holds blocks of `kv_block_size` tokens of every
+  layer's cache; each sequence takes ceil(held / block) blocks of each layer's cache (held: the
+  context, or the layer's window or chunk where smaller):
+  kv_blocks = floor((usable - weights - activations) / block bytes),
+  max_batch = floor(kv_blocks / blocks per sequence).
 """
 
 from __future__ import annotations
@@ -29,8 +39,11 @@ from rooflinekit.stages.capture.liveness import GARBAGE
 from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.hardware import HardwareSpec
 
-RULE = ("max_batch = floor((capacity x fraction - weights) / (KV cache per sequence + activation peak "
-        "per sequence)): the activation peak measured at the report's batch is scaled per sequence")
+RULE = ("max_batch = floor(((capacity - reserve) x fraction - weights) / (KV cache per sequence + activation "
+        "peak per sequence)): the activation peak measured at the report's batch is scaled per sequence")
+PAGED_RULE = ("serving view, paged KV cache: kv_blocks = floor(((capacity - reserve) x fraction - weights - "
+              "activation peak) / (block size x KV bytes per token over the layers)); max_batch = floor(kv_blocks / "
+              "blocks per sequence), each sequence taking ceil(tokens held / block size) blocks of each layer's cache")
 ACTIVATION_NOTE = (
     "activation peak measured during the capture: the most bytes of storages the forward's ops "
     "allocated (neither parameters, buffers nor tensors passed in) that were alive at once, each "
@@ -143,8 +156,9 @@ def resident_weights(report: Report) -> float:
     return float(report.model.param_bytes or 0.0)
 
 
-def kv_per_sequence(report: Report) -> tuple[float, list[str]]:
-    """Cache bytes one sequence holds at the report's context, over the attention layers."""
+def kv_per_sequence(report: Report, block: int = 1) -> tuple[float, list[str]]:
+    """Cache bytes one sequence holds at the report's context, over the attention layers; with
+    `block` > 1, each layer's tokens rounded up to whole blocks of that many (a paged cache)."""
     context = report.workload.context
     total, unrecognised = 0.0, 0
     for row in report.attention:
@@ -156,6 +170,7 @@ def kv_per_sequence(report: Report) -> tuple[float, list[str]]:
         for cap in (row.window, row.chunk):
             if cap:
                 held = min(held, cap)
+        held = math.ceil(held / block) * block
         total += (row.cache_bytes_per_token or 0.0) * held + float(per_sequence or 0.0)
     notes = []
     if unrecognised:
@@ -163,13 +178,33 @@ def kv_per_sequence(report: Report) -> tuple[float, list[str]]:
     return total, notes
 
 
+def block_bytes(report: Report, block: int) -> float:
+    """Bytes of one paged KV block: `block` tokens of every recognised layer's cache."""
+    return block * sum(row.cache_bytes_per_token or 0.0 for row in report.attention)
+
+
+def paged(report: Report, usable: float, weights: float, activations: float | None,
+          block: int) -> tuple[int | None, int | None]:
+    """(kv_blocks, max_batch) of the serving view's paged cache; (None, None) when nothing is paged."""
+    size = block_bytes(report, block)
+    per_seq, _ = kv_per_sequence(report, block)
+    if size <= 0 or per_seq <= 0:
+        return None, None
+    blocks = max(0, math.floor((usable - weights - (activations or 0.0)) / size))
+    per_seq_blocks = per_seq / size  # whole when every layer holds the context and no state is kept
+    return blocks, math.floor(blocks / per_seq_blocks + 1e-9)
+
+
 def memory_of(report: Report, hw: HardwareSpec, fraction: float, activations: float | None,
               activations_note: str = ACTIVATION_NOTE, *, weights: float | None = None) -> Memory:
-    """The Memory section of `report` on `hw` with `fraction` usable and the activation peak given
-    (`weights`: the resident weight bytes, when not the report's own)."""
+    """The Memory section of `report` on `hw` with `fraction` of (capacity - reserve) usable and the
+    activation peak given (`weights`: the resident weight bytes, when not the report's own). In the
+    serving view (`report.deployment.kernels`) the KV cache is paged in blocks."""
     batch = report.workload.batch
     weights = resident_weights(report) if weights is None else weights
-    kv_seq, notes = kv_per_sequence(report)
+    deployment = report.deployment
+    block = deployment.kv_block_size if deployment.kernels == "serving" else None
+    kv_seq, notes = kv_per_sequence(report, block or 1)
     kv = kv_seq * batch
     total = weights + kv + (activations or 0.0)
     act_seq = activations / batch if activations is not None else None
@@ -185,18 +220,26 @@ def memory_of(report: Report, hw: HardwareSpec, fraction: float, activations: fl
         return Memory(weights_bytes=weights, kv_cache_bytes=kv, activation_peak_bytes=activations,
                       total_bytes=total, capacity_bytes=None, fits=None, max_batch=None, fraction=fraction,
                       kv_bytes_per_sequence=kv_seq, activation_bytes_per_sequence=act_seq, gpus=gpus, notes=notes)
-    usable = capacity * fraction
+    reserve = hw.reserve_bytes
+    usable = max(0.0, capacity - reserve) * fraction
+    notes.append(f"usable = (capacity {capacity:,.0f} B as the device reports it - reserve {reserve:,.0f} B "
+                 f"(CUDA context, communication buffers{'' if hw.memory_reserve_bytes is not None else ': default'}"
+                 f")) x fraction {fraction:g}")
     per_seq = kv_seq + (act_seq or 0.0)
-    max_batch = None
-    if per_seq > 0:
+    max_batch = kv_blocks = None
+    if block:
+        kv_blocks, max_batch = paged(report, usable, weights, activations, block)
+        notes.append(PAGED_RULE if kv_blocks is not None else "serving view: no paged KV cache (no recognised layer)")
+    elif per_seq > 0:
         max_batch = max(0, math.floor((usable - weights) / per_seq))
         notes.append(RULE)
-    else:
+    if max_batch is None:
         notes.append("nothing held grows with batch: max_batch has no bound from memory")
     return Memory(weights_bytes=weights, kv_cache_bytes=kv, activation_peak_bytes=activations, total_bytes=total,
                   capacity_bytes=capacity, fits=total <= usable, max_batch=max_batch, fraction=fraction,
                   usable_bytes=usable, headroom_bytes=usable - total, kv_bytes_per_sequence=kv_seq,
-                  activation_bytes_per_sequence=act_seq, gpus=gpus, notes=notes)
+                  activation_bytes_per_sequence=act_seq, gpus=gpus, notes=notes, reserve_bytes=reserve,
+                  kv_block_size=block, kv_blocks=kv_blocks)
 
 
 def at_point(template: Memory, report: Report, hw: HardwareSpec, activations: float | None,

@@ -192,9 +192,10 @@ FLOP_CONVENTIONS = {
 TIME_CONVENTIONS = {
     "time_bound_s": "max(flops/peak, bytes/bandwidth) over the whole step (perfect overlap)",
     "predicted_step_s": "sum over ops of each op's own time bound (ops run one after another; "
-    "a collective's is its wire bytes over the link bandwidth)",
+    "a collective's is the link's latency floor plus its wire bytes over the link bandwidth)",
     "time_compute_s": "flops / peak", "time_memory_s": "bytes / bandwidth (HBM)",
-    "time_comm_s": "sum over collectives of wire bytes / link bandwidth per direction",
+    "time_comm_s": "sum over collectives of the link's latency floor per call plus wire bytes / link "
+    "bandwidth per direction (comm.expected_time_s: at the library's measured latency and algorithm)",
     "binding": "the largest of time_compute_s, time_memory_s and time_comm_s",
     "fused": "the same step with elementwise chains fused between matmul/attention anchors "
     "(docs/accounting.md, Fused view): fused.predicted_step_s sums each fused kernel's own time "
@@ -202,8 +203,8 @@ TIME_CONVENTIONS = {
 }
 
 
-def communication(ops: list[OpRecord], interconnect_bandwidth: float | None) -> Communication:
-    s = collectives.summary(ops, interconnect_bandwidth)
+def communication(ops: list[OpRecord], hw: HardwareSpec) -> Communication:
+    s = collectives.summary(ops, hw)
     return Communication(**{**s, "collectives": [CollectiveSummary(**c) for c in s["collectives"]]})
 
 
@@ -250,7 +251,7 @@ def _walk_ops(cap: CaptureResult, hw: HardwareSpec, view: Presentation) -> _OpWa
         intensity, bound, time_bound_s = op_figures(flops, nbytes, peak, bandwidth)  # = place_on's
         if op.kind == "collective":  # link traffic, not HBM: its own time bound (stages.collectives)
             bound = "communication"
-            time_bound_s = collectives.comm_time(op.attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth)
+            time_bound_s = collectives.call_bound(op.attrs, hw)
         total.add_values(flops, nbytes, op.param_bytes, dtype, time_bound_s)
         agg = rollups.get(op.module)
         if agg is None:
@@ -392,7 +393,7 @@ def build_report(
     fusion = fuse(cap.ops) if view.detail else None
     at, att_exec_flops = _attention_totals(attention)
     flops_model = walk.total.flops - att_exec_flops + at.flops_model - at.kv_reexpand_flops
-    comm = communication(cap.ops, hw.interconnect_bandwidth)
+    comm = communication(cap.ops, hw)
     fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
                                                      hardware.dtype, walk.total.flops, workload.tokens)
     expected = expected_step(cap.ops, {i for r in attention for i in r.op_indices}, hw, workload.phase,

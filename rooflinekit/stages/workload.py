@@ -156,6 +156,9 @@ def validate_deployment(deployment: Deployment) -> None:
     if d.kernels not in KERNELS:
         raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
     check_fraction(d.memory_fraction)
+    block = d.kv_block_size
+    if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= 1 << 20:
+        raise WorkloadError(f"kv_block_size must be a whole number of tokens from 1 to {1 << 20:,}, got {block!r}")
 
 
 def check_fraction(value: float) -> float:

@@ -7,11 +7,18 @@ Each case is `TARGET:PHASE:VARIANT`. The variants are the deployment settings a 
 request must carry unchanged: plain, tensor parallel 2, expert parallel 2 (models with experts),
 int4 weights with an fp8 KV cache, and four new tokens per sequence in decode. A case that the
 tool refuses holds its error line instead of numbers.
+
+    python tests/data/make_baseline.py --only 'tp2|ep2' --allow comm.time_s,totals.predicted_step_s
+
+reruns only the cases whose key matches --only (the others are kept as saved) and refuses to write
+when a field outside --allow (dotted: section.field) changed or appeared.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,8 +37,8 @@ KEEP_ATT = ("module", "arch", "num_heads", "num_kv_heads", "head_dim", "v_head_d
             "kv_bytes_min", "bytes_min", "kv_bytes_executed", "flops_model", "flops_executed",
             "bytes_executed", "cache_bytes_per_token")
 KEEP_MEMORY = ("weights_bytes", "kv_cache_bytes", "activation_peak_bytes", "total_bytes", "capacity_bytes",
-               "fits", "max_batch", "gpus")
-KEEP_COMM = ("calls", "message_bytes", "wire_bytes", "time_s")
+               "reserve_bytes", "fits", "max_batch", "gpus")
+KEEP_COMM = ("calls", "message_bytes", "wire_bytes", "time_s", "expected_time_s")
 KEEP_FUSED = ("bytes", "time_bound_s", "predicted_step_s")
 
 
@@ -81,25 +88,59 @@ def run(invoke, target: str, phase: str, variant: str) -> dict | None:
     return summary(report)
 
 
+def changed(old, new, where: str = "") -> set[str]:
+    """The dotted fields (section.field) in which two summaries differ."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: set[str] = set()
+        for k in old.keys() | new.keys():
+            name = f"{where}.{k}" if where else k
+            if k not in old or k not in new:
+                out.add(name)
+            elif where:
+                out |= {name} if old[k] != new[k] else set()
+            else:
+                out |= changed(old[k], new[k], name)
+        return out
+    return {where} if old != new else set()
+
+
 def main() -> None:
     from click.testing import CliRunner
 
     from rooflinekit.cli.main import cli
 
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", help="rerun only the cases whose key matches this regex")
+    parser.add_argument("--allow", help="comma-separated dotted fields that may change (default: any)")
+    opts = parser.parse_args()
+    path = Path(__file__).parent / "baseline_totals.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    allow = set(opts.allow.split(",")) if opts.allow else None
+
     def invoke(*a):
         return CliRunner().invoke(cli, [str(x) for x in a])
 
-    data = {}
+    data, bad = {}, []
     for t in targets():
         rel = str(t.relative_to(ROOT))
         for phase in WORKLOADS:
             for variant in variants(phase):
+                key = f"{rel}:{phase}:{variant}"
+                if opts.only and not re.search(opts.only, key):
+                    if key in saved:
+                        data[key] = saved[key]
+                    continue
                 case = run(invoke, rel, phase, variant)
                 if case is not None:
-                    data[f"{rel}:{phase}:{variant}"] = case
-                    print(f"{rel}:{phase}:{variant}", "error" if "error" in case else "ok", flush=True)
+                    data[key] = case
+                    moved = changed(saved.get(key, {}), case) if key in saved else set()
+                    if allow is not None and moved - allow:
+                        bad.append(f"{key}: {sorted(moved - allow)}")
+                    print(key, "error" if "error" in case else "ok", sorted(moved), flush=True)
+    if bad:
+        raise SystemExit("not written: fields outside --allow changed:\n" + "\n".join(bad))
     lines = [f"{json.dumps(k)}: {json.dumps(data[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(data)]
-    (Path(__file__).parent / "baseline_totals.json").write_text("{\n" + ",\n".join(lines) + "\n}\n")
+    path.write_text("{\n" + ",\n".join(lines) + "\n}\n")
     print(f"{len(data)} cases written")
 
 
