@@ -22,9 +22,13 @@ directions summed: H800 400 GB/s -> 200 GB/s each way, H100 900 GB/s -> 450 GB/s
   measures per call at small messages (`collective_latency`), plus the link latency of each step
   after the first, plus its own bytes (`ALGORITHMS`).
 
-A group is taken to be on the entry's links (one NVLink, Infinity Fabric or PCIe domain):
-inter-node links (InfiniBand, RoCE) are not modelled, so a group spanning nodes is priced as if it
-were one node's.
+A group of at most the entry's `node_gpus` is on its scale-up links (one NVLink, Infinity Fabric or
+PCIe domain). A larger group crosses the scale-out network (InfiniBand, RoCE: each GPU's NIC,
+`scale_out_bandwidth` per direction, `scale_out_latency` per message): an all-to-all sends the
+share of its message bound for other nodes, (N - node)/N x M, through the NIC while the rest goes
+on the scale-up links, the slower of the two setting the time; a ring collective's steps cross
+the NIC, so its bytes go at the NIC's rate; every call pays the larger of the two latencies. An
+entry without those fields prices every group as one node's (a note says so).
 
 Collective records carry no FLOPs and no HBM bytes: their traffic is on the links, reported in the
 report's `comm` section and in `totals.time_comm_s`, never mixed into `flops`/`bytes`.
@@ -132,6 +136,35 @@ def link_bandwidth(interconnect_bandwidth: float | None) -> float | None:
     return interconnect_bandwidth / 2.0 if interconnect_bandwidth else None
 
 
+def spans_nodes(group_size: int, hw) -> bool:
+    """Whether a group of `group_size` GPUs crosses `hw`'s scale-out network."""
+    node = getattr(hw, "node_gpus", None)
+    return bool(node and group_size > node and getattr(hw, "scale_out_bandwidth", None))
+
+
+def bytes_time(collective: str, message: float, group_size: int, wire: float, hw) -> float:
+    """Seconds the bytes of one call take on `hw`'s links: `wire` bytes at the scale-up rate, or,
+    for a group spanning nodes, the scale-out share at the NIC's rate (module docstring)."""
+    bw = link_bandwidth(hw.interconnect_bandwidth)
+    if not spans_nodes(group_size, hw):
+        return wire / bw if bw else 0.0
+    nic = hw.scale_out_bandwidth
+    if collective == "all_to_all":
+        off_node = message * (group_size - hw.node_gpus) / group_size
+        on_node = max(wire - off_node, 0.0)
+        return max(off_node / nic, on_node / bw if bw else 0.0)
+    return wire / min(nic, bw) if bw else wire / nic
+
+
+def hop_latency(group_size: int, hw) -> float:
+    """The lowest per-step latency of a call over `group_size` GPUs: the scale-up link's, or the
+    larger of it and the scale-out network's when the group spans nodes."""
+    hop = hw.interconnect_latency or 0.0
+    if spans_nodes(group_size, hw):
+        hop = max(hop, getattr(hw, "scale_out_latency", None) or 0.0)
+    return hop
+
+
 def comm_time(wire: float, interconnect_bandwidth: float | None, latency: float | None = None) -> float:
     """Time bound of one call moving `wire` bytes: the latency floor given (0 when None) plus the
     bytes on the links (not timed when the entry has no interconnect_bandwidth)."""
@@ -141,9 +174,12 @@ def comm_time(wire: float, interconnect_bandwidth: float | None, latency: float 
 
 def call_bound(attrs: dict, hw) -> float:
     """Time bound of one collective call (its OpRecord attrs) on hardware entry `hw`."""
-    if int(attrs.get("group_size", 1)) <= 1:
+    n = int(attrs.get("group_size", 1))
+    if n <= 1:
         return 0.0
-    return comm_time(attrs.get("wire_bytes", 0.0), hw.interconnect_bandwidth, hw.interconnect_latency)
+    wire = attrs.get("wire_bytes", 0.0)
+    return hop_latency(n, hw) + bytes_time(attrs.get("collective", ""), float(attrs.get("message_bytes", 0.0)), n,
+                                           wire, hw)
 
 
 def call_expected(attrs: dict, hw) -> tuple[float, str]:
@@ -153,12 +189,14 @@ def call_expected(attrs: dict, hw) -> tuple[float, str]:
     n = int(attrs.get("group_size", 1))
     if n <= 1:
         return 0.0, "none"
-    bw = link_bandwidth(hw.interconnect_bandwidth)
-    hop = hw.interconnect_latency or 0.0
-    base = hw.collective_latency if hw.collective_latency is not None else hop
+    hop = hop_latency(n, hw)
+    base = hw.collective_latency if hw.collective_latency is not None else (hw.interconnect_latency or 0.0)
+    if spans_nodes(n, hw):
+        base += hop  # a message that leaves the node pays the network's latency too
+    collective = attrs.get("collective", "")
     message = float(attrs.get("message_bytes", 0.0))
-    choices = ALGORITHMS.get(attrs.get("collective"), (("ring", lambda k: 1, lambda k: 1.0),))
-    best = min(((base + (steps(n) - 1) * hop + (factor(n) * message / bw if bw else 0.0), name)
+    choices = ALGORITHMS.get(collective, (("ring", lambda k: 1, lambda k: 1.0),))
+    best = min(((base + (steps(n) - 1) * hop + bytes_time(collective, message, n, factor(n) * message, hw), name)
                 for name, steps, factor in choices), key=lambda c: c[0])
     return best
 
@@ -265,7 +303,7 @@ def _row(a: dict, hw) -> dict:
     n = int(a["group_size"])
     return {"collective": a["collective"], "group_size": a["group_size"], "calls": 0, "message_bytes": 0.0,
             "wire_bytes": 0.0, "time_bound_s": 0.0, "expected_time_s": 0.0,
-            "latency_s": (hw.interconnect_latency or 0.0) if n > 1 else 0.0,
+            "latency_s": hop_latency(n, hw) if n > 1 else 0.0,
             "expected_latency_s": call_expected({"group_size": n, "collective": a["collective"]}, hw)[0],
             "algorithms": {}}
 
@@ -315,8 +353,21 @@ def summary(ops, hw) -> dict:
         "latency_s": hw.interconnect_latency,
         "expected_latency_s": hw.collective_latency,
         "assumption": ASSUMPTION,
-        "note": _notes(hw, bool(table)),
+        "note": "; ".join(n for n in (_notes(hw, bool(table)), _scale_out_note(table, hw)) if n) or None,
     }
+
+
+def _scale_out_note(table: list[dict], hw) -> str | None:
+    """What the report says of groups that span nodes: on the scale-out network, or priced as one node."""
+    wide = sorted({r["group_size"] for r in table if r["group_size"] > (getattr(hw, "node_gpus", None) or 1 << 30)})
+    node = getattr(hw, "node_gpus", None)
+    if wide and spans_nodes(wide[0], hw):
+        return (f"groups of {', '.join(map(str, wide))} GPUs span nodes of {node}: the bytes that leave a node "
+                f"go through each GPU's NIC at {hw.scale_out_bandwidth / 1e9:g} GB/s per direction, "
+                f"{hw.scale_out_latency * 1e6 if hw.scale_out_latency else 0:g} us per message")
+    if not node and any(r["group_size"] > 8 for r in table):
+        return "the entry gives no node size: groups of more than 8 GPUs are priced as one node's links"
+    return None
 
 
 def binding(time_compute: float, time_memory: float, time_comm: float) -> str:

@@ -23,7 +23,8 @@ else:  # pragma: no cover - Python 3.10
 DTYPE_KEYS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 _NUMERIC_FIELDS = ("memory_bytes", "memory_bandwidth", "interconnect_bandwidth", "l2_bytes", "l2_bandwidth",
-                   "memory_reserve_bytes", "interconnect_latency", "collective_latency")
+                   "memory_reserve_bytes", "interconnect_latency", "collective_latency", "node_gpus",
+                   "scale_out_bandwidth", "scale_out_latency")
 #: Bytes held back from capacity when an entry gives no memory_reserve_bytes: the CUDA context
 #: (about 0.5 GiB) and communication buffers (hardware_db/README.md, "Capacity").
 DEFAULT_RESERVE_BYTES = 1 << 30
@@ -50,6 +51,13 @@ class HardwareSpec:
     #: the collectives' expected time adds it to every call.
     collective_latency: float | None = None
     interconnect: str = ""
+    #: GPUs one node joins on `interconnect` (its NVLink/Infinity Fabric domain); a collective over a
+    #: larger group crosses the scale-out network. None: every group is one node's.
+    node_gpus: int | None = None
+    #: B/s each GPU sends (and receives at the same time) on the scale-out network (its NIC), one
+    #: direction; and the network's lowest per-message latency, in seconds.
+    scale_out_bandwidth: float | None = None
+    scale_out_latency: float | None = None
     l2_bytes: float | None = None
     l2_bandwidth: float | None = None
     verified: bool = True
@@ -99,6 +107,9 @@ class HardwareSpec:
             "interconnect_bandwidth": self.interconnect_bandwidth,
             "interconnect_latency": self.interconnect_latency,
             "collective_latency": self.collective_latency,
+            "node_gpus": self.node_gpus,
+            "scale_out_bandwidth": self.scale_out_bandwidth,
+            "scale_out_latency": self.scale_out_latency,
             "verified": self.verified,
             "calibrated": self.calibrated,
             "sources": dict(self.sources),
@@ -154,6 +165,9 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "memory_reserve_bytes": (1e6, 1e12, "B"),
     "interconnect_latency": (1e-8, 1e-3, "s"),
     "collective_latency": (1e-7, 1e-2, "s"),
+    "node_gpus": (1, 1024, "GPUs"),
+    "scale_out_bandwidth": (1e6, 1e15, "B/s"),
+    "scale_out_latency": (1e-8, 1e-3, "s"),
 }
 
 
@@ -240,6 +254,8 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
     reserve, capacity = numbers["memory_reserve_bytes"], numbers["memory_bytes"]
     if reserve is not None and capacity is not None and reserve >= capacity:
         raise HardwareFileError(f"{path}: memory_reserve_bytes {reserve:g} B must be below memory_bytes {capacity:g} B")
+    if numbers["node_gpus"] is not None and numbers["node_gpus"] != int(numbers["node_gpus"]):
+        raise HardwareFileError(f"{path}: node_gpus must be a whole number of GPUs, got {numbers['node_gpus']:g}")
     fastest, library = numbers["interconnect_latency"], numbers["collective_latency"]
     if fastest is not None and library is not None and fastest > library:
         raise HardwareFileError(f"{path}: interconnect_latency {fastest:g} s (the floor) must not exceed "
@@ -256,6 +272,9 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
         interconnect_latency=fastest,
         collective_latency=library,
         interconnect=_text(data, "interconnect", path),
+        node_gpus=int(numbers["node_gpus"]) if numbers["node_gpus"] is not None else None,
+        scale_out_bandwidth=numbers["scale_out_bandwidth"],
+        scale_out_latency=numbers["scale_out_latency"],
         l2_bytes=numbers["l2_bytes"],
         l2_bandwidth=numbers["l2_bandwidth"],
         verified=_flag(data, "verified", path, True),
