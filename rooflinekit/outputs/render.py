@@ -90,10 +90,8 @@ def views_lines(report: Report) -> list[str]:
     v = getattr(report, "views", None)
     if v is None:
         return []
-    other = "serving" if report.deployment.kernels != "serving" else "as written"
-    step = v.serving_step_s if other == "serving" else v.as_written_step_s
-    line = (f"kernels: {report.deployment.kernels} view; the {other} view's predicted step is {seconds(step)} "
-            f"(as written {seconds(v.as_written_step_s)}, serving {seconds(v.serving_step_s)})")
+    line = (f"kernels: {report.deployment.kernels} view; predicted step as written "
+            f"{seconds(v.as_written_step_s)}, serving {seconds(v.serving_step_s)}")
     g = v.largest_gap
     if g is not None:
         line += (f"; largest gap {g.module}: {g.why}: as written {seconds(g.as_written_s)}, "
@@ -189,7 +187,7 @@ def to_text(report: Report, fmt: str = "table", top: int | None = 25, *, wide: b
     if report.uncounted_ops:
         sections.append(("Ops without a FLOP formula (bytes counted, FLOPs not)", *uncounted_table(report)))
     if report.comm.calls:
-        sections.append(("Collectives per GPU (ring algorithms; no FLOPs, no HBM bytes)", *comm_table(report)))
+        sections.append(("Collectives per GPU (no FLOPs, no HBM bytes; latency per call: bound / expected)", *comm_table(report)))
     if report.distributed:
         sections.append(("Ranks", *ranks_table(report, style)))
     left_out: list[str] = []
