@@ -41,6 +41,7 @@ from rooflinekit.plugin import (
     attention_workload,
     dtype_itemsize,
     is_attention_product,
+    rebuild_ops,
     reexpanding,
 )
 
@@ -121,17 +122,7 @@ def absorb(cap: CaptureResult, rows: list[AttentionSite], workload: Workload, ho
         dropped |= drop
         inserts[min(drop)] = records
         restated[id(row)] = (new_row, records[1])
-    out: list[OpRecord] = []
-    index: dict[int, int] = {}  # old index -> new
-    at: dict[int, int] = {}  # id(inserted record) -> its new index
-    for op in ops:
-        for record in inserts.get(op.index, ()):
-            at[id(record)] = len(out)
-            out.append(replace(record, index=len(out)))
-        if op.index in dropped:
-            continue
-        index[op.index] = len(out)
-        out.append(replace(op, index=len(out)))
+    out, index, at = rebuild_ops(ops, dropped, inserts)
     new_rows = []
     for row in rows:
         if id(row) in restated:

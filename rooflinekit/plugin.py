@@ -66,13 +66,13 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
     from rooflinekit.stages.modelled import emit, emit_collective, suppressed
-    from rooflinekit.stages.transform import Counted, Transform, TransformContext
+    from rooflinekit.stages.transform import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.stages.workload import load_model_file
 
 #: Name -> the module it is imported from on first use (PEP 562): these modules import torch, or
 #: are slow to import (the report's types).
 _LAZY = {
-    **dict.fromkeys(("Counted", "Transform", "TransformContext"), "rooflinekit.stages.transform"),
+    **dict.fromkeys(("Counted", "Transform", "TransformContext", "rebuild_ops"), "rooflinekit.stages.transform"),
     **dict.fromkeys(("CaptureResult", "OpRecord"), "rooflinekit.stages.capture"),
     **dict.fromkeys(("AttentionSite", "attention_workload", "dtype_itemsize", "is_attention_product", "reexpanding"),
                     "rooflinekit.stages.attribute"),
@@ -126,6 +126,7 @@ __all__ = [
     "Transform",
     "Counted",
     "TransformContext",
+    "rebuild_ops",
     "CaptureResult",
     "OpRecord",
     "AttentionSite",

@@ -48,7 +48,7 @@ from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import kernel_records
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures
-from rooflinekit.stages.transform import Counted, TransformContext
+from rooflinekit.stages.transform import Counted, TransformContext, rebuild_ops
 
 HOOK = "rooflinekit_serving_attention"
 ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's serving kernel as its "
@@ -226,23 +226,6 @@ def _merge_siblings(ops: list[OpRecord], params: set[int]) -> list[OpRecord]:
     return out
 
 
-def _rebuild(ops: list[OpRecord], drop: set[int], inserts: dict[int, list[OpRecord]]) -> tuple[list[OpRecord], dict[int, int], dict[int, int]]:
-    """The op list with `drop` removed and `inserts` placed before their indices, renumbered; old
-    index -> new, id(inserted record) -> new."""
-    out: list[OpRecord] = []
-    index: dict[int, int] = {}
-    at: dict[int, int] = {}
-    for op in ops:
-        for record in inserts.get(op.index, ()):
-            at[id(record)] = len(out)
-            out.append(replace(record, index=len(out)))
-        if op.index in drop:
-            continue
-        index[op.index] = len(out)
-        out.append(replace(op, index=len(out)))
-    return out, index, at
-
-
 def _fused(ops: list[OpRecord], params: set[int]) -> tuple[list[OpRecord], dict[int, int]]:
     """The elementwise chains fused (one record per kernel), renumbered; old index -> new."""
     merged = kernel_records(ops, params, kernel_name)
@@ -279,7 +262,7 @@ def serve(counted: Counted, ctx: TransformContext) -> Counted:
         for before, record in done.records:
             inserts.setdefault(before, []).append(record)
     drop |= _dead_feeders(ops, drop, [r.module for r in counted.attention], params)
-    out, index, at = _rebuild(ops, drop, inserts)
+    out, index, at = rebuild_ops(ops, drop, inserts)
     rows = []
     for row in counted.attention:
         layer = layers.get(id(row))

@@ -18,7 +18,7 @@ import torch
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.attribute import AttentionSite
-from rooflinekit.stages.capture import CaptureResult
+from rooflinekit.stages.capture import CaptureResult, OpRecord
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,25 @@ def as_transform(value: Transform | LegacyTransform) -> Transform:
     if callable(value):
         return FunctionTransform(value, getattr(value, "__name__", "lever"))
     raise TypeError(f"a transform must be a Transform or a callable, got {type(value).__name__}")
+
+
+def rebuild_ops(ops: list[OpRecord], drop: set[int], inserts: dict[int, list[OpRecord]],
+                ) -> tuple[list[OpRecord], dict[int, int], dict[int, int]]:
+    """A transform's new op list: `ops` without the indices in `drop`, each list of `inserts`
+    placed before the op of its index, renumbered. Returns it with old index -> new index and
+    id(inserted record) -> its new index."""
+    out: list[OpRecord] = []
+    index: dict[int, int] = {}
+    at: dict[int, int] = {}
+    for op in ops:
+        for record in inserts.get(op.index, ()):
+            at[id(record)] = len(out)
+            out.append(replace(record, index=len(out)))
+        if op.index in drop:
+            continue
+        index[op.index] = len(out)
+        out.append(replace(op, index=len(out)))
+    return out, index, at
 
 
 def run_transforms(counted: Counted, transforms: Sequence[Transform], ctx: TransformContext) -> Counted:
