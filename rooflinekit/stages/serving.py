@@ -309,7 +309,7 @@ def _why(module: str, as_written: Counted) -> str:
     pattern = re.compile("^" + re.escape(module).replace(r"\*", r"\d+") + r"(\.|$)")
     rows = [r for r in as_written.attention if r.recognised and pattern.match(r.module)]
     if any(r.kv_reexpand_flops for r in rows):
-        what = "MLA latent" if any(r.spec.arch == "mla" for r in rows) else "cached K/V"
+        what = f"{next(r.spec.arch for r in rows if r.kv_reexpand_flops).upper()} cache"
         return (f"the code re-expands the {what} every step (a projection over every cached position) where "
                 "the serving kernel reads the cache once")
     amp = max((r.amplification or 0.0 for r in rows), default=0.0)
