@@ -165,7 +165,7 @@ def tp_lever(d: Deployment, report: Report, tp: int) -> Candidate:
             "the hardware entry gives no interconnect bandwidth: collectives cost no time")
     return Candidate(name, deployment=changed,
                      assumption=f"tensor parallel over {tp} GPUs (heads and MLP columns split, all-reduces "
-                                f"added; {link}); tokens/s of the group of {tp}, memory per GPU")
+                                f"added; {link}); tokens/s per GPU (the group of {tp} serves the batch), memory per GPU")
 
 
 def q_len_lever(w: Workload, n: int) -> Candidate:

@@ -29,11 +29,14 @@ def _assumption(lever: LeverResult) -> str:
     return lever.assumption if lever.source == "rooflinekit" else f"[{lever.source}] {lever.assumption}"
 
 
-def _row(rank: str, lever: LeverResult, md: bool) -> list:
-    row = [rank, lever.lever, seconds(lever.predicted_step_s), si(lever.tokens_per_s),
-           f"{ratio(lever.speedup)}x" if lever.speedup is not None else "-", lever.binding, _fits(lever.fits),
-           si(lever.memory_bytes, "B")]
-    return row + [_assumption(lever).replace("|", "/")] if md else row
+def _row(rank: str, lever: LeverResult, base: LeverResult, md: bool) -> list:
+    """One lever's row: its expected step, tokens/s per GPU and per user, the gain per GPU over the
+    baseline, what binds ("capacity" where it does not fit) and the memory per GPU."""
+    per_gpu, base_gpu = lever.tokens_per_s_per_gpu, base.tokens_per_s_per_gpu
+    gain = per_gpu / base_gpu if per_gpu and base_gpu else None
+    row = [rank, lever.lever, seconds(lever.expected_step_s), si(per_gpu), f"{ratio(gain)}x" if gain else "-",
+           si(lever.tokens_per_s_per_user), lever.binding, si(lever.memory_bytes, "B")]
+    return row + [_fits(lever.fits), _assumption(lever).replace("|", "/")] if md else row
 
 
 def _wrapped(text: str, first: str = "", rest: str = "    ") -> str:
@@ -57,16 +60,18 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     head = [
         f"model: {model.name or '?'} ({model.path or ''})",
         f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(report)}; hardware {hw.name}",
-        f"baseline: step {seconds(report.baseline.predicted_step_s)}, {si(report.baseline.tokens_per_s)} tokens/s, "
-        f"{report.baseline.binding}-bound",
+        f"baseline: expected step {seconds(report.baseline.expected_step_s)} (bound "
+        f"{seconds(report.baseline.predicted_step_s)}), {si(report.baseline.tokens_per_s_per_gpu)} tokens/s per GPU, "
+        f"{report.baseline.binding}-bound; levers ranked by tokens/s per GPU at the expected step",
     ]
     if report.memory is not None:
         head.append(memory_line(report.memory))
     head.append(f"{len(report.levers)} levers priced, {len(report.skipped)} skipped; {report.profiles} profiles "
                 f"in {seconds(report.wall_s)}")
-    headers = ["#", "lever", "step", "tokens/s", "speed-up", "binds", "fits", "memory"] + (["assumption"] if md else [])
+    headers = (["#", "lever", "expected", "tok/s/GPU", "per GPU", "tok/s/user", "binds", "memory"]
+               + (["fits", "assumption"] if md else []))
     levers = [("0", report.baseline)] + [(str(i), lv) for i, lv in enumerate(report.levers, 1)]
-    table = tabulate([_row(rank, lv, md) for rank, lv in levers], headers=headers,
+    table = tabulate([_row(rank, lv, report.baseline, md) for rank, lv in levers], headers=headers,
                      tablefmt="github" if md else "simple", disable_numparse=True)
     out = io.StringIO()
     if md:
