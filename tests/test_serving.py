@@ -41,6 +41,7 @@ def qwen_serving() -> dict[int, Report]:
             for q in (1, 4)}
 
 
+@pytest.mark.hf
 def test_qwen_serving_reads_the_kv_cache_once_whatever_the_q_len(qwen14b, qwen_serving):
     c = qwen14b
     head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
@@ -54,6 +55,7 @@ def test_qwen_serving_reads_the_kv_cache_once_whatever_the_q_len(qwen14b, qwen_s
     assert qwen_serving[4].totals.tokens_per_s > qwen_serving[1].totals.tokens_per_s
 
 
+@pytest.mark.hf
 def test_qwen_serving_runs_the_engines_kernels_and_holds_no_repeated_kv(qwen14b, qwen_serving):
     report = qwen_serving[1]
     names = [op.name for op in report.ops]
@@ -74,6 +76,7 @@ def test_qwen_serving_runs_the_engines_kernels_and_holds_no_repeated_kv(qwen14b,
     assert views.largest_gap is not None and "self_attn" in views.largest_gap.module
 
 
+@pytest.mark.hf
 def test_deepseek_v3_serving_attends_over_the_latent_once():
     c = json.loads((CONFIGS / "deepseek-v3.json").read_text())
     batch, context = 2, 2048

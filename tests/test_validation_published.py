@@ -96,6 +96,7 @@ def test_decode_sum_is_the_sum_of_step_bounds(vp):
 
 
 @pytest.mark.slow
+@pytest.mark.hf
 @pytest.mark.parametrize("row_id", CHEAP_ROWS)
 def test_cheap_rows_recompute(vp, committed, row_id):
     rows, results = committed
@@ -114,6 +115,7 @@ def test_cheap_rows_recompute(vp, committed, row_id):
 
 
 @pytest.mark.slow
+@pytest.mark.hf
 def test_decode_interpolation_matches_a_profiled_midpoint(vp, committed):
     """Compute and memory time are affine in the context, so the interpolated middle step of a
     static batch equals the profiled one (what makes two profiles enough for a sum of steps)."""
