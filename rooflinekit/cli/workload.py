@@ -115,8 +115,9 @@ def memory_option(f):
     """--memory-fraction: the share of each GPU's memory the workload may fill (rooflinekit.stages.memory)."""
     return click.option("--memory-fraction", default=DEFAULT_FRACTION, show_default=True, type=float,
                         expose_value=False, callback=_keep_fraction,
-                        help="Share of each GPU's memory usable for weights, KV cache and activations "
-                             "(the rest: allocator, CUDA context); memory.fits and max_batch use it.")(f)
+                        help="Share of each GPU's memory, after the hardware entry's reserve (CUDA context, "
+                             "communication buffers), usable for weights, KV cache and activations (the "
+                             "rest: the allocator's fragments); memory.fits and max_batch use it.")(f)
 
 
 def parallel_options(f):

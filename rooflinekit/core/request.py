@@ -24,7 +24,8 @@ DTYPE_KEYS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp
               "fp32": "fp32", "float32": "fp32", "float": "fp32", "fp8": "fp8"}
 #: Group size of int8/int4 weight-only formats when --weight-group-size is not given.
 DEFAULT_GROUP_SIZE = 128
-#: The share of a GPU's memory a workload may fill (the rest: allocator, CUDA context, fragments).
+#: The share of a GPU's memory, after the hardware entry's reserve, a workload may fill (the rest:
+#: the allocator's fragments).
 DEFAULT_FRACTION = 0.9
 #: The kernels a step is priced with: the model's code as written, or what a serving engine runs.
 KERNELS = ("as-written", "serving")
