@@ -39,6 +39,7 @@ from rooflinekit.plugin import (
     TransformContext,
     Workload,
     attention_workload,
+    downstream,
     dtype_itemsize,
     is_attention_product,
     rebuild_ops,
@@ -66,16 +67,7 @@ def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: in
         return None
     products = [i for i in site if is_attention_product(ops[i], params)]
     last = products[-1] if products else None
-    dropped = set(reexpand)
-    tainted = {sid for i in reexpand for sid, _ in ops[i].writes}
-    for i in site:
-        if i in dropped:
-            continue
-        op = ops[i]
-        if any(sid in tainted for sid, _ in op.reads) or any(sid in tainted for sid, _ in op.writes):
-            dropped.add(i)
-            if i != last:  # the attention output feeds the ops after it: kept
-                tainted.update(sid for sid, _ in op.writes)
+    dropped = downstream(ops, site, set(reexpand), last)  # the attention output feeds the ops after it
     spec = replace(row.spec, mode="absorbed")
     cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec,
                               workload=attention_workload(workload, row.dtype, row.causal, deployment))

@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.attribute import (
         AttentionSite,
         attention_workload,
+        downstream,
         dtype_itemsize,
         is_attention_product,
         reexpanding,
@@ -74,7 +75,8 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
 _LAZY = {
     **dict.fromkeys(("Counted", "Transform", "TransformContext", "rebuild_ops"), "rooflinekit.stages.transform"),
     **dict.fromkeys(("CaptureResult", "OpRecord"), "rooflinekit.stages.capture"),
-    **dict.fromkeys(("AttentionSite", "attention_workload", "dtype_itemsize", "is_attention_product", "reexpanding"),
+    **dict.fromkeys(("AttentionSite", "attention_workload", "downstream", "dtype_itemsize", "is_attention_product",
+                     "reexpanding"),
                     "rooflinekit.stages.attribute"),
     **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.parallel"),
@@ -131,6 +133,7 @@ __all__ = [
     "OpRecord",
     "AttentionSite",
     "attention_workload",
+    "downstream",
     "dtype_itemsize",
     "is_attention_product",
     "reexpanding",

@@ -211,6 +211,23 @@ def reexpanding(op: OpRecord, tokens: int) -> bool:
     return is_projection(op) and op.attrs.get("rows", 0) > tokens
 
 
+def downstream(ops: list[OpRecord], site: list[int], dropped: set[int], keep: int | None = None) -> set[int]:
+    """`dropped` and every op of `site` that reads or writes what a dropped op wrote, transitively
+    (the copies and scores built from re-expanded or replaced K/V); `keep`'s writes stay untainted
+    (the attention output, which the ops after the layer read)."""
+    dropped = set(dropped)
+    tainted = {sid for i in dropped if i != keep for sid, _ in ops[i].writes}
+    for i in site:
+        if i in dropped:
+            continue
+        op = ops[i]
+        if any(sid in tainted for sid, _ in op.reads) or any(sid in tainted for sid, _ in op.writes):
+            dropped.add(i)
+            if i != keep:
+                tainted.update(sid for sid, _ in op.writes)
+    return dropped
+
+
 def _call_for(path: str, module_class: str, ops: list[OpRecord], params: set[int]) -> AttentionCall | None:
     """The attention call of a site, from its fused SDPA record or its QK^T and PV products."""
     for op in ops:

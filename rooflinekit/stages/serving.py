@@ -39,6 +39,7 @@ from rooflinekit.stages.attribute import (
     AttentionSite,
     attention_workload,
     copy_growth,
+    downstream,
     dtype_itemsize,
     is_attention_product,
     is_projection,
@@ -113,16 +114,7 @@ def _dropped(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: 
     last = products[-1] if products else None
     reexpand = [i for i in row.kv_op_indices if reexpanding(ops[i], tokens)]
     copies = [i for i in row.kv_op_indices if (copy_growth(ops[i]) or 0) > 1.01 or _whole_cache(ops[i], row, tokens)]
-    dropped = set(products) | set(reexpand) | set(copies)
-    tainted = {sid for i in dropped if i != last for sid, _ in ops[i].writes}
-    for i in site:
-        if i in dropped:
-            continue
-        op = ops[i]
-        if any(sid in tainted for sid, _ in op.reads) or any(sid in tainted for sid, _ in op.writes):
-            dropped.add(i)
-            tainted.update(sid for sid, _ in op.writes)
-    return dropped, reexpand, last
+    return downstream(ops, site, set(products) | set(reexpand) | set(copies), last), reexpand, last
 
 
 def _whole_cache(op: OpRecord, row: AttentionSite, tokens: int) -> bool:
