@@ -134,6 +134,9 @@ def rooflinekit_advise_levers(workload, deployment, report, source):
         return [LeverProposal(name, skip="no MLA attention layer in this model")]
     if not any(a.mode == "naive" for a in rows):
         return [LeverProposal(name, skip="the MLA layers already run absorbed")]
+    if deployment.kernels == "serving":
+        return [LeverProposal(name, skip="the serving view already prices MLA absorbed (FlashMLA's kernel over "
+                                         "the latent); --kernels as-written prices the model's naive code")]
     if _takes_option(source, "mode"):
         options = dict(workload.options, mode="absorbed")
         return [LeverProposal(name, replace(workload, options=tuple(sorted(options.items()))), rebuild=True,
@@ -160,3 +163,21 @@ def _takes_option(source, name: str) -> bool:
         except (TypeError, ValueError):
             continue
     return False
+
+
+#: `-O mode=...` values that ask for the absorbed form.
+ABSORBED = ("absorbed", "absorb")
+
+
+@hookimpl
+def rooflinekit_option_transform(name, value):
+    """`-O mode=absorbed` on MLA code that has no absorbed mode (transformers' DeepSeek-V2/V3 code,
+    any config whose MLA layers run naive): the capture restated in the absorbed form, as the
+    advise lever restates it (`rooflinekit_plugins.mla_absorb.AbsorbMLA`). A model file taking
+    `mode` runs it itself (its layers then run absorbed, and nothing is left to restate)."""
+    if name != "mode" or str(value).lower() not in ABSORBED:
+        return None
+    # imports torch: only when the option is given
+    from rooflinekit_plugins.mla_absorb import AbsorbedOption
+
+    return AbsorbedOption()

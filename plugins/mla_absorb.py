@@ -37,6 +37,7 @@ from rooflinekit.plugin import (
     OpRecord,
     PluginHost,
     TransformContext,
+    UserError,
     Workload,
     attention_workload,
     downstream,
@@ -143,3 +144,17 @@ class AbsorbMLA:
     def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
         cap, rows, notes = absorb(counted.capture, counted.attention, ctx.workload, ctx.host, ctx.deployment)
         return replace(counted, capture=cap, attention=rows).with_notes(*notes)
+
+
+@dataclass(frozen=True)
+class AbsorbedOption(AbsorbMLA):
+    """`-O mode=absorbed` (rooflinekit_option_transform): `AbsorbMLA` on every request, refusing a
+    model with no MLA layer in one line (the option would say nothing there)."""
+
+    name: str = "-O mode=absorbed"
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        if not any(r.recognised and r.spec.arch == "mla" for r in counted.attention):
+            raise UserError("-O mode=absorbed restates MLA attention layers: this model has none (no module "
+                            "declares kv_lora_rank and qk_rope_head_dim)")
+        return super().apply(counted, ctx)

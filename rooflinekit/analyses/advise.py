@@ -4,9 +4,11 @@ Every lever is a change of the workload re-profiled with the model built once (b
 fits, weight and KV cache formats, tensor parallelism, multi-token decode, a plugin's lever), a
 restatement of the capture placed as any capture (a plugin's, such as the MLA plugin's absorbed
 form), or a view the placement already gives (fused kernels: `totals.fused`). None is a separate formula.
-Each is priced alone against the baseline (no combinations) and ranked by tokens/s per GPU at the
-expected step (`totals.expected_step_s`); a lever that
-does not apply to the workload is listed as skipped, with the reason.
+Each is priced alone against the baseline and ranked by tokens/s per GPU at the expected step
+(`totals.expected_step_s`); a lever that does not apply to the workload is listed as skipped, with
+the reason. `AdviseOptions(combine=True)` adds the levers that compose priced together, each
+combination one deployment (rooflinekit.analyses.combine); a draft (`draft=` a model source, or
+`mtp=` heads) prices the multi-token levers as speculative cycles (rooflinekit.analyses.speculate).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
+from rooflinekit.analyses import combine as combining
+from rooflinekit.analyses import speculate
 from rooflinekit.analyses.profile import Profiled, ReportOptions, profile
 from rooflinekit.core.codec import encode
-from rooflinekit.core.errors import RooflineError
+from rooflinekit.core.errors import RooflineError, UserError
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import AdviceReport, LeverResult, Report, SkippedLever
@@ -27,6 +31,7 @@ from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.collectives import binding as time_binding
 from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
+from rooflinekit.stages.speculative import DEFAULT_ACCEPT
 from rooflinekit.stages.transform import LegacyTransform, Transform
 from rooflinekit.stages.workload import MAX_BATCH
 
@@ -37,7 +42,8 @@ INT4_GROUP = 128
 BUILTIN = "rooflinekit"
 
 NOTES = [
-    "advise: every lever is priced alone against the baseline (no combinations), by re-profiling the "
+    "advise: every lever is priced alone against the baseline (--combine prices those that compose together), "
+    "by re-profiling the "
     "changed workload with the model built once or by re-placing a restated capture, on the same "
     "hardware entry; speed-up is tokens/s over the baseline's (for a batch or multi-token lever, "
     "throughput: each step may take longer)",
@@ -54,6 +60,38 @@ def kernels_note(deployment: Deployment) -> str:
                 "architecture's serving kernel with the cache read once per step (the q_len levers too), "
                 "the engine's fused kernels; --kernels as-written prices the model's code as written")
     return "advise prices the model's code as written (--kernels as-written); advise's default is serving"
+
+
+@dataclass(frozen=True)
+class AdviseOptions:
+    """What advise adds to the single levers: the combinations (`combine`, at most
+    `max_combinations` priced), a draft for the multi-token levers (`draft`: a model source whose
+    decode step is profiled in the same deployment, or `mtp`: heads of the model's own), and the
+    per-token acceptance rate `accept` in (0, 1]."""
+
+    combine: bool = False
+    max_combinations: int = combining.COMBINE_LIMIT
+    draft: ModelSource | None = None
+    #: The draft's own model options (-O of the draft, sorted pairs); the target's are not its.
+    draft_options: tuple[tuple[str, object], ...] = ()
+    mtp: int | None = None
+    accept: float = DEFAULT_ACCEPT
+
+    def check(self) -> None:
+        """One line for what cannot be asked (UserError)."""
+        if not (isinstance(self.accept, (int, float)) and 0.0 < self.accept <= 1.0):
+            raise UserError(f"--accept {self.accept!r}: the acceptance rate is a probability in (0, 1]")
+        if self.draft is not None and self.mtp is not None:
+            raise UserError("--draft and --mtp both name the draft: give one")
+        if self.mtp is not None and not (isinstance(self.mtp, int) and 1 <= self.mtp <= 16):
+            raise UserError(f"--mtp {self.mtp!r}: give the number of MTP heads, 1 to 16")
+        if self.max_combinations < 1:
+            raise UserError(f"--max-combinations {self.max_combinations!r}: give at least 1")
+
+    @property
+    def q_lens(self) -> tuple[int, ...]:
+        """The multi-token levers: q_len 2 and 4, or k + 1 for k MTP heads."""
+        return (self.mtp + 1,) if self.mtp else Q_LENS
 
 
 @dataclass(frozen=True)
@@ -168,22 +206,34 @@ def tp_lever(d: Deployment, report: Report, tp: int) -> Candidate:
                                 f"added; {link}); tokens/s per GPU (the group of {tp} serves the batch), memory per GPU")
 
 
-def q_len_lever(w: Workload, n: int) -> Candidate:
+def q_len_lever(w: Workload, n: int, extras: AdviseOptions | None = None) -> Candidate:
     name = f"q_len {n}"
     if w.phase != "decode":
         return Candidate(name, skip="multi-token decode applies to decode: a prefill step's new tokens are its context")
     if w.decode_q_len >= n:
         return Candidate(name, skip=f"already verifying {w.decode_q_len} tokens per sequence")
+    extras = extras or AdviseOptions()
+    if extras.draft is None and extras.mtp is None:
+        return Candidate(name, workload=replace(w, decode_q_len=n),
+                         assumption=f"{n} new tokens per sequence per step (speculative decoding or MTP verify), "
+                                    f"causal among themselves; tokens/s counts all {n} as accepted: an upper "
+                                    "bound; the draft is not priced (--draft MODEL or --mtp N prices it)")
     return Candidate(name, workload=replace(w, decode_q_len=n),
-                     assumption=f"{n} new tokens per sequence per step (speculative decoding or MTP verify), "
-                                f"causal among themselves; tokens/s counts all {n} as accepted: an upper bound")
+                     assumption=f"speculative decoding: {n - 1} drafted token(s) per cycle, each a draft step, then "
+                                f"the target verifies {n} tokens per sequence in one step; per-token acceptance "
+                                f"{extras.accept:g}: tokens per cycle (1 - a^{n}) / (1 - a); the expected step is the "
+                                "cycle (drafts + verify), tokens/s per GPU and per user count the expected "
+                                "accepted tokens")
 
 
-def builtin_levers(w: Workload, d: Deployment, profiled: Profiled) -> list[Candidate]:
+def builtin_levers(w: Workload, d: Deployment, profiled: Profiled,
+                   extras: AdviseOptions | None = None) -> list[Candidate]:
     """The built-in levers, in a fixed order, each priced or skipped with its reason."""
     r = profiled.report
+    extras = extras or AdviseOptions()
     return ([batch_lever(w, r), weight_lever(w, d, "fp8"), weight_lever(w, d, "int4"), kv_lever(w, d, r),
-             fused_lever(r)] + [tp_lever(d, r, n) for n in TP_SIZES] + [q_len_lever(w, n) for n in Q_LENS])
+             fused_lever(r)] + [tp_lever(d, r, n) for n in TP_SIZES]
+            + [q_len_lever(w, n, extras) for n in extras.q_lens])
 
 
 def plugin_levers(host: PluginHost, w: Workload, d: Deployment, report: Report,
@@ -270,6 +320,104 @@ def price(name: str, report: Report, base: Report | None, assumption: str, *, vi
         changes=dict(changes or {}))
 
 
+@dataclass
+class _Run:
+    """One advise run: the sources (the model as loaded, and built once), the baseline's request
+    and profile, the plugin host and hardware table, the profiles taken so far."""
+
+    source: ModelSource
+    once: ModelSource
+    workload: Workload
+    deployment: Deployment
+    host: PluginHost
+    db: HardwareDB
+    base: Profiled
+    progress: Callable[[str], None] | None = None
+    profiles: int = 1
+
+    def profile(self, workload: Workload, deployment: Deployment, transform=None, rebuild: bool = False) -> Report:
+        """One request through the pipeline, counts only (the model reused unless `rebuild`)."""
+        self.profiles += 1
+        return profile(self.source if rebuild else self.once, workload, deployment,
+                       options=ReportOptions(measure=False), host=self.host, db=self.db, lever=transform).report
+
+    def price(self, name: str, report: Report, assumption: str, workload: Workload, deployment: Deployment,
+              kind: str = "combination") -> LeverResult:
+        base = self.base.report
+        row = price(name, report, base, assumption + _kv_caveat(report, base),
+                    changes=_changes(self.workload, workload, self.deployment, deployment))
+        return replace(row, kind=kind)
+
+
+def _price_levers(run: _Run, cands: list[Candidate]) -> tuple[list, list[SkippedLever], dict[str, None]]:
+    """Each candidate priced alone: [(candidate, LeverResult)], the skipped, the new notes."""
+    base = run.base.report
+    results: list[tuple[Candidate, LeverResult]] = []
+    skipped: list[SkippedLever] = []
+    notes: dict[str, None] = {}
+    for cand in cands:
+        cand = replace(cand, workload=cand.workload or run.workload, deployment=cand.deployment or run.deployment)
+        if cand.skip is not None:
+            skipped.append(SkippedLever(cand.name, cand.skip, cand.source))
+            continue
+        if run.progress:
+            run.progress(cand.name)
+        if cand.view == "fused":
+            results.append((cand, price(cand.name, base, base, cand.assumption, view="fused")))
+            continue
+        try:
+            report = run.profile(cand.workload, cand.deployment, cand.transform, cand.rebuild)
+        except RooflineError as exc:  # a lever this model or entry cannot take: skipped, with the reason
+            skipped.append(SkippedLever(cand.name, str(exc), cand.source))
+            continue
+        if cand.name.startswith("batch ") and report.memory is not None and report.memory.fits is False \
+                and report.memory.max_batch and report.memory.max_batch < report.workload.batch:
+            # activations were scaled per sequence from the baseline's batch: settle on the measured fit
+            target = max(run.workload.batch, report.memory.max_batch)
+            cand = replace(cand, name=f"batch {target:,} (largest that fits)",
+                           workload=replace(run.workload, batch=target))
+            report = run.profile(cand.workload, cand.deployment)
+        notes.update(dict.fromkeys(n for n in report.notes if n not in base.notes))
+        results.append((cand, price(cand.name, report, base, cand.assumption + _kv_caveat(report, base),
+                                    source=cand.source,
+                                    changes=_changes(run.workload, cand.workload, run.deployment, cand.deployment))))
+    return results, skipped, notes
+
+
+def _draft(run: _Run, extras: AdviseOptions) -> speculate.Draft:
+    """The draft's step: the draft model's decode step in the same deployment, or an MTP head's."""
+    if extras.mtp:
+        return speculate.mtp_draft(run.base.report, extras.mtp)
+    draft = extras.draft
+    if run.progress:
+        run.progress(f"draft {draft.name}")
+    run.profiles += 1
+    report = profile(draft, replace(run.workload, decode_q_len=1, options=extras.draft_options), run.deployment,
+                     options=ReportOptions(measure=False), host=run.host, db=run.db).report
+    return speculate.model_draft(draft.name, report)
+
+
+def _speculative(run: _Run, rows: list[tuple[Candidate, LeverResult]], extras: AdviseOptions) -> list:
+    """The multi-token levers priced with the draft (the others as they are)."""
+    if extras.draft is None and not extras.mtp:
+        return rows
+    multi = [(c, r) for c, r in rows if c.name.startswith("q_len")]
+    if not multi:
+        return rows
+    draft = _draft(run, extras)
+    m = run.base.report.memory
+    usable = m.usable_bytes if m is not None else None
+    return [(c, speculate.priced(r, draft, extras.accept, usable) if (c, r) in multi else r) for c, r in rows]
+
+
+def _combinations(run: _Run, rows: list[tuple[Candidate, LeverResult]], baseline: LeverResult,
+                  extras: AdviseOptions) -> tuple[list[LeverResult], object]:
+    moves = [mv for mv in (combining.move_of(r.lever, r.changes, c, r) for c, r in rows) if mv is not None]
+    ctx = combining.Context(run.workload, run.deployment, run.base.report, run.profile, run.price, run.progress)
+    shown, info, _ = combining.search(ctx, moves, [r for _, r in rows], baseline, extras.max_combinations)
+    return shown, info
+
+
 def advise(
     source: ModelSource,
     workload: Workload,
@@ -278,9 +426,12 @@ def advise(
     host: PluginHost | None = None,
     db: HardwareDB | None = None,
     progress: Callable[[str], None] | None = None,
+    extras: AdviseOptions | None = None,
 ) -> AdviceReport:
     """Profile the workload, then price every lever that applies (see the module docstring)."""
     start = time.perf_counter()
+    extras = extras or AdviseOptions()
+    extras.check()
     deployment = deployment or Deployment(kernels="serving")
     host = host or get_host()
     db = db or hardware_db(host)
@@ -288,52 +439,28 @@ def advise(
     if workload.device != "meta":  # levers re-profile at other sizes and formats: counts only
         extra_notes.append(f"advise counts on the meta device (device {workload.device} given): no lever is timed")
         workload = replace(workload, device="meta")
-    counts = ReportOptions(measure=False)
-    base = profile(source, workload, deployment, options=counts, host=host, db=db)
+    base = profile(source, workload, deployment, options=ReportOptions(measure=False), host=host, db=db)
     if (deployment.hardware or "auto") == "auto":  # resolved once: the entry the baseline was placed on
         deployment = replace(deployment, hardware=base.report.hardware.source or base.report.hardware.name)
-    once = replace(source, build_model=_always(base.model))
-    profiles = 1
-    results: list[LeverResult] = []
-    skipped: list[SkippedLever] = []
-    notes: dict[str, None] = {}
-    for cand in (builtin_levers(workload, deployment, base)
-                 + plugin_levers(host, workload, deployment, base.report, source)):
-        cand = replace(cand, workload=cand.workload or workload, deployment=cand.deployment or deployment)
-        if cand.skip is not None:
-            skipped.append(SkippedLever(cand.name, cand.skip, cand.source))
-            continue
-        if progress:
-            progress(cand.name)
-        if cand.view == "fused":
-            results.append(price(cand.name, base.report, base.report, cand.assumption, view="fused"))
-            continue
-        try:
-            lever = profile(source if cand.rebuild else once, cand.workload, cand.deployment, options=counts,
-                            host=host, db=db, lever=cand.transform)
-        except RooflineError as exc:  # a lever this model or entry cannot take: skipped, with the reason
-            skipped.append(SkippedLever(cand.name, str(exc), cand.source))
-            continue
-        profiles += 1
-        report = lever.report
-        if cand.name.startswith("batch ") and report.memory is not None and report.memory.fits is False \
-                and report.memory.max_batch and report.memory.max_batch < report.workload.batch:
-            # activations were scaled per sequence from the baseline's batch: settle on the measured fit
-            target = max(workload.batch, report.memory.max_batch)
-            cand = replace(cand, name=f"batch {target:,} (largest that fits)", workload=replace(workload, batch=target))
-            report = profile(once, cand.workload, cand.deployment, options=counts, host=host, db=db).report
-            profiles += 1
-        notes.update(dict.fromkeys(n for n in report.notes if n not in base.report.notes))
-        results.append(price(cand.name, report, base.report, cand.assumption + _kv_caveat(report, base.report),
-                             source=cand.source,
-                             changes=_changes(workload, cand.workload, deployment, cand.deployment)))
-    results.sort(key=lambda r: (-(r.tokens_per_s_per_gpu or 0.0), -(r.speedup or 0.0)))
+    run = _Run(source, replace(source, build_model=_always(base.model)), workload, deployment, host, db, base,
+               progress)
+    rows, skipped, notes = _price_levers(run, builtin_levers(workload, deployment, base, extras)
+                                         + plugin_levers(host, workload, deployment, base.report, source))
+    rows = _speculative(run, rows, extras)
     r = base.report
+    baseline = replace(price("baseline", r, None, "the workload as given"), kind="baseline")
+    results = [lever for _, lever in rows]
+    search = None
+    if extras.combine:
+        shown, search = _combinations(run, rows, baseline, extras)
+        results += shown
+    # with --combine, the rows that fit rank first: the search is for a deployment that runs
+    results.sort(key=lambda x: (extras.combine and x.fits is False, -(x.tokens_per_s_per_gpu or 0.0),
+                                -(x.speedup or 0.0)))
     return AdviceReport(
-        workload=r.workload, hardware=r.hardware, model=r.model, deployment=r.deployment,
-        baseline=price("baseline", r, None, "the workload as given"),
-        levers=results, skipped=skipped, memory=r.memory, profiles=profiles, wall_s=time.perf_counter() - start,
-        warnings=list(dict.fromkeys(list(r.warnings) + list(host.warnings))),
+        workload=r.workload, hardware=r.hardware, model=r.model, deployment=r.deployment, baseline=baseline,
+        levers=results, skipped=skipped, memory=r.memory, combine=search, profiles=run.profiles,
+        wall_s=time.perf_counter() - start, warnings=list(dict.fromkeys(list(r.warnings) + list(host.warnings))),
         notes=NOTES + extra_notes + list(r.notes) + [n for n in notes if n not in r.notes],
     )
 

@@ -39,6 +39,7 @@ from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSp
 from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import Presentation, build_report
+from rooflinekit.stages.restate import OptionRestatements
 from rooflinekit.stages.serving import Serving, views_of
 from rooflinekit.stages.transform import (
     Counted,
@@ -59,7 +60,7 @@ from rooflinekit.stages.workload import (
 from rooflinekit.stages.workload import _user_frame as user_frame
 
 #: The transforms every request runs, in this order (a lever's restatement goes after them).
-TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), Serving(), ParallelShard())
+TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), Serving(), ParallelShard(), OptionRestatements())
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
-from rooflinekit.analyses.advise import TP_SIZES, advise
+from rooflinekit.analyses.advise import TP_SIZES, AdviseOptions, advise
+from rooflinekit.analyses.combine import COMBINE_LIMIT
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.options import (
     check_destination,
@@ -23,7 +26,8 @@ from rooflinekit.outputs.advice_plot import write_advice_plot
 from rooflinekit.outputs.advise_view import ADVISE_FORMATS, render_advice
 from rooflinekit.outputs.html import advise_html
 from rooflinekit.outputs.plot import check_target
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.speculative import DEFAULT_ACCEPT
+from rooflinekit.stages.workload import load_source, parse_options
 
 ADVISE_HELP = f"""Price every lever that would change MODEL's step time, ranked by tokens/s.
 
@@ -40,6 +44,14 @@ placed by the same code: no lever has a formula of its own. advise prices the se
 with the reason. Columns: predicted step (sum of op bounds), tokens/s, speed-up (tokens/s over the
 baseline's), what binds afterwards (compute, memory, communication, or capacity when it does not
 fit), whether it fits, memory per GPU, the assumption. Counts on the meta device.
+
+\b
+--combine also prices the levers that compose (TP degree x weight format x KV cache format x
+a plugin's restatement such as absorbed MLA, then batch up to what fits), each combination one
+deployment re-profiled the same way, named in words; at most --max-combinations are priced (axis
+values that did not help alone are pruned, the most promising first; dominated rows left out).
+--draft MODEL or --mtp N prices the q_len levers as speculative decoding: k drafted tokens (each a
+draft decode step in the same deployment) plus one verify step, at --accept per-token acceptance.
 """
 
 
@@ -50,21 +62,48 @@ fit), whether it fits, memory per GPU, the assumption. Counts on the meta device
 @click.option("--output", "-o", default=None, help="Write the advice to this file (atomically).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg",
               help="Also draw each lever as a move from the current step (step time vs tokens/s).")
+@click.option("--combine", is_flag=True,
+              help="Also price the levers that compose, together (TP x weight format x KV format x absorbed MLA x "
+                   "batch up to what fits), each as one deployment.")
+@click.option("--max-combinations", type=int, default=COMBINE_LIMIT, show_default=True,
+              help="With --combine: price at most this many combinations (the most promising first).")
+@click.option("--draft", "draft_path", default=None, metavar="MODEL",
+              help="A draft model (model file or config) for speculative decoding: its decode step is profiled at "
+                   "the same batch and context in the same deployment and priced into the q_len levers.")
+@click.option("--draft-option", "draft_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the --draft model (as -O is the model's); repeatable.")
+@click.option("--mtp", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="N multi-token-prediction heads draft for the q_len N+1 lever: each head priced as one of the "
+                   "model's decoder layers plus its output head.")
+@click.option("--accept", type=float, default=DEFAULT_ACCEPT, show_default=True, metavar="RATE",
+              help="Per-token acceptance rate of the drafted tokens, in (0, 1] (with --draft or --mtp).")
 @parallel_options
 @debug_option
 def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, fmt, output, plot_path, debug,
-               tp=1, ep=1):
+               tp=1, ep=1, combine=False, max_combinations=COMBINE_LIMIT, draft_path=None, mtp=None,
+               accept=DEFAULT_ACCEPT, draft_options=()):
     fmt = output_format(fmt, output)
+    extras = AdviseOptions(combine=combine, max_combinations=max_combinations, mtp=mtp, accept=accept)
+    extras.check()  # one line before anything is built
     asked = Deployment(hardware or "auto", tp=tp, ep=ep, kernels="serving")  # advise's default view
     workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
-    inputs = model_inputs(model, hardware)
+    inputs = model_inputs(model, hardware) + ([("the --draft model", draft_path)] if draft_path else [])
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
+    def progress(what: str) -> None:
+        if combine or draft_path:  # long runs say what they price, on stderr
+            click.echo(f"rooflinekit: advise: {what}", err=True)
+
     with stdout_to_stderr():  # what the model and plugins print stays off the advice
-        report = advise(load_source(model, opts), workload, deployment)
+        if draft_path:
+            given = parse_options(draft_options)
+            extras = replace(extras, draft=load_source(draft_path, given),
+                             draft_options=tuple(sorted(given.items())))
+        report = advise(load_source(model, opts), workload, deployment, extras=extras,
+                        progress=progress)
     for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     emit(advise_html(report) if fmt == "html" else render_advice(report, fmt), output)

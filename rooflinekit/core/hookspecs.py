@@ -286,3 +286,24 @@ def rooflinekit_advise_levers(workload: Workload, deployment: Deployment, report
         workload and the assumption in one sentence; or `skip="why"` for a lever that does not
         apply here. None: no levers.
     """
+
+
+@hookspec(firstresult=True)
+def rooflinekit_option_transform(name: str, value: Any) -> Any:
+    """firstresult: stops at the first non-None answer.
+
+    A model option (`-O NAME=VALUE`) that a plugin states on the captured counts rather than the
+    model's code running it: e.g. the MLA plugin's `-O mode=absorbed` on code with only the naive
+    form (transformers' DeepSeek code), the capture restated in the absorbed form. A restated
+    option is withheld from the loader and from the model's build_model/make_inputs where they do
+    not take it (a model file taking the option runs it itself); the transform runs after the
+    built-in transforms (formats, the parallel shard) and before an advise lever's, on every
+    request whose workload carries the option. It must pass counts through unchanged where there
+    is nothing to restate (the model already runs that form).
+
+    :param name: the option's name, as given after -O.
+    :param value: its value (parsed: int, float, bool or str).
+    :return: a `Transform` (`rooflinekit.plugin.Transform`: `name`, `applies(ctx)`,
+        `apply(counted, ctx)`), or None if this plugin does not
+        restate that option and value.
+    """

@@ -664,6 +664,41 @@ class LeverResult:
     expected_step_s: float | None = None
     tokens_per_s_per_gpu: float | None = None
     tokens_per_s_per_user: float | None = None
+    #: "lever" (one change), "combination" (`advise --combine`: several changes in one deployment,
+    #: named in words in `lever`) or "baseline".
+    kind: str = "lever"
+    #: A multi-token lever priced with its draft (`--draft`/`--mtp`): the cycle behind its figures.
+    speculative: SpeculativeCycle | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class SpeculativeCycle:
+    """A speculative cycle (rooflinekit.stages.speculative): `k` drafted tokens at `draft_step_s`
+    each, one verify step of q_len k + 1 at `verify_step_s`, per-token acceptance `accept`; the
+    tokens it emits on average (`tokens_per_cycle`), its seconds and the seconds per emitted token."""
+
+    draft: str
+    k: int
+    accept: float
+    draft_step_s: float
+    verify_step_s: float
+    cycle_s: float
+    tokens_per_cycle: float
+    time_per_token_s: float
+
+
+@dataclass(frozen=True)
+class CombineSearch:
+    """How `advise --combine` searched: the combinations enumerated from the axes kept, how many
+    were priced (at most `limit`, the most promising first), and how many priced rows were left out
+    as dominated by another row."""
+
+    axes: dict[str, list[str]]
+    enumerated: int
+    priced: int
+    limit: int
+    dominated: int
+    pruned: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -687,6 +722,8 @@ class AdviceReport:
     levers: list[LeverResult] = field(default_factory=list)
     skipped: list[SkippedLever] = field(default_factory=list)
     memory: Memory | None = None  # the baseline's
+    #: `--combine`'s search (None without it).
+    combine: CombineSearch | None = field(default=None, metadata=OMIT_NONE)
     profiles: int = 0  # captures run (the baseline's included)
     wall_s: float = 0.0
     warnings: list[str] = field(default_factory=list)

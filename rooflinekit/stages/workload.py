@@ -56,6 +56,7 @@ from rooflinekit.core.request import (
     ModelSource,
     Workload,
 )
+from rooflinekit.stages.restate import restated
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -289,6 +290,17 @@ def _accepted(fn: Callable, options: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in options.items() if k in params}
 
 
+def _without_restated(source: ModelSource, options: dict[str, object]) -> dict[str, object]:
+    """`options` less those neither build_model nor make_inputs takes that a plugin states on the
+    captured counts instead (rooflinekit.stages.restate: `-O mode=absorbed` on naive MLA code)."""
+    used = set(_accepted(source.build_model, options)) | set(_accepted(source.make_inputs, options))
+    untaken = {k: v for k, v in options.items() if k not in used}
+    if not untaken:
+        return options
+    gone = restated(untaken, get_host())
+    return {k: v for k, v in options.items() if k not in gone}
+
+
 def check_options(source: ModelSource, options: dict[str, object]) -> None:
     """An option that neither function accepts is a typo: say so rather than ignore it."""
     used = set(_accepted(source.build_model, options)) | set(_accepted(source.make_inputs, options))
@@ -400,6 +412,7 @@ def build(source: ModelSource, workload: Workload) -> Built:
     options = dict(workload.options)
     if source.options_handled:
         options = {}
+    options = _without_restated(source, options)
     check_options(source, options)
     skip = _SkipMetaInit() if workload.device == "meta" else nullcontext()
     # Seeded, so that runs repeat where values matter (data-dependent MoE routing on cpu/cuda);
@@ -453,6 +466,9 @@ def load_source(path: str, options: dict, host: PluginHost | None = None) -> Mod
     if not Path(path).exists() and not MODEL_SPEC.match(str(path)):
         raise ModelError(f"model file not found: {path}")
     before = len(host.warnings)
+    # options a plugin states on the captured counts are not the loader's to check (the model's
+    # build_model/make_inputs still get them where they take them: `build`)
+    options = {k: v for k, v in options.items() if k not in restated(options, host)}
     source, plugin = host.call_first("rooflinekit_workload_loader", expect=ModelSource, path=path, options=options)
     if source is None:
         # a loader that failed or answered the wrong type is why: name it rather than the file types
