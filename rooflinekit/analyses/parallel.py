@@ -28,6 +28,7 @@ and its output's share (and its FLOPs) is the smallest share among its inputs: a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
@@ -35,6 +36,7 @@ import torch
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.heads import split_heads
+from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
@@ -469,14 +471,16 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
 
 
 def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
-                    stored: dict[str, float] | None = None) -> float:
+                    stored: dict[str, float] | None = None, only: Callable[[str], bool] | None = None) -> float:
     """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole.
-    `stored`: parameter name -> its bytes in a quantized format (rooflinekit.stages.quantize)."""
+    `stored`: parameter name -> its bytes in a quantized format (rooflinekit.stages.quantize).
+    `only`: count the parameters whose name it accepts (a pipeline stage's; a tied parameter is
+    counted under each of its names it accepts once, so each stage that uses it holds it)."""
     stored = stored or {}
     total, seen = 0.0, set()
-    for name, p in model.named_parameters():
+    for name, p in model.named_parameters(remove_duplicate=False):
         key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
-        if key in seen:
+        if key in seen or (only is not None and not only(name)):
             continue
         seen.add(key)
         owner = name.rpartition(".")[0]
@@ -508,6 +512,33 @@ class Planned:
                 f"expert parallel {s['ep']} (see `parallel` and docs/parallel.md)")
 
 
+def _tp_plan(model: torch.nn.Module, modules: dict, attention: dict[str, AttentionSpec], workload: Workload, host,
+             par: Deployment) -> tuple[Plan, list[str]]:
+    """The TP plan: plugins' answers first, rooflinekit's structural rules for the rest."""
+    styles: dict[str, str] = {}
+    notes: list[str] = []
+    sources: list[str] = []
+    shards = attention_shards(attention, par.tp, host)  # how each architecture splits
+    answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload, deployment=par,
+                            attention=attention, shards=shards)
+    for answer, plugin in answers:
+        resolved, more = resolve(checked_plan(answer, plugin, host), modules)
+        notes.extend(more)
+        for path, style in resolved.items():
+            styles.setdefault(path, style)
+        sources.append(plugin)
+    # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
+    # plugin answers with them already; they also stand in when it is not installed)
+    rules, _ = resolve(structural_plan(model, attention, host, shards), modules)
+    added = {p: st for p, st in rules.items() if p not in styles}
+    if added:
+        styles.update(added)
+        sources.append("structural rules")
+    plan = build_plan(styles, modules, attention, par.tp, host, shards)
+    plan.sources, plan.notes = sources, list(notes)
+    return plan, notes
+
+
 def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn.Module,
                   workload: Workload, host, par: Deployment, stored: dict[str, float] | None = None) -> Planned:
     """Apply planned TP/EP to a single-GPU capture (see the module docstring); `stored` gives the
@@ -516,28 +547,15 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
     attention = {("" if r.module == "(root)" else r.module): r.spec for r in rows if r.spec is not None}
     notes: list[str] = []
     plan = None
-    sources: list[str] = []
     if par.tp > 1:
-        styles: dict[str, str] = {}
-        shards = attention_shards(attention, par.tp, host)  # how each architecture splits
-        answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload, deployment=par,
-                                attention=attention, shards=shards)
-        for answer, plugin in answers:
-            resolved, more = resolve(checked_plan(answer, plugin, host), modules)
-            notes.extend(more)
-            for path, style in resolved.items():
-                styles.setdefault(path, style)
-            sources.append(plugin)
-        # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
-        # plugin answers with them already; they also stand in when it is not installed)
-        rules, _ = resolve(structural_plan(model, attention, host, shards), modules)
-        added = {p: st for p, st in rules.items() if p not in styles}
-        if added:
-            styles.update(added)
-            sources.append("structural rules")
-        plan = build_plan(styles, modules, attention, par.tp, host, shards)
-        plan.sources, plan.notes = sources, notes
+        # the plan depends on the model, the layers' architectures and the deployment, not on the
+        # step's batch or context: computed once per model while its facts are cached (a sweep, a plan)
+        key = (*fact("tp_plan"), id(host), par, replace(workload, batch=0, context=0, decode_q_len=1),
+               repr(sorted(attention.items())))
+        plan, planned_notes = cached(model, key, lambda: _tp_plan(model, modules, attention, workload, host, par))
+        notes = list(planned_notes)
         cap = shard_capture(cap, plan)
+        styles = plan.styles
         for path, style in styles.items():
             if style == "experts" and any(op.module == path and op.kind not in ("modelled", "collective")
                                           for op in cap.ops):
@@ -558,13 +576,14 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
         "tp": par.tp,
         "ep": par.ep,
         "gpus": max(par.tp, par.ep),
-        "plan_sources": sources,
+        "plan_sources": list(plan.sources) if plan else [],
         "plan_counts": counts,
         "plan": [{"module": p, "style": s, "fraction": plan.fractions.get(p, 1.0 / par.tp if s == "rowwise" else 1.0)}
                  for p, s in plan.styles.items()] if plan else [],
         "attention": att,
         "kv_heads_replicated": sorted({a["module"] for a in att if a["kv_heads"] == "replicated"}),
-        "weights_per_gpu": weights_per_gpu(model, plan, par, stored),
+        "weights_per_gpu": cached(model, (*fact("weights_per_gpu"), id(plan), par, tuple(sorted((stored or {}).items()))),
+                                  lambda: weights_per_gpu(model, plan, par, stored)),
         "batch_meaning": ("the batch is per GPU (data-parallel attention): each GPU's attention runs "
                           "its own batch, the experts are shared" if par.ep > 1 and par.tp == 1 else
                           "the batch is shared by the group: every GPU sees every sequence, each "

@@ -18,6 +18,8 @@ COMMANDS = {
               "Profile MODEL at every BATCH x CONTEXT; find the critical batch per context."),
     "advise": ("rooflinekit.cli.advise", "advise_cmd",
                "Price every lever that would change MODEL's step time, ranked by tokens/s."),
+    "plan": ("rooflinekit.cli.plan", "plan_cmd",
+             "Search MODEL's deployments on a GPU budget for the best that meets latency targets."),
     "compare": ("rooflinekit.cli.compare", "compare_cmd",
                 "Two profile reports side by side, with A/B ratios."),
     "plot": ("rooflinekit.cli.plot", "plot", "Draw a roofline chart from a profile or sweep JSON report."),

@@ -131,15 +131,20 @@ def gemm_rows(name: str, shapes: str) -> int | None:
 
 def kernel_class(op: OpRecord, phase: str, attention_ops: frozenset[int], table: EfficiencyTable) -> str:
     """The class of one op record's kernel (see the module docstring)."""
-    name = op.name
+    rows = gemm_rows(op.name, op.shapes) if op.name in MATMUL_OPS else None
+    return classify(op.name, op.kind, op.index in attention_ops, op.flops > 0 and op.param_bytes > 0, rows, phase,
+                    table)
+
+
+def classify(name: str, kind: str, in_attention: bool, modelled_gemm: bool, rows: float | None, phase: str,
+             table: EfficiencyTable) -> str:
+    """A kernel's class from what decides it: its name and kind, whether it is a matrix product
+    inside an attention layer, whether a modelled record has FLOPs and weights, its output rows."""
     lowered = name.lower()
     matmul = name in MATMUL_OPS
-    attention = "attention_decode" if phase == "decode" else "attention_prefill"
-    if (op.kind in ("fused", "modelled") and any(w in lowered for w in _ATTENTION_WORDS)) \
-            or (matmul and op.index in attention_ops):
-        return attention
-    if matmul or (op.kind == "modelled" and op.flops > 0 and op.param_bytes > 0):
-        rows = gemm_rows(name, op.shapes) if matmul else None
+    if (kind in ("fused", "modelled") and any(w in lowered for w in _ATTENTION_WORDS)) or (matmul and in_attention):
+        return "attention_decode" if phase == "decode" else "attention_prefill"
+    if matmul or (kind == "modelled" and modelled_gemm):
         small = phase == "decode" if rows is None else rows <= table.small_gemm_max_rows
         return "gemm_small" if small else "gemm_large"
     return "elementwise"

@@ -1,0 +1,493 @@
+"""`rooflinekit plan`: the best deployment of the user's model for a GPU budget and latency targets.
+
+The search prices every combination of tensor / expert / pipeline parallel degrees, replicas,
+weight and KV formats, concurrency (batch per instance), chunked-prefill budget, speculative
+decoding and aggregated against disaggregated serving from step models (rooflinekit.stages.stepmodel):
+per deployment, a few design captures fit every kernel's counts exactly, and a candidate costs one
+pass over tens of kernel groups. What each candidate's figures mean (docs/plan.md):
+
+- decode: the serving view's expected step (or the kernels view asked for) at batch B, averaged
+  exactly over the contexts ISL .. ISL+OSL-1 the generation passes through;
+- aggregated serving runs mixed steps: each step carries the B decode tokens and the prompt tokens
+  that arrive meanwhile, p = B x ISL_new / OSL (chunked prefill), priced as one step whose kernels
+  read the weights once (`mixed_mean`); time to first token = ceil(ISL_new / chunk) steps carrying
+  a full chunk; time per output token = the mean mixed step;
+- disaggregated serving: a prefill pool and a decode pool, each with its own degrees, GPUs split
+  between them in the ratio that balances prompts prefilled and sequences finished per second;
+  time to first token = one prefill of ISL_new tokens plus the KV cache sent to the decode pool;
+- pipeline stages: M = PP micro-batches of B/PP sequences each in flight; the slowest stage holds
+  ceil(L/PP) of the L layers and, taken conservatively, the embedding and head; one output token
+  per sequence every PP stage times plus PP activation sends;
+- speculative decoding (MTP heads or a draft model): per verify cycle, k draft steps and one
+  verify step of k+1 tokens; E = (1 - a^(k+1)) / (1 - a) tokens accepted per cycle;
+- memory per GPU: the weights it holds, the KV cache of B sequences at ISL+OSL (paged in blocks in
+  the serving view), the activation peak of the step; at most the usable share of capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from rooflinekit.analyses.stepfit import Shape, StepFitter
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative, Targets, pareto_front
+from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.fit import FitError
+from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
+from rooflinekit.stages.memory import activation_peak
+from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
+from rooflinekit.stages.stepmodel import StepModel, mixed_mean
+from rooflinekit.stages.workload import ModelSource
+
+#: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
+CHUNKS = (512, 2048, 8192)
+#: Batches per instance the search tries: powers of two up to this.
+MAX_BATCH = 1024
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The search space and the assumptions it is priced with."""
+
+    gpus: int = 8
+    hardware: str = "H800"
+    kernels: str = "serving"
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
+    tps: tuple[int, ...] | None = None  # None: powers of two up to the budget
+    pps: tuple[int, ...] = (1, 2, 4)
+    modes: tuple[str, ...] = ("aggregated", "disaggregated")
+    chunks: tuple[int, ...] = CHUNKS
+    max_batch: int = MAX_BATCH
+    mtp: int = 0
+    draft: ModelSource | None = None
+    accept: float = DEFAULT_ACCEPT
+    memory_fraction: float = 0.9
+    check: bool = True
+
+
+@dataclass
+class Variant:
+    """One deployment's priced parts: decode and prefill step models, memory per GPU."""
+
+    deployment: Deployment
+    decode: StepModel
+    prefill: StepModel
+    weights: float
+    kv_terms: tuple[tuple[float, int | None], ...]  # (cache bytes per token, window or None) per layer kind
+    kv_per_sequence: float
+    activations: tuple[float, float]  # activation peak = a + b x batch
+    hidden_bytes: float  # one token's hidden state, for pipeline sends and nothing else
+    verify: StepModel | None = None
+    draft: StepModel | None = None
+
+    def kv_bytes(self, context: int, block: int = 1) -> float:
+        """Cache bytes one sequence holds at `context` (paged in blocks of `block` tokens)."""
+        total = self.kv_per_sequence
+        for per_token, window in self.kv_terms:
+            held = min(context, window) if window else context
+            total += per_token * (math.ceil(held / block) * block)
+        return total
+
+    def memory(self, batch: int, context: int, block: int, share: float = 1.0) -> float:
+        """Bytes one GPU holds at `batch` sequences of `context` (`share`: a pipeline stage's
+        share of the layers)."""
+        a, b = self.activations
+        return share * (self.weights + batch * self.kv_bytes(context, block)) + a + b * batch
+
+
+def _powers(limit: int) -> list[int]:
+    out, b = [], 1
+    while b <= limit:
+        out.append(b)
+        b *= 2
+    return out
+
+
+class Planner:
+    """Prices the candidates of one request (module doc)."""
+
+    def __init__(self, source: ModelSource, targets: Targets, options: PlanOptions, *, dtype: str = "bf16",
+                 model_options: tuple = (), host: PluginHost | None = None, db: HardwareDB | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.targets, self.options = targets, options
+        self.host = host or get_host()
+        self.db = db or hardware_db(self.host)
+        self.hw: HardwareSpec = self.db.get(options.hardware)
+        self.progress = progress or (lambda _msg: None)
+        base = Workload("decode", 1, targets.isl, dtype, "meta", model_options)
+        self.fitter = StepFitter(source, base, self.host, self.db)
+        self.draft_fitter = StepFitter(options.draft, base, self.host, self.db) if options.draft else None
+        self.notes: list[str] = []
+        self.variants: dict[Deployment, Variant | str] = {}
+
+    # -- step models per deployment --
+
+    def batches(self) -> tuple[int, ...]:
+        return tuple(_powers(self.options.max_batch))
+
+    def _shapes(self, fit_batch: bool) -> tuple[Shape, Shape, Shape | None]:
+        t = self.targets
+        batches = (1, 2) if fit_batch else self.batches()
+        decode = Shape("decode", 1, batches, (t.isl, t.isl + t.osl), fit_batch)
+        new = t.new_prompt_tokens
+        if new < t.isl:  # a prefix hit: the prompt's rest as one multi-token step after the cached part
+            prefill = Shape("decode", new, (1, 2) if fit_batch else (1,), (t.isl - new,), fit_batch)
+        else:
+            prefill = Shape("prefill", 1, (1, 2) if fit_batch else (1,), (t.isl,), fit_batch)
+        verify = None
+        if self.options.mtp or self.options.draft:
+            k = self.options.mtp or 1
+            verify = Shape("decode", k + 1, batches, (t.isl, t.isl + t.osl), fit_batch)
+        return decode, prefill, verify
+
+    def variant(self, deployment: Deployment) -> Variant | str:
+        """The deployment's step models (built once), or why it cannot be priced."""
+        if deployment not in self.variants:
+            try:
+                self.variants[deployment] = self._variant(deployment)
+            except (UserError, FitError) as exc:
+                self.variants[deployment] = str(exc).splitlines()[0]
+        return self.variants[deployment]
+
+    def _variant(self, deployment: Deployment) -> Variant:
+        fit_batch = self._fit_batch(deployment)
+        decode_shape, prefill_shape, verify_shape = self._shapes(fit_batch)
+        decode = self.fitter.step_model(decode_shape, deployment, self.hw)
+        prefill = self.fitter.step_model(prefill_shape, deployment, self.hw)
+        verify = self.fitter.step_model(verify_shape, deployment, self.hw) if verify_shape else None
+        draft = None
+        if self.draft_fitter is not None:
+            draft = self.draft_fitter.step_model(decode_shape, replace(deployment), self.hw)
+        memory = self._memory(deployment, decode_shape)
+        return Variant(deployment, decode, prefill, *memory, verify=verify, draft=draft)
+
+    def _fit_batch(self, deployment: Deployment) -> bool:
+        """Whether counts are polynomial in batch (no data-dependent module model)."""
+        counting = self.fitter.raw(replace(self.fitter.base, batch=1), deployment)
+        return all(getattr(m, "scaling", None) == "polynomial" for m in counting.models)
+
+    def check(self, config: PlanConfig) -> str:
+        """The decode step model of `config`'s deployment against a full profile at a point its
+        design did not use; the note saying how far apart (FitError beyond the tolerance)."""
+        deployment = Deployment(hardware=self.hw.name, tp=config.decode.tp if config.decode else config.tp,
+                                ep=config.decode.ep if config.decode else config.ep, weight_dtype=config.weight_dtype,
+                                kv_dtype=config.kv_dtype, kernels=config.kernels,
+                                memory_fraction=self.options.memory_fraction)
+        v = self.variant(deployment)
+        shape = self._shapes(v.decode.batches is None)[0]
+        batch = 3 if v.decode.batches is None else v.decode.batches[-1]
+        context = (shape.contexts[0] + shape.contexts[-1]) // 2 + 1
+        miss = self.fitter.check(v.decode, shape, deployment, batch, context)
+        return (f"the best configuration's decode step model checked against a full profile at B={batch}, "
+                f"S={context}: largest relative difference {miss:.1e} (expected step and bound)")
+
+    def _memory(self, deployment: Deployment, shape: Shape) -> tuple:
+        """Weights per GPU, KV bytes per token and per sequence, the activation peak's line in
+        batch, a token's hidden bytes (from the transformed design captures)."""
+        fitter = self.fitter
+        peaks = []
+        for b in (1, 2):
+            w = replace(fitter.base, batch=b, context=shape.contexts[-1])
+            counting = fitter.raw(w, deployment)
+            peaks.append(activation_peak(counting.raw.capture) or 0.0)
+        counted = fitter.transformed(replace(fitter.base, batch=1, context=shape.contexts[-1]), deployment)
+        par = counted.parallel or {}
+        weights = float(par.get("weights_per_gpu") or counted.capture.param_bytes_total)
+        terms: dict[int | None, float] = {}
+        per_sequence = 0.0
+        stands = fitter.stands()
+        for site in counted.attention:
+            cost, spec = site.cost, site.spec
+            if cost is None:
+                continue
+            window = (spec.window or spec.chunk) if spec is not None else None
+            terms[window] = terms.get(window, 0.0) + stands(site.module) * (cost.cache_bytes_per_token or 0.0)
+            per_sequence += stands(site.module) * (cost.cache_bytes_per_sequence or 0.0)
+        hidden = fitter.hidden_bytes()
+        return (weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, (2 * peaks[0] - peaks[1], peaks[1] - peaks[0]),
+                hidden)
+
+    # -- the search --
+
+    def deployments(self) -> Iterator[Deployment]:
+        o = self.options
+        tps = o.tps or tuple(_powers(o.gpus))
+        moe = self._moe()
+        for tp in tps:
+            for ep in ((1, tp) if moe and tp > 1 else (1,)):
+                for w in o.weight_dtypes:
+                    for kv in o.kv_dtypes:
+                        yield Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=w, kv_dtype=kv,
+                                         kernels=o.kernels, memory_fraction=o.memory_fraction)
+
+    def _moe(self) -> bool:
+        counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
+        return bool(counting.models)
+
+    # -- pricing one candidate --
+
+    def _usable(self) -> float | None:
+        capacity = self.hw.memory_bytes
+        if not capacity:
+            return None
+        return max(0.0, capacity - self.hw.reserve_bytes) * self.options.memory_fraction
+
+    def _block(self) -> int:
+        return 16 if self.options.kernels == "serving" else 1
+
+    def _send_s(self, tokens: int, hidden: float, gpus: int) -> float:
+        """One pipeline send of `tokens` hidden states between stages (point to point)."""
+        bandwidth = self.hw.interconnect_bandwidth or 0.0
+        latency = self.hw.interconnect_latency or 0.0
+        if gpus > (self.hw.node_gpus or gpus):
+            bandwidth = self.hw.scale_out_bandwidth or bandwidth
+            latency = max(latency, self.hw.scale_out_latency or 0.0)
+        return latency + (tokens * hidden / bandwidth if bandwidth else 0.0)
+
+    def _decode_time(self, v: Variant, batch: int, pp: int, share: float) -> tuple[float, Speculative | None]:
+        """Mean seconds per output token of a sequence over the generation, with `share` of one
+        prompt's prefill riding along each step (chunked prefill), pipeline stages and
+        speculative decoding as the variant has them."""
+        t = self.targets
+        start, stop = t.isl, t.isl + t.osl
+        micro = batch // pp
+        layers = self.fitter.layers()
+        stage = math.ceil(layers / pp) / layers if pp > 1 else 1.0
+
+        def step(model: StepModel, q_len: int = 1) -> float:
+            one = mixed_mean(model, v.prefill, micro, start, stop, share / pp, layer_share=stage)
+            return pp * (one + (self._send_s(micro * q_len, v.hidden_bytes, pp) if pp > 1 else 0.0))
+
+        plain = step(v.decode)
+        if v.verify is None:
+            return plain, None
+        k = self.options.mtp or 1
+        if v.draft is not None:
+            draft_s, name = v.draft.mean_expected(batch, start, stop), "draft model"
+        else:  # an MTP head: one decoder layer and the output head
+            draft_s = v.decode.mean_expected(batch, start, stop) if layers <= 1 else _one_layer(v.decode, batch, start,
+                                                                                                stop, layers)
+            name = "MTP"
+        verify = step(v.verify, k + 1)
+        cycle = speculative_cycle(draft_s, verify, self.options.accept, k)
+        return cycle.time_per_token_s, Speculative(name, k, self.options.accept, cycle.tokens_per_cycle, draft_s, verify)
+
+    def aggregated(self, v: Variant, pp: int, batch: int, chunk: int) -> PlanConfig:
+        """One aggregated candidate: `batch` sequences per instance of TP x PP GPUs, prompts
+        prefilled in chunks of at most `chunk` tokens riding along the decode steps."""
+        t, d = self.targets, v.deployment
+        new = t.new_prompt_tokens
+        per_step = batch * new / t.osl  # prompt tokens arriving per step in the steady state
+        gpus = max(d.tp, d.ep) * pp
+        replicas = self.options.gpus // gpus
+        base = dict(mode="aggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=replicas, weight_dtype=d.weight_dtype,
+                    kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=gpus * replicas, chunk=chunk)
+        if per_step > chunk:
+            return PlanConfig(**base, fits=False, reject_reason=f"chunk: {per_step:.0f} prompt tokens arrive per step, "
+                              f"more than the chunk of {chunk}")
+        tpot, spec = self._decode_time(v, batch, pp, per_step / new)
+        full = min(chunk, new)
+        ttft_step, _ = self._decode_time(replace(v, verify=None), batch, pp, full / new)
+        ttft = math.ceil(new / full) * ttft_step
+        tokens_per_gpu = batch / tpot / gpus
+        return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot,
+                                       e2e_s=ttft + (t.osl - 1) * tpot, tokens_per_s_per_gpu=tokens_per_gpu,
+                                       tokens_per_s_per_user=1.0 / tpot,
+                                       binding=v.decode.binding(batch // pp, t.isl + t.osl // 2)),
+                            v, batch, pp)
+
+    def disaggregated(self, pv: Variant, dv: Variant, pp: int, batch: int) -> PlanConfig | None:
+        """One disaggregated candidate: prefill instances of `pv`'s degrees (one prompt per step),
+        decode instances of `dv`'s with `batch` sequences; None when both do not fit the budget."""
+        t = self.targets
+        gp = max(pv.deployment.tp, pv.deployment.ep)
+        gd = max(dv.deployment.tp, dv.deployment.ep) * pp
+        if gp + gd > self.options.gpus:
+            return None
+        prefill_s = pv.prefill.expected(1, pv.prefill.design.contexts[0])
+        tpot, spec = self._decode_time(dv, batch, pp, 0.0)
+        # balance: prompts prefilled per second against sequences finished per second
+        rate_p, rate_d = 1.0 / prefill_s, batch / (t.osl * tpot)
+        n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d)
+        used = n_p * gp + n_d * gd
+        transfer = self._send_s(1, dv.kv_bytes(t.isl) * gd / pp / max(1, t.isl) * t.isl, used) if used > 1 else 0.0
+        ttft = prefill_s + transfer
+        output = t.osl * min(n_p * rate_p, n_d * rate_d)
+        d = dv.deployment
+        prefill_memory = pv.memory(1, t.isl, self._block())
+        usable = self._usable()
+        prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s)
+        decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot)
+        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=d.weight_dtype,
+                            kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
+                            ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot,
+                            tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,
+                            binding=dv.decode.binding(batch // pp, t.isl + t.osl // 2), prefill=prefill, decode=decode,
+                            pool_ratio=f"{n_p * gp}:{n_d * gd}")
+        if usable is not None and prefill_memory > usable:
+            return replace(config, fits=False, memory_per_gpu_bytes=prefill_memory, usable_bytes=usable,
+                           reject_reason=f"memory: prefill instance {prefill_memory / 1e9:.1f} GB per GPU, "
+                                         f"{usable / 1e9:.1f} GB usable")
+        return self._finish(config, dv, batch, pp)
+
+    def _finish(self, config: PlanConfig, v: Variant, batch: int, pp: int) -> PlanConfig:
+        """Memory and fit, bounds, the targets checked."""
+        t = self.targets
+        layers = self.fitter.layers()
+        share = math.ceil(layers / pp) / layers if pp > 1 else 1.0
+        memory = v.memory(batch, t.isl + t.osl, self._block(), share)
+        usable = self._usable()
+        fits = usable is None or memory <= usable
+        tpot_bound = v.decode.bound(batch // pp, t.isl + t.osl // 2) * pp
+        config = replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, tpot_bound_s=tpot_bound,
+                         ttft_bound_s=v.prefill.bound(1, v.prefill.design.contexts[0]))
+        reason = None
+        if not fits:
+            reason = f"memory: {memory / 1e9:.1f} GB per GPU, {usable / 1e9:.1f} GB usable"
+        elif t.ttft_s is not None and config.ttft_s > t.ttft_s:
+            reason = f"target: TTFT {config.ttft_s * 1e3:.0f} ms > {t.ttft_s * 1e3:.0f} ms"
+        elif t.tpot_s is not None and config.tpot_s > t.tpot_s:
+            reason = f"target: TPOT {config.tpot_s * 1e3:.1f} ms > {t.tpot_s * 1e3:.1f} ms"
+        return replace(config, meets_slo=reason is None, reject_reason=reason)
+
+
+def _one_layer(model: StepModel, batch: int, start: int, stop: int, layers: int) -> float:
+    """Mean seconds of one decoder layer plus what lies outside the layers (embedding, head)."""
+    return mixed_mean(model, model, batch, start, stop, 0.0, layer_share=1.0 / layers)
+
+
+def _pools(gpus: int, gp: int, gd: int, rate_p: float, rate_d: float) -> tuple[int, int]:
+    """Instances of the prefill (gp GPUs each) and decode (gd each) pools within `gpus` that
+    serve the most requests per second (the slower pool's rate), fewer GPUs on a tie."""
+    best = (0.0, 0, 1, 1)
+    for n_p in range(1, gpus // gp + 1):
+        n_d = (gpus - n_p * gp) // gd
+        if n_d < 1:
+            break
+        served = min(n_p * rate_p, n_d * rate_d)
+        used = n_p * gp + n_d * gd
+        if (served, -used) > (best[0], -best[1]):
+            best = (served, used, n_p, n_d)
+    return best[2], best[3]
+
+
+# -- the search ------------------------------------------------------------------------------------
+
+
+def _pps(options: PlanOptions, gpus_per_instance: int, layers: int) -> list[int]:
+    return [pp for pp in options.pps if pp == 1 or (gpus_per_instance * pp <= options.gpus and pp <= layers)]
+
+
+def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfig]:
+    """Every priced configuration (module doc); divisibility rejects are not yielded."""
+    o, layers = planner.options, planner.fitter.layers()
+    batches = planner.batches()
+    if "aggregated" in o.modes:
+        for v in variants:
+            g = max(v.deployment.tp, v.deployment.ep)
+            for pp in _pps(o, g, layers):
+                for batch in batches:
+                    if batch % pp:
+                        continue
+                    for chunk in o.chunks:
+                        yield planner.aggregated(v, pp, batch, chunk)
+    if "disaggregated" in o.modes:
+        for dv in variants:
+            g = max(dv.deployment.tp, dv.deployment.ep)
+            formats = (dv.deployment.weight_dtype, dv.deployment.kv_dtype)
+            for pv in variants:
+                if (pv.deployment.weight_dtype, pv.deployment.kv_dtype) != formats:
+                    continue
+                for pp in _pps(o, g, layers):
+                    for batch in batches:
+                        if batch % pp:
+                            continue
+                        config = planner.disaggregated(pv, dv, pp, batch)
+                        if config is not None:
+                            yield config
+
+
+def _closest(configs: list[PlanConfig], targets: Targets) -> tuple[int | None, str | None]:
+    """The fitting configuration nearest to meeting the targets, and the figure it misses by."""
+    best, worst_ratio, words = None, math.inf, None
+    for i, c in enumerate(configs):
+        if not c.fits or c.ttft_s is None:
+            continue
+        misses = []
+        if targets.ttft_s is not None:
+            misses.append((c.ttft_s / targets.ttft_s, f"TTFT {c.ttft_s * 1e3:.0f} ms against {targets.ttft_s * 1e3:.0f} ms"))
+        if targets.tpot_s is not None:
+            misses.append((c.tpot_s / targets.tpot_s, f"TPOT {c.tpot_s * 1e3:.1f} ms against {targets.tpot_s * 1e3:.1f} ms"))
+        if not misses:
+            continue
+        ratio, text = max(misses)
+        if ratio < worst_ratio:
+            best, worst_ratio, words = i, ratio, f"{text} ({(ratio - 1) * 100:.0f}% over)"
+    return best, words
+
+
+def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None = None, *, dtype: str = "bf16",
+             model_options: tuple = (), host: PluginHost | None = None, db: HardwareDB | None = None,
+             progress: Callable[[str], None] | None = None) -> PlanResult:
+    """Search the deployments of `source` for `targets` within `options` (module doc)."""
+    options = options or PlanOptions()
+    start = time.perf_counter()
+    planner = Planner(source, targets, options, dtype=dtype, model_options=model_options, host=host, db=db,
+                      progress=progress)
+    say = planner.progress
+    variants, skipped = [], []
+    deployments = list(planner.deployments())
+    for i, deployment in enumerate(deployments, 1):
+        say(f"step models {i}/{len(deployments)}: {deployment.words(planner.fitter.base.dtype_key) or 'as run'}")
+        v = planner.variant(deployment)
+        if isinstance(v, str):
+            skipped.append(f"{deployment.words(planner.fitter.base.dtype_key)}: {v}")
+        else:
+            variants.append(v)
+    if not variants:
+        raise UserError("plan: no deployment could be priced: " + "; ".join(skipped[:3]))
+    configs = list(_candidates(planner, variants))
+    say(f"priced {len(configs)} configurations")
+    fitting = [i for i, c in enumerate(configs) if c.fits and c.tokens_per_s_per_gpu]
+    front = pareto_front([(configs[i].tokens_per_s_per_gpu, configs[i].tokens_per_s_per_user) for i in fitting])
+    pareto = [fitting[i] for i in front]
+    meeting = [i for i, c in enumerate(configs) if c.meets_slo]
+    best = max(meeting, key=lambda i: configs[i].tokens_per_s_per_gpu) if meeting else None
+    closest, miss = (None, None) if best is not None else _closest(configs, targets)
+    if options.check and best is not None:
+        try:
+            planner.notes.append(planner.check(configs[best]))
+        except FitError as exc:
+            raise UserError(f"plan: the step models disagree with a full profile ({exc}); price this model with "
+                            "rooflinekit sweep or profile instead") from None
+    notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets)
+    info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
+    return PlanResult(model=info, hardware=planner.hw.name, gpus=options.gpus, targets=targets,
+                      candidates=len(configs), configs=configs, pareto=pareto, best=best, closest=closest,
+                      closest_miss=miss, notes=notes, wall_s=time.perf_counter() - start,
+                      captures=planner.fitter.captures)
+
+
+def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:
+    notes = [
+        "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
+        "fraction of its class (docs/accounting.md, Expected time)" if options.kernels == "serving" else
+        "figures are the model's code as written at the expected rates (docs/accounting.md, Expected time)",
+        f"TPOT: the mean step over contexts {targets.isl}..{targets.isl + targets.osl - 1}, exact from fitted counts; "
+        "aggregated steps carry the prompt tokens arriving meanwhile (chunked prefill, weights read once per step)",
+        "TTFT: no queueing; aggregated: ceil(prompt / chunk) steps carrying a full chunk; disaggregated: one "
+        "prefill plus the KV cache sent to the decode pool",
+        "memory per GPU: weights held, the KV cache of the batch at ISL+OSL, the activation peak",
+    ]
+    if options.mtp or options.draft:
+        notes.append(f"speculative decoding: acceptance rate {options.accept:g} per drafted token, "
+                     "E = (1 - a^(k+1)) / (1 - a) tokens per verify step")
+    if targets.prefix_hit:
+        notes.append(f"prefix cache: {targets.prefix_hit:.0%} of each prompt found cached; the rest prefilled as "
+                     "one multi-token step after it")
+    return notes

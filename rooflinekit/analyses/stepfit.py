@@ -1,0 +1,214 @@
+"""Step models of one model under many deployments, from few captures (rooflinekit.stages.stepmodel).
+
+The model is built once. A design capture (one forward with the repeated layers skipped,
+rooflinekit.stages.fit.skipping) is taken per design point and per *capture key*: the parts of a
+deployment the capture itself depends on (the KV cache format, which attribution prices; tensor
+and expert degrees only where a module model, such as the MoE expected load, shapes its records
+by them). Every deployment then runs the pipeline's transforms (formats, serving view, parallel
+shard) on those captures, which costs milliseconds, and its step model is fitted from them.
+
+A step model is checked once per phase against a full profile at a point the design did not use
+(`check`); a miss beyond rooflinekit.stages.fit.TOLERANCE raises FitError.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, count, profile
+from rooflinekit.core.model_facts import ModelFacts, using
+from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.fit import (
+    TOLERANCE,
+    Design,
+    FitError,
+    LayerPlan,
+    _slots,
+    layer_plan,
+    relative_difference,
+    skipping,
+)
+from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
+from rooflinekit.stages.stepmodel import DesignCapture, StepModel, build_step_model
+from rooflinekit.stages.transform import Counted, TransformContext, run_transforms
+from rooflinekit.stages.workload import ModelSource, build
+
+
+def boundary_plan(plan: LayerPlan) -> LayerPlan:
+    """The layers a design capture runs, so that every kind of boundary between layers is seen
+    (the serving view fuses a layer's residual add with the next layer's norm): per stack, the
+    first and second child of each kind (fingerprint) and the stack's last child run; every other
+    child stands in for the second of its kind. Each run layer's ops count as many times as the
+    layers it stands for."""
+    stacks: dict[str, list[str]] = {}
+    for child in plan.rep:
+        stacks.setdefault(child.rpartition(".")[0], []).append(child)
+    rep: dict[str, str] = {}
+    for children in stacks.values():
+        second: dict[str, str] = {}
+        for child in children:
+            kind = plan.rep[child]
+            if child == kind or child == children[-1]:
+                rep[child] = child
+            elif kind not in second:
+                rep[child] = second[kind] = child
+            else:
+                rep[child] = second[kind]
+    return LayerPlan(rep=rep, modules=dict(plan.modules))
+
+
+def _always(model):
+    def build_model(**_options):
+        return model
+
+    return build_model
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a step model prices: the phase, new tokens per sequence in decode, the design's
+    batches (None: batch is not fitted, `batches` are captured one by one) and contexts."""
+
+    phase: str
+    q_len: int
+    batches: tuple[int, ...]
+    contexts: tuple[int, ...]
+    fit_batch: bool = True
+
+
+@dataclass
+class StepFitter:
+    """Step models of `source` under deployments, sharing design captures between them."""
+
+    source: ModelSource
+    base: Workload
+    host: PluginHost
+    db: HardwareDB
+    captures: int = 0
+    _model: object = None
+    _facts: ModelFacts | None = None
+    _plan: LayerPlan | None = None
+    _raw: dict = field(default_factory=dict)
+    _module_models: bool | None = None
+    on_capture: Callable[[], None] | None = None
+
+    # -- the model, built once --
+
+    def model(self):
+        if self._model is None:
+            self._model = build(self.source, self.base).model
+            self._facts = ModelFacts(self._model)
+            self._plan = boundary_plan(layer_plan(self._model))
+        return self._model
+
+    @property
+    def built(self) -> ModelSource:
+        return replace(self.source, build_model=_always(self.model()))
+
+    def layers(self) -> int:
+        self.model()
+        return max(1, len(self._plan.rep))
+
+    # -- design captures --
+
+    def capture_key(self, deployment: Deployment) -> Deployment:
+        """The deployment as the capture sees it (module doc)."""
+        key = Deployment(kv_dtype=deployment.kv_dtype, quantize_embeddings=deployment.quantize_embeddings)
+        if self._module_models is not False:
+            key = replace(key, tp=deployment.tp, ep=deployment.ep)
+        return key
+
+    def raw(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counting:
+        """The counted capture (before transforms) at `workload` for the deployment's capture key."""
+        self.model()
+        key = (workload, self.capture_key(deployment), skip)
+        if key not in self._raw:
+            with using(self._facts), (skipping(self._plan) if skip else nullcontext()):
+                counting = count(self.built, workload, key[1], self.host)
+            self.captures += 1
+            if self.on_capture:
+                self.on_capture()
+            if self._module_models is None:
+                self._module_models = bool(counting.models)
+                key = (workload, self.capture_key(deployment), skip)
+            self._raw[key] = counting
+        return self._raw[key]
+
+    def transformed(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counted:
+        """The design capture at `workload` through the deployment's transforms."""
+        counting = self.raw(workload, deployment, skip)
+        ctx = TransformContext(workload, deployment, self._model, self.host)
+        with using(self._facts):  # the model's facts (module tree, parallel plan) computed once
+            return run_transforms(counting.raw, TRANSFORMS, ctx)
+
+    def stands(self) -> Callable[[str], int]:
+        """module path -> the layers a module of a run layer stands for (1 outside the layers)."""
+        stands = Counter(self._plan.rep.values())
+
+        def count(path: str) -> int:
+            child = self._plan.owner(path)
+            return 1 if child is None else stands[self._plan.rep[child]]
+
+        return count
+
+    def hidden_bytes(self) -> float:
+        """Bytes of one token's hidden state between layers: the embedding's width at the
+        activation dtype's size (0 where the model has no embedding)."""
+        model = self.model()
+        embedding = next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
+        if embedding is None:
+            return 0.0
+        return float(embedding.embedding_dim * torch.empty((), dtype=embedding.weight.dtype).element_size())
+
+    def design_capture(self, workload: Workload, deployment: Deployment, skip: bool = True) -> DesignCapture:
+        """One design point's ops through the deployment's transforms, with multiplicities."""
+        counted = self.transformed(workload, deployment, skip)
+        ops = counted.capture.ops
+        plan = self._plan if skip else LayerPlan()
+        slots, _ = _slots(ops, plan)
+        stands = Counter(plan.rep.values())
+        multiplicity = [stands[g] if g else 1 for g, _, _ in slots]
+        attention = frozenset(i for site in counted.attention for i in site.op_indices)
+        return DesignCapture(ops, attention, multiplicity, [bool(g) for g, _, _ in slots],
+                             [(g, rel, op.name) for (g, _, rel), op in zip(slots, ops, strict=True)])
+
+    # -- step models --
+
+    def step_model(self, shape: Shape, deployment: Deployment, hw: HardwareSpec) -> StepModel:
+        """The step model of `deployment` over `shape`'s design (module doc)."""
+        if shape.fit_batch:
+            return self._fitted(shape, shape.batches, deployment, hw)
+        per = {b: self._fitted(shape, (b,), deployment, hw) for b in shape.batches}
+        first = next(iter(per.values()))
+        return replace(first, batches=tuple(per), per_batch=per)
+
+    def _fitted(self, shape: Shape, batches: tuple[int, ...], deployment: Deployment,
+                hw: HardwareSpec) -> StepModel:
+        design = Design(batches, shape.contexts)
+        caps = [self.design_capture(self._workload(shape, b, s), deployment) for b, s in design.points]
+        return build_step_model(shape.phase, design, caps, hw, self.base.dtype_key, self.layers())
+
+    def _workload(self, shape: Shape, batch: int, context: int) -> Workload:
+        return replace(self.base, phase=shape.phase, batch=batch, context=context,
+                       decode_q_len=shape.q_len if shape.phase == "decode" else 1)
+
+    def check(self, model: StepModel, shape: Shape, deployment: Deployment, batch: int, context: int) -> float:
+        """The step model against a full profile at (batch, context): the largest relative miss of
+        the expected step and the bound; FitError beyond TOLERANCE."""
+        workload = self._workload(shape, batch, context)
+        with using(self._facts):
+            report = profile(self.built, workload, deployment, options=ReportOptions(detail=False, measure=False),
+                             host=self.host, db=self.db).report
+        self.captures += 1
+        misses = (relative_difference(model.expected(batch, context), report.totals.expected_step_s),
+                  relative_difference(model.bound(batch, context), report.totals.time_bound_s))
+        if max(misses) > TOLERANCE:
+            raise FitError(f"the step model misses a full profile at B={batch}, S={context} by {max(misses):.2e} "
+                           "relative")
+        return max(misses)

@@ -1,0 +1,201 @@
+"""`rooflinekit plan MODEL`: the best deployment for a GPU budget and latency targets."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import click
+
+from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
+from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.core import compat
+from rooflinekit.core.errors import WorkloadError
+from rooflinekit.core.files import check_not_input
+from rooflinekit.core.plan import Targets
+from rooflinekit.core.request import KERNELS, KV_BYTES, WEIGHT_BITS
+from rooflinekit.core.stdio import stdout_to_stderr
+
+PLAN_HELP = """Search the deployments of MODEL on --gpus GPUs for the best that meets the targets.
+
+\b
+  rooflinekit plan examples/configs/llama-3.1-70b.json --hardware H800 --gpus 8 \\
+      --isl 4096 --osl 1024 --tpot 50ms
+
+Searches tensor, expert and pipeline parallel degrees and replicas within the budget, weight and
+KV cache formats, the batch per instance, the chunked-prefill budget, speculative decoding (with
+--mtp or --draft) and aggregated against disaggregated prefill/decode pools. Every candidate is
+priced from step models fitted exactly on a few captures of the model's own code: time to first
+token (TTFT), time per output token (TPOT, the mean over the generation as the context grows from
+ISL to ISL+OSL), end-to-end latency, tokens/s per GPU and per user, memory per GPU. Prints the
+best configuration that meets the targets (highest tokens/s per GPU), the Pareto front of tokens/s
+per GPU against tokens/s per user, and why the others were rejected. With no configuration meeting
+the targets: exit status 0, one line on stderr naming the closest, and `best` null in the JSON.
+Details: docs/plan.md.
+"""
+
+PLAN_FORMATS = ("table", "json", "csv", "html")
+
+
+def _seconds(text: str, option: str) -> float:
+    """'50ms', '2s', '0.05', '800us' -> seconds."""
+    raw = text.strip().lower()
+    scale = 1.0
+    for suffix, factor in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
+        if raw.endswith(suffix):
+            raw, scale = raw[: -len(suffix)], factor
+            break
+    try:
+        value = float(raw) * scale
+    except ValueError:
+        raise WorkloadError(f"{option} {text!r}: give a time such as 50ms, 2s or 0.05") from None
+    if not math.isfinite(value) or value <= 0:
+        raise WorkloadError(f"{option} {text!r}: give a time above zero")
+    return value
+
+
+def _tokens(text: str, option: str) -> int:
+    """'4096', '4k' (x 1024) -> tokens."""
+    raw = text.strip().lower()
+    scale = 1024 if raw.endswith("k") else 1
+    try:
+        value = int(raw[:-1] if scale > 1 else raw) * scale
+    except ValueError:
+        raise WorkloadError(f"{option} {text!r}: give a whole number of tokens such as 4096 or 4k") from None
+    if value < 1:
+        raise WorkloadError(f"{option} {text!r}: give at least 1 token")
+    return value
+
+
+def _choices(text: str, allowed, option: str) -> tuple[str, ...]:
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in values if v not in allowed]
+    if bad or not values:
+        raise WorkloadError(f"{option} {text!r}: choose from {', '.join(allowed)} (comma-separated)")
+    return values
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise WorkloadError(f"{option} {text!r}: give whole numbers, comma-separated") from None
+    if not values or any(v < 1 for v in values):
+        raise WorkloadError(f"{option} {text!r}: give whole numbers >= 1, comma-separated")
+    return values
+
+
+@click.command("plan", cls=Command, help=PLAN_HELP, context_settings=CONTEXT_SETTINGS)
+@click.argument("model", metavar="MODEL")
+@click.option("--hardware", "-H", default="H800", show_default=True, help="Hardware entry of every GPU.")
+@click.option("--gpus", type=click.IntRange(1, 4096), default=8, show_default=True, help="GPUs in the budget.")
+@click.option("--isl", default="4096", show_default=True, help="Input (prompt) tokens per request (4k = 4096).")
+@click.option("--osl", default="1024", show_default=True, help="Output tokens per request.")
+@click.option("--ttft", default=None, metavar="TIME", help="Target time to first token (e.g. 2s, 800ms).")
+@click.option("--tpot", default=None, metavar="TIME", help="Target time per output token (e.g. 50ms).")
+@click.option("--prefix-hit", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
+              help="Share of each prompt found in the prefix cache (not prefilled).")
+@click.option("--kernels", type=click.Choice(KERNELS), default="serving", show_default=True,
+              help="The kernels view the steps are priced in.")
+@click.option("--weight-dtypes", default="bf16,fp8", show_default=True, help="Weight formats to try.")
+@click.option("--kv-dtypes", default="bf16,fp8", show_default=True, help="KV cache formats to try.")
+@click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus].")
+@click.option("--pp", "pps", default="1,2,4", show_default=True, help="Pipeline stages to try.")
+@click.option("--mode", "modes", default="aggregated,disaggregated", show_default=True,
+              help="Serving modes to try: aggregated, disaggregated.")
+@click.option("--max-batch", type=click.IntRange(1, 65536), default=1024, show_default=True,
+              help="Largest batch per instance tried (powers of two up to it).")
+@click.option("--mtp", type=click.IntRange(1, 16), default=None, metavar="N",
+              help="Price speculative decoding with N multi-token-prediction heads (each one decoder layer and "
+                   "the output head) beside plain decoding.")
+@click.option("--draft", "draft_path", default=None, metavar="MODEL",
+              help="Price speculative decoding with this draft model (file or config), one drafted token per cycle.")
+@click.option("--accept", type=float, default=None, metavar="RATE",
+              help="Per-token acceptance rate of drafted tokens, in (0, 1] [default: 0.7].")
+@click.option("-O", "options", multiple=True, metavar="KEY=VALUE", help="A model option (as profile's -O).")
+@click.option("--dtype", default="bf16", show_default=True, help="Activation dtype.")
+@click.option("--format", "-f", "fmt", type=click.Choice(PLAN_FORMATS), default=None,
+              help="Output format [default: table, or what -o's extension names].")
+@click.option("--output", "-o", default=None, help="Write the plan to this file (atomically).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Also draw the Pareto chart.")
+@click.option("--no-check", is_flag=True, help="Skip the check of the best step model against a full profile.")
+@debug_option
+def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, pps,
+             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, debug):
+    targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
+                      _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
+    fmt = fmt or _format_of(output)
+    search = dict(gpus=gpus, hardware=hardware, kernels=kernels,
+                  weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_BITS), "--weight-dtypes"),
+                  kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
+                  tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
+                  modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
+                  mtp=mtp or 0, check=not no_check)
+    if accept is not None:
+        if not mtp and not draft_path:
+            raise WorkloadError("--accept is the acceptance rate of drafted tokens: add --mtp N or --draft MODEL")
+        if not 0 < accept <= 1:
+            raise WorkloadError(f"--accept {accept}: give a rate in (0, 1]")
+        search["accept"] = accept
+    inputs = model_inputs(model, hardware) + ([("the --draft model", draft_path)] if draft_path else [])
+    check_destination(output, inputs)
+    if plot_path:
+        check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
+    compat.defer_dynamo_import()
+    result = _run(model, draft_path, targets, search, options, dtype)
+    for w in result.warnings:
+        click.echo(f"rooflinekit: warning: {w}", err=True)
+    if result.best is None:
+        click.echo(_nothing_meets(result), err=True)
+    emit(_render(result, fmt), output)
+    if plot_path:
+        from rooflinekit.outputs.plan_plot import plot_plan
+
+        plot_plan(result, plot_path)
+        click.echo(f"wrote {plot_path}", err=True)
+
+
+def _run(model, draft_path, targets, search, options, dtype):
+    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.stages.workload import load_source, parse_options
+
+    opts = parse_options(options)
+
+    def progress(what: str) -> None:
+        click.echo(f"rooflinekit: plan: {what}", err=True)
+
+    with stdout_to_stderr():
+        draft = load_source(draft_path, {}) if draft_path else None
+        return run_plan(load_source(model, opts), targets, PlanOptions(**search, draft=draft), dtype=dtype,
+                        model_options=tuple(sorted(opts.items())), progress=progress)
+
+
+def _format_of(output: str | None) -> str:
+    if output:
+        for suffix, fmt in ((".json", "json"), (".csv", "csv"), (".html", "html"), (".htm", "html")):
+            if output.lower().endswith(suffix):
+                return fmt
+    return "table"
+
+
+def _nothing_meets(result) -> str:
+    if result.closest is None:
+        return "rooflinekit: plan: no configuration fits in memory and meets the targets"
+    c = result.configs[result.closest]
+    return f"rooflinekit: plan: no configuration meets the targets; closest: {c.label()}: {result.closest_miss}"
+
+
+def _render(result, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(result.to_dict(), indent=1) + "\n"
+    if fmt == "csv":
+        from rooflinekit.outputs.plan_view import plan_to_csv
+
+        return plan_to_csv(result)
+    if fmt == "html":
+        from rooflinekit.outputs.plan_view import plan_to_html
+
+        return plan_to_html(result)
+    from rooflinekit.outputs.plan_text import plan_to_text
+
+    return plan_to_text(result)

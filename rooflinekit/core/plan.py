@@ -1,0 +1,152 @@
+"""The planner's request and result (`rooflinekit plan`), torch-free: the targets, one priced
+configuration, and the search's answer with its Pareto front."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+#: The JSON schema version of a plan result (rooflinekit/schema/plan-1.0.schema.json).
+PLAN_SCHEMA_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What a request asks of the deployment: its input and output lengths, the share of the
+    prompt found in a prefix cache, and latency targets (None: no target)."""
+
+    isl: int
+    osl: int
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    prefix_hit: float = 0.0
+
+    @property
+    def new_prompt_tokens(self) -> int:
+        """Prompt tokens a request's prefill computes (those not found in the prefix cache)."""
+        return max(1, round(self.isl * (1.0 - self.prefix_hit)))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of identical instances: its parallel degrees, instances, batch per instance."""
+
+    tp: int
+    ep: int
+    pp: int
+    instances: int
+    batch: int
+    step_s: float
+
+    @property
+    def gpus(self) -> int:
+        return max(self.tp, self.ep) * self.pp * self.instances
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding as priced: the draft, its tokens per verify step, the acceptance rate
+    and the expected tokens accepted per verify step."""
+
+    draft: str
+    k: int
+    accept: float
+    tokens_per_step: float
+    draft_step_s: float
+    verify_step_s: float
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """One priced configuration (field meanings: docs/plan.md)."""
+
+    mode: str  # "aggregated" | "disaggregated"
+    tp: int
+    ep: int
+    pp: int
+    replicas: int
+    weight_dtype: str
+    kv_dtype: str
+    kernels: str
+    batch: int
+    gpus: int
+    speculative: Speculative | None = None
+    chunk: int | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    tokens_per_s_per_user: float | None = None
+    ttft_bound_s: float | None = None
+    tpot_bound_s: float | None = None
+    memory_per_gpu_bytes: float | None = None
+    usable_bytes: float | None = None
+    fits: bool = True
+    meets_slo: bool = False
+    binding: str | None = None
+    reject_reason: str | None = None
+    prefill: Pool | None = None
+    decode: Pool | None = None
+    pool_ratio: str | None = None
+
+    def label(self) -> str:
+        """The configuration in words: 'agg TP 8, fp8 W, fp8 KV, B 64, chunk 2048, MTP 1'."""
+        if self.mode == "disaggregated" and self.prefill and self.decode:
+            head = (f"disagg {self.pool_ratio}: prefill TP {self.prefill.tp}"
+                    f"{f' EP {self.prefill.ep}' if self.prefill.ep > 1 else ''} x{self.prefill.instances}, "
+                    f"decode TP {self.decode.tp}{f' EP {self.decode.ep}' if self.decode.ep > 1 else ''}"
+                    f"{f' PP {self.decode.pp}' if self.decode.pp > 1 else ''} x{self.decode.instances}")
+        else:
+            head = (f"agg TP {self.tp}{f' EP {self.ep}' if self.ep > 1 else ''}"
+                    f"{f' PP {self.pp}' if self.pp > 1 else ''} x{self.replicas}")
+        tail = f", {self.weight_dtype} W, {self.kv_dtype} KV, B {self.batch}"
+        if self.chunk:
+            tail += f", chunk {self.chunk}"
+        if self.speculative:
+            tail += f", {self.speculative.draft} k={self.speculative.k}"
+        return head + tail
+
+
+@dataclass
+class PlanResult:
+    """The search's answer: every configuration priced, the Pareto front of tokens/s per GPU
+    against tokens/s per user (indices into `configs`), the best that meets the targets."""
+
+    model: dict
+    hardware: str
+    gpus: int
+    targets: Targets
+    candidates: int
+    configs: list[PlanConfig]
+    pareto: list[int]
+    best: int | None
+    closest: int | None = None
+    closest_miss: str | None = None
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    captures: int = 0
+    schema_version: str = PLAN_SCHEMA_VERSION
+    kind: str = "plan"
+
+    @property
+    def best_config(self) -> PlanConfig | None:
+        return None if self.best is None else self.configs[self.best]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["best"] = None if self.best is None else d["configs"][self.best]
+        d["best_index"] = self.best
+        return d
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (higher is better), sorted
+    by the first coordinate descending: along the front the second rises as the first falls."""
+    order = sorted(range(len(points)), key=lambda i: (-points[i][0], -points[i][1]))
+    front: list[int] = []
+    best_second = float("-inf")
+    for i in order:
+        if points[i][1] > best_second:
+            front.append(i)
+            best_second = points[i][1]
+    return front

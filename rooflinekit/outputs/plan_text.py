@@ -1,0 +1,106 @@
+"""`rooflinekit plan`'s text: the best configuration, the Pareto front, why the rest were rejected
+(within 100 columns)."""
+
+from __future__ import annotations
+
+import textwrap
+from collections import Counter
+
+from tabulate import tabulate
+
+from rooflinekit.core.plan import PlanConfig, PlanResult
+
+WIDTH = 100
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _gb(nbytes: float | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
+
+
+def _targets(result: PlanResult) -> str:
+    t = result.targets
+    parts = [f"ISL {t.isl}", f"OSL {t.osl}"]
+    if t.prefix_hit:
+        parts.append(f"prefix hit {t.prefix_hit:.0%}")
+    if t.ttft_s is not None:
+        parts.append(f"TTFT <= {_ms(t.ttft_s)}")
+    if t.tpot_s is not None:
+        parts.append(f"TPOT <= {_ms(t.tpot_s)}")
+    return ", ".join(parts)
+
+
+def config_line(c: PlanConfig) -> str:
+    """One configuration's figures on one line."""
+    return (f"TTFT {_ms(c.ttft_s)}, TPOT {_ms(c.tpot_s)} (bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
+            f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {c.tokens_per_s_per_user:,.1f} tok/s/user, "
+            f"{_gb(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
+
+
+def _wrapped(text: str, indent: str = "  ") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2))
+
+
+def short_label(c: PlanConfig) -> str:
+    """A configuration in a table cell: 'agg TP8 x1 fp8/fp8 B32 c512' (weights/KV formats)."""
+    if c.mode == "disaggregated" and c.prefill and c.decode:
+        head = f"dis {c.pool_ratio} P:TP{c.prefill.tp} D:TP{c.decode.tp}" + (f" EP{c.decode.ep}" if c.decode.ep > 1
+                                                                               else "")
+    else:
+        head = f"agg TP{c.tp}" + (f" EP{c.ep}" if c.ep > 1 else "") + f" x{c.replicas}"
+    if c.pp > 1:
+        head += f" PP{c.pp}"
+    tail = f" {c.weight_dtype}/{c.kv_dtype} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
+    if c.speculative:
+        tail += f" {c.speculative.draft} k{c.speculative.k}"
+    return head + tail
+
+
+def plan_to_text(result: PlanResult) -> str:
+    """The plan as text (module doc)."""
+    name = result.model.get("name") or result.model.get("path")
+    fits = sum(c.fits for c in result.configs)
+    meets = sum(c.meets_slo for c in result.configs)
+    lines = [f"plan: {name} on {result.gpus} x {result.hardware}", f"request: {_targets(result)}",
+             f"priced {result.candidates:,} configurations in {result.wall_s:.1f} s ({result.captures} captures); "
+             f"{fits:,} fit in memory, {meets:,} meet the targets", ""]
+    best = result.best_config
+    if best is not None:
+        lines.append(f"best: {best.label()}")
+        lines += _wrapped(config_line(best))
+        if best.mode == "disaggregated" and best.prefill is not None:
+            lines += _wrapped(f"prefill pool: {best.prefill.instances} x TP {best.prefill.tp}, one prompt per step of "
+                              f"{_ms(best.prefill.step_s)}; decode pool: {best.decode.instances} x TP {best.decode.tp}"
+                              f", {best.decode.batch} sequences each; GPUs {best.pool_ratio} (prefill:decode)")
+    elif result.closest is not None:
+        c = result.configs[result.closest]
+        lines.append(f"best: none meets the targets; closest: {c.label()}")
+        lines += _wrapped(f"misses by {result.closest_miss}; {config_line(c)}")
+    else:
+        lines.append("best: none: no configuration fits in memory")
+    lines += ["", "Pareto front: tokens/s per GPU against tokens/s per user (* meets the targets)"]
+    rows = []
+    for i in result.pareto:
+        c = result.configs[i]
+        rows.append([("* " if c.meets_slo else "  ") + short_label(c), f"{c.tokens_per_s_per_gpu:,.0f}",
+                     f"{c.tokens_per_s_per_user:,.1f}", _ms(c.ttft_s), _ms(c.tpot_s), _gb(c.memory_per_gpu_bytes)])
+    lines.append(tabulate(rows, headers=["configuration", "tok/s/GPU", "tok/s/user", "TTFT", "TPOT", "mem/GPU"],
+                          tablefmt="simple", disable_numparse=True))
+    reasons = Counter((c.reject_reason or "").split(":")[0] + (
+        (": " + c.reject_reason.split(":")[1].split()[0]) if c.reject_reason and c.reject_reason.startswith("target")
+        else "") for c in result.configs if c.reject_reason)
+    if reasons:
+        lines += ["", "rejected: " + ", ".join(f"{n:,} {why}" for why, n in reasons.most_common())]
+    lines += ["", "configuration: agg(regated) TP x replicas or dis(aggregated) GPUs prefill:decode; weights/KV "
+              "formats;", "B batch per instance; c chunked-prefill tokens per step",
+              "columns: tok/s/GPU = output tokens per second per GPU in the budget's use; tok/s/user = 1 / TPOT;",
+              "TTFT = time to first token; TPOT = mean time per output token; mem/GPU = bytes one GPU holds", "",
+              "notes:"]
+    for note in result.notes:
+        lines += _wrapped(note, "- ")
+    return "\n".join(lines) + "\n"

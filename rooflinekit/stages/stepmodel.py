@@ -1,0 +1,347 @@
+"""Step models: one deployment's step as exact polynomials per kernel, priced at any batch and context.
+
+A step model is built from the transformed op records of a few captures (design points in batch
+and context, repeated layers skipped): identical kernels are grouped, each group holding its count
+and exact polynomials (rooflinekit.stages.fit.Design) for FLOPs, bytes, parameter bytes and output
+rows, and each collective call its message bytes. Pricing a point then costs one pass over the
+groups (tens, not thousands of ops), with the same rules as a report's totals:
+
+- `expected(B, S)` equals `totals.expected_step_s` of a profile at (B, S): each kernel at its
+  class's achievable fractions (rooflinekit.stages.expected), a launch per kernel, collectives at
+  their expected per-call cost;
+- `bound(B, S)` equals `totals.time_bound_s`: the whole step's FLOPs and bytes at peak and
+  bandwidth (perfect overlap);
+- `mean_expected(B, S0, S1)` is the exact mean of `expected` over every context S0 <= S < S1 in
+  decode, where each kernel's FLOPs and bytes are linear in S: the sum of each kernel's larger of
+  two linear terms is summed in closed form on each side of their crossing.
+
+A model whose counts are not polynomial in batch (a module model such as the MoE expected load)
+is built per batch: `StepModel.batches` lists the batches it holds and only those are priced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from rooflinekit.stages import collectives
+from rooflinekit.stages.capture.records import OpRecord
+from rooflinekit.stages.expected import (
+    MATMUL_OPS,
+    EfficiencyTable,
+    Fractions,
+    classify,
+    gemm_rows,
+    launches,
+    table_for,
+)
+from rooflinekit.stages.fit import Design, FitError
+from rooflinekit.stages.hardware import HardwareSpec
+
+
+@dataclass(frozen=True)
+class KernelGroup:
+    """`count` identical kernels: their polynomials (indices into the design's) and what decides
+    their class; `key` names the kernel within its layer, for merging two phases' groups."""
+
+    count: int
+    name: str
+    kind: str
+    dtype: str
+    attention: bool
+    flops: int
+    nbytes: int
+    params: int
+    rows: int | None  # output rows of a matrix product, else None
+    key: tuple
+    in_layers: bool
+
+
+@dataclass(frozen=True)
+class CallGroup:
+    """`count` collective calls of one kind over `group_size` GPUs, each of `message` bytes (a poly)."""
+
+    count: int
+    collective: str
+    group_size: int
+    message: int
+    flops: int
+    nbytes: int
+    in_layers: bool
+
+
+@dataclass
+class StepModel:
+    """One deployment's step (phase, q_len, kernels view, formats, parallel degrees) on `hw`."""
+
+    phase: str
+    design: Design
+    kernels: list[KernelGroup]
+    calls: list[CallGroup]
+    hw: HardwareSpec
+    dtype: str
+    #: Batches the model holds; None: every batch (the counts are polynomial in batch).
+    batches: tuple[int, ...] | None = None
+    per_batch: dict[int, StepModel] = field(default_factory=dict)
+    layers: int = 1  # the repeated layers the kernels in layers stand for (for pipeline stages)
+
+    # -- pricing one point --
+
+    def _values(self, batch: int, context: int) -> list[float]:
+        return self.design.values(batch, context)
+
+    def _at(self, batch: int) -> StepModel:
+        if self.batches is None:
+            return self
+        try:
+            return self.per_batch[batch]
+        except KeyError:
+            raise FitError(f"batch {batch} was not captured for this step model") from None
+
+    def expected(self, batch: int, context: int, *, layer_share: float = 1.0, outside: bool = True) -> float:
+        """The expected step at (batch, context) (`totals.expected_step_s`); `layer_share` of the
+        layers' kernels and calls, the rest only with `outside` (one pipeline stage's share)."""
+        m = self._at(batch)
+        return m._priced(m._values(batch, context), layer_share, outside)
+
+    def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
+        table = table_for(self.hw)
+        launch = table.launch_s(self.phase)
+        total = 0.0
+        for k in self.kernels:
+            share = layer_share if k.in_layers else (1.0 if outside else 0.0)
+            if not share:
+                continue
+            f, b = values[k.flops], values[k.nbytes]
+            if f <= 0 and b <= 0:
+                continue
+            frac = self._fractions(k, values, table)
+            total += share * k.count * (_kernel_time(f, b, self.hw, frac, k.dtype) + launch)
+        for c in self.calls:
+            share = layer_share if c.in_layers else (1.0 if outside else 0.0)
+            if share:
+                total += share * c.count * self._call(c, values[c.message])[0]
+        return total
+
+    def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
+        return table.classes[_class(k, values, self.phase, table)]
+
+    def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
+        """(expected, bound) seconds of one call."""
+        a = collectives.attrs(c.collective, c.group_size, message, "step model")
+        return collectives.call_expected(a, self.hw)[0], collectives.call_bound(a, self.hw)
+
+    def binding(self, batch: int, context: int) -> str:
+        """What binds the step at (batch, context): compute, memory or communication, by the
+        largest of the whole step's FLOPs at peak, bytes at bandwidth, collectives' expected time."""
+        m = self._at(batch)
+        values = m._values(batch, context)
+        flops = sum(k.count * values[k.flops] for k in m.kernels)
+        nbytes = sum(k.count * values[k.nbytes] for k in m.kernels)
+        comm = sum(c.count * m._call(c, values[c.message])[0] for c in m.calls)
+        times = {"compute": flops / self.hw.peak(self.dtype), "memory": nbytes / self.hw.memory_bandwidth,
+                 "communication": comm}
+        return max(times, key=times.get)
+
+    def bound(self, batch: int, context: int) -> float:
+        """The step's time bound at (batch, context) (`totals.time_bound_s`)."""
+        m = self._at(batch)
+        values = m._values(batch, context)
+        flops = sum(k.count * values[k.flops] for k in m.kernels) + sum(c.count * values[c.flops] for c in m.calls)
+        nbytes = sum(k.count * values[k.nbytes] for k in m.kernels) + sum(c.count * values[c.nbytes] for c in m.calls)
+        return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth)
+
+    def weight_bytes(self, batch: int, context: int) -> float:
+        """Parameter bytes the step reads (its kernels')."""
+        m = self._at(batch)
+        values = m._values(batch, context)
+        return sum(k.count * values[k.params] for k in m.kernels)
+
+    # -- a mean over contexts --
+
+    def mean_expected(self, batch: int, start: int, stop: int) -> float:
+        """The exact mean of `expected(batch, S)` over contexts start <= S < stop (decode: each
+        kernel's FLOPs and bytes linear in S, each collective's message constant in S)."""
+        if stop <= start + 1:
+            return self.expected(batch, start)
+        m = self._at(batch)
+        v0, v1 = m._values(batch, start), m._values(batch, start + 1)
+        table = table_for(self.hw)
+        launch = table.launch_s(self.phase)
+        n = stop - start
+        total = 0.0
+        for k in m.kernels:
+            f0, b0 = v0[k.flops], v0[k.nbytes]
+            df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
+            frac = m._fractions(k, v0, table)
+            compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
+            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
+            work = f0 > 0 or b0 > 0 or df > 0 or db > 0
+            total += k.count * (summed + (launch * n if work else 0.0))
+        for c in m.calls:
+            total += c.count * n * m._call(c, v0[c.message])[0]
+        return total / n
+
+
+def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
+    return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)), nbytes / (frac.bandwidth * hw.memory_bandwidth))
+
+
+def _class(k: KernelGroup, values: list[float], phase: str, table: EfficiencyTable) -> str:
+    rows = None if k.rows is None else values[k.rows]
+    modelled_gemm = values[k.flops] > 0 and values[k.params] > 0
+    return classify(k.name, k.kind, k.attention, modelled_gemm, rows, phase, table)
+
+
+def max_linear_sum(a: float, b: float, c: float, d: float, n: int) -> float:
+    """sum over i = 0..n-1 of max(a + b*i, c + d*i), exactly (two linear terms cross at most once)."""
+
+    def series(p: float, q: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi) of p + q*i
+        count = hi - lo
+        return p * count + q * (lo + hi - 1) * count / 2 if count > 0 else 0.0
+
+    if b == d:
+        return series(max(a, c), b, 0, n)
+    cross = (c - a) / (b - d)  # where a + b*i == c + d*i
+    split = min(n, max(0, math.ceil(cross)))
+    # below the crossing the term with the smaller slope is larger
+    low_first = (a, b) if b < d else (c, d)
+    high_first = (c, d) if b < d else (a, b)
+    return series(*low_first, 0, split) + series(*high_first, split, n)
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+@dataclass
+class DesignCapture:
+    """One design point's transformed ops: which are attention's, and each op's multiplicity (the
+    repeated layers it stands for) and whether it lies in a repeated layer."""
+
+    ops: Sequence[OpRecord]
+    attention_ops: frozenset[int]
+    multiplicity: Sequence[int]
+    in_layers: Sequence[bool]
+    slots: Sequence[tuple]
+
+
+def build_step_model(phase: str, design: Design, captures: list[DesignCapture], hw: HardwareSpec,
+                     dtype: str, layers: int) -> StepModel:
+    """The step model through `captures` (one per design point, in `design.points` order), whose
+    ops must align one to one (same slots, names, kinds and dtypes); FitError otherwise."""
+    first = captures[0]
+    for cap in captures[1:]:
+        if len(cap.ops) != len(first.ops) or any(
+                a.name != b.name or a.kind != b.kind or a.dtype != b.dtype or sa != sb
+                for a, b, sa, sb in zip(first.ops, cap.ops, first.slots, cap.slots, strict=True)):
+            raise FitError("the design captures run different ops")
+    kernels: Counter = Counter()
+    calls: Counter = Counter()
+    seen: Counter = Counter()
+    for i, op in enumerate(first.ops):
+        ops = [c.ops[i] for c in captures]
+        count, in_layers = first.multiplicity[i], first.in_layers[i]
+        rel = first.slots[i]
+        seen[rel] += 1
+        key = (rel, seen[rel])
+        if op.kind == "collective" or op.attrs.get("collective"):
+            message = design.poly(tuple(float(o.attrs.get("message_bytes", 0.0)) for o in ops))
+            calls[CallGroup(1, op.attrs["collective"], int(op.attrs.get("group_size", 1)), message,
+                            design.poly(tuple(o.flops for o in ops)),
+                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)), in_layers)] += count
+            continue
+        if not launches(op) and not any(launches(o) for o in ops):
+            continue
+        rows = None
+        if op.name in MATMUL_OPS:
+            counted = [gemm_rows(o.name, o.shapes) for o in ops]
+            rows = None if any(r is None for r in counted) else design.poly(tuple(float(r) for r in counted))
+        group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,
+                            design.poly(tuple(o.flops for o in ops)),
+                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
+                            design.poly(tuple(o.param_bytes for o in ops)), rows, key, in_layers)
+        kernels[group] += count
+    return StepModel(phase, design, [replace(k, count=n) for k, n in kernels.items()],
+                     [replace(c, count=n) for c, n in calls.items()], hw, dtype, layers=layers)
+
+
+# -- mixed steps ---------------------------------------------------------------------------------
+
+
+def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
+               layer_share: float = 1.0, outside: bool = True) -> float:
+    """The exact mean over contexts start <= S < stop of a mixed step: `decode` at (batch, S) and
+    `share` of one prompt's prefill (`prefill` at its first design point, batch 1: a chunk of
+    share x its tokens), each kernel the two phases run at the same place merged into one kernel
+    (FLOPs and activation bytes added, the prompt's weight reads dropped: the step reads the weights
+    once), the prefill's other kernels at `share` of their time, collectives' messages added."""
+    d = decode._at(batch)
+    p = prefill._at(1)
+    v0, v1 = d._values(batch, start), d._values(batch, start + 1)
+    pv = p._values(1, p.design.contexts[0])
+    table = table_for(decode.hw)
+    launch = table.launch_s(decode.phase)
+    n = max(1, stop - start)
+    hw = decode.hw
+    merged = {k.key: k for k in p.kernels}
+    used: set = set()
+    total = 0.0
+    for k in d.kernels:
+        scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
+        if not scale:
+            continue
+        extra_f = extra_b = extra_rows = 0.0
+        q = merged.get(k.key)
+        if q is not None and share:
+            used.add(k.key)
+            extra_f = share * pv[q.flops]
+            extra_b = share * (pv[q.nbytes] - pv[q.params])
+            extra_rows = share * pv[q.rows] if q.rows is not None else 0.0
+        f0, b0 = v0[k.flops] + extra_f, v0[k.nbytes] + extra_b
+        df, db = v1[k.flops] - v0[k.flops], v1[k.nbytes] - v0[k.nbytes]
+        rows = None if k.rows is None else v0[k.rows] + extra_rows
+        cls = classify(k.name, k.kind, k.attention, v0[k.flops] > 0 and v0[k.params] > 0, rows, decode.phase, table)
+        frac = table.classes[cls]
+        compute = frac.compute_for(k.dtype) * hw.peak(k.dtype)
+        traffic = frac.bandwidth * hw.memory_bandwidth
+        summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
+        work = f0 > 0 or b0 > 0 or df > 0 or db > 0
+        total += scale * k.count * (summed + (launch * n if work else 0.0))
+    if share:
+        for q in p.kernels:
+            scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
+            if q.key in used or not scale:
+                continue
+            f, b = pv[q.flops], pv[q.nbytes]
+            if f <= 0 and b <= 0:
+                continue
+            frac = table.classes[_class(q, pv, prefill.phase, table)]
+            total += scale * q.count * n * (share * _kernel_time(f, b, hw, frac, q.dtype) + launch)
+    total += n * _mixed_calls(d, p, v0, pv, share, layer_share, outside)
+    return total / n
+
+
+def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
+                 outside: bool) -> float:
+    """One mixed step's collectives: each decode call's message plus `share` of the prefill's call
+    of the same kind and place (matched by kind, group size, count and layer), else its own."""
+    spare = {}
+    for c in p.calls:
+        spare.setdefault((c.collective, c.group_size, c.count, c.in_layers), []).append(c)
+    total = 0.0
+    for c in d.calls:
+        scale = layer_share if c.in_layers else (1.0 if outside else 0.0)
+        if not scale:
+            continue
+        twins = spare.get((c.collective, c.group_size, c.count, c.in_layers))
+        message = v0[c.message] + (share * pv[twins.pop(0).message] if twins and share else 0.0)
+        total += scale * c.count * d._call(c, message)[0]
+    if share:
+        for rest in spare.values():
+            for c in rest:
+                scale = layer_share if c.in_layers else (1.0 if outside else 0.0)
+                total += scale * c.count * p._call(c, share * pv[c.message])[0]
+    return total
