@@ -25,6 +25,7 @@ from rooflinekit.analyses.measure import (
 )
 from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.parallel import ParallelShard
+from rooflinekit.analyses.pipeline_parallel import with_pipeline
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
@@ -256,6 +257,9 @@ def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options
     if deployment.parallel and measure:
         raise UserError("--tp/--ep plan one GPU's share of a single-GPU model from its counts; measured "
                         "mode times the real forward: drop --measure (or run the split model under torchrun)")
+    if deployment.pp > 1 and measure:
+        raise UserError("--pp plans a pipeline of a single-GPU model from its counts; measured mode times the "
+                        "real, unsplit forward: drop --measure (or --pp)")
     return measure
 
 
@@ -294,6 +298,7 @@ def profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
+    report = with_pipeline(report, counting, hw, workload, deployment)  # --pp: the pipelined step
     report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:
         measurement = _guarded("the measured forward", source, workload,

@@ -672,6 +672,7 @@ def run_sweep(
     start = time.perf_counter()
     options = options or SweepOptions()
     critical, max_batch, fit = options.critical, options.max_batch, options.fit
+    fit = fit and deployment.pp <= 1  # fitted counts are not pipelined: under --pp every point is profiled
     prof = profiler or Profiler(source, base, deployment)
     base_info = {k: v for k, v in base.to_dict().items() if k not in ("batch", "context", "q_len", "tokens")}
     base_info["q_len"] = base.q_len if base.phase == "decode" else None  # prefill's is each context

@@ -130,6 +130,9 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
 
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
         check_options(tp, ep, trace)
+        if deployment.pp > 1:
+            raise UserError("--pp plans a pipeline of a single-GPU model; a torch.distributed run profiles the "
+                            "model as its ranks split it: use one or the other (--no-distributed for --pp)")
         try:
             with stdout_to_stderr():  # what the model and plugins print stays off the report
                 report = run_ranks(run, device)

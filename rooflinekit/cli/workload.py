@@ -32,7 +32,8 @@ from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, v
 #: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
-DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels")
+DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
+                    "micro_batches")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -120,8 +121,21 @@ def memory_option(f):
                              "rest: the allocator's fragments); memory.fits and max_batch use it.")(f)
 
 
+def pipeline_options(f):
+    """--pp/--micro-batches: planned pipeline parallelism (rooflinekit.analyses.pipeline_parallel), kept in
+    the click context for make_workload like the lever flags."""
+    f = click.option("--micro-batches", default=None, type=int, expose_value=False, callback=_keep,
+                     help="Micro-batches of a pipelined step (default: min(--pp, batch) in decode, one "
+                          "sequence each in prefill).")(f)
+    return click.option("--pp", default=1, show_default=True, type=int, expose_value=False, callback=_keep,
+                        help="Planned pipeline parallelism: the layer stack cut into N stages on N GPUs "
+                             "(x --tp); the step pipelined over micro-batches. See docs/parallel.md.")(f)
+
+
 def parallel_options(f):
-    """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel)."""
+    """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel);
+    --pp/--micro-batches: pipeline parallelism (`pipeline_options`)."""
+    f = pipeline_options(f)
     f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
                      help="Planned expert parallelism: routed experts split over N GPUs (all-to-all "
                           "dispatch/combine; alone, the batch is per GPU).")(f)

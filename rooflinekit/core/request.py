@@ -78,6 +78,9 @@ class Deployment:
     tp: int = 1
     ep: int = 1
     pp: int = 1
+    #: Micro-batches of a pipeline-parallel step (None: min(pp, batch) in decode, one sequence each in
+    #: prefill; rooflinekit.stages.pipeline_parallel.default_micro_batches).
+    micro_batches: int | None = None
     replicas: int = 1
     #: Stored format of linear and expert weights (None: the activation dtype).
     weight_dtype: str | None = None
@@ -148,7 +151,8 @@ class Deployment:
         if self.ep > 1:
             parts.append(f"EP {self.ep}")
         if self.pp > 1:
-            parts.append(f"PP {self.pp}")
+            parts.append(f"PP {self.pp}" + (f" ({self.micro_batches} micro-batches)"
+                                           if self.micro_batches is not None else ""))
         if self.replicas > 1:
             parts.append(f"{self.replicas} replicas")
         if self.weight_dtype is not None and self.weight_dtype != dtype_key:

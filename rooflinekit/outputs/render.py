@@ -18,6 +18,7 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
 from rooflinekit.outputs.memory_view import memory_lines
+from rooflinekit.outputs.pipeline_view import pipeline_lines, pipeline_of, pipeline_table
 from rooflinekit.outputs.sections import (
     attention_notes,
     attention_table,
@@ -82,7 +83,8 @@ def header_lines(report: Report) -> list[str]:
         lines.append(f"fused (elementwise chains fused between matmul/attention anchors): {si(fused.bytes, 'B')} "
                      f"moved, intensity {ratio(fused.intensity)} FLOP/B, predicted step "
                      f"{seconds(fused.predicted_step_s)}")
-    return lines + views_lines(report) + memory_lines(report) + measured_lines(report) + parallel_lines(report)
+    return (lines + views_lines(report) + memory_lines(report) + measured_lines(report) + parallel_lines(report)
+            + pipeline_lines(report))
 
 
 def views_lines(report: Report) -> list[str]:
@@ -182,6 +184,8 @@ def to_text(report: Report, fmt: str = "table", top: int | None = 25, *, wide: b
     sections = [("Modules (by measured time)" if report.totals.measured else "Modules (by time bound)", cols, rows)]
     if report.attention:
         sections.append((attention_title(report), *attention_table(report, group_layers, style)))
+    if pipeline_of(report):
+        sections.append(("Pipeline stages (per micro-batch: mb)", *pipeline_table(report)))
     if ops:
         sections.append((ops_title(report, ops, group_layers), *ops_table(report, ops, group_layers, style)))
     if report.uncounted_ops:

@@ -141,6 +141,20 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
         raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
                             "new tokens too (give a context of at least the q-len)")
     validate_deployment(d)
+    if d.pp > 1 and d.micro_batches is not None and d.micro_batches > w.batch:
+        raise WorkloadError(f"--micro-batches {d.micro_batches} exceeds the batch {w.batch}: a micro-batch holds at "
+                            "least one sequence (give at most --batch micro-batches)")
+
+
+def check_micro_batches(d: Deployment) -> None:
+    """--micro-batches: a whole number of at least 1, with --pp above 1."""
+    m = d.micro_batches
+    if m is None:
+        return
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_PARALLEL:
+        raise WorkloadError(f"--micro-batches must be a whole number from 1 to {MAX_PARALLEL:,}, got {m!r}")
+    if d.pp == 1:
+        raise WorkloadError(f"--micro-batches {m} splits a pipeline-parallel step: give --pp above 1 too")
 
 
 def validate_deployment(deployment: Deployment) -> None:
@@ -154,6 +168,7 @@ def validate_deployment(deployment: Deployment) -> None:
         raise WorkloadError(
             f"--tp {d.tp} with --ep {d.ep}: only --ep equal to --tp (experts spread over the GPUs that "
             "split attention) or --ep alone (data-parallel attention) is modelled")
+    check_micro_batches(d)
     if d.kernels not in KERNELS:
         raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
     check_fraction(d.memory_fraction)

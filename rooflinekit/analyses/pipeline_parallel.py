@@ -1,0 +1,354 @@
+"""Planned pipeline parallelism: the layer stack cut into `--pp N` stages, the step pipelined over
+micro-batches (docs/parallel.md, Pipeline parallelism).
+
+An annotate step of the profile (`with_pipeline`), after the placement and the memory section:
+the capture (already one GPU's share under --tp/--ep) is grouped by stage, and
+
+- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.fit.layer_plan),
+  split as evenly as possible (rooflinekit.stages.pipeline_parallel.split_layers); an op outside
+  the stack belongs to the stage of the last layer that ran before it (the embedding to the first
+  stage, the final norm and the head to the last);
+- a stage's step counts are its ops' as captured (the whole batch once); its micro-batch counts are
+  each op's FLOPs and non-weight bytes x s/B (s the largest micro-batch's sequences, B the batch),
+  its weight bytes read whole: every micro-batch reads the stage's weights again;
+- a micro-batch's time on a stage: bound = max(FLOPs / peak, bytes / bandwidth, its collectives'
+  bound); expected = the expected step (rooflinekit.stages.expected) of its scaled ops;
+- the activation send between two stages: a micro-batch's tokens x hidden x activation itemsize,
+  the hidden size read from the tensors the stage's last layer writes (its last op's first input),
+  else the model's config or embedding; priced as a point-to-point `send` over a group of
+  max(tp, ep) x pp GPUs (scale-out beyond the entry's node_gpus);
+- the step: rooflinekit.stages.pipeline_parallel.pipelined_step, for the bound and for the expected
+  time; totals.time_bound_s and totals.expected_step_s become the pipelined step, tokens/s per GPU
+  divides by max(tp, ep) x pp; the memory section is the stage that holds the most.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from rooflinekit.analyses.parallel import Plan, weights_per_gpu
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.report import Report
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages import collectives
+from rooflinekit.stages.capture import OpRecord
+from rooflinekit.stages.expected import expected_step, throughput
+from rooflinekit.stages.fit import layer_plan
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.memory import activation_peak, memory_of
+from rooflinekit.stages.pipeline_parallel import (
+    STEP_WORDS,
+    default_micro_batches,
+    micro_batch_sequences,
+    pipelined_step,
+    split_layers,
+)
+from rooflinekit.stages.roofline import place_on
+from rooflinekit.stages.workload import torch_dtype
+
+ASSUMPTIONS = (
+    "planned pipeline parallelism: the largest layer stack cut into N contiguous stages as evenly as "
+    "possible, one per GPU group (x TP); the embedding on the first stage, the final norm and head on "
+    "the last; ops outside the stack go with the last layer that ran before them",
+    "a micro-batch's ops: FLOPs and non-weight bytes x (its sequences / the batch), the stage's "
+    "weights read whole by every micro-batch; collectives in a stage scaled like their messages",
+    "activation sends: point to point, each GPU of a stage sends the whole micro-batch's hidden "
+    "states to its peer of the next stage (no scatter over the TP group); alpha + bytes / beta",
+    STEP_WORDS,
+    "not modelled: interleaved (virtual) stages, chunked prefill splitting a sequence, unequal "
+    "micro-batches beyond the largest one setting the pace",
+)
+
+
+@dataclass
+class Layout:
+    """The layer stack a pipeline cuts: its path, its layers' paths in order, each stage's range."""
+
+    stack: str
+    layers: list[str]
+    ranges: list[range]
+
+    def layer_index(self, path: str) -> int | None:
+        """The index of the stack's layer that module `path` lies in (itself included), or None."""
+        prefix = f"{self.stack}." if self.stack else ""
+        if not path.startswith(prefix):
+            return None
+        head = path[len(prefix):].split(".", 1)[0]
+        index = self._index.get(f"{prefix}{head}")
+        return index
+
+    def stage_of_layer(self, index: int) -> int:
+        return next(i for i, r in enumerate(self.ranges) if index in r)
+
+    def __post_init__(self):
+        self._index = {p: i for i, p in enumerate(self.layers)}
+
+
+def layout_of(model: torch.nn.Module, pp: int) -> Layout:
+    """The stages of `model` under `pp`: its largest layer stack split evenly. Refuses a pp the
+    stack cannot take (more stages than layers, or no stack)."""
+    stacks: dict[str, list[str]] = {}
+    for child in layer_plan(model).modules:
+        stacks.setdefault(child.rpartition(".")[0], []).append(child)
+    if not stacks:
+        raise UserError(f"--pp {pp}: the model has no stack of repeated layers (a ModuleList or Sequential) "
+                        "to cut into stages")
+    stack, layers = max(stacks.items(), key=lambda kv: len(kv[1]))
+    if pp > len(layers):
+        raise UserError(f"--pp {pp} exceeds the {len(layers)} layers of the layer stack '{stack}': every "
+                        f"stage needs a layer (give at most --pp {len(layers)})")
+    return Layout(stack, layers, split_layers(len(layers), pp))
+
+
+def op_stages(ops: list[OpRecord], layout: Layout) -> list[int]:
+    """The stage of each op: its layer's, else the stage of the last layer that ran before it (the
+    first stage before any)."""
+    out, current = [], 0
+    for op in ops:
+        index = layout.layer_index(op.module)
+        if index is not None:
+            current = layout.stage_of_layer(index)
+        out.append(current)
+    return out
+
+
+def module_stages(ops: list[OpRecord], stages: list[int]) -> dict[str, int]:
+    """The stage each module path ran on (its first op's)."""
+    out: dict[str, int] = {}
+    for op, stage in zip(ops, stages, strict=True):
+        out.setdefault(op.module, stage)
+    return out
+
+
+def stage_of_path(path: str, layout: Layout, modules: dict[str, int]) -> int:
+    """The stage holding module `path`: its layer's, the stage its ops (or an ancestor's) ran on,
+    else the first."""
+    index = layout.layer_index(path)
+    if index is not None:
+        return layout.stage_of_layer(index)
+    while True:
+        if path in modules:
+            return modules[path]
+        if not path:
+            return 0
+        path = path.rpartition(".")[0]
+
+
+def micro_batch_op(op: OpRecord, share: float) -> OpRecord:
+    """One op for a micro-batch holding `share` of the batch: FLOPs, non-weight bytes and collective
+    messages x share, its weights read whole."""
+    if share == 1.0:
+        return op
+    weights = min(op.param_bytes, op.bytes_read)
+    attrs = op.attrs
+    if op.kind == "collective":
+        attrs = {**attrs, "message_bytes": float(attrs.get("message_bytes", 0.0)) * share,
+                 "wire_bytes": float(attrs.get("wire_bytes", 0.0)) * share}
+    return replace(op, flops=op.flops * share, bytes_read=weights + (op.bytes_read - weights) * share,
+                   bytes_written=op.bytes_written * share, attrs=attrs)
+
+
+def stage_times(ops: list[OpRecord], hw: HardwareSpec, dtype: str, phase: str,
+                attention_ops: set[int]) -> dict[str, float]:
+    """One stage's ops on `hw`: FLOPs, bytes, the bound (max of compute, memory and its collectives'
+    bound) and the expected time (kernels, launches, collectives)."""
+    flops = sum(op.flops for op in ops if op.kind != "collective")
+    nbytes = sum(op.bytes for op in ops if op.kind != "collective")
+    calls = [op.attrs for op in ops if op.kind == "collective"]
+    comm_bound = sum(collectives.call_bound(a, hw) for a in calls)
+    comm_expected = sum(collectives.call_expected(a, hw)[0] for a in calls)
+    bound = max(place_on(hw, dtype, flops, nbytes).time_bound_s, comm_bound)
+    expected = expected_step(ops, attention_ops, hw, phase, comm_expected, "the stage's collectives")
+    return {"flops": flops, "bytes": nbytes, "time_bound_s": bound, "expected_s": expected.step_s,
+            "comm_time_s": comm_bound}
+
+
+def boundary_hidden(ops: list[OpRecord], layout: Layout, tokens: int,
+                    model: torch.nn.Module) -> tuple[int | None, str]:
+    """The hidden size crossing the stage boundaries: the last dimension of the first input of the
+    last op of the first stage's last layer (a residual add: [tokens..., hidden]) when its other
+    dimensions hold the step's tokens; else the model's config.hidden_size, else the largest
+    embedding's width."""
+    last = layout.ranges[0][-1]
+    op = next((o for o in reversed(ops) if o.kind != "collective" and layout.layer_index(o.module) == last), None)
+    if op is not None and op.shapes:
+        first = op.shapes.split(",")[0]
+        dims = [int(d) for d in first.split("x") if d.isdigit()]
+        if len(dims) >= 2 and math.prod(dims[:-1]) == tokens:
+            return dims[-1], f"the output of {layout.layers[last]} ({op.name} on {first})"
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    if isinstance(hidden, int):
+        return hidden, "the model's config.hidden_size"
+    widths = [m.embedding_dim for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    if widths:
+        return max(widths), "the width of the model's embedding"
+    return None, "unknown: no layer output, config.hidden_size or embedding found"
+
+
+@dataclass
+class Sends:
+    """The activation send between two consecutive stages, for one micro-batch."""
+
+    bytes: float
+    time_bound_s: float
+    expected_s: float
+    link: str
+    hidden: int | None
+    hidden_source: str
+
+
+def sends(counting, layout: Layout, hw: HardwareSpec, workload: Workload,
+          deployment: Deployment, tokens: int) -> Sends:
+    """One boundary's send of a micro-batch of `tokens` tokens: bytes, bound, expected, which link."""
+    hidden, source = boundary_hidden(counting.counted.capture.ops, layout, workload.tokens, counting.model)
+    nbytes = float(tokens * (hidden or 0) * torch_dtype(workload).itemsize)
+    group = max(deployment.tp, deployment.ep) * deployment.pp
+    call = collectives.attrs("send", group, nbytes, "pipeline")
+    link = "scale-out" if collectives.spans_nodes(group, hw) else "scale-up"
+    return Sends(nbytes, collectives.call_bound(call, hw), collectives.call_expected(call, hw)[0], link, hidden,
+                 source)
+
+
+def stage_weights(counting, layout: Layout, modules: dict[str, int], deployment: Deployment) -> list[float]:
+    """Weight bytes each stage's GPU holds (its parameters, at their share under TP/EP)."""
+    from_section = _plan_of((counting.counted.parallel or {}), deployment)
+    out = []
+    for stage in range(len(layout.ranges)):
+        def held(name: str, stage: int = stage) -> bool:
+            return stage_of_path(name.rpartition(".")[0], layout, modules) == stage
+        out.append(weights_per_gpu(counting.model, from_section, deployment, counting.counted.stored, only=held))
+    return out
+
+
+def _plan_of(section: dict, deployment: Deployment) -> Plan | None:
+    """The TP plan a parallel section lists (its styles and colwise shares), None without TP."""
+    if deployment.tp <= 1 or not section.get("plan"):
+        return None
+    rows = section["plan"]
+    return Plan(tp=deployment.tp, styles={r["module"]: r["style"] for r in rows},
+                fractions={r["module"]: r["fraction"] for r in rows
+                           if r["style"] in ("colwise", "colwise_gather", "vocab")})
+
+
+def micro_batches_of(deployment: Deployment, workload: Workload) -> int:
+    """The deployment's micro-batches, else the default (rooflinekit.stages.pipeline_parallel)."""
+    return deployment.micro_batches or default_micro_batches(deployment.pp, workload.batch, workload.phase)
+
+
+def stage_rows(counting, layout: Layout, stages: list[int], hw: HardwareSpec, workload: Workload,
+               share: float, dtype: str) -> list[dict]:
+    """Per stage: its layers and other modules, its step counts (as captured: the whole batch once)
+    and one micro-batch's counts and times (`share` of the batch)."""
+    ops = counting.counted.capture.ops
+    attention_ops = {i for r in counting.counted.attention for i in r.op_indices}
+    rows = []
+    for k, span in enumerate(layout.ranges):
+        mine = [op for op, s in zip(ops, stages, strict=True) if s == k]
+        whole = stage_times(mine, hw, dtype, workload.phase, attention_ops)
+        micro = stage_times([micro_batch_op(op, share) for op in mine], hw, dtype, workload.phase, attention_ops)
+        others = list(dict.fromkeys(op.module for op in mine if layout.layer_index(op.module) is None))
+        rows.append({
+            "stage": k, "layers": [span.start, span.stop - 1], "layer_count": len(span),
+            "first_layer": layout.layers[span.start], "last_layer": layout.layers[span.stop - 1],
+            "other_modules": [m or "(root)" for m in others], "ops": len(mine),
+            "flops": whole["flops"], "bytes": whole["bytes"], "step_time_bound_s": whole["time_bound_s"],
+            "micro_batch_flops": micro["flops"], "micro_batch_bytes": micro["bytes"],
+            "time_bound_s": micro["time_bound_s"], "expected_s": micro["expected_s"],
+            "comm_time_s": micro["comm_time_s"],
+        })
+    return rows
+
+
+def _base_section(report: Report, deployment: Deployment) -> dict:
+    """The report's parallel section to extend (TP/EP's, or an empty one for PP alone)."""
+    if report.parallel:
+        return dict(report.parallel)
+    return {"tp": 1, "ep": 1, "gpus": 1, "plan_sources": [], "plan_counts": {}, "plan": [], "attention": [],
+            "kv_heads_replicated": [], "weights_per_gpu": None,
+            "batch_meaning": "the batch is shared by the pipeline: every micro-batch passes every stage",
+            "assumptions": [], "notes": []}
+
+
+def stage_memory(report: Report, counting, layout: Layout, modules: dict[str, int], hw: HardwareSpec,
+                 deployment: Deployment, weights: list[float]) -> list:
+    """Each stage's Memory: its weights, its attention layers' KV cache, the capture's activation peak."""
+    peak = activation_peak(counting.counted.capture)
+    out = []
+    for k in range(len(layout.ranges)):
+        rows = [a for a in report.attention if stage_of_path(a.module, layout, modules) == k]
+        out.append(memory_of(replace(report, attention=rows), hw, deployment.memory_fraction, peak,
+                             weights=weights[k]))
+    return out
+
+
+def with_pipeline(report: Report, counting, hw: HardwareSpec, workload: Workload,
+                  deployment: Deployment) -> Report:
+    """Annotate: the report under `deployment.pp` stages (module docstring); unchanged at pp 1."""
+    if deployment.pp <= 1:
+        return report
+    layout = layout_of(counting.model, deployment.pp)
+    ops = counting.counted.capture.ops
+    stages = op_stages(ops, layout)
+    modules = module_stages(ops, stages)
+    m = micro_batches_of(deployment, workload)
+    seqs = micro_batch_sequences(workload.batch, m)
+    rows = stage_rows(counting, layout, stages, hw, workload, seqs / workload.batch, report.hardware.dtype)
+    send = sends(counting, layout, hw, workload, deployment, seqs * workload.q_len)
+    weights = stage_weights(counting, layout, modules, deployment)
+    section = _base_section(report, deployment)
+    section["gpus"] = max(deployment.tp, deployment.ep) * deployment.pp
+    report = replace(report, parallel=section)
+    memories = stage_memory(report, counting, layout, modules, hw, deployment, weights)
+    for row, mem in zip(rows, memories, strict=True):
+        row.update(weights_bytes=mem.weights_bytes, kv_cache_bytes=mem.kv_cache_bytes, memory_bytes=mem.total_bytes)
+    fullest = max(range(len(rows)), key=lambda k: memories[k].total_bytes)
+    step_bound, bubble = pipelined_step([r["time_bound_s"] for r in rows], m, send.time_bound_s)
+    step_expected, _ = pipelined_step([r["expected_s"] for r in rows], m, send.expected_s)
+    section["weights_per_gpu"] = weights[fullest]
+    section["pp"] = {
+        "degree": deployment.pp, "micro_batches": m, "micro_batches_given": deployment.micro_batches is not None,
+        "micro_batch_sequences": seqs, "micro_batch_tokens": seqs * workload.q_len,
+        "stack": layout.stack, "layers": len(layout.layers), "stages": rows,
+        "slowest_stage": max(range(len(rows)), key=lambda k: rows[k]["time_bound_s"]),
+        "slowest_stage_expected": max(range(len(rows)), key=lambda k: rows[k]["expected_s"]),
+        "bubble_fraction": bubble, "hidden_size": send.hidden, "hidden_source": send.hidden_source,
+        "send_bytes_per_micro_batch": send.bytes,
+        "send_bytes": float(workload.tokens * (send.hidden or 0) * torch_dtype(workload).itemsize
+                            * (deployment.pp - 1)),
+        "send_time_s": send.time_bound_s, "send_expected_s": send.expected_s, "link": send.link,
+        "step_time_bound_s": step_bound, "step_expected_s": step_expected,
+        "unpipelined_time_bound_s": report.totals.time_bound_s,
+        "unpipelined_expected_step_s": report.totals.expected_step_s,
+        "memory_stage": fullest, "step": STEP_WORDS, "assumptions": list(ASSUMPTIONS),
+    }
+    return replace(report, totals=pipelined_totals(report, workload, section, step_bound, step_expected),
+                   memory=memories[fullest], notes=list(report.notes) + [headline(section)])
+
+
+def pipelined_totals(report: Report, workload: Workload, section: dict, step_bound: float, step_expected: float):
+    """The totals with the pipelined step as time_bound_s and expected_step_s, tokens/s per GPU over
+    the pipeline's GPUs."""
+    t = report.totals
+    gpus = max(1, int(section.get("tp") or 1)) * section["pp"]["degree"]
+    per_gpu, per_user = throughput(workload.tokens, workload.q_len, workload.phase, step_expected, gpus)
+    times = dict(t.time_conventions or {})
+    times["time_bound_s"] = ("pipelined (--pp): (M + N - 1) x max(slowest stage's micro-batch bound, one send's "
+                             "bound) + (N - 1) x one send's bound; a stage's micro-batch bound = max(FLOPs / peak, "
+                             "bytes / bandwidth, its collectives' bound) (parallel.pp)")
+    words = [f"under --pp: expected_step_s is the pipelined step over the stages' expected micro-batch times "
+             f"(parallel.pp.step); tokens_per_s_per_gpu divides by {gpus} GPUs (TP group x {section['pp']['degree']} "
+             "stages)"]
+    return replace(t, time_bound_s=step_bound, expected_step_s=step_expected, tokens_per_s_per_gpu=per_gpu,
+                   tokens_per_s_per_user=per_user, time_conventions=times,
+                   expected_conventions=list(t.expected_conventions or []) + words)
+
+
+def headline(section: dict) -> str:
+    pp = section["pp"]
+    return (f"planned pipeline parallelism: {pp['degree']} stages x {pp['micro_batches']} micro-batches; "
+            "totals.time_bound_s and expected_step_s are the pipelined step, flops, bytes, modules and ops "
+            "all stages' together (one GPU of each stage), memory the fullest stage's (see parallel.pp and "
+            "docs/parallel.md)")
