@@ -96,8 +96,8 @@ def plan_to_text(result: PlanResult) -> str:
         else "") for c in result.configs if c.reject_reason)
     if reasons:
         lines += ["", "rejected: " + ", ".join(f"{n:,} {why}" for why, n in reasons.most_common())]
-    lines += ["", "configuration: agg(regated) TP x replicas or dis(aggregated) GPUs prefill:decode; weights/KV "
-              "formats;", "B batch per instance; c chunked-prefill tokens per step",
+    lines += ["", "configuration: agg(regated) TP x replicas, or dis(aggregated) with GPUs prefill:decode;",
+              "weights/KV formats; B batch per instance; c chunked-prefill tokens per step",
               "columns: tok/s/GPU = output tokens per second per GPU in the budget's use; tok/s/user = 1 / TPOT;",
               "TTFT = time to first token; TPOT = mean time per output token; mem/GPU = bytes one GPU holds", "",
               "notes:"]

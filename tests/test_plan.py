@@ -1,0 +1,165 @@
+"""rooflinekit plan: step models against full profiles, the closed forms against brute force, the
+search's best against a profile of its own decode step, and the command's answers."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.stepfit import Shape, StepFitter
+from rooflinekit.cli.main import cli
+from rooflinekit.core.plan import Targets, pareto_front
+from rooflinekit.core.plugins import get_host
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.stepmodel import max_linear_sum
+from rooflinekit.stages.workload import load_source
+
+MODEL = "examples/llama_gqa.py"
+
+
+@given(st.floats(-1e3, 1e3), st.floats(-10, 10), st.floats(-1e3, 1e3), st.floats(-10, 10), st.integers(1, 60))
+@settings(max_examples=200, deadline=None)
+def test_max_linear_sum_is_the_sum_of_the_larger_term(a, b, c, d, n):
+    brute = sum(max(a + b * i, c + d * i) for i in range(n))
+    assert max_linear_sum(a, b, c, d, n) == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100)), min_size=1, max_size=30))
+def test_pareto_front_is_every_undominated_point_and_monotone(points):
+    front = pareto_front(points)
+
+    def dominated(i):
+        return any(q[0] >= points[i][0] and q[1] >= points[i][1] and q != points[i] for q in points)
+
+    undominated = {points[i] for i in range(len(points)) if not dominated(i)}
+    assert {points[i] for i in front} == undominated
+    firsts = [points[i][0] for i in front]
+    seconds = [points[i][1] for i in front]
+    assert firsts == sorted(firsts, reverse=True) and seconds == sorted(seconds)
+
+
+@pytest.fixture(scope="module")
+def fitter():
+    host = get_host()
+    db = hardware_db(host)
+    return StepFitter(load_source(MODEL, {}, host), Workload("decode", 1, 512), host, db), db
+
+
+@pytest.mark.parametrize("deployment", [
+    Deployment(hardware="H800"),
+    Deployment(hardware="H800", kernels="serving", tp=2, weight_dtype="fp8", kv_dtype="fp8"),
+], ids=["as-written", "serving-tp2-fp8"])
+def test_step_model_equals_a_full_profile_at_unseen_points(fitter, deployment):
+    f, db = fitter
+    hw = db.get("H800")
+    shape = Shape("decode", 1, (1, 2), (512, 640))
+    model = f.step_model(shape, deployment, hw)
+    for batch, context in ((7, 600), (32, 1000)):
+        report = profile(f.built, Workload("decode", batch, context), deployment,
+                         options=ReportOptions(detail=False, measure=False), host=f.host, db=db).report
+        assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-9)
+        assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-9)
+
+
+def test_mean_over_contexts_equals_the_mean_of_each_context(fitter):
+    f, db = fitter
+    model = f.step_model(Shape("decode", 1, (1, 2), (512, 640)), Deployment(hardware="H800", kernels="serving"),
+                         db.get("H800"))
+    brute = sum(model.expected(16, s) for s in range(512, 552)) / 40
+    assert model.mean_expected(16, 512, 552) == pytest.approx(brute, rel=1e-9)
+
+
+@pytest.fixture(scope="module")
+def planned():
+    host = get_host()
+    source = load_source(MODEL, {}, host)
+    targets = Targets(512, 128, tpot_s=0.002)
+    options = PlanOptions(gpus=4, modes=("disaggregated",), pps=(1,), max_batch=64)
+    return run_plan(source, targets, options, host=host), source, targets
+
+
+def test_best_tpot_is_a_profile_of_its_decode_step(planned):
+    result, source, targets = planned
+    best = result.best_config
+    assert best is not None and best.meets_slo and best.fits
+    assert best.tpot_s <= targets.tpot_s
+    assert best.tokens_per_s_per_gpu == max(c.tokens_per_s_per_gpu for c in result.configs if c.meets_slo)
+    deployment = Deployment(hardware="H800", kernels="serving", tp=best.decode.tp, ep=best.decode.ep,
+                            weight_dtype=best.weight_dtype, kv_dtype=best.kv_dtype)
+    report = profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2), deployment,
+                     options=ReportOptions(detail=False, measure=False)).report
+    assert report.totals.expected_step_s == pytest.approx(best.tpot_s, rel=0.05)
+    # the disaggregated figures by hand: output tokens/s over the GPUs used, 1 / TPOT per user
+    rate_p = best.prefill.instances / best.prefill.step_s
+    rate_d = best.decode.instances * best.batch / (targets.osl * best.tpot_s)
+    assert best.tokens_per_s_per_gpu == pytest.approx(targets.osl * min(rate_p, rate_d) / best.gpus, rel=1e-9)
+    assert best.tokens_per_s_per_user == pytest.approx(1 / best.tpot_s, rel=1e-12)
+
+
+def test_pareto_front_of_fitting_configs(planned):
+    result, _, _ = planned
+    front = [result.configs[i] for i in result.pareto]
+    assert front and all(c.fits for c in front)
+    per_gpu = [c.tokens_per_s_per_gpu for c in front]
+    per_user = [c.tokens_per_s_per_user for c in front]
+    assert per_gpu == sorted(per_gpu, reverse=True) and per_user == sorted(per_user)
+    for c in result.configs:
+        if c.fits and c.tokens_per_s_per_gpu:
+            assert any(f.tokens_per_s_per_gpu >= c.tokens_per_s_per_gpu and
+                       f.tokens_per_s_per_user >= c.tokens_per_s_per_user for f in front)
+
+
+def test_rejections_say_why(planned):
+    result, _, targets = planned
+    for c in result.configs:
+        if not c.fits:
+            assert c.reject_reason.startswith("memory")
+        elif not c.meets_slo:
+            assert c.reject_reason.startswith("target") and c.tpot_s > targets.tpot_s
+
+
+def test_cli_json_and_a_target_nothing_meets():
+    runner = CliRunner()
+    args = ["plan", MODEL, "--gpus", "2", "--isl", "512", "--osl", "128", "--max-batch", "8", "--pp", "1"]
+    result = runner.invoke(cli, args + ["--tpot", "1us", "-f", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["best"] is None and data["candidates"] == len(data["configs"]) > 0
+    misses = [line for line in result.stderr.splitlines() if "no configuration meets the targets" in line]
+    assert len(misses) == 1 and "closest" in misses[0]
+    for key in ("mode", "tp", "ep", "pp", "replicas", "weight_dtype", "kv_dtype", "kernels", "batch", "speculative",
+                "chunk", "ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "fits",
+                "meets_slo", "binding", "reject_reason"):
+        assert key in data["configs"][0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--tpot", "fast"], "--tpot 'fast'"),
+    (["--isl", "-3"], "--isl"),
+    (["--weight-dtypes", "fp7"], "--weight-dtypes"),
+    (["--accept", "0.5"], "--accept"),
+])
+def test_bad_input_is_one_line(args, words):
+    result = CliRunner().invoke(cli, ["plan", MODEL, "--gpus", "2"] + args)
+    assert result.exit_code != 0
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_text_fits_100_columns(planned):
+    from rooflinekit.outputs.plan_text import plan_to_text
+
+    result, _, _ = planned
+    text = plan_to_text(result)
+    assert max(map(len, text.splitlines())) <= 100
+    assert "best: " in text and "Pareto front" in text
+    assert math.isfinite(result.best_config.e2e_s)
+    assert replace(result.best_config).label() in text
