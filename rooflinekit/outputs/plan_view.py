@@ -110,7 +110,8 @@ def figures(c: PlanConfig) -> list[tuple[str, str]]:
         out.append(("decode step", f"{seconds(c.decode.step_s)}, batch {c.decode.batch}"))
     if c.speculative is not None:
         out.append(("tokens per verify step", plain(c.speculative.tokens_per_step, 3)))
-    out.append(("meets the targets", "yes" if c.meets_slo else f"no: {c.reject_reason or '-'}"))
+    reason = (c.reject_reason or "-").removeprefix("target: ")
+    out.append(("meets the targets", "yes" if c.meets_slo else f"no: {reason}"))
     return out
 
 
