@@ -324,16 +324,16 @@ def _columns() -> list[tuple]:
     return [
         ("configuration", "text", lambda c: c.label(), lambda c: c.label()),
         ("GPUs", "num", lambda c: c.gpus, lambda c: str(c.gpus)),
-        ("tokens/s per GPU (tok/s)", "num", lambda c: c.tokens_per_s_per_gpu, lambda c: _rate(c.tokens_per_s_per_gpu)),
-        ("tokens/s per user (tok/s)", "num", lambda c: c.tokens_per_s_per_user,
+        ("per GPU (tok/s)", "num", lambda c: c.tokens_per_s_per_gpu, lambda c: _rate(c.tokens_per_s_per_gpu)),
+        ("per user (tok/s)", "num", lambda c: c.tokens_per_s_per_user,
          lambda c: _rate(c.tokens_per_s_per_user)),
         ("TTFT (ms)", "num", lambda c: ms(c.ttft_s), lambda c: "-" if c.ttft_s is None else plain(c.ttft_s * 1e3, 3)),
         ("TPOT (ms)", "num", lambda c: ms(c.tpot_s), lambda c: "-" if c.tpot_s is None else plain(c.tpot_s * 1e3, 3)),
-        ("end to end (s)", "num", lambda c: c.e2e_s, lambda c: "-" if c.e2e_s is None else plain(c.e2e_s, 3)),
-        ("memory per GPU (GB)", "num", lambda c: c.memory_per_gpu_bytes,
+        ("e2e (s)", "num", lambda c: c.e2e_s, lambda c: "-" if c.e2e_s is None else plain(c.e2e_s, 3)),
+        ("memory/GPU (GB)", "num", lambda c: c.memory_per_gpu_bytes,
          lambda c: "-" if c.memory_per_gpu_bytes is None else f"{c.memory_per_gpu_bytes / 1e9:.1f}"),
         ("binds", "text", lambda c: c.binding or "", lambda c: c.binding or "-"),
-        ("meets the targets", "text", lambda c: "yes" if c.meets_slo else "no",
+        ("meets targets", "text", lambda c: "yes" if c.meets_slo else "no",
          lambda c: "yes" if c.meets_slo else "no"),
     ]
 
