@@ -31,7 +31,7 @@ from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages import quantize
+from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, capture
 from rooflinekit.stages.detect import auto_hardware
@@ -51,10 +51,12 @@ from rooflinekit.stages.transform import (
     run_transforms,
 )
 from rooflinekit.stages.workload import (
+    Built,
     ModelSource,
     build,
     exit_error,
     in_effect,
+    inputs_for,
     multi_token_note,
     validate_levers,
 )
@@ -137,24 +139,57 @@ def transforms_for(lever: Transform | LegacyTransform | None) -> tuple[Transform
 def count(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
           lever: Transform | LegacyTransform | None = None,
           on_stage: Callable[[str], None] | None = None) -> Counting:
-    """Build, capture one forward, attribute attention, and run the transforms."""
+    """Build, capture one forward, attribute attention, and run the transforms (a mixed step:
+    `count_mixed`)."""
+    if workload.mixed:
+        return count_mixed(source, workload, deployment, host, lever=lever, on_stage=on_stage)
     built = build(source, workload)
     if on_stage:
         on_stage("built")
+    counting = counted_forward(built, source, workload, deployment, host, lever)
+    if on_stage:
+        on_stage("captured")
+    return counting
+
+
+def counted_forward(built: Built, source: ModelSource, workload: Workload, deployment: Deployment,
+                    host: PluginHost, lever: Transform | LegacyTransform | None = None) -> Counting:
+    """A built model's forward on its inputs captured, attention attributed, the transforms run."""
 
     def forward():
         with in_effect(workload), module_models(built.model, workload, host, deployment) as patched:
             return capture(built.model, built.inputs, formula_book(host)), list(patched)
 
     cap, models = _guarded("the model's forward", source, workload, forward)
-    if on_stage:
-        on_stage("captured")
     rows = attribute_attention(cap, built.model, workload, host, deployment)
     ctx = TransformContext(workload, deployment, built.model, host)
     raw = Counted(cap, rows)
     counted = run_transforms(raw, transforms_for(lever), ctx)
     notes = list(source.notes) + [m.assumption_note for m in models]
     return Counting(built.model, built.inputs, counted, models, notes, raw=raw)
+
+
+def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
+                lever: Transform | LegacyTransform | None = None,
+                on_stage: Callable[[str], None] | None = None) -> Counting:
+    """A mixed step: one model, one forward per segment counted as its plain step, merged with the
+    weights read once and attention per segment (rooflinekit.stages.mixed). The other kernels view
+    is not annotated (`raw` None)."""
+    segments = workload.segments()
+    plain = [workload.segment_workload(s) for s in segments]
+    mixed.check_source(source, plain)
+    built = build(source, plain[0])
+    if on_stage:
+        on_stage("built")
+    parts = []
+    for w in plain:
+        one = built if not parts else Built(built.model, inputs_for(source, w))
+        parts.append(counted_forward(one, source, w, deployment, host, lever))
+    if on_stage:
+        on_stage("captured")
+    counted = mixed.merge([p.counted for p in parts], segments, mixed.describe(workload))
+    notes = list(dict.fromkeys(n for p in parts for n in p.notes))
+    return Counting(built.model, built.inputs, counted, parts[0].models, notes)
 
 
 def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, deployment: Deployment,
@@ -248,6 +283,9 @@ def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options
     if measure and workload.device == "meta":
         raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "
                         "(the meta device holds no data)")
+    if measure and workload.mixed:
+        raise UserError("--measure times one forward; a mixed step (--mix/--chunk) is counted from one forward per "
+                        "segment: drop --measure (or --mix/--chunk)")
     if options.trace and not measure:
         raise UserError("--trace records a measured run: add --measure (or use --device cuda)")
     if measure and quantize.applies(workload, deployment):

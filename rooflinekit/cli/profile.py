@@ -14,6 +14,7 @@ from rooflinekit.analyses.distributed import (
 from rooflinekit.analyses.profile import ReportOptions
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
+from rooflinekit.cli.mix import apply_mix, mix_options
 from rooflinekit.cli.options import (
     check_destination,
     debug_option,
@@ -89,18 +90,21 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
               help="Chart every module at this depth (default: the weights-dominated modules).")
 @click.option("--plot-ops", is_flag=True, help="Chart every op (with FLOPs) instead of the modules.")
 @parallel_options
+@mix_options
 @click.option("--distributed/--no-distributed", default=None,
               help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
                    "writes one merged report. See docs/parallel.md.")
 @debug_option
 def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
             measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
-            tp=1, ep=1, distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False):
+            tp=1, ep=1, distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False, mix=None,
+            chunk=None, chunk_offset=None):
     fmt = output_format(fmt, output)
     if csv_table is not None and fmt != "csv":
         raise UserError(f"--table applies to -f csv, not -f {fmt}")
     asked = Deployment(hardware or "auto", tp=tp, ep=ep)
     workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
+    workload = apply_mix(workload, deployment, mix, chunk, chunk_offset)
     inputs = model_inputs(model, hardware, compare_hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)

@@ -43,6 +43,11 @@ class WorkloadInfo:
     device: str
     #: The model's own options (-O); deployment settings are in the report's `deployment`.
     options: dict[str, Any] = field(default_factory=dict)
+    #: A mixed step (phase "mixed"): its decode groups as [context, sequences] pairs, and its
+    #: prefill chunk's new tokens after chunk_offset cached ones (absent for a plain step).
+    mix: list[list[int]] | None = field(default=None, metadata=OMIT_NONE)
+    chunk: int | None = field(default=None, metadata=OMIT_NONE)
+    chunk_offset: int | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

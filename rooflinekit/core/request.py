@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 PHASES = ("prefill", "decode")
+#: The phase of a mixed step (decode groups and a chunked-prefill slice, the weights read once).
+MIXED = "mixed"
 #: --weight-dtype: bits per stored weight element.
 WEIGHT_BITS = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
 #: --kv-dtype: bytes per cached element.
@@ -44,6 +46,38 @@ class Workload:
     options: tuple[tuple[str, object], ...] = ()
     #: New tokens per sequence in decode (multi-token decode: speculative or MTP verify).
     decode_q_len: int = 1
+    #: A mixed step's decode groups: (context, sequences) pairs; empty for a plain step.
+    mix: tuple[tuple[int, int], ...] = ()
+    #: A mixed step's chunked-prefill slice: `chunk` new tokens after `chunk_offset` cached ones (0: none).
+    chunk: int = 0
+    chunk_offset: int = 0
+
+    @property
+    def mixed(self) -> bool:
+        """A mixed step (phase "mixed"): decode groups and/or a prefill chunk, the weights read once."""
+        return bool(self.mix or self.chunk)
+
+    def segments(self) -> list[Segment]:
+        """The parts of the step, each a plain step of its own (`segment_workload`): every decode
+        group at its context, then the prefill chunk; a plain step is its one segment."""
+        if not self.mixed:
+            q = self.q_len
+            return [Segment(self.phase, self.batch, self.context, q, self.context - q)]
+        q = self.decode_q_len
+        parts = [Segment("decode", n, c, q, c - q) for c, n in self.mix]
+        if self.chunk:
+            end = self.chunk_offset + self.chunk
+            parts.append(Segment("prefill", 1, end, self.chunk, self.chunk_offset))
+        return parts
+
+    def segment_workload(self, segment: Segment) -> Workload:
+        """The plain workload one segment runs as: a decode group as decode; a chunk at offset 0 as a
+        prefill of `chunk` tokens, after P cached positions as a decode step of q_len `chunk` over a
+        cache of P + chunk slots (causal among the new tokens, aligned to the bottom right)."""
+        phase, batch, context, q, offset = segment
+        if phase == "prefill" and offset == 0:
+            return Workload("prefill", batch, context, self.dtype, self.device, self.options)
+        return Workload("decode", batch, context, self.dtype, self.device, self.options, decode_q_len=q)
 
     @property
     def dtype_key(self) -> str:
@@ -52,17 +86,47 @@ class Workload:
 
     @property
     def q_len(self) -> int:
-        """Query positions per sequence: decode_q_len (1 unless multi-token) in decode, `context` in prefill."""
-        return self.decode_q_len if self.phase == "decode" else self.context
+        """Query positions per sequence: decode_q_len (1 unless multi-token) in decode and in a mixed
+        step (its decode sequences'), `context` in prefill."""
+        return self.decode_q_len if self.phase in ("decode", MIXED) else self.context
 
     @property
     def tokens(self) -> int:
-        """New tokens processed in this step, over the whole batch."""
+        """New tokens processed in this step, over the whole batch (a mixed step: every segment's)."""
+        if self.mixed:
+            return sum(s.batch * s.q_len for s in self.segments())
         return self.batch * self.q_len
 
     def to_dict(self) -> dict:
-        return {"phase": self.phase, "batch": self.batch, "context": self.context, "q_len": self.q_len,
-                "tokens": self.tokens, "dtype": self.dtype, "device": self.device, "options": dict(self.options)}
+        out = {"phase": self.phase, "batch": self.batch, "context": self.context, "q_len": self.q_len,
+               "tokens": self.tokens, "dtype": self.dtype, "device": self.device, "options": dict(self.options)}
+        if self.mixed:
+            out.update(mix=[[c, n] for c, n in self.mix], chunk=self.chunk, chunk_offset=self.chunk_offset)
+        return out
+
+
+class Segment(NamedTuple):
+    """One part of a step: `batch` sequences of `q_len` new tokens each after `offset` cached
+    positions, attending `context` = offset + q_len positions (`Workload.segments`)."""
+
+    phase: str
+    batch: int
+    context: int
+    q_len: int
+    offset: int
+
+
+def mixed_workload(base: Workload, mix: tuple[tuple[int, int], ...] = (), chunk: int = 0,
+                   chunk_offset: int = 0) -> Workload:
+    """`base` as a mixed step: decode groups `mix` ((context, sequences) pairs) and a prefill chunk
+    of `chunk` new tokens after `chunk_offset` cached ones. Its phase is "mixed", its batch the
+    sequences (every decode sequence, and the chunk's one), its context the largest any segment
+    attends (offset + chunk for the chunk)."""
+    mix = tuple((int(c), int(n)) for c, n in mix)
+    batch = sum(n for _, n in mix) + (1 if chunk else 0)
+    context = max([c for c, _ in mix] + ([chunk_offset + chunk] if chunk else []), default=0)
+    return replace(base, phase=MIXED, batch=batch, context=context, mix=mix, chunk=chunk,
+                   chunk_offset=chunk_offset if chunk else 0)
 
 
 @dataclass(frozen=True)

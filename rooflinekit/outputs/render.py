@@ -52,6 +52,11 @@ def request_lines(report) -> list[str]:
     w = report.workload
     tokens = f", {w.q_len} new tokens/seq" if w.phase == "decode" and w.q_len > 1 else ""
     lines = [f"workload: {w.phase}, batch {w.batch}, context {w.context}, {w.dtype}{tokens}, device {w.device}"]
+    mix, chunk = getattr(w, "mix", None), getattr(w, "chunk", None)
+    if mix or chunk:  # a mixed step: its segments (batch: the sequences, context: the largest)
+        parts = [f"{n} x decode at {c}" for c, n in mix or ()]
+        parts += [f"chunk of {chunk} after {w.chunk_offset or 0} cached"] if chunk else []
+        lines.append(f"mixed step: {' + '.join(parts)}, weights read once")
     words = deployment_words(getattr(report, "deployment", None), w.dtype)
     if words:
         lines.append(f"deployment: {words}")

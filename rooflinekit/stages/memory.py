@@ -178,6 +178,29 @@ def kv_per_sequence(report: Report, block: int = 1) -> tuple[float, list[str]]:
     return total, notes
 
 
+MIXED_KV_NOTE = ("mixed step: the KV cache held is each segment's attention rows at the segment's own context "
+                 "(a decode group: its context; the prefill chunk: offset + chunk) x its sequences, summed; per "
+                 "sequence and max_batch: that total over the step's sequences (more sequences of the same mix)")
+
+
+def mixed_kv(report: Report, block: int = 1) -> float:
+    """Cache bytes a mixed step holds: each attention row (one per layer and segment, its segment in
+    `extra["segment"]`) at its segment's context and sequences; with `block` > 1, whole blocks."""
+    total = 0.0
+    for row in report.attention:
+        segment = (row.extra or {}).get("segment")
+        if not segment:
+            continue
+        per_sequence = getattr(row, "cache_bytes_per_sequence", None) or row.extra.get("cache_bytes_per_sequence")
+        held = segment["context"]
+        for cap in (row.window, row.chunk):
+            if cap:
+                held = min(held, cap)
+        held = math.ceil(held / block) * block
+        total += ((row.cache_bytes_per_token or 0.0) * held + float(per_sequence or 0.0)) * segment["batch"]
+    return total
+
+
 def block_bytes(report: Report, block: int) -> float:
     """Bytes of one paged KV block: `block` tokens of every recognised layer's cache."""
     return block * sum(row.cache_bytes_per_token or 0.0 for row in report.attention)
@@ -206,6 +229,10 @@ def memory_of(report: Report, hw: HardwareSpec, fraction: float, activations: fl
     block = deployment.kv_block_size if deployment.kernels == "serving" else None
     kv_seq, notes = kv_per_sequence(report, block or 1)
     kv = kv_seq * batch
+    if report.workload.mix or report.workload.chunk:  # a mixed step: each segment's rows at its own context
+        kv = mixed_kv(report, block or 1)
+        kv_seq = kv / batch
+        notes.append(MIXED_KV_NOTE)
     total = weights + kv + (activations or 0.0)
     act_seq = activations / batch if activations is not None else None
     capacity = hw.memory_bytes

@@ -50,12 +50,14 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import (
     KERNELS,
     KV_BYTES,
+    MIXED,
     PHASES,
     WEIGHT_BITS,
     Deployment,
     ModelSource,
     Workload,
 )
+from rooflinekit.stages.mixed import validate_mixed
 from rooflinekit.stages.restate import restated
 
 DTYPES = {
@@ -132,12 +134,14 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
     q = w.decode_q_len
     if isinstance(q, bool) or not isinstance(q, int) or q < 1:
         raise WorkloadError(f"--q-len must be a whole number of at least 1, got {q!r}")
-    if q != 1 and w.phase != "decode":
+    if q != 1 and w.phase not in ("decode", MIXED):
         raise WorkloadError(f"--q-len {q} applies to decode only: a prefill step's new tokens are its context "
                             "(drop --q-len, or use --phase decode)")
     if q > MAX_Q_LEN:
         raise WorkloadError(f"--q-len must be at most {MAX_Q_LEN:,} tokens per sequence, got {q}")
-    if q > w.context:
+    if w.mixed:
+        validate_mixed(w, (MAX_BATCH, MAX_CONTEXT))
+    elif q > w.context:
         raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
                             "new tokens too (give a context of at least the q-len)")
     validate_deployment(d)
@@ -449,24 +453,40 @@ def build(source: ModelSource, workload: Workload) -> Built:
             )
         if model.training:  # eval mode, once: a sweep's model built once stays in it
             model.eval()
-        given = _accepted(source.make_inputs, options)
-        q_len = q_len_argument(source, workload)
-        if q_len and "q_len" in given:
-            raise WorkloadError("option q_len: give a decode step's new tokens per sequence with --q-len N")
-        try:
-            inputs = source.make_inputs(workload.batch, workload.context, workload.phase, **given, **q_len)
-        except UserError:
-            raise
-        except SystemExit as exc:
-            raise exit_error(exc, source.path, "make_inputs()") from None
-        except Exception as exc:
-            raise ModelError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
-        if not isinstance(inputs, (tuple, dict, list)):
-            raise ModelError(
-                f"make_inputs() returned {type(inputs).__name__}, expected a tuple (or list) of positional "
-                "args or a dict of keyword args"
-            )
+        inputs = _make_inputs(source, workload, options)
     return Built(model=model, inputs=inputs)
+
+
+def inputs_for(source: ModelSource, workload: Workload) -> object:
+    """make_inputs() of `workload` for a model already built (each segment of a mixed step), with
+    the workload's device, dtype and seed in effect as `build` has them."""
+    options = {} if source.options_handled else dict(workload.options)
+    skip = _SkipMetaInit() if workload.device == "meta" else nullcontext()
+    with in_effect(workload), skip, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BUILD_SEED)
+        return _make_inputs(source, workload, options)
+
+
+def _make_inputs(source: ModelSource, workload: Workload, options: dict[str, object]) -> object:
+    """make_inputs(batch, context, phase) with the options and q_len it accepts, checked."""
+    given = _accepted(source.make_inputs, options)
+    q_len = q_len_argument(source, workload)
+    if q_len and "q_len" in given:
+        raise WorkloadError("option q_len: give a decode step's new tokens per sequence with --q-len N")
+    try:
+        inputs = source.make_inputs(workload.batch, workload.context, workload.phase, **given, **q_len)
+    except UserError:
+        raise
+    except SystemExit as exc:
+        raise exit_error(exc, source.path, "make_inputs()") from None
+    except Exception as exc:
+        raise ModelError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
+    if not isinstance(inputs, (tuple, dict, list)):
+        raise ModelError(
+            f"make_inputs() returned {type(inputs).__name__}, expected a tuple (or list) of positional "
+            "args or a dict of keyword args"
+        )
+    return inputs
 
 
 #: A model spec a loader plugin answers rather than a file: `SCHEME:NAME` (`hf:llama`), the scheme
