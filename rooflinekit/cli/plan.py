@@ -7,6 +7,7 @@ import math
 
 import click
 
+from rooflinekit.analyses.plan import PlanOptions, run_plan
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
 from rooflinekit.core import compat
@@ -15,6 +16,11 @@ from rooflinekit.core.files import check_not_input
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.request import KERNELS, KV_BYTES, WEIGHT_BITS
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.outputs.plan_plot import plot_plan
+from rooflinekit.outputs.plan_text import plan_to_text
+from rooflinekit.outputs.plan_view import plan_to_csv, plan_to_html
+from rooflinekit.outputs.plot import check_target
+from rooflinekit.stages.workload import load_source, parse_options
 
 PLAN_HELP = """Search the deployments of MODEL on --gpus GPUs for the best that meets the targets.
 
@@ -141,6 +147,7 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
     check_destination(output, inputs)
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
+        check_target(plot_path)
     compat.defer_dynamo_import()
     result = _run(model, draft_path, targets, search, options, dtype)
     for w in result.warnings:
@@ -149,16 +156,11 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
         click.echo(_nothing_meets(result), err=True)
     emit(_render(result, fmt), output)
     if plot_path:
-        from rooflinekit.outputs.plan_plot import plot_plan
-
         plot_plan(result, plot_path)
         click.echo(f"wrote {plot_path}", err=True)
 
 
 def _run(model, draft_path, targets, search, options, dtype):
-    from rooflinekit.analyses.plan import PlanOptions, run_plan
-    from rooflinekit.stages.workload import load_source, parse_options
-
     opts = parse_options(options)
 
     def progress(what: str) -> None:
@@ -189,13 +191,7 @@ def _render(result, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(result.to_dict(), indent=1) + "\n"
     if fmt == "csv":
-        from rooflinekit.outputs.plan_view import plan_to_csv
-
         return plan_to_csv(result)
     if fmt == "html":
-        from rooflinekit.outputs.plan_view import plan_to_html
-
         return plan_to_html(result)
-    from rooflinekit.outputs.plan_text import plan_to_text
-
     return plan_to_text(result)
