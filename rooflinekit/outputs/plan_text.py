@@ -9,6 +9,7 @@ from collections import Counter
 from tabulate import tabulate
 
 from rooflinekit.core.plan import PlanConfig, PlanResult
+from rooflinekit.outputs.plan_view import targets_words
 
 WIDTH = 100
 
@@ -21,18 +22,6 @@ def _ms(seconds: float | None) -> str:
 
 def _gb(nbytes: float | None) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
-
-
-def _targets(result: PlanResult) -> str:
-    t = result.targets
-    parts = [f"ISL {t.isl}", f"OSL {t.osl}"]
-    if t.prefix_hit:
-        parts.append(f"prefix hit {t.prefix_hit:.0%}")
-    if t.ttft_s is not None:
-        parts.append(f"TTFT <= {_ms(t.ttft_s)}")
-    if t.tpot_s is not None:
-        parts.append(f"TPOT <= {_ms(t.tpot_s)}")
-    return ", ".join(parts)
 
 
 def config_line(c: PlanConfig) -> str:
@@ -66,7 +55,7 @@ def plan_to_text(result: PlanResult) -> str:
     name = result.model.get("name") or result.model.get("path")
     fits = sum(c.fits for c in result.configs)
     meets = sum(c.meets_slo for c in result.configs)
-    lines = [f"plan: {name} on {result.gpus} x {result.hardware}", f"request: {_targets(result)}",
+    lines = [f"plan: {name} on {result.gpus} x {result.hardware}", f"request: {targets_words(result)}",
              f"priced {result.candidates:,} configurations in {result.wall_s:.1f} s ({result.captures} captures); "
              f"{fits:,} fit in memory, {meets:,} meet the targets", ""]
     best = result.best_config
