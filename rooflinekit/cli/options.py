@@ -57,21 +57,55 @@ def emit(report_text: str, output: str | None) -> None:
         raise OutputError(f"cannot write the report to stdout: {getattr(exc, 'strerror', None) or exc}") from None
 
 
-#: File suffixes that make `-o FILE` write the HTML report when no --format is given.
-HTML_SUFFIXES = (".html", ".htm")
+#: The format each extension of `-o FILE` names when no --format is given (any other: table).
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown", ".markdown": "markdown",
+                  ".html": "html", ".htm": "html", ".txt": "table", ".text": "table"}
+#: Chart files: no -o report is one (charts are --plot's, or `rooflinekit plot -o`).
+CHART_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+#: The extension named beside each format in messages.
+FORMAT_SUFFIX = {"table": ".txt", "json": ".json", "csv": ".csv", "markdown": ".md", "html": ".html"}
 
 
 def format_option(choices: tuple[str, ...]):
-    """--format/-f: one of `choices`; when not given, html for `-o FILE.html`, else table."""
+    """--format/-f: one of `choices`; when not given, what -o's extension names (output_format)."""
     return click.option("--format", "-f", "fmt", type=click.Choice(choices), default=None,
-                        help="Output format [default: table, or html when -o names a .html file].")
+                        help="Output format [default: what -o's extension names (.json .csv .md .html .txt), "
+                             "else table].")
 
 
-def output_format(fmt: str | None, output: str | None) -> str:
-    """The format a command writes: the one given, else what the output file's suffix names."""
+def _command_formats() -> tuple[tuple[str, ...], str, bool]:
+    """The --format choices of the command running, its name, and whether it has --plot."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return tuple(FORMAT_SUFFIX), "rooflinekit", False
+    params = {p.name: p for p in ctx.command.params}
+    fmt = params.get("fmt")
+    choices = tuple(fmt.type.choices) if fmt is not None and isinstance(fmt.type, click.Choice) else ()
+    return choices or tuple(FORMAT_SUFFIX), ctx.info_name or "rooflinekit", "plot_path" in params
+
+
+def output_format(fmt: str | None, output: str | None, formats: tuple[str, ...] | None = None) -> str:
+    """The format a command writes: the one given (-f), else what the extension of the output
+    file names (.json, .csv, .md, .html/.htm, .txt), else table. An extension that names a format
+    the command cannot write (`formats`, by default its --format choices) is one line naming the
+    formats it can."""
     if fmt:
         return fmt
-    return "html" if output and output.lower().endswith(HTML_SUFFIXES) else "table"
+    if not output:
+        return "table"
+    choices, command, has_plot = _command_formats()
+    formats = tuple(formats or choices)
+    suffix = os.path.splitext(output)[1].lower()
+    named = SUFFIX_FORMATS.get(suffix)
+    if named is None and suffix not in CHART_SUFFIXES:
+        return "table"
+    if named in formats:
+        return named
+    can = ", ".join(f"{f} ({FORMAT_SUFFIX.get(f, '-f ' + f)})" for f in formats)
+    what = named or "a chart"
+    hint = " (a chart is --plot FILE.png)" if named is None and has_plot else ""
+    raise OutputError(f"{command} cannot write {what} (-o {output}){hint}; it writes {can}: "
+                      "change the extension, or give -f FORMAT")
 
 
 def wide_option(f):

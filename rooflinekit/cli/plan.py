@@ -9,7 +9,13 @@ import click
 
 from rooflinekit.analyses.plan import PlanOptions, run_plan
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
-from rooflinekit.cli.options import check_destination, debug_option, emit, model_inputs
+from rooflinekit.cli.options import (
+    check_destination,
+    debug_option,
+    emit,
+    model_inputs,
+    output_format,
+)
 from rooflinekit.core import compat
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
@@ -130,7 +136,7 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
              modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
-    fmt = fmt or _format_of(output)
+    fmt = output_format(fmt, output)
     search = dict(gpus=gpus, hardware=hardware, kernels=kernels,
                   weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_BITS), "--weight-dtypes"),
                   kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
@@ -170,14 +176,6 @@ def _run(model, draft_path, targets, search, options, dtype):
         draft = load_source(draft_path, {}) if draft_path else None
         return run_plan(load_source(model, opts), targets, PlanOptions(**search, draft=draft), dtype=dtype,
                         model_options=tuple(sorted(opts.items())), progress=progress)
-
-
-def _format_of(output: str | None) -> str:
-    if output:
-        for suffix, fmt in ((".json", "json"), (".csv", "csv"), (".html", "html"), (".htm", "html")):
-            if output.lower().endswith(suffix):
-                return fmt
-    return "table"
 
 
 def _nothing_meets(result) -> str:
