@@ -23,6 +23,7 @@ _LAZY = {
     "profile": ("rooflinekit.api", "profile"),
     "profile_file": ("rooflinekit.api", "profile_file"),
     "capture": ("rooflinekit.api", "capture"),
+    "plan": ("rooflinekit.analyses.plan", "plan"),
     "Capture": ("rooflinekit.api", "Capture"),
     # the report with its text and HTML views (the data type itself: rooflinekit.core.report.Report)
     "Report": ("rooflinekit.outputs.render", "ViewedReport"),

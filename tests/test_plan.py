@@ -163,3 +163,68 @@ def test_text_fits_100_columns(planned):
     assert "best: " in text and "Pareto front" in text
     assert math.isfinite(result.best_config.e2e_s)
     assert replace(result.best_config).label() in text
+
+
+def _decode_step(source, deployment, batch, context):
+    return profile(source, Workload("decode", batch, context), deployment,
+                   options=ReportOptions(detail=False, measure=False)).report
+
+
+@pytest.mark.slow
+def test_the_search_dominates_a_hand_grid():
+    """TP 1/2/4/8 x bf16/fp8 weights x bf16/fp8 KV x batches 1..64 priced one by one with `profile
+    --kernels serving`, the request's figures written out by hand (each output step a decode step at
+    the middle context plus B/OSL prompts prefilled as their own steps), filtered by the same target
+    and memory: none has more tokens/s per GPU than the plan's best."""
+    host = get_host()
+    source = load_source(MODEL, {}, host)
+    targets = Targets(512, 128, tpot_s=0.0015)
+    best = run_plan(source, targets, PlanOptions(gpus=8, max_batch=64), host=host).best_config
+    assert best is not None
+    found = []
+    for tp in (1, 2, 4, 8):
+        for w in ("bf16", "fp8"):
+            for kv in ("bf16", "fp8"):
+                deployment = Deployment(hardware="H800", kernels="serving", tp=tp, weight_dtype=w, kv_dtype=kv)
+                prefill = profile(source, Workload("prefill", 1, targets.isl), deployment,
+                                  options=ReportOptions(detail=False, measure=False)).report.totals.expected_step_s
+                for batch in (1, 2, 4, 8, 16, 32, 64):
+                    step = _decode_step(source, deployment, batch, targets.isl + targets.osl // 2)
+                    held = _decode_step(source, deployment, batch, targets.isl + targets.osl)
+                    output_step = step.totals.expected_step_s + batch / targets.osl * prefill
+                    if held.memory.fits and output_step <= targets.tpot_s:
+                        found.append((batch / output_step / tp, tp, w, kv, batch))
+    assert found
+    assert max(found)[0] <= best.tokens_per_s_per_gpu
+
+
+def test_an_aggregated_step_is_a_profile_of_its_mixed_step():
+    """The aggregated best's TPOT against `profile --mix` of its step: B sequences at the middle
+    context and the prompt tokens arriving per step as one chunk in the middle of a prompt."""
+    host = get_host()
+    source = load_source(MODEL, {}, host)
+    targets = Targets(512, 128, tpot_s=0.002)
+    result = run_plan(source, targets, PlanOptions(gpus=4, pps=(1,), max_batch=64, modes=("aggregated",)), host=host)
+    best = result.best_config
+    assert best.mode == "aggregated"
+    per_step = best.batch * targets.isl // targets.osl
+    args = ["profile", MODEL, "--mix", f"{targets.isl + targets.osl // 2}:{best.batch}", "--chunk", str(per_step),
+            "--chunk-offset", str((targets.isl - per_step) // 2), "--kernels", "serving", "-H", "H800",
+            "--tp", str(best.tp), "--weight-dtype", best.weight_dtype, "--kv-dtype", best.kv_dtype, "-f", "json"]
+    out = CliRunner().invoke(cli, args)
+    assert out.exit_code == 0, out.output
+    mixed = json.loads(out.stdout)["totals"]["expected_step_s"]
+    assert best.tpot_s == pytest.approx(mixed, rel=0.05)
+
+
+def test_python_api_plan_returns_the_typed_result_and_names_bad_arguments():
+    import rooflinekit
+
+    assert "plan" in rooflinekit.__all__
+    result = rooflinekit.plan(MODEL, gpus=2, isl=512, osl=128, tpot=0.002,
+                              search=PlanOptions(pps=(1,), max_batch=8))
+    assert result.best_config is not None and result.candidates == len(result.configs)
+    for kwargs, name in (({"isl": "4k"}, "isl"), ({"tpot": -1.0}, "tpot"), ({"gpus": 0}, "gpus"),
+                         ({"prefix_hit": 1.0}, "prefix_hit")):
+        with pytest.raises(rooflinekit.RooflineError, match=name):
+            rooflinekit.plan(MODEL, **kwargs)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from rooflinekit.analyses.stepfit import Shape, StepFitter
-from rooflinekit.core.errors import UserError
+from rooflinekit.core.errors import UserError, WorkloadError
 from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative, Targets, pareto_front
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
@@ -41,7 +41,7 @@ from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import activation_peak
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean
-from rooflinekit.stages.workload import ModelSource
+from rooflinekit.stages.workload import ModelSource, load_source
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
 CHUNKS = (512, 2048, 8192)
@@ -491,3 +491,41 @@ def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:
         notes.append(f"prefix cache: {targets.prefix_hit:.0%} of each prompt found cached; the rest prefilled as "
                      "one multi-token step after it")
     return notes
+
+
+# -- the Python API ------------------------------------------------------------------------------
+
+
+def _positive(name: str, value, kind: type, *, allow_none: bool = False):
+    """`value` as a positive `kind` (int: whole numbers only), or WorkloadError naming `name`."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+        raise WorkloadError(f"{name}={value!r}: give a {'whole number' if kind is int else 'number'} above zero")
+    if not math.isfinite(value) or value <= 0:
+        raise WorkloadError(f"{name}={value!r}: give a value above zero")
+    return kind(value)
+
+
+def plan(model: str, *, hardware: str = "H800", gpus: int = 8, isl: int = 4096, osl: int = 1024,
+         ttft: float | None = None, tpot: float | None = None, prefix_hit: float = 0.0,
+         options: dict | None = None, dtype: str = "bf16", search: PlanOptions | None = None,
+         draft: str | None = None, host: PluginHost | None = None) -> PlanResult:
+    """What `rooflinekit plan MODEL` does, as a typed `PlanResult`: `model` is a model file, a
+    transformers config or `hf:TYPE`; `ttft`/`tpot` are targets in seconds; `search` narrows or
+    widens the search (PlanOptions: formats, degrees, modes, batches, --mtp, --accept); `gpus`,
+    `hardware` and `draft` (a draft model's path) override its fields."""
+    from_search = search or PlanOptions()
+    if not isinstance(model, str) or not model:
+        raise WorkloadError(f"model={model!r}: give the path of a model file or config (or hf:TYPE)")
+    if not isinstance(prefix_hit, (int, float)) or isinstance(prefix_hit, bool) or not 0 <= prefix_hit < 1:
+        raise WorkloadError(f"prefix_hit={prefix_hit!r}: give the cached share of a prompt, 0 <= share < 1")
+    targets = Targets(_positive("isl", isl, int), _positive("osl", osl, int),
+                      _positive("ttft", ttft, float, allow_none=True), _positive("tpot", tpot, float, allow_none=True),
+                      float(prefix_hit))
+    host = host or get_host()
+    opts = dict(options or {})
+    draft_source = load_source(draft, {}, host) if draft else from_search.draft
+    chosen = replace(from_search, gpus=_positive("gpus", gpus, int), hardware=hardware, draft=draft_source)
+    return run_plan(load_source(model, opts, host), targets, chosen, dtype=dtype,
+                    model_options=tuple(sorted(opts.items())), host=host)

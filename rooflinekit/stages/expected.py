@@ -72,8 +72,10 @@ class EfficiencyTable:
     calibrated: bool = False
 
     def launch_s(self, phase: str) -> float:
-        """Per kernel: a CUDA graph node's cost in decode, an eager launch's in prefill."""
-        return self.launch_decode_s if phase == "decode" else self.launch_prefill_s
+        """Per kernel: a CUDA graph node's cost in decode and in a mixed step (engines replay the
+        step's non-attention kernels as graphs: vLLM's piecewise CUDA graphs), an eager launch's
+        in prefill."""
+        return self.launch_decode_s if phase in ("decode", "mixed") else self.launch_prefill_s
 
 
 def _fraction(value: object, where: str) -> float:

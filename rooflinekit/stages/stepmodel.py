@@ -277,7 +277,8 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     `share` of one prompt's prefill (`prefill` at its first design point, batch 1: a chunk of
     share x its tokens), each kernel the two phases run at the same place merged into one kernel
     (FLOPs and activation bytes added, the prompt's weight reads dropped: the step reads the weights
-    once), the prefill's other kernels at `share` of their time, collectives' messages added."""
+    once; the merged kernel keeps the decode kernel's class, as a `profile --mix` record does), the
+    prefill's other kernels at `share` of their time, collectives' messages added."""
     d = decode._at(batch)
     p = prefill._at(1)
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
@@ -293,18 +294,15 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
         scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
         if not scale:
             continue
-        extra_f = extra_b = extra_rows = 0.0
+        extra_f = extra_b = 0.0
         q = merged.get(k.key)
         if q is not None and share:
             used.add(k.key)
             extra_f = share * pv[q.flops]
             extra_b = share * (pv[q.nbytes] - pv[q.params])
-            extra_rows = share * pv[q.rows] if q.rows is not None else 0.0
         f0, b0 = v0[k.flops] + extra_f, v0[k.nbytes] + extra_b
         df, db = v1[k.flops] - v0[k.flops], v1[k.nbytes] - v0[k.nbytes]
-        rows = None if k.rows is None else v0[k.rows] + extra_rows
-        cls = classify(k.name, k.kind, k.attention, v0[k.flops] > 0 and v0[k.params] > 0, rows, decode.phase, table)
-        frac = table.classes[cls]
+        frac = d._fractions(k, v0, table)  # the decode kernel's class, as `profile --mix` classes a merged record
         compute = frac.compute_for(k.dtype) * hw.peak(k.dtype)
         traffic = frac.bandwidth * hw.memory_bandwidth
         summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
