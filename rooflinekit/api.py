@@ -13,6 +13,8 @@ CLI's: the same stages run underneath.
 
 from __future__ import annotations
 
+import numbers
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,9 +24,9 @@ import torch
 
 from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_memory
 from rooflinekit.analyses.profile import profile as run_profile
-from rooflinekit.core.errors import WorkloadError
+from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.request import DEFAULT_FRACTION, Deployment
+from rooflinekit.core.request import DEFAULT_FRACTION, KERNELS, PHASES, Deployment
 from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.stages.capture.forward import recording
 from rooflinekit.stages.capture.records import CaptureResult
@@ -32,14 +34,104 @@ from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
 from rooflinekit.stages.workload import (
     DTYPES,
+    MAX_BATCH,
+    MAX_CONTEXT,
+    MAX_PARALLEL,
+    MAX_Q_LEN,
+    MODELLED_DTYPES,
     ModelSource,
     Workload,
+    check_fraction,
     load_source,
     parse_options,
     validate,
 )
 
 __all__ = ["Capture", "capture", "profile", "profile_file"]
+
+
+#: The most path components `depth` rolls modules up to (far past any model's nesting).
+MAX_DEPTH = 64
+
+
+def _whole(name: str, value: object, least: int = 1, most: int | None = None) -> int:
+    """`value` as an int, or a WorkloadError naming the argument (a str, float or bool is refused:
+    `context=4096.7` is not silently 4096)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise WorkloadError(f"{name}= must be a whole number, got {value!r}")
+    value = int(value)
+    if value < least or (most is not None and value > most):
+        bound = f"from {least:,} to {most:,}" if most is not None else f"at least {least:,}"
+        raise WorkloadError(f"{name}= must be {bound}, got {value}")
+    return value
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise WorkloadError(f"{name}= must be True or False, got {value!r}")
+    return value
+
+
+def _word(name: str, value: object, choices: tuple[str, ...] | None = None, *, optional: bool = False) -> str | None:
+    """A string argument (one of `choices` when given; None allowed when `optional`)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise WorkloadError(f"{name}= must be a non-empty string, got {value!r}")
+    if choices is not None and value not in choices:
+        raise WorkloadError(f"unknown {name}= '{value}': use one of {', '.join(choices)}")
+    return value
+
+
+def _hardware(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise HardwareError(f"hardware= must be a hardware entry's name (a string; `rooflinekit hardware list` "
+                            f"shows them), got {value!r}")
+    return value
+
+
+def check_common(*, hardware: object, phase: object, batch: object, context: object, depth: object,
+                 group_layers: object, host: object) -> None:
+    """The arguments `profile`, `profile_file` and `capture` share, one RooflineError naming the first bad
+    one (a phase, batch or context left None is read from the inputs where the function allows)."""
+    _hardware(hardware)
+    if phase is not None:
+        _word("phase", phase, PHASES)
+    if batch is not None:
+        _whole("batch", batch, 1, MAX_BATCH)
+    if context is not None:
+        _whole("context", context, 1, MAX_CONTEXT)
+    _whole("depth", depth, 1, MAX_DEPTH)
+    _flag("group_layers", group_layers)
+    if host is not None and not isinstance(host, PluginHost):
+        raise WorkloadError(f"host= must be a rooflinekit PluginHost or None, got {type(host).__name__}")
+
+
+def check_file_arguments(path: object, options: object, args: dict) -> None:
+    """`profile_file`'s own arguments (its shared ones: `check_common`), each RooflineError naming one."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ModelError(f"path= must be a model file's path (a string), got {path!r}")
+    if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) and k.isidentifier()
+                                                                            for k in options)):
+        raise WorkloadError(f"options= must be a dict of option names to values (the CLI's -O KEY=VALUE), "
+                            f"got {options!r}")
+    _word("dtype", args["dtype"], tuple(DTYPES) + tuple(MODELLED_DTYPES))
+    _word("device", args["device"])
+    for name in ("weight_dtype", "kv_dtype"):
+        _word(name, args[name], optional=True)
+    if args["weight_group_size"] is not None:
+        _whole("weight_group_size", args["weight_group_size"])
+    _whole("q_len", args["q_len"], 1, MAX_Q_LEN)
+    for name in ("tp", "ep"):
+        _whole(name, args[name], 1, MAX_PARALLEL)
+    _flag("quantize_embeddings", args["quantize_embeddings"])
+    _word("kernels", args["kernels"], KERNELS)
+    if isinstance(args["memory_fraction"], str):
+        raise WorkloadError(f"memory_fraction= must be a number in (0, 1], got {args['memory_fraction']!r}")
+    check_fraction(args["memory_fraction"])
+    if args["deployment"] is not None and not isinstance(args["deployment"], Deployment):
+        raise WorkloadError(f"deployment= must be a rooflinekit Deployment or None, got "
+                            f"{type(args['deployment']).__name__}")
 
 
 def _first_tensor(args, kwargs) -> torch.Tensor | None:
@@ -92,6 +184,8 @@ def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, pha
     """
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"profile() takes a torch.nn.Module, got {type(model).__name__}")
+    check_common(hardware=hardware, phase=phase, batch=batch, context=context, depth=depth,
+                 group_layers=group_layers, host=host)
     device, dtype = _model_device_dtype(model)
     workload = infer_workload(args, kwargs, phase=phase, batch=batch, context=context, device=device,
                               dtype=dtype)
@@ -119,6 +213,12 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
     (`--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--quantize-embeddings`:
     docs/accounting.md), `kernels` ("as-written" or "serving": docs/accounting.md, Serving view) and
     `memory_fraction`, or a whole `deployment` (which then wins)."""
+    check_common(hardware=hardware, phase=phase, batch=batch, context=context, depth=depth,
+                 group_layers=group_layers, host=host)
+    check_file_arguments(path, options, dict(
+        dtype=dtype, device=device, weight_dtype=weight_dtype, kv_dtype=kv_dtype, weight_group_size=weight_group_size,
+        q_len=q_len, tp=tp, ep=ep, quantize_embeddings=quantize_embeddings, kernels=kernels,
+        memory_fraction=memory_fraction, deployment=deployment))
     opts = parse_options([f"{k}={v}" for k, v in (options or {}).items()])
     validate(phase, batch, context, dtype, device)
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), decode_q_len=q_len)
@@ -155,6 +255,8 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
     `profile`. Make inputs before the block: ops inside it count. Modules that plugins model
     analytically (MoE routing on meta) are not swapped in here: use `profile()` for those.
     """
+    check_common(hardware=hardware, phase=phase, batch=batch, context=context, depth=depth,
+                 group_layers=group_layers, host=host)
     host = host or get_host()
     db = hardware_db(host)
     hw = db.get(hardware)
