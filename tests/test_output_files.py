@@ -6,12 +6,18 @@ recognised by plot and compare.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import os
+import resource
+import signal
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import EXAMPLES, one_line_error
+from tests.conftest import EXAMPLES, ROOT, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
 TINY = ["-O", "layers=1", "-O", "hidden=256", "-O", "heads=8", "-O", "kv_heads=2", "-O", "head_dim=32",
@@ -94,3 +100,80 @@ def test_plan_has_no_format_rule_of_its_own():
     import rooflinekit.cli.plan as plan_cli
 
     assert not hasattr(plan_cli, "_format_of")
+
+
+# -- 3. OS errors name the file, and leave nothing half-written ----------------------------------------
+
+
+def _child_env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+
+
+def _limit_file_size(limit: int):
+    def preexec():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return preexec
+
+
+def test_a_file_size_limit_is_one_line_naming_the_file(tmp_path, profile_json):
+    out = tmp_path / "out.json"
+    out.write_text("old report\n")
+    proc = subprocess.run([sys.executable, "-m", "rooflinekit", "compare", str(profile_json), str(profile_json),
+                           "-o", str(out)], cwd=tmp_path, env=_child_env(), capture_output=True, text=True,
+                          timeout=120, preexec_fn=_limit_file_size(2000))
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("rooflinekit: error: cannot write ") and str(out) in lines[0], lines[0]
+    assert "File too large" in lines[0] and "Errno" not in lines[0]
+    assert out.read_text() == "old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]  # no temporary left
+
+
+class _FullDisk(io.TextIOWrapper):
+    def write(self, text):
+        super().write(text[: len(text) // 2])
+        self.flush()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("args", [
+    ["profile", str(GQA), *TINY, "-f", "json"],
+    ["compare", "{p}", "{p}"],
+])
+def test_a_full_disk_is_one_line_naming_the_file(invoke, tmp_path, monkeypatch, profile_json, args):
+    real = os.fdopen
+
+    def fdopen(fd, mode="r", *a, **kw):
+        fh = real(fd, mode, *a, **kw)
+        if "w" in mode and "b" not in mode:
+            return _FullDisk(fh.detach(), encoding="utf-8")
+        return fh
+
+    out = tmp_path / "out.txt"
+    out.write_text("old report\n")
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    result = invoke(*[a.format(p=profile_json) for a in args], "-o", out)
+    one_line_error(result, f"cannot write {out}: No space left on device")
+    assert out.read_text() == "old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_a_full_disk_under_a_chart_is_one_line(invoke, tmp_path, monkeypatch, profile_json):
+    real = os.fdopen
+
+    class FullBinary(io.BufferedWriter):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fdopen(fd, mode="r", *a, **kw):
+        if mode == "wb":
+            return FullBinary(io.FileIO(fd, "w"))
+        return real(fd, mode, *a, **kw)
+
+    chart = tmp_path / "p.png"
+    monkeypatch.setattr(os, "fdopen", fdopen)
+    result = invoke("plot", profile_json, "-o", chart)
+    one_line_error(result, f"cannot write {chart}: No space left on device")
+    assert list(tmp_path.iterdir()) == []

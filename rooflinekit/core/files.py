@@ -100,15 +100,20 @@ def write_atomic(path: str, text: str | bytes) -> None:
         umask = os.umask(0)
         os.umask(umask)
         file_mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, mode) as fh:
             fh.write(text)
         os.chmod(tmp, file_mode)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # a full disk, a file-size limit: the file named, nothing half-written
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
