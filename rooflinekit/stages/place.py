@@ -188,6 +188,12 @@ FLOP_CONVENTIONS = {
     "replaced by its architecture's model FLOPs, less projections that re-compute K/V of "
     "cached positions every step (kv_reexpand_flops)",
     "mfu_bound_model": "flops_model / (time_bound_s * peak)",
+    "sdpa": "F.scaled_dot_product_attention is one call whatever the backend: 2 * query-key pairs * "
+    "(E + Ev) per batch-head, softmax and scaling not counted; a causal call counts the triangle of "
+    "pairs it scores (a fused kernel skips the masked blocks) where torch's FlopCounterMode counts "
+    "the full square",
+    "out_overloads": "an op's out= overload (torch.mm(a, b, out=c)) counts its op's FLOPs; its out= "
+    "tensor is written once and not read",
 }
 TIME_CONVENTIONS = {
     "time_bound_s": "max(flops/peak, bytes/bandwidth) over the whole step (perfect overlap)",

@@ -198,10 +198,14 @@ class Recorder:
 
     def _flops(self, info: OpInfo, args, kwargs, out) -> tuple[float, bool, dict]:
         """(FLOPs, counted, attrs) from the op's formula: one that fails or answers no count is
-        reported in attrs["formula_error"] and leaves the op uncounted, not fatal."""
+        reported in attrs["formula_error"] and leaves the op uncounted, not fatal. An `.out`
+        overload answers to its op's formula (op_key is the overload packet) without its out=
+        arguments, which the formula gets as `out`."""
         attrs: dict = {}
         if info.formula is None:
             return 0.0, info.counted, attrs
+        if info.out_args:  # mm.out and the like: the formula's out= is the output, the same tensor
+            kwargs = {k: v for k, v in kwargs.items() if k not in info.out_args}
         flops, error = self.formulas.evaluate(info.name, info.formula, args, kwargs, out)
         if error is None:
             return flops, info.counted, attrs

@@ -52,6 +52,9 @@ class OpInfo:
     matmul: bool = False  # in MATMUL_OPS
     #: (position, name, written) of the arguments whose schema type can hold a tensor, in order
     operands: tuple[tuple[int, str, bool], ...] = ()
+    #: names of the out= arguments of an `.out` overload (schema `is_out`): written whole, never
+    #: read, and not handed to a FLOP formula, whose `out=` is the op's output
+    out_args: frozenset[str] = frozenset()
     formula: Callable | None = None  # the FLOP formula (the recorder's FormulaBook)
     counted: bool = False  # a formula, or a data-movement op (0 FLOPs by definition)
     memo: bool = False  # its meta outputs may come from the capture's MetaMemo (meta_memo.memoisable)
@@ -64,6 +67,12 @@ def _may_hold_tensors(schema_type) -> bool:
     for wrapper in ("Optional[", "List[", "]"):
         text = text.replace(wrapper, "")
     return text not in _SCALAR_TYPES
+
+
+def _is_out(argument) -> bool:
+    """Whether a schema argument is an out= argument: keyword-only and written (`is_out`)."""
+    return bool(getattr(argument, "is_out", argument.kwarg_only and argument.alias_info is not None
+                        and argument.alias_info.is_write))
 
 
 def direct(func) -> Callable:
@@ -97,6 +106,7 @@ def schema_info(func, name: str) -> OpInfo:
         operands=tuple((i, a.name, written) for i, (a, (_, written))
                        in enumerate(zip(schema.arguments, args_info, strict=True))
                        if _may_hold_tensors(a.type)),
+        out_args=frozenset(a.name for a in schema.arguments if _is_out(a)),
         memo=memoisable(func, any(returns_alias) or any(written for _, written in args_info)),
     )
     _SCHEMA_INFOS[id(func)] = (func, info)

@@ -171,8 +171,8 @@ def split(info: OpInfo, args: tuple, kwargs: dict, out_bytes: int, sid_of: SidOf
             ops.read(tensors, out_bytes if arg_name == info.gather_arg else None)
         elif partial is not None:
             ops.write_part(tensors, source, partial[1], sid_of)
-        else:
-            ops.write(tensors, info.reads_written, sid_of)
+        else:  # an out= argument is overwritten, never read
+            ops.write(tensors, info.reads_written and arg_name not in info.out_args, sid_of)
     return ops
 
 
