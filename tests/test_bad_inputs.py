@@ -13,6 +13,8 @@ import pkgutil
 import stat
 import subprocess
 import sys
+import textwrap
+import types
 from pathlib import Path
 
 import bad_inputs as pkg
@@ -20,7 +22,10 @@ import pytest
 from bad_inputs.case import ROOT, Case
 from click.testing import CliRunner
 
+import rooflinekit.core.plugins as plugins_module
 from rooflinekit.cli.main import cli
+from rooflinekit.core.errors import RooflineError
+from rooflinekit.core.plugins import PluginHost, reset_host
 
 
 def _all_cases() -> list[Case]:
@@ -51,7 +56,31 @@ def _snapshot(folder: Path) -> dict[str, object]:
     return out
 
 
+#: The name an inline plugin of a case is registered under (what its warning must name).
+PLUGIN = "rkcase"
+
+
+def _inline_plugin(source: str) -> PluginHost:
+    """A fresh plugin host (the built-ins) with the case's plugin module registered as PLUGIN."""
+    module = types.ModuleType(f"bad_inputs_{PLUGIN}")
+    exec(compile(textwrap.dedent(source), f"<{PLUGIN}>", "exec"), module.__dict__)
+    host = PluginHost()
+    host.register(module, PLUGIN, "test", "0")
+    return host
+
+
 def _run(case: Case, folder: Path) -> tuple[int, str, str]:
+    if case.plugin is not None:
+        previous = plugins_module._HOST
+        reset_host(_inline_plugin(case.plugin))
+        try:
+            return _run_cli(case, folder)
+        finally:
+            reset_host(previous)
+    return _run_cli(case, folder)
+
+
+def _run_cli(case: Case, folder: Path) -> tuple[int, str, str]:
     argv = case.argv(folder)
     env = dict(os.environ, **case.env)
     if case.subprocess:
@@ -87,7 +116,15 @@ def test_bad_input(case: Case, tmp_path: Path):
     if case.setup:
         case.setup(folder)
     before = _snapshot(folder)
+    if case.api is not None:
+        _check_api(case, folder)
+        assert _snapshot(folder) == before, "the case's folder changed"
+        return
     code, stdout, stderr = _run(case, folder)
+    if case.plugin is not None:
+        _check_warned(case, code, stdout, stderr)
+        assert _snapshot(folder) == before, "the case's folder changed (a file written, replaced or left behind)"
+        return
     lines = [line for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("rooflinekit: error: ")]
     assert code != 0, f"exit 0; stderr: {stderr}"
@@ -99,3 +136,27 @@ def test_bad_input(case: Case, tmp_path: Path):
         assert needle in errors[0], errors[0]
     assert stdout == "", f"stdout not empty: {stdout[:500]}"
     assert _snapshot(folder) == before, "the case's folder changed (a file written, replaced or left behind)"
+
+
+def _check_api(case: Case, folder: Path) -> None:
+    """A Python API call refused with one RooflineError holding every needle (no other exception)."""
+    with pytest.raises(RooflineError) as raised:
+        case.api(folder)
+    message = str(raised.value)
+    assert "\n" not in message.strip(), message
+    for needle in case.needles:
+        assert needle in message, message
+
+
+def _check_warned(case: Case, code: int, stdout: str, stderr: str) -> None:
+    """A plugin fault: the run went on (exit 0, a report out, no traceback) and exactly one warning
+    names the plugin, holding every needle."""
+    assert code == 0, f"exit {code}; stderr: {stderr}"
+    assert "Traceback" not in stderr + stdout, stderr
+    assert stdout.strip(), "no report on stdout"
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert not [line for line in lines if line.startswith("rooflinekit: error: ")], stderr
+    named = [line for line in lines if line.startswith("rooflinekit: warning: ") and f"plugin '{PLUGIN}'" in line]
+    assert len(named) == 1, f"expected one warning naming plugin '{PLUGIN}', got:\n{stderr}"
+    for needle in case.needles:
+        assert needle in named[0], named[0]

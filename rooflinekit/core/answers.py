@@ -16,7 +16,7 @@ Only hooks whose answer types live in `rooflinekit.core` have rules here; the st
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec, AttentionWindow
 
@@ -76,56 +76,213 @@ def _short(answer: object) -> str:
 
 
 # -- the rules ------------------------------------------------------------------------------------
-# The answer types the hook reference (rooflinekit.core.hookspecs) states. A hook's checks of values
-# (heads positive, costs finite, ...) belong in its rule here, after the type check.
+# The answer types the hook reference (rooflinekit.core.hookspecs) states, then their values: counts
+# finite and not negative, sizes whole numbers of at least 1, K/V heads within the heads. A value a
+# rule lets through is one the stages can compute with; docs/plugins.md lists the rules per hook.
+
+#: The most heads, head width or window a spec may state: far past any model, small enough that
+#: the products the costs form stay inside 64-bit sizes.
+MAX_SIZE = 1 << 24
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count_problem(name: str, value: object) -> str | None:
+    """'NAME must be ...' unless `value` is a finite number at least 0 (FLOPs, bytes)."""
+    if not _is_number(value) or not 0 <= value < float("inf"):
+        return f"{name} must be a finite number, not negative (got {value!r})"
+    return None
+
+
+def _size_problem(name: str, value: object, least: int = 1) -> str | None:
+    """'NAME must be ...' unless `value` is a whole number from `least` to MAX_SIZE."""
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_SIZE:
+        return f"{name} must be a whole number from {least} to {MAX_SIZE:,} (got {value!r})"
+    return None
+
+
+def _strings_problem(name: str, value: object) -> str | None:
+    """'NAME must be ...' unless `value` is a tuple or list of strings (a lone string is not)."""
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+        return f"{name} must be a tuple of strings (got {_short(value)})"
+    return None
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r is not None), None)
+
+
+def spec_problem(spec: object) -> str | None:
+    """Why an AttentionSpec cannot be costed, or None: its type, names, sizes, heads and window."""
+    found = type_problem(spec, AttentionSpec)
+    if found is not None:
+        return found
+    if not isinstance(spec.arch, str) or not spec.arch:
+        return f"arch must be a non-empty string (got {spec.arch!r})"
+    found = _first(*(_size_problem(n, getattr(spec, n)) for n in ("num_heads", "num_kv_heads", "head_dim",
+                                                                     "v_head_dim")))
+    if found is not None:
+        return found
+    if spec.num_kv_heads > spec.num_heads:
+        return f"num_kv_heads {spec.num_kv_heads} exceeds num_heads {spec.num_heads} (K/V heads are shared by heads)"
+    if spec.num_heads % spec.num_kv_heads:
+        return f"num_heads {spec.num_heads} is not a multiple of num_kv_heads {spec.num_kv_heads}"
+    for name in ("window", "chunk"):
+        value = getattr(spec, name)
+        if value is not None and value != 0:
+            found = found or _size_problem(name, value)
+    if found is not None:
+        return found
+    if spec.mode is not None and not isinstance(spec.mode, str):
+        return f"mode must be a string or None (got {spec.mode!r})"
+    if not isinstance(spec.extra, Mapping):
+        return f"extra must be a mapping (got {_short(spec.extra)})"
+    if not isinstance(spec.fixed_state, bool):
+        return f"fixed_state must be True or False (got {spec.fixed_state!r})"
+    return _strings_problem("notes", spec.notes)
+
+
+def cost_problem(cost: object) -> str | None:
+    """Why an AttentionCost cannot be placed, or None: every count finite and not negative, the
+    bytes at least the cache's."""
+    found = type_problem(cost, AttentionCost)
+    if found is not None:
+        return found
+    found = _first(*(_count_problem(n, getattr(cost, n)) for n in (
+        "flops_model", "kv_bytes_min", "bytes_min", "cache_bytes_per_token", "cache_bytes_per_sequence")))
+    if found is not None:
+        return found
+    if cost.bytes_min < cost.kv_bytes_min:
+        return "bytes_min must include kv_bytes_min"
+    if not isinstance(cost.flops_alt, Mapping):
+        return f"flops_alt must be a mapping of names to FLOPs (got {_short(cost.flops_alt)})"
+    found = _first(*(_count_problem(f"flops_alt[{k!r}]", v) for k, v in cost.flops_alt.items()))
+    return found or _strings_problem("notes", cost.notes)
 
 
 @validator("rooflinekit_attention_spec")
 @validator("rooflinekit_attention_spec_from_call")
 def _attention_spec(answer: object) -> str | None:
-    return type_problem(answer, AttentionSpec)
+    """An AttentionSpec with an arch, heads, widths from 1, K/V heads dividing the heads, a window
+    and chunk from 1 when set."""
+    return spec_problem(answer)
 
 
 @validator("rooflinekit_attention_window")
 def _attention_window(answer: object) -> str | None:
-    return type_problem(answer, (int, AttentionWindow))
+    """A window from 0 (0: full attention), or an AttentionWindow whose window and chunk are whole
+    numbers from 0 and whose notes are strings."""
+    if isinstance(answer, bool):
+        return "expected int/AttentionWindow"
+    found = type_problem(answer, (int, AttentionWindow))
+    if found is not None:
+        return found
+    if isinstance(answer, int):
+        return _size_problem("the window", answer, least=0)
+    return _first(_size_problem("window", answer.window, least=0), _size_problem("chunk", answer.chunk, least=0),
+                  _strings_problem("notes", answer.notes))
 
 
 @validator("rooflinekit_attention_cost")
 def _attention_cost(answer: object) -> str | None:
-    return type_problem(answer, AttentionCost)
+    """An AttentionCost whose FLOPs and bytes are finite and not negative, its bytes at least its cache's."""
+    return cost_problem(answer)
 
 
 @validator("rooflinekit_serving_attention")
 def _serving_attention(answer: object) -> str | None:
-    """An AttentionCost whose FLOPs and bytes are finite and not negative, its bytes at least its cache's."""
-    found = type_problem(answer, AttentionCost)
-    if found is not None:
-        return found
-    values = (answer.flops_model, answer.kv_bytes_min, answer.bytes_min)
-    if not all(isinstance(v, (int, float)) and 0 <= v < float("inf") for v in values):
-        return "FLOPs and bytes must be finite numbers, not negative"
-    if answer.bytes_min < answer.kv_bytes_min:
-        return "bytes_min must include kv_bytes_min"
-    return None
+    """As rooflinekit_attention_cost: finite counts, not negative, bytes_min including kv_bytes_min."""
+    return cost_problem(answer)
 
 
 @validator("rooflinekit_attention_shard")
 def _attention_shard(answer: object) -> str | None:
-    return type_problem(answer, AttentionShard)
+    """An AttentionShard whose spec is a usable AttentionSpec, with the cache's split named, its
+    kept-whole patterns strings, widths whole numbers and colwise shares in (0, 1]."""
+    found = type_problem(answer, AttentionShard)
+    if found is not None:
+        return found
+    found = spec_problem(answer.spec)
+    if found is not None:
+        return f"its spec: {found}" if not found.startswith("expected ") else \
+            f"its spec must be an AttentionSpec (got {_short(answer.spec)})"
+    if not isinstance(answer.kv, str) or not answer.kv:
+        return f"kv must be a non-empty string (got {answer.kv!r})"
+    found = _first(_strings_problem("replicated", answer.replicated),
+                   _size_problem("replicated_below", answer.replicated_below, least=0),
+                   None if answer.out_head_dim is None else _size_problem("out_head_dim", answer.out_head_dim))
+    if found is not None:
+        return found
+    if not isinstance(answer.colwise_shares, Mapping):
+        return f"colwise_shares must be a mapping (got {_short(answer.colwise_shares)})"
+    for width, share in answer.colwise_shares.items():
+        if _size_problem("a colwise_shares width", width) or not _is_number(share) or not 0 < share <= 1:
+            return f"colwise_shares must map output widths to shares in (0, 1] (got {width!r}: {share!r})"
+    if not isinstance(answer.note, str):
+        return f"note must be a string (got {answer.note!r})"
+    return None
 
 
 @validator("rooflinekit_op_formulas")
+def _formulas(answer: object) -> str | None:
+    """A dict of op names (or op packets) to callables."""
+    found = type_problem(answer, dict)
+    if found is not None:
+        return found
+    for key, value in answer.items():
+        if not callable(value):
+            return f"the formula for {key!r} must be callable (got {type(value).__name__})"
+        if isinstance(key, str) and not key:
+            return "an op name must not be empty"
+    return None
+
+
 @validator("rooflinekit_tp_plan")
 def _mapping(answer: object) -> str | None:
+    """A dict (its entries are checked one by one where the plan is read: a bad entry is named and
+    skipped, the rest of the plan kept)."""
     return type_problem(answer, dict)
 
 
 @validator("rooflinekit_hardware_dirs")
 def _hardware_dirs(answer: object) -> str | None:
+    """A list (its entries are checked one by one where the folders are read)."""
     return type_problem(answer, (list, tuple))
+
+
+@validator("rooflinekit_mixer_sites")
+def _mixer_sites(answer: object) -> str | None:
+    """A module path, or an iterable of them (a generator is read where the sites are gathered,
+    its failure named there); a mapping or a number is not."""
+    if isinstance(answer, str):
+        return None
+    if isinstance(answer, (Mapping, bytes)) or not isinstance(answer, Iterable):
+        return "expected str/list of module paths"
+    if isinstance(answer, (list, tuple, set, frozenset)):
+        bad = next((p for p in answer if not isinstance(p, str)), _OK)
+        if bad is not _OK:
+            return f"every site must be a module path (a string), got {_short(bad)}"
+    return None
+
+
+_OK = object()
 
 
 @validator("rooflinekit_advise_levers")
 def _advise_levers(answer: object) -> str | None:
+    """A list (each proposal is checked where the levers are gathered: a bad one is named and
+    dropped, the plugin's others kept)."""
     return type_problem(answer, list)
+
+
+@validator("rooflinekit_option_transform")
+def _option_transform(answer: object) -> str | None:
+    """A Transform (name, applies, apply) or a callable of the functional form."""
+    if callable(answer):
+        return None
+    if all(callable(getattr(answer, m, None)) for m in ("applies", "apply")) and \
+            isinstance(getattr(answer, "name", None), str):
+        return None
+    return "expected a Transform (name, applies, apply) or a callable"

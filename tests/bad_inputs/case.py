@@ -4,6 +4,13 @@ The harness (tests/test_bad_inputs.py) runs each case in a fresh folder and asse
 case: a non-zero exit (the given code, if any), exactly one line on stderr that starts with
 `rooflinekit: error: ` and holds every needle, no traceback, nothing on stdout, no file left
 behind, and every file the case started from unchanged.
+
+Two more kinds of case:
+- a plugin fault (`plugin`: an inline plugin module's source, registered in-process as 'rkcase' on a
+  fresh plugin host): the run goes on, exit 0, a report on stdout, and exactly one warning line that
+  names the plugin and holds every needle (the answer skipped, the next implementation's used);
+- a Python API call (`api`: a function of the case's folder): it raises a `RooflineError` whose message
+  holds every needle, and nothing else (no TypeError, AttributeError or bare ValueError).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ class Case:
     subprocess: bool = False  # run `python -m rooflinekit` in a child (process-level behaviour)
     stdin: str | None = None
     marks: tuple = ()
+    plugin: str | None = None  # an inline plugin's source: a warning case (see the module docstring)
+    api: Callable[[Path], object] | None = None  # a Python API call: a RooflineError case
 
     def argv(self, folder: Path) -> list[str]:
         subs = {"{dir}": str(folder), "{root}": str(ROOT), "{examples}": str(EXAMPLES)}
