@@ -14,9 +14,12 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
+from rooflinekit.core.files import partial_path
 from tests.conftest import EXAMPLES, ROOT, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -177,3 +180,90 @@ def test_a_full_disk_under_a_chart_is_one_line(invoke, tmp_path, monkeypatch, pr
     result = invoke("plot", profile_json, "-o", chart)
     one_line_error(result, f"cannot write {chart}: No space left on device")
     assert list(tmp_path.iterdir()) == []
+
+
+# -- 2. Ctrl-C and SIGTERM leave an existing -o file untouched ------------------------------------------
+
+SLOW = '''import time
+
+import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        print("slow forward", flush=True)  # to stderr: what a model prints stays off the report
+        time.sleep(0.4)
+        return self.proj(x)
+
+
+def build_model():
+    return M()
+
+
+def make_inputs(batch, context, phase):
+    return (torch.zeros(batch, 8),)
+'''
+
+
+def _interrupt(tmp_path, args, sig, forwards: int) -> tuple[int, list[str]]:
+    """Run rooflinekit in a child, send `sig` once `forwards` forwards of the slow model have
+    begun (each prints a line on stderr), and return its exit status and stderr lines."""
+    (tmp_path / "m.py").write_text(SLOW)
+
+    def preexec():  # Ctrl-C reaches the child as it would from a terminal, even if ours ignores it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, "-m", "rooflinekit", *args], cwd=tmp_path, env=_child_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while sum("slow forward" in line for line in lines) < forwards and proc.poll() is None:
+        assert time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    reader.join(10)
+    return code, [line.rstrip("\n") for line in lines if "slow forward" not in line and line.strip()]
+
+
+SWEEP = ["sweep", "m.py", "-H", "H800", "-b", "1,2,3,4,5,6,7,8", "-s", "64", "--no-fit", "--no-critical"]
+
+
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_mid_sweep_keeps_the_report_and_writes_the_points_done_beside_it(tmp_path, sig, status, word):
+    out, chart = tmp_path / "out.json", tmp_path / "chart.png"
+    out.write_text("the last report\n")
+    code, lines = _interrupt(tmp_path, [*SWEEP, "-o", "out.json", "--plot", "chart.png"], sig, forwards=3)
+    assert code == status, lines
+    assert out.read_text() == "the last report\n"
+    assert not chart.exists()
+    partial = json.loads((tmp_path / "out.partial.json").read_text())
+    assert partial["interrupted"] and 2 <= len(partial["points"]) < 8
+    assert (tmp_path / "chart.partial.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(lines) == 1 and "Traceback" not in lines[0], lines
+    assert lines[0].startswith(f"rooflinekit: error: {word} after {len(partial['points'])} of 8 points")
+    assert "out.partial.json" in lines[0] and "chart.partial.png" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chart.partial.png", "m.py", "out.json", "out.partial.json"]
+
+
+@pytest.mark.parametrize("sig,status,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_a_signal_mid_profile_leaves_the_report_untouched(tmp_path, sig, status, word):
+    out = tmp_path / "out.json"
+    out.write_text("the last report\n")
+    code, lines = _interrupt(tmp_path, ["profile", "m.py", "-H", "H800", "-o", "out.json"], sig, forwards=1)
+    assert code == status, lines
+    assert lines == [f"rooflinekit: error: {word}"]
+    assert out.read_text() == "the last report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.py", "out.json"]
+
+
+def test_partial_path():
+    assert partial_path("out.json") == "out.partial.json"
+    assert partial_path("dir/report") == "dir/report.partial"

@@ -478,7 +478,8 @@ def test_interrupted_sweep_keeps_points_done(invoke, tmp_path, monkeypatch):
     result = invoke("sweep", GQA, "-O", "layers=1", "-b", "1,2,3,4", "-s", "64", "-f", "json", "-o", out)
     assert result.exit_code == 130
     assert "interrupted after 2 of 4 points" in result.stderr and "Traceback" not in result.stderr
-    data = json.loads(out.read_text())
+    assert not out.exists()  # the points done go beside -o FILE: FILE.partial.EXT
+    data = json.loads(out.with_name("s.partial.json").read_text())
     assert data["interrupted"] and len(data["points"]) == 2 and data["critical_batch"] == []
     assert any(n.startswith("interrupted: 2 of 4 points done") for n in data["notes"])
 

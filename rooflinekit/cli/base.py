@@ -10,6 +10,7 @@ import sys
 import click
 
 from rooflinekit.core.errors import OutputError, RooflineError
+from rooflinekit.core.signals import interrupt_status, interrupt_word, sigterm_as_interrupt
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -86,13 +87,14 @@ class Command(click.Command):
     def invoke(self, ctx):
         debug = ctx.params.get("debug", False) or ctx.obj and ctx.obj.get("debug")
         try:
-            return super().invoke(ctx)
+            with sigterm_as_interrupt():  # SIGTERM stops the work as Ctrl-C does (exit 143)
+                return super().invoke(ctx)
         except RooflineError as exc:
             if debug:
                 raise
             _fail(str(exc))
         except KeyboardInterrupt as exc:  # a plugin's hook interrupted says which (rooflinekit.core.plugins)
-            _fail(str(exc) or "interrupted", 130)
+            _fail(str(exc) or interrupt_word(), interrupt_status())
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:  # stdout's reader went away

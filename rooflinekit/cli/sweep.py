@@ -21,8 +21,9 @@ from rooflinekit.cli.options import (
 from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.files import check_not_input
+from rooflinekit.core.files import check_not_input, is_special, partial_path, write_atomic
 from rooflinekit.core.request import Deployment
+from rooflinekit.core.signals import interrupt_status, interrupt_word
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import sweep_html
 from rooflinekit.outputs.plot import check_target, write_plot
@@ -53,7 +54,8 @@ is profiled; a fit off by more than 1%, or a solved batch below the ridge, falls
 search with real profiles up to --max-batch), or "never" with the intensity it saturates at.
 On --device cpu/cuda only the sweep's own batches are profiled: the critical batch is then
 extrapolated from the fit, and says so.
-Ctrl-C keeps the points already done (written with a note), and exits non-zero.
+Ctrl-C (or SIGTERM) keeps the points already done, with a note: written to FILE.partial.EXT beside
+-o FILE (and --plot's chart), which is left as it was; exit status 130 (143 for SIGTERM).
 """
 
 def decorate(f):
@@ -94,6 +96,7 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
+    _check_partials(output, plot_path, inputs)
     total = len(batches) * len(contexts)
     tty = sys.stderr.isatty()
     bar = click.progressbar(length=total, label="sweep", file=sys.stderr) if tty else None
@@ -112,11 +115,47 @@ def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt
         raise KeyboardInterrupt
     for w in data["warnings"]:
         click.echo(f"rooflinekit: warning: {w}", err=True)
-    emit(sweep_html(data) if fmt == "html" else render_sweep(data, fmt, wide=wide, colour=use_colour(fmt, output)), output)
+    text = sweep_html(data) if fmt == "html" else render_sweep(data, fmt, wide=wide, colour=use_colour(fmt, output))
+    if result.interrupted:
+        _interrupted(data, text, output, plot_path, total)
+    emit(text, output)
     if plot_path:
         n = write_plot(data, plot_path)
         click.echo(f"wrote {plot_path} ({n} points)", err=True)
-    if result.interrupted:
-        click.echo(f"rooflinekit: error: interrupted after {len(data['points'])} of {total} points "
-                   "(the points done were written)", err=True)
-        sys.exit(130)
+
+
+def _partial(path: str | None) -> str | None:
+    """Where an interrupted sweep writes what `path` would have held: FILE.partial.EXT beside a
+    file (which stays as it was); a device or FIFO is written through; None for stdout."""
+    return None if not path else path if is_special(path) else partial_path(path)
+
+
+def _check_partials(output: str | None, plot_path: str | None, inputs) -> None:
+    """Before any work: an interrupted sweep's partial files must not name an input either."""
+    for option, path in (("--output", output), ("--plot", plot_path)):
+        partial = _partial(path)
+        if partial and partial != path:
+            check_not_input(partial, inputs, f"{option}'s partial file")
+
+
+def _interrupted(data: dict, text: str, output: str | None, plot_path: str | None, total: int) -> None:
+    """A sweep stopped by Ctrl-C or SIGTERM: the points done go to FILE.partial.EXT (or stdout),
+    the -o file and the chart are left as they were, one line says where, and the exit status
+    says which signal (130, 143)."""
+    written = []
+    report = _partial(output)
+    if report:
+        write_atomic(report, text)
+        written.append(report)
+    else:
+        emit(text, None)
+    chart = _partial(plot_path)
+    if chart:
+        write_plot(data, chart)
+        written.append(chart)
+    where = f" to {' and '.join(written)}" if written else ""
+    kept = [p for p in (output, plot_path) if p and p not in written]
+    left = f" ({' and '.join(kept)} left as {'they were' if len(kept) > 1 else 'it was'})" if kept else ""
+    click.echo(f"rooflinekit: error: {interrupt_word()} after {len(data['points'])} of {total} points: "
+               f"the points done were written{where}{left}", err=True)
+    sys.exit(interrupt_status())

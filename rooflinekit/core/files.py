@@ -117,3 +117,10 @@ def write_atomic(path: str, text: str | bytes) -> None:
         if isinstance(exc, OSError):  # a full disk, a file-size limit: the file named, nothing half-written
             raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
+
+
+def partial_path(path: str) -> str:
+    """Where an interrupted run's partial output goes, beside `path`: out.json -> out.partial.json
+    (the file `path` names is left as it was)."""
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.partial{p.suffix}"))
