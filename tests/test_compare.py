@@ -78,7 +78,7 @@ def test_ratio_edge_cases():
     (None, ["not found"]),
     ("not json at all", ["invalid JSON"]),
     ('{"schema_version": "1.0"}', ["not a rooflinekit report"]),
-    ('{"schema_version": "1.0", "kind": "sweep", "points": [], "hardware": {}}', ["takes a profile report"]),
+    ('{"schema_version": "1.0", "kind": "sweep", "points": [], "hardware": {}}', ["takes two profile reports", "got a sweep report"]),
     ('{"schema_version": "1.0", "totals": {"flops": 1}, "modules": [], "attention": [], "workload": {}}',
      ["totals.intensity", "hardware (an object)", "workload.phase", "attention_totals (an object)"]),
     ('{"schema_version": "4.1", "kind": "profile"}', ["schema_version '4.1'", "schema 1.x"]),

@@ -267,3 +267,75 @@ def test_a_signal_mid_profile_leaves_the_report_untouched(tmp_path, sig, status,
 def test_partial_path():
     assert partial_path("out.json") == "out.partial.json"
     assert partial_path("dir/report") == "dir/report.partial"
+
+
+# -- 5. every report kind recognised; plot draws what it can --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory, profile_json):
+    """One report of every kind rooflinekit writes (small: a one-layer llama, a 2 x 2 sweep, a
+    plan on 2 GPUs)."""
+    from click.testing import CliRunner
+
+    from rooflinekit.cli.main import cli
+
+    folder = tmp_path_factory.mktemp("kinds")
+    runs = {
+        "sweep": ["sweep", str(GQA), *TINY, "-b", "1,2", "-s", "64", "--no-critical", "-f", "json"],
+        "advise": ["advise", str(GQA), *TINY, "-f", "json"],
+        "compare": ["compare", str(profile_json), str(profile_json), "-f", "json"],
+        "plan": ["plan", str(GQA), *TINY[:-2], "--gpus", "2", "--isl", "128", "--osl", "16", "--tp", "1,2",
+                 "--pp", "1", "--max-batch", "64", "--no-check", "-f", "json"],
+    }
+    paths = {"profile": profile_json}
+    for kind, args in runs.items():
+        paths[kind] = folder / f"{kind}.json"
+        result = CliRunner().invoke(cli, [*args, "-o", str(paths[kind])])
+        assert result.exit_code == 0, result.stderr
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["sweep", "advise", "compare", "plan"])
+def test_compare_names_the_kind_it_got_and_what_it_takes(invoke, reports, kind):
+    result = invoke("compare", reports["profile"], reports[kind])
+    one_line_error(result, "compare takes two profile reports", f"got a{'n' if kind == 'advise' else ''} {kind} "
+                   f"report: {reports[kind]}")
+
+
+def test_report_kinds_are_all_recognised(reports):
+    from rooflinekit.outputs.report_io import REPORT_KINDS, report_kind
+
+    assert sorted(REPORT_KINDS) == sorted(reports)
+    for kind, path in reports.items():
+        assert report_kind(json.loads(path.read_text())) == kind
+
+
+@pytest.mark.parametrize("kind,what", [("profile", "points"), ("sweep", "points"), ("advise", "levers"),
+                                       ("plan", "configurations")])
+def test_plot_draws_every_report_with_a_chart(invoke, tmp_path, reports, kind, what):
+    chart = tmp_path / f"{kind}.png"
+    result = invoke("plot", reports[kind], "-o", chart)
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote {chart} (" in result.stderr and f" {what})" in result.stderr
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_refuses_a_comparison_in_one_line(invoke, tmp_path, reports):
+    result = invoke("plot", reports["compare"], "-o", tmp_path / "c.png")
+    one_line_error(result, "plot draws profile, sweep, advise and plan reports", "got a compare report")
+    assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.parametrize("kind", ["advise", "plan"])
+def test_plot_ops_on_a_chart_without_ops(invoke, tmp_path, reports, kind):
+    result = invoke("plot", reports[kind], "--plot-ops", "-o", tmp_path / "x.png")
+    one_line_error(result, "--plot-ops applies to a profile report", f"{kind} report")
+
+
+def test_plot_of_a_plan_with_a_missing_field_is_one_line(invoke, tmp_path, reports):
+    data = json.loads(reports["plan"].read_text())
+    del data["configs"]
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps(data))
+    one_line_error(invoke("plot", bad, "-o", tmp_path / "x.png"), "not a usable rooflinekit plan report", "configs")

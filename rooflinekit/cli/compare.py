@@ -17,6 +17,8 @@ from rooflinekit.outputs.html import compare_html
 from rooflinekit.outputs.render import FORMATS
 from rooflinekit.outputs.report_io import load_report
 
+COMPARE_TAKES = "compare takes two profile reports (written by `rooflinekit profile -f json`)"
+
 
 @click.command("compare", cls=Command)
 @click.argument("report_a", metavar="A.json")
@@ -29,7 +31,7 @@ def compare_cmd(report_a, report_b, fmt, output, debug):
     token, per layer), and modules whose names match."""
     fmt = output_format(fmt, output)
     check_destination(output, [("the first report", report_a), ("the second report", report_b)])
-    a = load_report(report_a, ("profile",))
-    b = load_report(report_b, ("profile",))
+    a = load_report(report_a, ("profile",), COMPARE_TAKES)
+    b = load_report(report_b, ("profile",), COMPARE_TAKES)
     comparison = compare(a, b, report_a, report_b)
     emit(compare_html(comparison, a, b) if fmt == "html" else render_compare(comparison, fmt), output)

@@ -18,8 +18,10 @@ import click
 
 from rooflinekit.core.codec import DecodeError, upgrade_profile
 from rooflinekit.core.errors import ReportFileError
+from rooflinekit.core.plan import PLAN_SCHEMA_VERSION
 from rooflinekit.core.report import Report, report_schema
 from rooflinekit.core.version import READABLE_SCHEMAS
+from rooflinekit.outputs.plan_io import plan_schema
 from rooflinekit.stages.hardware import check_value
 
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
@@ -38,21 +40,36 @@ _JSON_TYPES_OK = {
 _JSON_TYPES = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
-def report_kind(data: object) -> str | None:
-    """'profile', 'sweep', or None when `data` does not look like a rooflinekit report at all.
+#: Every kind of report rooflinekit writes (the `kind` of its JSON).
+REPORT_KINDS = ("profile", "sweep", "advise", "plan", "compare")
 
-    A report says its kind (`"kind": "profile"` or `"sweep"`); a profile report written before
-    `kind` existed is recognised by `schema_version` with `totals` and `modules`. This only names
-    the kind: `check_report` says whether the fields the commands read are there.
+
+def report_kind(data: object) -> str | None:
+    """'profile', 'sweep', 'advise', 'plan' or 'compare', or None when `data` does not look like a
+    rooflinekit report at all.
+
+    A report says its kind (`"kind": "profile"`, ...) beside its `schema_version`; a comparison
+    (`compare -f json`) has no schema version, and is known by its rows and its two sides; a profile
+    report written before `kind` existed is recognised by `schema_version` with `totals` and
+    `modules`. This only names the kind: `check_report` says whether the fields the commands read
+    are there.
     """
-    if not isinstance(data, dict) or "schema_version" not in data:
+    if not isinstance(data, dict):
         return None
     kind = data.get("kind")
-    if kind in ("profile", "sweep"):
+    if kind == "compare" and isinstance(data.get("rows"), list) and "a" in data and "b" in data:
+        return kind
+    if "schema_version" not in data:
+        return None
+    if kind in REPORT_KINDS:
         return kind
     if kind is None and "totals" in data and "modules" in data:
         return "profile"
     return None
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def _type_ok(value: object, node: dict) -> bool:
@@ -115,17 +132,19 @@ def schema_problems(data: dict, node: dict, defs: dict, where: str = "") -> list
 
 #: Sections the commands read that a report's dataclass gives a default (so its schema does not
 #: require them): a report without them is not usable, although it decodes.
-READ_SECTIONS = {"profile": ("attention_totals", "modules", "attention"), "sweep": ("points",)}
+READ_SECTIONS = {"profile": ("attention_totals", "modules", "attention"), "sweep": ("points",),
+                 "advise": ("levers",)}
 
 
 def check_report(data: dict, kind: str) -> list[str]:
     """The problems of a `kind` report: wrong schema major version, missing or mistyped fields
     against the JSON Schema generated from the report dataclasses (a 1.x profile upgraded first)."""
     version = data.get("schema_version")
-    if not isinstance(version, str) or version.split(".")[0] not in SCHEMA_MAJORS:
-        readable = " and ".join(f"{m}.x" for m in SCHEMA_MAJORS)
+    majors = (PLAN_SCHEMA_VERSION.split(".")[0],) if kind == "plan" else SCHEMA_MAJORS
+    if not isinstance(version, str) or version.split(".")[0] not in majors:
+        readable = " and ".join(f"{m}.x" for m in majors)
         return [f"schema_version {version!r} (this rooflinekit reads schema {readable})"]
-    schema = report_schema(kind)
+    schema = plan_schema() if kind == "plan" else report_schema(kind)
     node = dict(schema, required=[*schema["required"], *READ_SECTIONS.get(kind, ())])
     return schema_problems(upgrade_profile(data) if kind == "profile" else data, node, schema["$defs"])
 
@@ -204,9 +223,11 @@ def _check_hardware(data: dict) -> list[str]:
     return problems
 
 
-def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Report | dict:
+def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep"), takes: str | None = None) -> Report | dict:
     """Read a rooflinekit JSON report from `path`: a profile report as a `Report` (schema 1.x
-    upgraded), a sweep report as its dict; ReportFileError if it is not a usable one."""
+    upgraded), any other kind (`kinds`: those the command takes) as its dict; ReportFileError if it
+    is not a usable one. `takes` says what the command takes ("compare takes two profile reports"),
+    in the line that answers a report of another kind."""
 
     file = Path(path)
     if not file.exists():
@@ -230,7 +251,9 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Rep
     if kind is None:
         raise ReportFileError(f"{path} is not a rooflinekit report (write one with `rooflinekit profile -f json`)")
     if kind not in kinds:
-        raise ReportFileError(f"{path} is a {kind} report; this command takes a {' or '.join(kinds)} report")
+        if takes:
+            raise ReportFileError(f"{takes}; got {_a(kind)} report: {path}")
+        raise ReportFileError(f"{path} is {_a(kind)} report; this command takes {_a(' or '.join(kinds))} report")
     values = check_values(data)  # before the field check: its messages say which number and why
     if values:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: " + "; ".join(values))
@@ -238,7 +261,7 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep")) -> Rep
     if problems:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: missing or invalid "
                               + "; ".join(problems))
-    problems = _check_hardware(data)
+    problems = _check_hardware(data) if kind not in ("plan", "compare") else []  # a plan names its hardware
     if problems:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: " + "; ".join(problems))
     if kind != "profile":
