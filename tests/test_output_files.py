@@ -339,3 +339,59 @@ def test_plot_of_a_plan_with_a_missing_field_is_one_line(invoke, tmp_path, repor
     bad = tmp_path / "plan.json"
     bad.write_text(json.dumps(data))
     one_line_error(invoke("plot", bad, "-o", tmp_path / "x.png"), "not a usable rooflinekit plan report", "configs")
+
+
+# -- 4. huge numbers read back: drawn and printed, or refused in one line --------------------------------
+
+
+def _with_number(path, tmp_path, old: str, new: str, name: str = "huge.json"):
+    """The report at `path` with the first JSON text `old` replaced by `new` (a raw number)."""
+    text = path.read_text()
+    assert old in text, old
+    out = tmp_path / name
+    out.write_text(text.replace(old, new, 1))
+    return out
+
+
+@pytest.mark.parametrize("number,shown", [("1" + "0" * 400, "an integer of about 401 digits"),
+                                          ("1e300", "1e+300"), ("-1" + "0" * 400, "an integer of about 401 digits")])
+def test_huge_flops_in_a_profile_report_are_one_line(invoke, tmp_path, profile_json, number, shown):
+    flops = json.loads(profile_json.read_text())["totals"]["flops"]
+    huge = _with_number(profile_json, tmp_path, f'"flops": {flops!r}', f'"flops": {number}')
+    for result in (invoke("plot", huge, "-o", tmp_path / "x.png"), invoke("compare", profile_json, huge)):
+        one_line_error(result, str(huge), "totals.flops", shown)
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_a_huge_batch_in_a_sweep_report_is_one_line(invoke, tmp_path, reports):
+    huge = _with_number(reports["sweep"], tmp_path, '"batch": 1,', '"batch": 1' + "0" * 400 + ",")
+    one_line_error(invoke("plot", huge, "-o", tmp_path / "x.png"), "points[0].batch: implausibly large")
+
+
+def test_a_number_past_pythons_digit_limit_is_one_line(invoke, tmp_path, profile_json):
+    flops = json.loads(profile_json.read_text())["totals"]["flops"]
+    huge = _with_number(profile_json, tmp_path, f'"flops": {flops!r}', '"flops": 1' + "0" * 5000)
+    one_line_error(invoke("compare", profile_json, huge), str(huge), "not a rooflinekit report", "4300 digits")
+
+
+@pytest.mark.parametrize("kind,field", [("advise", "tokens_per_s"), ("plan", "tokens_per_s_per_gpu")])
+def test_huge_numbers_in_advise_and_plan_reports_are_one_line(invoke, tmp_path, reports, kind, field):
+    data = json.loads(reports[kind].read_text())
+    row = data["levers"][0] if kind == "advise" else data["configs"][0]
+    row[field] = 1e300
+    huge = tmp_path / f"{kind}.json"
+    huge.write_text(json.dumps(data))
+    one_line_error(invoke("plot", huge, "-o", tmp_path / "x.png"), str(huge), f"{field}: implausibly large")
+
+
+@pytest.mark.parametrize("scale", [1e20, 1e-25])
+def test_large_and_small_numbers_within_bounds_are_drawn_and_printed(invoke, tmp_path, profile_json, scale):
+    data = json.loads(profile_json.read_text())
+    for row in [data["totals"], *data["modules"]]:
+        row["flops"] *= scale
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps(data))
+    assert invoke("plot", report, "-o", tmp_path / "x.svg").exit_code == 0
+    result = invoke("compare", report, profile_json)
+    assert result.exit_code == 0, result.stderr
+    assert "Traceback" not in result.stderr

@@ -173,6 +173,14 @@ def _field(path: list) -> str:
     return out or "(top level)"
 
 
+def _shown(value: Real) -> str:
+    """A number in a message: `:g`, or the digits of an integer too large for a float (a JSON
+    integer can be any length; 1 followed by 400 zeros is no float)."""
+    if isinstance(value, int) and abs(value) > 1e300:
+        return f"an integer of about {int(abs(value).bit_length() * math.log10(2)) + 1} digits"
+    return f"{value:g}"
+
+
 def check_values(data: object, limit: int = 3) -> list[str]:
     """Numbers that no report can hold, each as 'field: what' (at most `limit`): non-finite (NaN,
     Infinity, or a number too large for a float, as 1e400), negative counts, sizes and times,
@@ -195,14 +203,14 @@ def check_values(data: object, limit: int = 3) -> list[str]:
         if isinstance(value, bool) or not isinstance(value, Real):
             continue
         where = _field(path)
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             problems.append(f"{where}: not a finite number ({value})")
             continue
         keys = [p for p in path if isinstance(p, str)][-2:]
         if value < 0 and not free and keys and keys[-1] not in _SIGNED and any(_NON_NEGATIVE.search(k) for k in keys):
-            problems.append(f"{where}: negative ({value:g})")
+            problems.append(f"{where}: negative ({_shown(value)})")
         elif abs(value) > MAX_MAGNITUDE:
-            problems.append(f"{where}: implausibly large ({value:g})")
+            problems.append(f"{where}: implausibly large ({_shown(value)})")
     return problems
 
 
@@ -242,6 +250,8 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep"), takes:
         raise ReportFileError(f"{path} is not a rooflinekit report: invalid JSON at line {exc.lineno}") from None
     except RecursionError:
         raise ReportFileError(f"{path} is not a rooflinekit report: JSON nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (4300): no report holds one
+        raise ReportFileError(f"{path} is not a rooflinekit report: {str(exc).split(':')[0].lower()}") from None
     except OSError as exc:
         raise ReportFileError(f"cannot read report {path}: {exc.strerror or exc}") from None
     if not isinstance(data, dict):
