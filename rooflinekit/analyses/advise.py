@@ -32,8 +32,8 @@ from rooflinekit.stages.collectives import binding as time_binding
 from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.transform import LegacyTransform, Transform
-from rooflinekit.stages.workload import MAX_BATCH
+from rooflinekit.stages.transform import LegacyTransform, Transform, guarded, transform_problem
+from rooflinekit.stages.workload import MAX_BATCH, check_workload, validate_levers
 
 #: Tensor-parallel sizes tried, multi-token decode lengths tried, int4's group size.
 TP_SIZES = (2, 4, 8)
@@ -237,27 +237,60 @@ def builtin_levers(w: Workload, d: Deployment, profiled: Profiled,
 
 
 def plugin_levers(host: PluginHost, w: Workload, d: Deployment, report: Report,
-                  source: ModelSource) -> list[Candidate]:
-    """What plugins propose through `rooflinekit_advise_levers`; a malformed proposal is a warning."""
+                  source: ModelSource, taken: set[str] | None = None) -> list[Candidate]:
+    """What plugins propose through `rooflinekit_advise_levers`; a malformed proposal (see
+    `proposal_problem`), or one whose name a lever already has (`taken`: the built-in levers'), is
+    named in a warning and dropped, the plugin's other proposals kept."""
     out = []
+    names = set(taken or ())
     for answer, plugin in host.call_all("rooflinekit_advise_levers", expect=list, workload=w, deployment=d,
                                         report=report, source=source):
         for p in answer:
-            if not isinstance(p, LeverProposal) or not p.name:
-                host.warn(f"plugin '{plugin}' answered rooflinekit_advise_levers with {type(p).__name__}, "
-                          "expected LeverProposal with a name; ignored")
-            elif p.skip:
-                out.append(Candidate(p.name, skip=str(p.skip), source=plugin))
-            elif p.workload is not None and not isinstance(p.workload, Workload):
-                host.warn(f"plugin '{plugin}' proposed lever '{p.name}' with a {type(p.workload).__name__} "
-                          "for its workload, expected a Workload; ignored")
-            elif p.deployment is not None and not isinstance(p.deployment, Deployment):
-                host.warn(f"plugin '{plugin}' proposed lever '{p.name}' with a {type(p.deployment).__name__} "
-                          "for its deployment, expected a Deployment; ignored")
-            else:
-                out.append(Candidate(p.name, p.assumption, workload=p.workload, deployment=p.deployment,
-                                     source=plugin, rebuild=bool(p.rebuild), transform=p.transform))
+            reason = proposal_problem(p, w, d)
+            label = f"lever '{p.name}'" if isinstance(p, LeverProposal) and isinstance(p.name, str) else "a lever"
+            if reason is None and p.name in names:
+                reason = "a lever of that name is already listed (the first is kept)"
+            if reason is not None:
+                host.warn(f"plugin '{plugin}' proposed {label}: {reason}; ignored")
+                continue
+            names.add(p.name)
+            if p.skip:
+                out.append(Candidate(p.name, skip=p.skip, source=plugin))
+                continue
+            transform = guarded(p.transform, plugin, f"lever '{p.name}'") if p.transform is not None else None
+            out.append(Candidate(p.name, p.assumption, workload=p.workload, deployment=p.deployment,
+                                 source=plugin, rebuild=p.rebuild, transform=transform))
     return out
+
+
+def proposal_problem(p: object, w: Workload, d: Deployment) -> str | None:
+    """Why a plugin's lever cannot be priced, or None: a LeverProposal with a name, strings for its
+    assumption and skip, a transform that is one, and a request that runs (the workload and the
+    deployment checked as the command line checks the user's: phase, batch, context, formats)."""
+    if not isinstance(p, LeverProposal):
+        return f"expected a LeverProposal, got {type(p).__name__}"
+    if not isinstance(p.name, str) or not p.name.strip():
+        return f"its name must be a non-empty string, got {p.name!r}"
+    if not isinstance(p.assumption, str) or (p.skip is not None and not isinstance(p.skip, str)):
+        return "its assumption and skip must be strings"
+    if p.skip:
+        return None
+    if not isinstance(p.rebuild, bool):
+        return f"rebuild must be True or False, got {p.rebuild!r}"
+    if p.workload is not None and not isinstance(p.workload, Workload):
+        return f"its workload is a {type(p.workload).__name__}, expected a Workload"
+    if p.deployment is not None and not isinstance(p.deployment, Deployment):
+        return f"its deployment is a {type(p.deployment).__name__}, expected a Deployment"
+    if p.transform is not None and transform_problem(p.transform) is not None:
+        return transform_problem(p.transform)
+    try:
+        check_workload(p.workload or w)
+        validate_levers(p.workload or w, p.deployment or d)
+    except RooflineError as exc:
+        return f"its request cannot run ({exc})"
+    except Exception as exc:  # a field of a type no check expects (a str tp, ...)
+        return f"its request cannot be read ({type(exc).__name__}: {exc})"
+    return None
 
 
 # -- pricing -------------------------------------------------------------------------------------
@@ -444,8 +477,9 @@ def advise(
         deployment = replace(deployment, hardware=base.report.hardware.source or base.report.hardware.name)
     run = _Run(source, replace(source, build_model=_always(base.model)), workload, deployment, host, db, base,
                progress)
-    rows, skipped, notes = _price_levers(run, builtin_levers(workload, deployment, base, extras)
-                                         + plugin_levers(host, workload, deployment, base.report, source))
+    builtins = builtin_levers(workload, deployment, base, extras)
+    rows, skipped, notes = _price_levers(run, builtins + plugin_levers(host, workload, deployment, base.report, source,
+                                                                       {c.name for c in builtins}))
     rows = _speculative(run, rows, extras)
     r = base.report
     baseline = replace(price("baseline", r, None, "the workload as given"), kind="baseline")

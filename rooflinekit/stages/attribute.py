@@ -33,7 +33,14 @@ from rooflinekit.core.specs import (
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.capture import CaptureResult, OpRecord
-from rooflinekit.stages.mixers import StorageLife, mixer_paths, state_traffic, with_mixers
+from rooflinekit.stages.mixers import (
+    StorageLife,
+    mixer_paths,
+    mixer_sites,
+    not_a_mixer,
+    state_traffic,
+    with_mixers,
+)
 
 
 @dataclass
@@ -495,6 +502,7 @@ def _attribute_attention(
     sites = find_sites(cap)
     mixers = mixer_paths(model, host)
     if mixers:  # layers that keep a state may run no attention product: named by their plugins
+        mixers = mixer_sites(mixers, sites, modules, host)
         sites = with_mixers(cap, sites, mixers)
     life: StorageLife | None = None
     subtrees = _subtrees(cap.ops, set(sites))
@@ -507,6 +515,9 @@ def _attribute_attention(
         call = _call_for(path, module_class, core, cap.param_storages)
         call = _with_unique_kv_heads(call, core, kv.path, by_index)
         spec, plugin, candidates = _recognise(path, modules, call, host)
+        if path in mixers and not getattr(spec, "fixed_state", False):
+            host.warn(not_a_mixer(path, mixers[path], spec, plugin))
+            continue
         if spec is not None and getattr(spec, "fixed_state", False):
             life = life or StorageLife.of(cap)
             kv = _fixed_state_traffic(subtree, life, workload)

@@ -18,30 +18,92 @@ from dataclasses import dataclass
 
 import torch
 
+from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost
+from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 
 
-def mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:
-    """Module paths every plugin names as a fixed-state mixer (`rooflinekit_mixer_sites`); asked
-    once per model in a sweep (rooflinekit.core.model_facts)."""
+def mixer_paths(model: torch.nn.Module, host: PluginHost) -> dict[str, str]:
+    """Module path -> the plugin that names it a fixed-state mixer (`rooflinekit_mixer_sites`; the
+    first to name it); asked once per model in a sweep (rooflinekit.core.model_facts)."""
     return cached(model, (*fact("mixer_paths"), id(host)), lambda: _mixer_paths(model, host))
 
 
-def _mixer_paths(model: torch.nn.Module, host: PluginHost) -> set[str]:
-    paths: set[str] = set()
-    for answer, _ in host.call_all("rooflinekit_mixer_sites", model=model):
-        if isinstance(answer, str):
-            answer = (answer,)
-        if isinstance(answer, Iterable):
-            paths.update(p for p in answer if isinstance(p, str))
+def _mixer_paths(model: torch.nn.Module, host: PluginHost) -> dict[str, str]:
+    paths: dict[str, str] = {}
+    for answer, plugin in host.call_all("rooflinekit_mixer_sites", model=model):
+        named = _read_sites(answer, plugin, host)
+        for path in named:
+            paths.setdefault(path, plugin)
     return paths
 
 
-def with_mixers(cap: CaptureResult, sites: dict[str, list[OpRecord]], paths: set[str]) -> dict[str, list[OpRecord]]:
+def _read_sites(answer: object, plugin: str, host: PluginHost) -> list[str]:
+    """A plugin's answer as a list of paths: a generator read here, under the same guard as the
+    hook (its failure or a non-path named in one warning, the whole answer dropped)."""
+    if isinstance(answer, str):
+        return [answer]
+    try:
+        with stdout_to_stderr():
+            named = list(answer) if isinstance(answer, Iterable) else []
+    except (UserError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        host.warn(f"plugin '{plugin}' failed in rooflinekit_mixer_sites (reading its sites): "
+                  f"{type(exc).__name__}: {exc}; ignored")
+        return []
+    bad = [p for p in named if not isinstance(p, str)]
+    if bad:
+        host.warn(f"plugin '{plugin}' answered rooflinekit_mixer_sites with {type(bad[0]).__name__} "
+                  f"{bad[0]!r}: every site must be a module path (a string); ignored")
+        return []
+    return named
+
+
+def nested(path: str, other: str) -> bool:
+    """Whether module `path` lies inside module `other` (the root, "", holds every module)."""
+    return path != other and (other == "" or path.startswith(other + "."))
+
+
+def mixer_sites(paths: dict[str, str], sites: dict[str, list[OpRecord]],
+                modules: dict[str, torch.nn.Module], host: PluginHost) -> dict[str, str]:
+    """The named paths that can be sites of their own: a module of the model that neither holds
+    nor lies inside an attention site found by its products, nor lies inside another named path
+    (the outermost is the layer, its parts are its ops). A dropped path is named, once per plugin,
+    in a warning; a kept one must still be recognised as a fixed-state layer (`rooflinekit.stages.
+    attribute`)."""
+    kept: dict[str, str] = {}
+    dropped: dict[str, list[str]] = {}
+    named = set(paths)
+    for path, plugin in paths.items():
+        if path in sites:
+            continue  # already a site by its products
+        inside = [s for s in sites if nested(path, s) or nested(s, path)] + [s for s in named if nested(path, s)]
+        if path not in modules or inside:
+            dropped.setdefault(plugin, []).append(path or "(root)")
+        else:
+            kept[path] = plugin
+    for plugin, dropped_paths in dropped.items():
+        host.warn(f"plugin '{plugin}' named {len(dropped_paths)} module(s) as mixer sites that are no layer of "
+                  f"their own ({', '.join(sorted(dropped_paths)[:3])}{', ...' if len(dropped_paths) > 3 else ''}): "
+                  "a site is a module of the model that holds no other site and lies in none; ignored")
+    return kept
+
+
+def not_a_mixer(path: str, named_by: str, spec: object, plugin: str | None) -> str:
+    """The warning for a named path that is recognised as no fixed-state layer (a projection inside
+    a layer, a norm, an embedding): it is no site, its ops stay where they ran."""
+    what = (f"recognised by '{plugin}' as {getattr(spec, 'arch', '?')}, not a fixed-state layer" if spec is not None
+            else "recognised by no plugin")
+    return (f"plugin '{named_by}' named module '{path}' as a mixer site, but it is {what}: a mixer site holds a "
+            "state (a spec with fixed_state=True); ignored")
+
+
+def with_mixers(cap: CaptureResult, sites: dict[str, list[OpRecord]], paths) -> dict[str, list[OpRecord]]:
     """`sites` plus each mixer path that ran ops of its own, all in execution order (first op)."""
-    extra = paths - set(sites)
+    extra = set(paths) - set(sites)
     if not extra:
         return sites
     found: dict[str, list[OpRecord]] = {}

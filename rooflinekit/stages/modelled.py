@@ -116,6 +116,11 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
                 _RUNNING.append(_who)
                 try:
                     return _m.forward(_mod, _path, args, kwargs)
+                except (UserError, KeyboardInterrupt):
+                    raise
+                except Exception as exc:  # the plugin's code, not the model's: say whose
+                    raise UserError(f"{_who} failed modelling module '{_path}': {type(exc).__name__}: "
+                                    f"{exc}") from None
                 finally:
                     _RUNNING.pop()
 

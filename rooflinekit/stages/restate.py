@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.transform import Counted, Transform, TransformContext, as_transform
+from rooflinekit.stages.transform import Counted, Transform, TransformContext, guarded
 
 HOOK = "rooflinekit_option_transform"
 
@@ -20,9 +20,9 @@ def option_transforms(options: dict, host: PluginHost) -> dict[str, Transform]:
     """{option name: the transform a plugin restates it with} for the options some plugin restates."""
     out = {}
     for name, value in options.items():
-        answer, _ = host.call_first(HOOK, name=name, value=value)
+        answer, plugin = host.call_first(HOOK, name=name, value=value)
         if answer is not None:
-            out[name] = as_transform(answer)
+            out[name] = guarded(answer, plugin, f"transform of -O {name}={value}")
     return out
 
 

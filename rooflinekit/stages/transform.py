@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.attribute import AttentionSite
@@ -85,6 +86,59 @@ def as_transform(value: Transform | LegacyTransform) -> Transform:
     if callable(value):
         return FunctionTransform(value, getattr(value, "__name__", "lever"))
     raise TypeError(f"a transform must be a Transform or a callable, got {type(value).__name__}")
+
+
+def transform_problem(value: object) -> str | None:
+    """Why `value` is no transform (a Transform, or a callable of the functional form), or None."""
+    if isinstance(value, Transform) and isinstance(getattr(value, "name", None), str):
+        return None
+    if callable(value) and not isinstance(value, type):
+        return None
+    return f"a transform must be a Transform (name, applies, apply) or a callable, got {type(value).__name__}"
+
+
+@dataclass(frozen=True)
+class PluginTransform:
+    """A plugin's transform run under a guard: an exception it raises, or a result that is no
+    `Counted`, is named with the plugin in one warning and ends this request with one line (an
+    advise lever is then listed as skipped with that reason; the other levers are priced)."""
+
+    inner: Transform
+    plugin: str
+    what: str  # "lever 'absorbed MLA'", "option mode=absorbed"
+    name: str = "plugin transform"
+
+    def _fail(self, ctx: TransformContext, reason: str) -> UserError:
+        message = f"plugin '{self.plugin}' {reason} in its {self.what}"
+        ctx.host.warn(f"{message}; ignored")
+        return UserError(message)
+
+    def applies(self, ctx: TransformContext) -> bool:
+        try:
+            return bool(self.inner.applies(ctx))
+        except UserError:
+            raise
+        except Exception as exc:
+            raise self._fail(ctx, f"failed ({type(exc).__name__}: {exc})") from None
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        try:
+            out = self.inner.apply(counted, ctx)
+        except UserError:
+            raise
+        except Exception as exc:
+            raise self._fail(ctx, f"failed ({type(exc).__name__}: {exc})") from None
+        if not isinstance(out, Counted) or not isinstance(out.capture, CaptureResult) \
+                or not isinstance(out.attention, list) or not all(isinstance(n, str) for n in out.notes):
+            raise self._fail(ctx, f"returned {type(out).__name__}, not a restated capture (Counted with "
+                                  "a CaptureResult, a list of attention rows and string notes),")
+        return out
+
+
+def guarded(value: Transform | LegacyTransform, plugin: str, what: str) -> PluginTransform:
+    """A plugin's transform (checked with `transform_problem` first) under `PluginTransform`'s guard."""
+    inner = as_transform(value)
+    return PluginTransform(inner, plugin, what, name=str(getattr(inner, "name", "plugin transform")))
 
 
 def rebuild_ops(ops: list[OpRecord], drop: set[int], inserts: dict[int, list[OpRecord]],

@@ -109,6 +109,26 @@ def validate(phase: str, batch: int, context: int, dtype: str, device: str) -> N
         raise WorkloadError(f"unknown device '{device}': use meta, cpu or cuda")
 
 
+def check_workload(workload: Workload) -> None:
+    """A workload built in code (a plugin's lever, a Python API call) checked as the command line
+    checks the user's: its fields' types first (a string batch, a float context), then `validate`.
+    One clear error per bad field, naming it."""
+    w = workload
+    for name in ("phase", "dtype", "device"):
+        value = getattr(w, name)
+        if not isinstance(value, str):
+            raise WorkloadError(f"{name} must be a string, got {value!r}")
+    for name in ("batch", "context"):
+        value = getattr(w, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WorkloadError(f"{name} must be a whole number, got {value!r}")
+    if not isinstance(w.options, tuple) or not all(isinstance(o, tuple) and len(o) == 2 and isinstance(o[0], str)
+                                                   for o in w.options):
+        raise WorkloadError(f"options must be (name, value) pairs, got {w.options!r}")
+    # a mixed step's groups and chunk are checked by validate_levers (validate_mixed)
+    validate("decode" if w.phase == MIXED else w.phase, w.batch, w.context, w.dtype, w.device)
+
+
 def validate_levers(workload: Workload, deployment: Deployment) -> None:
     """One clear error per bad weight format, group size, KV format, multi-token decode length,
     parallel degree or memory fraction."""

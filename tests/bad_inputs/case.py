@@ -8,7 +8,8 @@ behind, and every file the case started from unchanged.
 Two more kinds of case:
 - a plugin fault (`plugin`: an inline plugin module's source, registered in-process as 'rkcase' on a
   fresh plugin host): the run goes on, exit 0, a report on stdout, and exactly one warning line that
-  names the plugin and holds every needle (the answer skipped, the next implementation's used);
+  names the plugin and holds every needle (the answer skipped, the next implementation's used); with
+  an `exit_code`, a fault the run cannot go on from: the ordinary one-error-line checks;
 - a Python API call (`api`: a function of the case's folder): it raises a `RooflineError` whose message
   holds every needle, and nothing else (no TypeError, AttributeError or bare ValueError).
 """
