@@ -103,6 +103,16 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     rate_d = best.decode.instances * best.batch / (targets.osl * best.tpot_s)
     assert best.tokens_per_s_per_gpu == pytest.approx(targets.osl * min(rate_p, rate_d) / best.gpus, rel=1e-9)
     assert best.tokens_per_s_per_user == pytest.approx(1 / best.tpot_s, rel=1e-12)
+    # time to first token: one prefill of the prompt, then its KV cache sent to the decode pool
+    prefill_deployment = replace(deployment, tp=best.prefill.tp, ep=best.prefill.ep)
+    prefill = profile(source, Workload("prefill", 1, targets.isl), prefill_deployment,
+                      options=ReportOptions(detail=False, measure=False)).report
+    held = profile(source, Workload("decode", 1, targets.isl), deployment,
+                   options=ReportOptions(detail=False, measure=False)).report
+    hw = hardware_db(get_host()).get("H800")
+    kv = held.memory.kv_bytes_per_sequence * best.decode.tp
+    sent = hw.interconnect_latency + kv / (hw.interconnect_bandwidth / 2)  # one direction of the link
+    assert best.ttft_s == pytest.approx(prefill.totals.expected_step_s + sent, rel=1e-9)
 
 
 def test_pareto_front_of_fitting_configs(planned):

@@ -36,6 +36,7 @@ from rooflinekit.core.errors import UserError, WorkloadError
 from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative, Targets, pareto_front
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import activation_peak
@@ -241,8 +242,10 @@ class Planner:
         return 16 if self.options.kernels == "serving" else 1
 
     def _send_s(self, tokens: int, hidden: float, gpus: int) -> float:
-        """One pipeline send of `tokens` hidden states between stages (point to point)."""
-        bandwidth = self.hw.interconnect_bandwidth or 0.0
+        """One point-to-point send of `tokens` x `hidden` bytes (a pipeline send, a prompt's KV
+        cache): the link's latency and its one-direction bandwidth, the scale-out network's when
+        `gpus` span nodes."""
+        bandwidth = link_bandwidth(self.hw.interconnect_bandwidth) or 0.0  # one direction
         latency = self.hw.interconnect_latency or 0.0
         if gpus > (self.hw.node_gpus or gpus):
             bandwidth = self.hw.scale_out_bandwidth or bandwidth
@@ -315,7 +318,9 @@ class Planner:
         rate_p, rate_d = 1.0 / prefill_s, batch / (t.osl * tpot)
         n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d)
         used = n_p * gp + n_d * gd
-        transfer = self._send_s(1, dv.kv_bytes(t.isl) * gd / pp / max(1, t.isl) * t.isl, used) if used > 1 else 0.0
+        # the prompt's KV cache, one decode GPU's share times the GPUs sharing it, sent once
+        kv_sent = dv.kv_bytes(t.isl) * max(dv.deployment.tp, dv.deployment.ep)
+        transfer = self._send_s(1, kv_sent, used) if used > 1 else 0.0
         ttft = prefill_s + transfer
         output = t.osl * min(n_p * rate_p, n_d * rate_d)
         d = dv.deployment

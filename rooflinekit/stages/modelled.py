@@ -114,8 +114,11 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
 
             def forward(*args, _m=answer, _mod=module, _path=path, _who=who, **kwargs):
                 _RUNNING.append(_who)
+                rec = active_recorder()
+                first = len(rec.ops) if rec is not None else 0
                 try:
-                    return _m.forward(_mod, _path, args, kwargs)
+                    output = _m.forward(_mod, _path, args, kwargs)
+                    return _linked(rec, first, (*args, *kwargs.values()), output)
                 except (UserError, KeyboardInterrupt):
                     raise
                 except Exception as exc:  # the plugin's code, not the model's: say whose
@@ -135,6 +138,27 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
                 module.forward = previous
             else:
                 del module.forward
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    return [t for t in values if isinstance(t, torch.Tensor)]
+
+
+def _linked(rec, first: int, inputs: tuple, output):
+    """`output`, with the records the module model emitted (from index `first`) linked to the data
+    the block moves: each reads the block's tensor inputs, the last writes its output. The
+    block then sits between its input and its output as an anchor, as the real block would, and the
+    fused view does not join the element-wise ops after it to those before it."""
+    if rec is None or len(rec.ops) <= first:
+        return output
+    sid = rec.storages.id
+    read = tuple((sid(t), float(t.numel() * t.element_size())) for t in _tensors(inputs))
+    for record in rec.ops[first:]:  # each depends on the block's input (none is reordered before it)
+        record.reads = tuple(record.reads) + read
+    last = rec.ops[-1]
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    last.writes = tuple(last.writes) + tuple((sid(t), float(t.numel() * t.element_size())) for t in _tensors(outputs))
+    return output
 
 
 def emit_collective(
