@@ -19,7 +19,6 @@ import time
 
 import pytest
 
-from rooflinekit.core.files import partial_path
 from tests.conftest import EXAMPLES, ROOT, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -265,6 +264,8 @@ def test_a_signal_mid_profile_leaves_the_report_untouched(tmp_path, sig, status,
 
 
 def test_partial_path():
+    from rooflinekit.core.files import partial_path
+
     assert partial_path("out.json") == "out.partial.json"
     assert partial_path("dir/report") == "dir/report.partial"
 
@@ -395,3 +396,17 @@ def test_large_and_small_numbers_within_bounds_are_drawn_and_printed(invoke, tmp
     result = invoke("compare", report, profile_json)
     assert result.exit_code == 0, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("pareto", [1e29], "pareto[0]: expected an integer"),
+    ("pareto", [99999], "pareto 99999 not an index into configs"),
+    ("best_index", -1, "best_index -1 not an index into configs"),
+])
+def test_a_plan_with_a_bad_index_is_one_line(invoke, tmp_path, reports, field, value, needle):
+    data = json.loads(reports["plan"].read_text())
+    data[field] = value
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps(data))
+    one_line_error(invoke("plot", bad, "-o", tmp_path / "x.png"), str(bad), needle)
+    assert not (tmp_path / "x.png").exists()

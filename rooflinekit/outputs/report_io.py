@@ -21,7 +21,7 @@ from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.plan import PLAN_SCHEMA_VERSION
 from rooflinekit.core.report import Report, report_schema
 from rooflinekit.core.version import READABLE_SCHEMAS
-from rooflinekit.outputs.plan_io import plan_schema
+from rooflinekit.outputs.plan_io import plan_from_dict, plan_schema
 from rooflinekit.stages.hardware import check_value
 
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
@@ -274,12 +274,29 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep"), takes:
     problems = _check_hardware(data) if kind not in ("plan", "compare") else []  # a plan names its hardware
     if problems:
         raise ReportFileError(f"{path} is not a usable rooflinekit {kind} report: " + "; ".join(problems))
+    if kind == "plan":
+        _check_plan(path, data)
     if kind != "profile":
         return data
     try:
         return Report.from_dict(data)
     except (DecodeError, TypeError, ValueError) as exc:
         raise ReportFileError(f"{path} is not a usable rooflinekit profile report: {exc}") from None
+
+
+def _check_plan(path: str, data: dict) -> None:
+    """A plan read back: its dataclasses decode, and its indices (`pareto`, `best_index`,
+    `closest`) name configurations it holds."""
+    try:
+        plan = plan_from_dict(data)
+    except (DecodeError, TypeError, ValueError) as exc:
+        raise ReportFileError(f"{path} is not a usable rooflinekit plan report: {exc}") from None
+    n = len(plan.configs)
+    named = [("pareto", i) for i in plan.pareto] + [("best_index", plan.best), ("closest", plan.closest)]
+    bad = [f"{field} {i}" for field, i in named if i is not None and not 0 <= i < n]
+    if bad:
+        raise ReportFileError(f"{path} is not a usable rooflinekit plan report: {', '.join(bad[:3])} "
+                              f"not an index into configs ({n} configurations)")
 
 
 def attention_figures(report: Report) -> dict:
