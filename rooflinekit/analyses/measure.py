@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -184,6 +184,16 @@ class Measurement:
         return sum(self.op_time_s.values())
 
 
+@dataclass(frozen=True)
+class FreshInputs:
+    """Inputs `make()` makes anew, as the counted forward got them, for each forward `measure` runs:
+    a forward that changes its inputs (a KV cache written in place, a cache that grows, positions
+    that advance) leaves the next one another step to run, so each starts from the counted
+    forward's state instead."""
+
+    make: Callable[[], object]
+
+
 def _sync(device: str):
     if device.startswith("cuda"):
         return torch.cuda.synchronize
@@ -222,15 +232,18 @@ def measure(
 ) -> Measurement:
     """Time `repeats` forwards (after `warmup`) and join the times to the captured ops by index.
 
-    Call with the same device/dtype and module-model contexts the capture ran under.
+    Call with the same device/dtype and module-model contexts the capture ran under. `inputs`:
+    the forward's inputs, every forward runs on them as they are; or `FreshInputs`, made anew
+    before every forward (outside its timing).
     """
     if warmup < 0:
         raise ValueError("warmup must be >= 0")
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
     cuda = device.startswith("cuda")
-    plain = _plain_forwards(model, inputs, device, warmup, repeats)
-    sequences, prof = _profiled_forwards(model, inputs, device, warmup, repeats, formulas)
+    supply = inputs.make if isinstance(inputs, FreshInputs) else (lambda: inputs)
+    plain = _plain_forwards(model, supply, device, warmup, repeats)
+    sequences, prof = _profiled_forwards(model, supply, device, warmup, repeats, formulas)
     mappings, unmatched = _align_all([op.name for op in captured], sequences)
     per_op, per_op_cpu, steps = _op_times(prof, mappings, cuda)
 
@@ -258,43 +271,60 @@ def measure(
     )
 
 
-def _plain_forwards(model: torch.nn.Module, inputs, device: str, warmup: int, repeats: int) -> list[float]:
+def _next_inputs(supply: Callable[[], object], sync: Callable[[], None]) -> object:
+    """The next forward's inputs, made and settled on the device before its timing starts (a cache
+    being filled on the GPU must not be waited for inside the step)."""
+    inputs = supply()
+    sync()
+    return inputs
+
+
+def _plain_forwards(model: torch.nn.Module, supply: Callable[[], object], device: str, warmup: int,
+                    repeats: int) -> list[float]:
     """The wall time of each of `repeats` forwards (after `warmup`) with no modes and no profiler:
-    what the model costs with nothing attached."""
+    what the model costs with nothing attached. `supply()` gives each forward its inputs."""
     sync = _sync(device)
     with torch.no_grad():
         for _ in range(warmup):
-            call_forward(model, inputs)
+            call_forward(model, _next_inputs(supply, sync))
         sync()
         plain = []
         for _ in range(repeats):
+            inputs = _next_inputs(supply, sync)
             start = time.perf_counter()
             call_forward(model, inputs)
             sync()
             plain.append(time.perf_counter() - start)
+            del inputs  # freed before the next are made: one cache on the device at a time
     return plain
 
 
-def _profiled_forwards(model: torch.nn.Module, inputs, device: str, warmup: int, repeats: int,
-                       formulas: FormulaBook | None) -> tuple[list[list[str]], torch.profiler.profile]:
+def _profiled_forwards(model: torch.nn.Module, supply: Callable[[], object], device: str, warmup: int,
+                       repeats: int, formulas: FormulaBook | None) -> tuple[list[list[str]], torch.profiler.profile]:
     """An instrumented warm-up (first-call costs of the modes and hooks), then `repeats` profiled
-    forwards under timed recording: each repeat's recorded op names, and the profiler."""
+    forwards under timed recording: each repeat's recorded op names, and the profiler. `supply()`
+    gives each forward its inputs, made outside the step range (and outside timed recording: their
+    ops are not numbered)."""
     sync = _sync(device)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.no_grad():
         for _ in range(warmup):
+            inputs = _next_inputs(supply, sync)
             with timed_recording(model, formulas):
                 call_forward(model, inputs)
             sync()
+            del inputs
         sequences: list[list[str]] = []
         with torch.profiler.profile(activities=activities) as prof:
             for r in range(repeats):
+                inputs = _next_inputs(supply, sync)
                 # the modes are entered outside the step range: hook set-up is not step time
                 with timed_recording(model, formulas) as rec, _Range(f"{STEP_PREFIX}{r}"):
                     call_forward(model, inputs)
                     sync()
+                del inputs
                 sequences.append([op.name for op in rec.ops])
     return sequences, prof
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from rooflinekit.analyses.measure import (
+    FreshInputs,
     cpu_hardware,
     modelled_modules,
     with_alt_placement,
@@ -104,6 +105,9 @@ class Counting:
     notes: list[str]
     #: The capture and its attention rows before the transforms (the other kernels view is run from it).
     raw: Counted | None = None
+    #: Makes the inputs anew as the counted forward got them (measured mode: every timed forward
+    #: starts from the state the counted one did, a cache the forward wrote or grew made again).
+    fresh_inputs: Callable[[], object] | None = None
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -166,7 +170,8 @@ def counted_forward(built: Built, source: ModelSource, workload: Workload, deplo
     raw = Counted(cap, rows)
     counted = run_transforms(raw, transforms_for(lever), ctx)
     notes = list(source.notes) + [m.assumption_note for m in models]
-    return Counting(built.model, built.inputs, counted, models, notes, raw=raw)
+    return Counting(built.model, built.inputs, counted, models, notes, raw=raw,
+                    fresh_inputs=lambda: inputs_for(source, workload))
 
 
 def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
@@ -262,7 +267,8 @@ def measured(counting: Counting, workload: Workload, deployment: Deployment, hos
              options: ReportOptions):
     """Annotate: real forwards timed and joined to the counted ops (rooflinekit.analyses.measure)."""
     with in_effect(workload), module_models(counting.model, workload, host, deployment):
-        return run_measure(counting.model, counting.inputs, counting.counted.capture.ops, device=workload.device,
+        inputs = FreshInputs(counting.fresh_inputs) if counting.fresh_inputs is not None else counting.inputs
+        return run_measure(counting.model, inputs, counting.counted.capture.ops, device=workload.device,
                            warmup=options.warmup, repeats=options.repeats, formulas=formula_book(host),
                            trace=bool(options.trace))
 
