@@ -71,7 +71,8 @@ def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: in
     dropped = downstream(ops, site, set(reexpand), last)  # the attention output feeds the ops after it
     spec = replace(row.spec, mode="absorbed")
     cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec,
-                              workload=attention_workload(workload, row.dtype, row.causal, deployment))
+                              workload=attention_workload(workload, row.dtype, row.causal, deployment,
+                                                          row.shape))
     if cost is None:
         return None
     x = spec.extra

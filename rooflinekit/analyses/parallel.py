@@ -457,7 +457,7 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
         shard = attention_shard(spec, tp, host, row.module)
         new_spec, kv, note = shard.spec, shard.kv, shard.note
         heads, kv_heads = new_spec.num_heads, new_spec.num_kv_heads
-        aw = attention_workload(workload, row.dtype, row.causal, deployment)
+        aw = attention_workload(workload, row.dtype, row.causal, deployment, row.shape)
         cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
         new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + ([note] if note else []))
         out.append(new)

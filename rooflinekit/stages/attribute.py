@@ -15,6 +15,7 @@ or a matrix product of two activations (QK^T, PV). For each site:
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from dataclasses import dataclass, field, replace
 
@@ -64,6 +65,9 @@ class AttentionSite:
     kv_reexpand_flops: float = 0.0  # projections re-applied to cached positions every step
     causal: bool | None = None  # what the model FLOPs assumed (see `causality`)
     notes: list[str] = field(default_factory=list)
+    #: (batch, q_len, context) the layer's attention calls ran at, read from their shapes
+    #: (`ran_shape`); its cost is asked there, not at the workload's. None: the workload's.
+    shape: tuple[int, int, int] | None = None
 
     @property
     def recognised(self) -> bool:
@@ -309,14 +313,74 @@ def cost_and_notes(spec: AttentionSpec | None, aw: AttentionWorkload, causal_not
 
 
 def attention_workload(workload: Workload, dtype: str, causal: bool | None,
-                       deployment: Deployment | None = None) -> AttentionWorkload:
+                       deployment: Deployment | None = None,
+                       shape: tuple[int, int, int] | None = None) -> AttentionWorkload:
     """What a layer's cost formula is asked at `workload`: q and output at the layer's `dtype`,
     cached elements at the deployment's KV cache format (or fp8 activations') size where one is
-    given, else at `dtype`'s."""
+    given, else at `dtype`'s. `shape`: the (batch, q_len, context) the layer's calls ran at
+    (AttentionSite.shape), which replaces the workload's."""
     itemsize = dtype_itemsize(dtype)
     cache = (deployment or Deployment()).kv_itemsize(workload.dtype_key) or itemsize
-    return AttentionWorkload(batch=workload.batch, q_len=workload.q_len, context=workload.context,
+    batch, q_len, context = shape or (workload.batch, workload.q_len, workload.context)
+    return AttentionWorkload(batch=batch, q_len=q_len, context=context,
                              phase=workload.phase, cache_itemsize=cache, act_itemsize=itemsize, causal=causal)
+
+
+def _call_shapes(core: list[OpRecord]) -> list[tuple[tuple, tuple]]:
+    """(q shape, k shape) of each attention call among a site's ops: every fused call, else each QK^T
+    product shaped as the site's first (a loop over sequences runs several); none where a PV product
+    could have those shapes too (keys as many as the head dimension)."""
+    fused = [(tuple(op.attrs["q_shape"]), tuple(op.attrs["k_shape"])) for op in core
+             if op.kind == "fused" and "q_shape" in op.attrs]
+    if fused:
+        return fused
+    # a site's core holds no product of a parameter: every product of two operands is one of activations
+    products = [tuple(tuple(s) for s in op.attrs["operand_shapes"]) for op in core
+                if op.kind != "fused" and is_attention_product(op, set())
+                and len(op.attrs.get("operand_shapes") or ()) == 2]
+    if not products or len(products[0][0]) < 3 or len(products[0][1]) < 3:
+        return []
+    q, kt = products[0]
+    same = products.count(products[0])
+    if kt[-2] != q[-1] or (same > 1 and kt[-1] == q[-1]):
+        return []
+    return [(q, (*kt[:-2], kt[-1], kt[-2]))] * same
+
+
+def ran_shape(core: list[OpRecord], spec: AttentionSpec | None,
+              workload: Workload) -> tuple[int, int, int] | None:
+    """(batch, q_len, context) a site's attention calls ran at, read from their shapes. With q laid
+    out [B, H, L, E] (H the spec's heads) the queries are L and the sequences B, summed over the
+    calls; any other layout ([B*H, L, E], heads folded into the rows) gives the query rows over the
+    heads, split into sequences at the phase's queries per sequence (prefill: one per key; decode:
+    the workload's q_len). The keys are k's length in prefill; in decode the workload's context
+    (a cache shorter than it is a window, which a window plugin or the row's read note accounts
+    for; one longer, padding). None for a fixed-state layer, calls over different key lengths, and
+    rows that do not divide so."""
+    heads = spec.num_heads if spec is not None and not getattr(spec, "fixed_state", False) else 0
+    shapes = _call_shapes(core) if heads > 0 else []
+    if not shapes or len({k[-2] for _, k in shapes}) != 1:
+        return None
+    context = shapes[0][1][-2] if workload.phase == "prefill" else workload.context
+    if all(len(q) >= 4 and q[-3] == heads for q, _ in shapes) and len({q[-2] for q, _ in shapes}) == 1:
+        q_len, batch = shapes[0][0][-2], sum(math.prod(q[:-3]) for q, _ in shapes)
+    else:
+        rows = sum(math.prod(q[:-1]) for q, _ in shapes)
+        q_len = context if workload.phase == "prefill" else workload.q_len
+        if rows % (heads * q_len):
+            return None
+        batch = rows // (heads * q_len)
+    return (batch, q_len, context) if batch and q_len and context else None
+
+
+def shape_note(shape: tuple[int, int, int] | None, workload: Workload) -> str | None:
+    """A row's note when its calls ran at another shape than the workload says, else None."""
+    if shape is None or shape == (workload.batch, workload.q_len, workload.context):
+        return None
+    batch, q_len, context = shape
+    return (f"attention ran at batch {batch}, {q_len} queries over {context} keys per sequence (the "
+            f"workload: batch {workload.batch}, {workload.q_len} over {workload.context}): its model "
+            "FLOPs and minimum are costed at the shapes that ran")
 
 
 #: Copies that may repeat K/V (repeat_kv's expand + reshape is a clone of a stride-0 view).
@@ -456,23 +520,27 @@ def _recognise(path: str, modules: dict, call: AttentionCall | None,
 
 
 def _costed(spec: AttentionSpec | None, core: list[OpRecord], kv: _KVTraffic, workload: Workload,
-            deployment: Deployment, host: PluginHost) -> tuple[AttentionCost | None, list[str], bool | None]:
-    """A site's architecture cost at the deployment, the notes it carries before its spec's, and
-    whether its FLOPs assumed causal attention."""
+            deployment: Deployment, host: PluginHost) -> tuple[AttentionCost | None, list[str], bool | None,
+                                                               tuple[int, int, int] | None]:
+    """A site's architecture cost at the deployment and at the shapes its calls ran at, the notes it
+    carries before its spec's, whether its FLOPs assumed causal attention, and those shapes."""
     causal, causal_note = causality(core, workload)
     if spec is not None and getattr(spec, "fixed_state", False):
         causal_note = None  # a recurrence is causal by construction: no mask to read
-    aw = attention_workload(workload, kv.dtype, causal, deployment)
+    shape = ran_shape(core, spec, workload)
+    aw = attention_workload(workload, kv.dtype, causal, deployment, shape)
     cost, cost_notes = cost_and_notes(spec, aw, causal_note, host, kv.read, kv.reexpand_flops,
                                       sorted({op.module for op in kv.reexpand}), kv.repeat)
-    return cost, cost_notes, causal
+    note = shape_note(shape, workload)
+    return cost, cost_notes + ([note] if note else []), causal, shape
 
 
 def _site_row(path: str, module_class: str, spec: AttentionSpec | None, plugin: str | None,
               core: list[OpRecord], kv: _KVTraffic,
-              costed: tuple[AttentionCost | None, list[str], bool | None]) -> AttentionSite:
+              costed: tuple[AttentionCost | None, list[str], bool | None, tuple[int, int, int] | None]
+              ) -> AttentionSite:
     """The AttentionSite of one site, from what was recognised, costed and measured of it."""
-    cost, cost_notes, causal = costed
+    cost, cost_notes, causal, shape = costed
     return AttentionSite(
         module=path or "(root)",
         module_class=module_class,
@@ -490,6 +558,7 @@ def _site_row(path: str, module_class: str, spec: AttentionSpec | None, plugin: 
         op_indices=[op.index for op in core],
         kv_op_indices=kv.path,
         notes=list(cost_notes) + list(spec.notes if spec else ()),
+        shape=shape,
     )
 
 

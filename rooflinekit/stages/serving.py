@@ -93,7 +93,7 @@ class _Layer:
 
 def serving_cost(row: AttentionSite, workload: Workload, ctx: TransformContext) -> tuple[AttentionCost | None, AttentionCost | None]:
     """(the layer's serving cost, one GPU's under --tp) from its architecture plugin, or Nones."""
-    aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment)
+    aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment, row.shape)
     cost, _ = ctx.host.call_first(HOOK, expect=AttentionCost, spec=row.spec, workload=aw)
     if cost is None or ctx.deployment.tp <= 1:
         return cost, cost
