@@ -123,6 +123,40 @@ def test_model_flops_spread_over_attention_ops_sum_to_totals():
     assert inside, "the attention layer's ops carry its model FLOPs"
 
 
+def test_measured_mfu_is_model_flops_where_model_and_executed_differ():
+    """Naive MLA in multi-token decode: the fused call scores every new token against every cached
+    position (its mask is not inspected), model FLOPs count the causal pairs among the new tokens.
+    Each measured MFU (step, op, module, attention layer) is model FLOPs over time, HFU executed:
+    an MFU computed from executed FLOPs fails here."""
+    workload = Workload("decode", 2, 16, "fp32", "cpu", tuple(sorted(dict(TINY_MLA, mode="naive").items())),
+                        decode_q_len=8)
+    report = profile(load_source(str(MLA), dict(TINY_MLA, mode="naive")), workload, Deployment("H800"),
+                     options=ReportOptions(measure=True, warmup=1, repeats=2)).report.to_dict()
+    hw = hardware_db().get("H800")
+    peak = hw.peak_flops["fp32"]
+    t, m = report["totals"], report["totals"]["measured"]
+    assert t["flops_model"] < t["flops_executed"] * (1 - 1e-3)  # they differ, well past rounding
+    step = m["step_time_s"]
+    assert m["mfu"] == pytest.approx(t["flops_model"] / (step * peak), rel=1e-9)
+    assert m["hfu"] == pytest.approx(t["flops_executed"] / (step * peak), rel=1e-9)
+    assert m["mfu"] < m["hfu"] * (1 - 1e-3)
+    (att,) = report["attention"]
+    assert att["flops_model"] < 0.9 * att["flops_executed"]
+    assert att["measured"]["mfu"] == pytest.approx(att["flops_model"] / (att["measured"]["time_s"] * peak), rel=1e-9)
+    assert att["measured"]["hfu"] == pytest.approx(att["flops_executed"] / (att["measured"]["time_s"] * peak), rel=1e-9)
+    differ = [op for op in report["ops"] if op["flops_model"] != op["flops"]]
+    assert differ
+    for op in differ:
+        time_s = op["measured"]["time_s"]
+        assert op["measured"]["mfu"] == pytest.approx(op["flops_model"] / (time_s * hw.peak_flops[op["dtype"]]), rel=1e-9)
+        assert op["measured"]["hfu"] == pytest.approx(op["flops"] / (time_s * hw.peak_flops[op["dtype"]]), rel=1e-9)
+    modules = [mod for mod in report["modules"] if mod["flops_model"] != mod["flops"]]
+    assert modules
+    for mod in modules:
+        time_s = mod["measured"]["time_s"]
+        assert mod["measured"]["mfu"] == pytest.approx(mod["flops_model"] / (time_s * hw.peak_flops[mod["dtype"]]), rel=1e-9)
+
+
 def test_measure_joins_by_capture_index_on_a_plain_module():
     lin = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
     x = torch.randn(8, 64)
