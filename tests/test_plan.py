@@ -231,10 +231,9 @@ def test_python_api_plan_returns_the_typed_result_and_names_bad_arguments():
     import rooflinekit
 
     assert "plan" in rooflinekit.__all__
-    result = rooflinekit.plan(MODEL, gpus=2, isl=512, osl=128, tpot=0.002,
-                              search=PlanOptions(pps=(1,), max_batch=8))
+    result = rooflinekit.plan(MODEL, isl=512, osl=128, tpot=0.002, search=PlanOptions(gpus=2, pps=(1,), max_batch=8))
     assert result.best_config is not None and result.candidates == len(result.configs)
-    for kwargs, name in (({"isl": "4k"}, "isl"), ({"tpot": -1.0}, "tpot"), ({"gpus": 0}, "gpus"),
+    for kwargs, name in (({"isl": "4k"}, "isl"), ({"tpot": -1.0}, "tpot"), ({"search": PlanOptions(gpus=0)}, "gpus"),
                          ({"prefix_hit": 1.0}, "prefix_hit")):
         with pytest.raises(rooflinekit.RooflineError, match=name):
             rooflinekit.plan(MODEL, **kwargs)

@@ -65,10 +65,11 @@ class PlanOptions:
     chunks: tuple[int, ...] = CHUNKS
     max_batch: int = MAX_BATCH
     mtp: int = 0
-    draft: ModelSource | None = None
+    draft: ModelSource | str | None = None  # a draft model (its source, or a path in the Python API)
     accept: float = DEFAULT_ACCEPT
     memory_fraction: float = 0.9
     check: bool = True
+    dtype: str = "bf16"  # the activation dtype (the Python API's; the CLI passes --dtype to run_plan)
 
 
 @dataclass
@@ -512,15 +513,13 @@ def _positive(name: str, value, kind: type, *, allow_none: bool = False):
     return kind(value)
 
 
-def plan(model: str, *, hardware: str = "H800", gpus: int = 8, isl: int = 4096, osl: int = 1024,
-         ttft: float | None = None, tpot: float | None = None, prefix_hit: float = 0.0,
-         options: dict | None = None, dtype: str = "bf16", search: PlanOptions | None = None,
-         draft: str | None = None, host: PluginHost | None = None) -> PlanResult:
+def plan(model: str, *, isl: int = 4096, osl: int = 1024, ttft: float | None = None, tpot: float | None = None,
+         prefix_hit: float = 0.0, options: dict | None = None, search: PlanOptions | None = None) -> PlanResult:
     """What `rooflinekit plan MODEL` does, as a typed `PlanResult`: `model` is a model file, a
-    transformers config or `hf:TYPE`; `ttft`/`tpot` are targets in seconds; `search` narrows or
-    widens the search (PlanOptions: formats, degrees, modes, batches, --mtp, --accept); `gpus`,
-    `hardware` and `draft` (a draft model's path) override its fields."""
-    from_search = search or PlanOptions()
+    transformers config or `hf:TYPE` (`options` its -O options); `ttft`/`tpot` are targets in
+    seconds; `search` is the search (PlanOptions: GPUs, hardware, formats, degrees, modes,
+    batches, --mtp, --accept, a draft model's path or source, the activation dtype)."""
+    search = search or PlanOptions()
     if not isinstance(model, str) or not model:
         raise WorkloadError(f"model={model!r}: give the path of a model file or config (or hf:TYPE)")
     if not isinstance(prefix_hit, (int, float)) or isinstance(prefix_hit, bool) or not 0 <= prefix_hit < 1:
@@ -528,9 +527,9 @@ def plan(model: str, *, hardware: str = "H800", gpus: int = 8, isl: int = 4096, 
     targets = Targets(_positive("isl", isl, int), _positive("osl", osl, int),
                       _positive("ttft", ttft, float, allow_none=True), _positive("tpot", tpot, float, allow_none=True),
                       float(prefix_hit))
-    host = host or get_host()
+    host = get_host()
     opts = dict(options or {})
-    draft_source = load_source(draft, {}, host) if draft else from_search.draft
-    chosen = replace(from_search, gpus=_positive("gpus", gpus, int), hardware=hardware, draft=draft_source)
-    return run_plan(load_source(model, opts, host), targets, chosen, dtype=dtype,
+    draft = load_source(search.draft, {}, host) if isinstance(search.draft, str) else search.draft
+    search = replace(search, gpus=_positive("gpus", search.gpus, int), draft=draft)
+    return run_plan(load_source(model, opts, host), targets, search, dtype=search.dtype,
                     model_options=tuple(sorted(opts.items())), host=host)
