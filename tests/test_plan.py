@@ -237,3 +237,27 @@ def test_python_api_plan_returns_the_typed_result_and_names_bad_arguments():
                          ({"prefix_hit": 1.0}, "prefix_hit")):
         with pytest.raises(rooflinekit.RooflineError, match=name):
             rooflinekit.plan(MODEL, **kwargs)
+
+
+def test_speculative_decoding_priced_whole_with_a_draft_model():
+    """A disaggregated candidate with a draft model: TPOT = (k x draft step + verify step of k + 1
+    tokens) / E, E = 1 + a for k = 1, each step a profile at the middle context; speculation is
+    searched on and off."""
+    host = get_host()
+    draft = load_source("examples/gpt2_mha.py", {}, host)
+    targets = Targets(512, 128)
+    options = PlanOptions(gpus=2, pps=(1,), max_batch=4, modes=("disaggregated",), draft=draft, accept=0.6,
+                          weight_dtypes=("bf16",), kv_dtypes=("bf16",), tps=(1,))
+    result = run_plan(load_source(MODEL, {}, host), targets, options, host=host)
+    spec = [c for c in result.configs if c.speculative and c.batch == 4]
+    plain = [c for c in result.configs if not c.speculative and c.batch == 4]
+    assert spec and plain
+    c = spec[0]
+    middle = targets.isl + targets.osl // 2
+    deployment = Deployment(hardware="H800", kernels="serving")
+    options = ReportOptions(detail=False, measure=False)
+    verify = profile(load_source(MODEL, {}, host), Workload("decode", 4, middle, decode_q_len=2), deployment,
+                     options=options).report.totals.expected_step_s
+    drafted = profile(draft, Workload("decode", 4, middle), deployment, options=options).report.totals.expected_step_s
+    assert c.speculative.tokens_per_step == pytest.approx(1.6, rel=1e-12)
+    assert c.tpot_s == pytest.approx((drafted + verify) / 1.6, rel=0.01)

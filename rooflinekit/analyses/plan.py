@@ -389,9 +389,21 @@ def _pps(options: PlanOptions, gpus_per_instance: int, layers: int) -> list[int]
     return [pp for pp in options.pps if pp == 1 or (gpus_per_instance * pp <= options.gpus and pp <= layers)]
 
 
+def _with_and_without_speculation(variants: list[Variant]) -> list[Variant]:
+    """Each variant as is, and where it drafts (MTP or a draft model) also without: speculative
+    decoding is searched on and off."""
+    out = []
+    for v in variants:
+        out.append(v)
+        if v.verify is not None:
+            out.append(replace(v, verify=None, draft=None))
+    return out
+
+
 def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfig]:
     """Every priced configuration (module doc); divisibility rejects are not yielded."""
     o, layers = planner.options, planner.fitter.layers()
+    variants = _with_and_without_speculation(variants)
     batches = planner.batches()
     if "aggregated" in o.modes:
         for v in variants:
@@ -407,7 +419,7 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
             g = max(dv.deployment.tp, dv.deployment.ep)
             formats = (dv.deployment.weight_dtype, dv.deployment.kv_dtype)
             for pv in variants:
-                if (pv.deployment.weight_dtype, pv.deployment.kv_dtype) != formats:
+                if pv.verify is not None or (pv.deployment.weight_dtype, pv.deployment.kv_dtype) != formats:
                     continue
                 for pp in _pps(o, g, layers):
                     for batch in batches:
