@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from rooflinekit.plugin import hookimpl, int_attr, state_spec
+from rooflinekit.plugin import hookimpl, int_attr, state_spec, with_kept_state
 
 DELTANET, LIGHTNING, SHORT_CONV = "gated_deltanet", "lightning", "short_conv"
 PROVIDES = (DELTANET, LIGHTNING, SHORT_CONV)
@@ -99,15 +99,17 @@ def _short_conv(module):
 
 
 def recognise(module):
-    """The spec of a linear-attention or short-convolution module, or None."""
+    """The spec of a linear-attention or short-convolution module, or None; its state at the shapes
+    and dtypes the code keeps where the module declares them (`with_kept_state`)."""
     name = type(module).__name__
+    spec = None
     if "Delta" in name:
-        return _deltanet(module)
-    if "Lightning" in name:
-        return _lightning(module)
-    if "ShortConv" in name:
-        return _short_conv(module)
-    return None
+        spec = _deltanet(module)
+    elif "Lightning" in name:
+        spec = _lightning(module)
+    elif "ShortConv" in name:
+        spec = _short_conv(module)
+    return with_kept_state(spec, module) if spec is not None else None
 
 
 @hookimpl

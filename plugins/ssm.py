@@ -23,7 +23,7 @@ convolution are counted where they run.
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, int_attr, state_spec
+from rooflinekit.plugin import hookimpl, int_attr, state_spec, with_kept_state
 
 MAMBA, MAMBA2, RGLRU = "mamba", "mamba2", "rglru"
 PROVIDES = (MAMBA, MAMBA2, RGLRU)
@@ -52,7 +52,13 @@ def _rglru(module):
 
 
 def recognise(module):
-    """The spec of a Mamba, Mamba-2 or RG-LRU mixer module, or None."""
+    """The spec of a Mamba, Mamba-2 or RG-LRU mixer module, or None; its state at the shapes and
+    dtypes the code keeps where the module declares them (`with_kept_state`)."""
+    spec = _recognise(module)
+    return with_kept_state(spec, module) if spec is not None else None
+
+
+def _recognise(module):
     if hasattr(module, "lru_width"):
         return _rglru(module)
     state, kernel, inner = (_int(module, n) for n in ("ssm_state_size", "conv_kernel_size", "intermediate_size"))

@@ -51,7 +51,15 @@ from rooflinekit.core.specs import (
     AttentionWorkload,
     ModuleModel,
 )
-from rooflinekit.core.state import STATE_KEYS, split_state, state_cost, state_spec
+from rooflinekit.core.state import (
+    STATE_ATTR,
+    STATE_KEYS,
+    kept_state,
+    split_state,
+    state_cost,
+    state_spec,
+    with_kept_state,
+)
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
     from rooflinekit.analyses.parallel import resolve, structural_plan
@@ -166,6 +174,10 @@ __all__ = [
     "state_cost",
     "state_spec",
     "split_state",
+    # the state tensors a module's code keeps (their shapes and dtypes), where it declares them
+    "STATE_ATTR",
+    "kept_state",
+    "with_kept_state",
     # layers a sweep's design capture stands in for (their per-layer inputs may stay empty)
     "skipped_layers",
     "under",

@@ -22,6 +22,7 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
 
 BF16 = 2
+FP32 = 4
 
 
 def default_config(model_type: str, **overrides):
@@ -41,24 +42,28 @@ def rows_of(report: dict, arch: str) -> list[dict]:
 # -- closed forms, from the config -----------------------------------------------------------------
 
 
+# As transformers' code keeps them (tests/test_state_dtype.py checks the tensors a forward makes):
+# the recurrent state in float32 in a bf16 model, the convolution state kernel-wide in bf16.
+
+
 def deltanet_state_bytes(c) -> int:
-    """Qwen3-Next's gated delta-net: v-heads x d_k x d_v, plus (kernel - 1) x (2 key dims + value dims)."""
+    """Qwen3-Next's gated delta-net: v-heads x d_k x d_v in fp32, plus kernel x (2 key dims + value dims)."""
     hv, hk = c.linear_num_value_heads, c.linear_num_key_heads
     dk, dv = c.linear_key_head_dim, c.linear_value_head_dim
     conv = 2 * hk * dk + hv * dv
-    return (hv * dk * dv + (c.linear_conv_kernel_dim - 1) * conv) * BF16
+    return hv * dk * dv * FP32 + c.linear_conv_kernel_dim * conv * BF16
 
 
 def mamba_state_bytes(c) -> int:
-    """Mamba: d_inner x d_state, plus (d_conv - 1) x d_inner."""
-    return (c.intermediate_size * c.state_size + (c.conv_kernel - 1) * c.intermediate_size) * BF16
+    """Mamba: d_inner x d_state in fp32, plus d_conv x d_inner."""
+    return c.intermediate_size * c.state_size * FP32 + c.conv_kernel * c.intermediate_size * BF16
 
 
 def mamba2_state_bytes(c) -> int:
-    """Mamba-2: heads x (d_inner / heads) x d_state, plus (d_conv - 1) x (d_inner + 2 groups d_state)."""
+    """Mamba-2: heads x (d_inner / heads) x d_state in fp32, plus d_conv x (d_inner + 2 groups d_state)."""
     inner = int(c.expand * c.hidden_size)
     conv = inner + 2 * c.n_groups * c.state_size
-    return (c.num_heads * (inner // c.num_heads) * c.state_size + (c.conv_kernel - 1) * conv) * BF16
+    return c.num_heads * (inner // c.num_heads) * c.state_size * FP32 + c.conv_kernel * conv * BF16
 
 
 # -- must show: Qwen3-Next, Mamba, Mamba-2 ---------------------------------------------------------
@@ -70,7 +75,7 @@ def test_qwen3_next_linear_layers_keep_a_fixed_state_whatever_the_context():
     b = 2
     reports = {s: run_profile("hf:qwen3_next", batch=b, context=s, layers=4) for s in (1024, 8192)}
     per_sequence = deltanet_state_bytes(c)
-    assert per_sequence == 1_097_728  # 32 x 128 x 128 + 3 x 8192 elements, bf16
+    assert per_sequence == 2_162_688  # 32 x 128 x 128 elements in fp32 + 4 x 8192 in bf16
     for s, report in reports.items():
         linear = rows_of(report, "gated_deltanet")
         kinds = [r["arch"] for r in report["attention"]]
@@ -120,14 +125,13 @@ def test_mamba2_state_is_its_cache():
 
 
 def test_a_mamba_decode_reads_and_writes_its_state_at_least_once():
-    """What transformers' code moved is at least the minimum (its conv cache keeps d_conv inputs,
-    one more than needed, and reads the SSM state twice): amplification above 1, from both reads
-    and writes."""
+    """What transformers' code moved is at least the minimum: amplification at least 1, from both
+    reads and writes of its fp32 SSM state."""
     c = default_config("mamba")
     b = 2
     report = run_profile("hf:mamba", batch=b, context=4096, layers=1)
     (row,) = report["attention"]
-    state = c.intermediate_size * c.state_size * BF16
+    state = c.intermediate_size * c.state_size * FP32
     assert row["kv_read_bytes"] >= b * state and row["kv_copy_bytes"] >= b * state
     assert row["amplification"] >= 1
 
@@ -161,7 +165,7 @@ def test_lfm2_short_convolution_and_attention(tmp_path):
     report = run_profile(path, batch=2, context=1024)
     conv, attention = report["attention"]
     assert (conv["arch"], attention["arch"]) == ("short_conv", "gqa")
-    assert conv["cache_bytes_per_sequence"] == (c.conv_L_cache - 1) * c.hidden_size * BF16
+    assert conv["cache_bytes_per_sequence"] == c.conv_L_cache * c.hidden_size * BF16  # kept kernel-wide
     assert attention["cache_bytes_per_sequence"] == 0 and attention["cache_bytes_per_token"] > 0
 
 

@@ -42,6 +42,10 @@ class CacheStep:
     context: int
     skip: frozenset[int] = frozenset()
 
+#: Set on a model whose state layers' tensors were declared (`declare_states`): a prefill runs its
+#: one token for that once.
+DECLARED = "_rooflinekit_states_declared"
+
 #: Forward parameters that carry a cache or a recurrent state (transformers' names, old and new).
 CACHE_PARAMS = ("past_key_values", "cache", "cache_params", "state")
 
@@ -119,6 +123,36 @@ def prime_states(cache: object, filled: object) -> int:
                 ours.has_previous_state[i] = True
         primed += 1
     return primed
+
+
+#: The attribute through which a module declares the state tensors its code keeps per sequence
+#: (`rooflinekit.plugin.STATE_ATTR`, read by the built-in mixer plugins): ((role, shape without the
+#: batch, dtype), ...), role "recurrent" or "conv".
+STATE_ATTR = "rooflinekit_state_tensors"
+
+
+def declare_states(model: torch.nn.Module, filled: object) -> int:
+    """Declare on each module of `model` whose `layer_idx` is a state layer of `filled` (a cache a
+    one-token run filled) the conv and recurrent state tensors that layer holds: their shapes per
+    sequence and dtypes, as the model's own code made them (a float32 recurrent state in a bf16
+    model, a convolution state of the full kernel width). Returns the layers declared."""
+    found: dict[int, tuple] = {}
+    for idx, layer in enumerate(getattr(filled, "layers", None) or ()):
+        if not is_state_layer(layer):
+            continue
+        tensors = []
+        for i in range(layer.number_of_states):
+            conv = layer.conv_states.get(i) if layer.is_conv_states_initialized.get(i) else None
+            state = layer.recurrent_states.get(i) if layer.is_recurrent_states_initialized.get(i) else None
+            tensors += [(role, tuple(t.shape[1:]), t.dtype) for role, t in (("conv", conv), ("recurrent", state))
+                        if t is not None]
+        if tensors:
+            found[idx] = tuple(tensors)
+    for module in model.modules():
+        idx = getattr(module, "layer_idx", None)
+        if isinstance(idx, int) and idx in found:
+            setattr(module, STATE_ATTR, found[idx])
+    return len(found)
 
 
 def extend_attention(cache: object, kv_shapes: Callable[[int, int], tuple], batch: int, length: int,
@@ -222,10 +256,16 @@ def build_cache(model: torch.nn.Module, config, step: CacheStep,
     cache = config_cache(config, kind, context, past, notes)
     if kind == "static":
         preallocate_static(cache, kv_shapes, batch, step.skip)
+    states = any(is_state_layer(layer) for layer in cache.layers)
     if past == 0:
+        if states and not getattr(model, DECLARED, False):  # the states' shapes and dtypes, once per model
+            declare_states(model, run_one_token(model, param, batch, cache=config_cache(config, "dynamic", context)))
+            setattr(model, DECLARED, True)
         return param, cache
-    if any(is_state_layer(layer) for layer in cache.layers):
+    if states:
         filled = run_one_token(model, param, batch, cache=config_cache(config, "dynamic", context))
+        declare_states(model, filled)
+        setattr(model, DECLARED, True)
         primed = prime_states(cache, filled)
         _note(notes, f"{primed} recurrent/linear-attention layers: conv and recurrent states shaped as "
               "the model's code makes them (one token run once before the capture); they do not grow "

@@ -99,6 +99,17 @@ class AttentionWorkload:
     cache_itemsize: int  # bytes per cached element (2 for bf16, 1 for fp8)
     act_itemsize: int  # bytes per q / output element
     causal: bool | None = None  # from the call (is_causal, or no mask); None: causal unless one query
+    #: Whether the deployment sets the cache format (--kv-dtype, or fp8 activations): a fixed state
+    #: the code keeps at a dtype of its own (a float32 recurrent state) is then costed at
+    #: `cache_itemsize` too. None: given where `cache_itemsize` differs from `act_itemsize`.
+    cache_format_given: bool | None = None
+
+    @property
+    def cache_format_set(self) -> bool:
+        """Whether the cache's element size was set by the deployment (`cache_format_given`)."""
+        if self.cache_format_given is not None:
+            return self.cache_format_given
+        return self.cache_itemsize != self.act_itemsize
 
     @property
     def is_causal(self) -> bool:

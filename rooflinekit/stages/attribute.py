@@ -320,10 +320,11 @@ def attention_workload(workload: Workload, dtype: str, causal: bool | None,
     given, else at `dtype`'s. `shape`: the (batch, q_len, context) the layer's calls ran at
     (AttentionSite.shape), which replaces the workload's."""
     itemsize = dtype_itemsize(dtype)
-    cache = (deployment or Deployment()).kv_itemsize(workload.dtype_key) or itemsize
+    given = (deployment or Deployment()).kv_itemsize(workload.dtype_key)
     batch, q_len, context = shape or (workload.batch, workload.q_len, workload.context)
-    return AttentionWorkload(batch=batch, q_len=q_len, context=context,
-                             phase=workload.phase, cache_itemsize=cache, act_itemsize=itemsize, causal=causal)
+    return AttentionWorkload(batch=batch, q_len=q_len, context=context, phase=workload.phase,
+                             cache_itemsize=given or itemsize, act_itemsize=itemsize, causal=causal,
+                             cache_format_given=given is not None)
 
 
 def _call_shapes(core: list[OpRecord]) -> list[tuple[tuple, tuple]]:
