@@ -23,7 +23,9 @@ _LAZY = {
     "profile": ("rooflinekit.api", "profile"),
     "profile_file": ("rooflinekit.api", "profile_file"),
     "capture": ("rooflinekit.api", "capture"),
-    "plan": ("rooflinekit.analyses.plan", "plan"),
+    "sweep": ("rooflinekit.api_search", "sweep"),
+    "advise": ("rooflinekit.api_search", "advise"),
+    "plan": ("rooflinekit.api_search", "plan"),
     "Capture": ("rooflinekit.api", "Capture"),
     # the report with its text and HTML views (the data type itself: rooflinekit.core.report.Report)
     "Report": ("rooflinekit.outputs.render", "ViewedReport"),
@@ -39,3 +41,8 @@ def __getattr__(name: str):
     value = getattr(importlib.import_module(where[0]), where[1])
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones (`dir(rooflinekit)` lists `profile` before its first use)."""
+    return sorted(set(globals()) | set(__all__))

@@ -8,16 +8,18 @@ prefixes, no scientific notation), and colours bounds, titles and warnings when 
 
 from __future__ import annotations
 
-import html
 import io
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from rooflinekit.core.codec import encode
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
+from rooflinekit.outputs.frames import report_frame
 from rooflinekit.outputs.memory_view import memory_lines
+from rooflinekit.outputs.notebook import report_html, report_repr
 from rooflinekit.outputs.pipeline_view import pipeline_lines, pipeline_of, pipeline_table
 from rooflinekit.outputs.sections import (
     attention_notes,
@@ -231,8 +233,8 @@ def to_json(data: dict | Report) -> str:
 
 
 def to_html(report: Report) -> str:
-    """A minimal HTML view (Jupyter): the text report in a <pre>."""
-    return f"<pre>{html.escape(to_text(report, 'table', wide=True))}</pre>"
+    """The notebook's HTML view (Jupyter): tables and an inline SVG roofline (outputs/notebook.py)."""
+    return report_html(report)
 
 
 def render(report: Report, fmt: str, top: int | None = 25, *, wide: bool = False, group_layers: bool = True,
@@ -245,10 +247,12 @@ def render(report: Report, fmt: str, top: int | None = 25, *, wide: bool = False
     return to_text(report, fmt, top, wide=wide, group_layers=group_layers, ops=ops, colour=colour)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ViewedReport(Report):
-    """A Report with its views for people: the CLI's text table and Jupyter's HTML. The data type
-    (rooflinekit.core.report) imports no output; the Python API returns this subclass of it."""
+    """A Report with its views for people: a one-line `repr`, the CLI's text table as `str`,
+    Jupyter's HTML (`_repr_html_`) and `to_dataframe` with units in the column names
+    (rooflinekit.outputs.frames). The data type (rooflinekit.core.report) imports no output; the
+    Python API returns this subclass of it."""
 
     @classmethod
     def of(cls, report: Report) -> ViewedReport:
@@ -267,3 +271,16 @@ class ViewedReport(Report):
 
     def _repr_html_(self) -> str:
         return to_html(self)
+
+    def __repr__(self) -> str:
+        """One line: `<Report llama_gqa decode B=4 S=32768 on H800 SXM5, TP 2: step 371 us bound (memory-bound)>`."""
+        return report_repr(self)
+
+    def __str__(self) -> str:
+        return to_text(self, "table")
+
+    def to_dataframe(self, section: str = "modules", columns: Sequence[str] | None = None):
+        """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame, the
+        identifying column first and each column named with its unit (rooflinekit.outputs.frames;
+        `columns` selects by new or, deprecated, old names). pandas is optional."""
+        return report_frame(self, section, columns)

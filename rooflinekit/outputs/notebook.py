@@ -1,0 +1,268 @@
+"""Reports in a notebook: a one-line `repr` and a small, self-contained HTML view (`_repr_html_`).
+
+The HTML view is real tables (numbers right-aligned in tabular figures, units in the headers, every
+number through rooflinekit.core.units) and, for a profile and a sweep, an inline SVG roofline
+(rooflinekit.outputs.roofline_svg). It needs no script and no stylesheet of the page: alignment is
+in each cell's own `style` (a notebook front end that drops the <style> block loses only the
+borders and padding). Every text goes through html.escape. The tables show the largest rows
+(folded layers as in the text report); `to_dataframe()` has every row.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+from rooflinekit.core.plan import PlanResult
+from rooflinekit.core.report import AdviceReport, Report, SweepReport
+from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.plan_view import figures, targets_words
+from rooflinekit.outputs.roofline_svg import Point, roofline_svg
+from rooflinekit.outputs.sections import arch_label, attention_groups, module_lines, num
+from rooflinekit.outputs.words import deployment_words
+
+#: Rows each table shows before "N more rows" (the DataFrame has them all).
+TOP = 15
+#: Cosmetics only, scoped to the view; alignment is in each cell's style attribute.
+STYLE = ("<style>.rk-nb table{border-collapse:collapse;margin:4px 0 12px 0;font-size:12px}"
+         ".rk-nb th,.rk-nb td{padding:2px 8px;white-space:nowrap;border:none}"
+         ".rk-nb th{border-bottom:1px solid #999;font-weight:600}"
+         ".rk-nb tbody tr:nth-child(even){background:rgba(127,127,127,.08)}"
+         ".rk-nb caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}</style>")
+_TABLE = 'style="border-collapse:collapse;margin-left:0;margin-right:0;table-layout:auto"'
+_NUM = 'style="text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap"'
+_TEXT = 'style="text-align:left;white-space:nowrap"'
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def html_table(caption: str, columns: list[tuple[str, bool]], rows: list[list[str]], cls: str = "") -> str:
+    """A table: `columns` as (header, numeric); numeric columns are right-aligned."""
+    head = "".join(f"<th {_NUM if n else _TEXT}>{_e(h)}</th>" for h, n in columns)
+    body = "".join("<tr>" + "".join(f"<td {_NUM if n else _TEXT}>{_e(v)}</td>"
+                                    for v, (_, n) in zip(row, columns, strict=True)) + "</tr>" for row in rows)
+    return (f'<table class="{_e(cls)}" {_TABLE}><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def _more(count: int, what: str, call: str) -> str:
+    return f'<p style="margin:0 0 10px 0;font-size:12px;color:#666">{count} more {_e(what)}: {_e(call)}</p>' \
+        if count > 0 else ""
+
+
+def _notes(notes: list[str], warnings: list[str]) -> str:
+    out = "".join(f'<p style="margin:2px 0;color:#b00020">warning: {_e(w)}</p>' for w in warnings)
+    if notes:
+        items = "".join(f"<li>{_e(n)}</li>" for n in notes)
+        out += (f'<details style="font-size:12px;margin:4px 0"><summary>notes ({len(notes)})</summary>'
+                f'<ul style="margin:4px 0">{items}</ul></details>')
+    return out
+
+
+def _wrap(title: str, parts: list[str]) -> str:
+    return (f'<div class="rk-nb" style="font-family:system-ui,-apple-system,\'Segoe UI\',Helvetica,Arial,'
+            f'sans-serif;font-size:13px;line-height:1.35">{STYLE}<div style="font-weight:600;font-size:14px;'
+            f'margin:2px 0 6px 0">{_e(title)}</div>' + "".join(parts) + "</div>")
+
+
+# -- one line --------------------------------------------------------------------------------------
+
+
+def _where(model, workload_words: str, hardware: str, deployment, dtype: str) -> str:
+    words = deployment_words(deployment, dtype)
+    return f"{model.name or '?'} {workload_words} on {hardware}" + (f", {words}" if words else "")
+
+
+def _step_words(w) -> str:
+    if getattr(w, "mix", None) or getattr(w, "chunk", None):
+        return f"{w.phase} B={w.batch} S={w.context}"
+    q = f" q_len={w.q_len}" if w.phase == "decode" and w.q_len > 1 else ""
+    return f"{w.phase} B={w.batch} S={w.context}{q}"
+
+
+def report_repr(report: Report) -> str:
+    """`<Report llama_gqa decode B=4 S=32768 on H800 SXM5, TP 2: step 371 us bound (memory-bound)>`."""
+    t = report.totals
+    binding = t.binding if t.binding and t.binding != "none" else t.bound
+    return (f"<Report {_where(report.model, _step_words(report.workload), report.hardware.name, report.deployment, report.workload.dtype)}: "
+            f"step {seconds(t.time_bound_s)} bound ({binding}-bound)>")
+
+
+def _list(values: list[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def sweep_repr(sweep: SweepReport) -> str:
+    """`<SweepReport llama_gqa decode B=1,4 S=4096,32768 on H800 SXM5: 4 points; critical batch ...>`."""
+    w = sweep.workload
+    crit = "; ".join(f"S={c.context}: critical batch {c.critical_batch}" if c.critical_batch is not None
+                     else f"S={c.context}: no critical batch up to {c.max_batch or '?'}" for c in sweep.critical_batch[:3])
+    return (f"<SweepReport {_where(sweep.model, f'{w.phase} B={_list(w.batches)} S={_list(w.contexts)}', sweep.hardware.name, sweep.deployment, w.dtype)}: "
+            f"{len(sweep.points)} points" + (f"; {crit}" if crit else "") + ">")
+
+
+def advice_repr(advice: AdviceReport) -> str:
+    """`<AdviceReport llama_gqa decode B=4 S=32768 on H800 SXM5: baseline 1.2 ms (memory-bound); best: ...>`."""
+    b = advice.baseline
+    best = advice.levers[0] if advice.levers else None
+    tail = (f"; best: {best.lever} ({ratio(best.speedup)}x tokens/s)" if best is not None and best.speedup else "")
+    return (f"<AdviceReport {_where(advice.model, _step_words(advice.workload), advice.hardware.name, advice.deployment, advice.workload.dtype)}: "
+            f"baseline {seconds(b.predicted_step_s)} ({b.binding}-bound), {len(advice.levers)} levers{tail}>")
+
+
+# -- a profile ----------------------------------------------------------------------------------------
+
+
+def _radius(share_of_step: float) -> float:
+    return round(max(2.5, min(14.0, 14.0 * math.sqrt(max(share_of_step, 0.0)))), 1)
+
+
+def report_points(report: Report) -> list[Point]:
+    """The step, the modules (folded layers) and each attention layer as executed and at its minimum."""
+    t, pts = report.totals, []
+    for m in module_lines(report, True):
+        if m.intensity and m.bytes and m.flops:
+            flops = min(report.hardware.peak_flops, m.intensity * report.hardware.bandwidth)
+            pts.append(Point(m.intensity, flops, "module", f"{m.name}: {ratio(m.intensity)} FLOP/B, {m.bound}-bound, "
+                             f"{seconds(m.time_bound_ops_s)} ({share(m.time_share)} of the step)",
+                             _radius(m.time_share)))
+    for a, label, count in attention_groups(report, True):
+        for kind, p in (("attention", a.placement_executed), ("attention_min", a.placement_min)):
+            if p is not None and p.intensity:
+                pts.append(Point(p.intensity, p.attainable_flops, kind,
+                                 f"{label} ({'executed' if kind == 'attention' else 'minimum'}): "
+                                 f"{ratio(p.intensity)} FLOP/B, {seconds(p.time_bound_s * count)}", 5.0))
+    if t.intensity:
+        pts.append(Point(t.intensity, t.attainable_flops, "step", f"the step: {ratio(t.intensity)} FLOP/B, "
+                         f"{t.bound}-bound, {seconds(t.time_bound_s)}", 7.0, "step"))
+    return pts
+
+
+def totals_table(report: Report) -> str:
+    """The whole step, one figure a row (its unit in its name)."""
+    t, hw = report.totals, report.hardware
+    rows = [("FLOP executed", si(t.flops)), ("FLOP model", si(t.flops_model)), ("bytes moved [B]", si(t.bytes, "B")),
+            ("of which weights [B]", si(t.weight_bytes, "B")), ("of which KV cache [B]", si(t.kv_bytes_executed, "B")),
+            ("intensity [FLOP/B]", ratio(t.intensity)), ("ridge [FLOP/B]", plain(hw.ridge, 4)),
+            ("bound", f"{t.bound}-bound" + (f", {t.binding} binds" if t.binding not in ("none", t.bound) else "")),
+            ("step bound [s]", seconds(t.time_bound_s)), ("predicted step, sum of op bounds [s]", seconds(t.predicted_step_s))]
+    if t.expected_step_s:
+        rows.append(("expected step [s]", seconds(t.expected_step_s)))
+    if t.tokens_per_s:
+        rows.append(("tokens/s at the predicted step", si(t.tokens_per_s)))
+    rows.append(("MFU bound [%]", share(t.mfu_bound)))
+    m = report.memory
+    if m is not None and m.fits is not None:
+        rows.append(("memory per GPU [B]", f"{si(m.total_bytes, 'B')}, {'fits' if m.fits else 'does NOT fit'}"))
+    return html_table("The step", [("figure", False), ("value", True)], [list(r) for r in rows], "rk-totals")
+
+
+def modules_table(report: Report) -> str:
+    lines = module_lines(report, True)
+    cols = [("module", False), ("FLOP", True), ("bytes [B]", True), ("intensity [FLOP/B]", True), ("bound", False),
+            ("time bound [s]", True), ("share of step [%]", True), ("MFU bound [%]", True)]
+    rows = [[m.name, num(m.flops), num(m.bytes, "B"), ratio(m.intensity), m.bound, seconds(m.time_bound_ops_s),
+             share(m.time_share), share(m.mfu_bound)] for m in lines[:TOP]]
+    return (html_table("Modules (by time bound; identical layers folded: xN)", cols, rows, "rk-modules")
+            + _more(len(lines) - TOP, "modules", 'report.to_dataframe("modules")'))
+
+
+def attention_html(report: Report) -> str:
+    groups = attention_groups(report, True)
+    if not groups:
+        return ""
+    cols = [("layer", False), ("arch", False), ("KV heads", True), ("cache/token [B]", True), ("KV min [B]", True),
+            ("KV executed [B]", True), ("amplification [x]", True), ("FLOP model", True), ("FLOP executed", True),
+            ("intensity min [FLOP/B]", True)]
+    rows = [[label, arch_label(a), num(a.num_kv_heads), num(a.cache_bytes_per_token, "B"),
+             num(a.kv_bytes_min and a.kv_bytes_min * n, "B"), num(a.kv_bytes_executed * n, "B"), ratio(a.amplification),
+             num(a.flops_model and a.flops_model * n), num(a.flops_executed * n), ratio(a.intensity_min)]
+            for a, label, n in groups[:TOP]]
+    return (html_table("Attention and mixer layers (per layer group, summed)", cols, rows, "rk-attention")
+            + _more(len(groups) - TOP, "layer groups", 'report.to_dataframe("attention")'))
+
+
+def report_html(report: Report) -> str:
+    """The notebook view of a profile (module doc)."""
+    hw = report.hardware
+    title = report_repr(report)[1:-1]
+    svg = roofline_svg(report_points(report), hw.peak_flops, hw.bandwidth, hw.dtype, f"Roofline of {title}")
+    top = (f'<div style="display:flex;flex-wrap:wrap;gap:8px 24px;align-items:flex-start">{totals_table(report)}'
+           f"<div>{svg}</div></div>")
+    return _wrap(title, [top, modules_table(report), attention_html(report),
+                         _notes(list(report.notes), list(report.warnings))])
+
+
+# -- a sweep and advice ---------------------------------------------------------------------------------
+
+
+def sweep_html(sweep: SweepReport) -> str:
+    """The notebook view of a sweep: its points on the roofline, one row per point, the critical batch."""
+    hw = sweep.hardware
+    cols = [("batch", True), ("context", True), ("FLOP", True), ("bytes [B]", True), ("intensity [FLOP/B]", True),
+            ("bound", False), ("predicted step [s]", True), ("tokens/s", True), ("MFU bound [%]", True),
+            ("fits", False)]
+    rows = [[str(p.batch), str(p.context), si(p.flops), si(p.bytes, "B"), ratio(p.intensity), p.bound,
+             seconds(p.predicted_step_s), si(p.tokens_per_s) if p.tokens_per_s else "-", share(p.mfu_bound),
+             {True: "yes", False: "no"}.get(p.fits, "-")] for p in sweep.points]
+    pts = [Point(p.intensity, p.attainable_flops, "point", f"B={p.batch} S={p.context}: {ratio(p.intensity)} FLOP/B, "
+                 f"{seconds(p.predicted_step_s)}", 4.5) for p in sweep.points if p.intensity]
+    title = sweep_repr(sweep)[1:-1]
+    crit = [f"S={c.context}: {c.summary}" for c in sweep.critical_batch]
+    return _wrap(title, [roofline_svg(pts, hw.peak_flops, hw.bandwidth, hw.dtype, f"Roofline of {title}"),
+                         html_table("Points", cols, rows, "rk-points"),
+                         "".join(f'<p style="margin:2px 0">critical batch: {_e(c)}</p>' for c in crit),
+                         _notes(list(sweep.notes), list(sweep.warnings))])
+
+
+def advice_html(advice: AdviceReport) -> str:
+    """The notebook view of advice: the baseline and every lever, ranked as `rooflinekit advise` ranks them."""
+    cols = [("rank (0: baseline)", True), ("lever", False), ("predicted step [s]", True), ("tokens/s per GPU", True),
+            ("speed-up [x]", True), ("binds after", False), ("fits", False)]
+    levers = [("0", advice.baseline)] + [(str(i), lv) for i, lv in enumerate(advice.levers, 1)]
+    rows = [[rank, lv.lever, seconds(lv.predicted_step_s), si(lv.tokens_per_s_per_gpu or lv.tokens_per_s),
+             ratio(lv.speedup) if lv.speedup else "-", lv.binding, {True: "yes", False: "no"}.get(lv.fits, "-")]
+            for rank, lv in levers]
+    skipped = [f"{s.lever}: {s.reason}" for s in advice.skipped]
+    return _wrap(advice_repr(advice)[1:-1], [html_table("Levers", cols, rows, "rk-levers"),
+                                             _notes(skipped + list(advice.notes), list(advice.warnings))])
+
+
+# -- a plan ------------------------------------------------------------------------------------------------
+
+
+def plan_repr(plan: PlanResult) -> str:
+    """`<PlanResult llama_gqa on 2 x H800: ISL 512, OSL 128, TPOT <= 2 ms: best agg TP 1 x2, ...>`."""
+    best = plan.best_config
+    name = plan.model.get("name") or plan.model.get("path") or "?"
+    tail = (f"best {best.label()}: {_rate(best.tokens_per_s_per_gpu)} tokens/s per GPU" if best is not None
+            else "no configuration meets the targets")
+    return (f"<PlanResult {name} on {plan.gpus} x {plan.hardware}, {targets_words(plan)}: {tail}; "
+            f"{len(plan.configs)} configurations, {len(plan.pareto)} on the Pareto front>")
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else (f"{value:,.0f}" if value >= 100 else plain(value, 3))
+
+
+def plan_html(plan: PlanResult) -> str:
+    """The notebook view of a plan: the best configuration and the Pareto front as tables."""
+    cols = [("configuration", False), ("TTFT [s]", True), ("TPOT [s]", True), ("tokens/s per GPU", True),
+            ("tokens/s per user", True), ("memory per GPU [B]", True), ("meets targets", False)]
+    front = sorted(plan.pareto, key=lambda i: -(plan.configs[i].tokens_per_s_per_gpu or 0.0))
+    rows = [[("* " if i == plan.best else "") + c.label(), seconds(c.ttft_s), seconds(c.tpot_s),
+             _rate(c.tokens_per_s_per_gpu), _rate(c.tokens_per_s_per_user), num(c.memory_per_gpu_bytes, "B"),
+             "yes" if c.meets_slo else (c.reject_reason or "no")] for i, c in ((i, plan.configs[i]) for i in front)]
+    parts = []
+    best = plan.best_config
+    if best is not None:
+        parts.append(html_table(f"Best: {best.label()}", [("figure", False), ("value", True)],
+                                [list(f) for f in figures(best)], "rk-best"))
+    elif plan.closest_miss:
+        parts.append(f'<p style="margin:2px 0">closest: {_e(plan.closest_miss)}</p>')
+    parts.append(html_table("Pareto front (tokens/s per GPU against per user; * the best)", cols, rows[:TOP],
+                            "rk-front"))
+    parts.append(_more(len(rows) - TOP, "configurations on the front", "plan.to_dataframe()"))
+    return _wrap(plan_repr(plan)[1:-1], parts + [_notes(list(plan.notes), list(plan.warnings))])
