@@ -13,12 +13,13 @@ CLI's: the same stages run underneath.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -173,29 +174,181 @@ def infer_workload(args: tuple, kwargs: dict, *, phase: str | None, batch: int |
     return Workload(phase, int(batch), int(context), dtype, device)
 
 
-def profile(model: torch.nn.Module, *args, hardware: str = DEFAULT_HARDWARE, phase: str | None = None,
-            batch: int | None = None, context: int | None = None, depth: int = 3, group_layers: bool = False,
-            host: PluginHost | None = None, **kwargs) -> ViewedReport:
-    """Profile one forward of `model(*args, **kwargs)` (meta, cpu or cuda tensors) on `hardware`.
+@dataclass(frozen=True)
+class Asked:
+    """The analysis options one API call was given, as the CLI's flags (None: the CLI's default or,
+    for a model in memory, what its inputs and parameters say)."""
 
-    `phase`, `batch` and `context` describe the step (see `infer_workload` for what is read from
-    the inputs when they are left out). Plugins run as in the CLI: attention architectures, MoE
-    modelling, custom formulas. The model is put in eval mode.
-    """
-    if not isinstance(model, torch.nn.Module):
-        raise WorkloadError(f"profile() takes a torch.nn.Module, got {type(model).__name__}")
-    check_common(hardware=hardware, phase=phase, batch=batch, context=context, depth=depth,
-                 group_layers=group_layers, host=host)
+    phase: str | None = None
+    batch: int | None = None
+    context: int | None = None
+    q_len: int = 1
+    dtype: str | None = None
+    device: str | None = None
+    options: dict | None = None
+    hardware: str = DEFAULT_HARDWARE
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    micro_batches: int | None = None
+    weight_dtype: str | None = None
+    weight_group_size: int | None = None
+    kv_dtype: str | None = None
+    quantize_embeddings: bool = False
+    kernels: str = "as-written"
+    memory_fraction: float = DEFAULT_FRACTION
+    deployment: Deployment | None = None
+
+    def check(self, depth: object = None, group_layers: object = False, host: object = None) -> None:
+        """Each argument, a RooflineError naming the first bad one."""
+        check_common(hardware=self.hardware, phase=self.phase, batch=self.batch, context=self.context, depth=depth,
+                     group_layers=group_layers, host=host)
+        check_file_arguments("(checked apart)", self.options, dict(
+            dtype=self.dtype or "bf16", device=self.device or "meta", weight_dtype=self.weight_dtype,
+            kv_dtype=self.kv_dtype, weight_group_size=self.weight_group_size, q_len=self.q_len, tp=self.tp,
+            ep=self.ep, quantize_embeddings=self.quantize_embeddings, kernels=self.kernels,
+            memory_fraction=self.memory_fraction, deployment=self.deployment))
+        _whole("pp", self.pp, 1, MAX_PARALLEL)
+        if self.micro_batches is not None:
+            _whole("micro_batches", self.micro_batches, 1, MAX_BATCH)
+        if self.q_len != 1 and self.phase not in (None, "decode"):
+            raise WorkloadError(f"q_len={self.q_len} applies to decode only: a prefill step's new tokens are its "
+                                f"context (drop q_len, or give phase='decode')")
+
+    def deployed(self) -> Deployment:
+        """The Deployment asked for (a whole `deployment` wins over the fields)."""
+        return self.deployment or Deployment(
+            hardware=self.hardware, tp=self.tp, ep=self.ep, pp=self.pp, micro_batches=self.micro_batches,
+            weight_dtype=self.weight_dtype, weight_group_size=self.weight_group_size, kv_dtype=self.kv_dtype,
+            quantize_embeddings=self.quantize_embeddings, kernels=self.kernels,
+            memory_fraction=self.memory_fraction)
+
+
+#: What `model=` may be: a module in memory, or the path of what a loader reads.
+MODEL_RULE = ("a torch.nn.Module (with its inputs, or make_inputs=) or the path of a model file, a transformers "
+              "config.json (or its folder) or hf:MODEL_TYPE")
+
+
+def no_such_option(function: str, unknown: dict) -> None:
+    """A keyword that is no option of `function`: the model's keyword inputs go in `inputs=`."""
+    if unknown:
+        names = ", ".join(f"{k}=" for k in unknown)
+        raise WorkloadError(f"{function}() has no option {names}: the model's keyword inputs go in one mapping, "
+                            f"inputs={{'name': value, ...}} (so that no option shadows one of them)")
+
+
+def _is_path(model: object) -> bool:
+    return isinstance(model, (str, os.PathLike)) and bool(str(model))
+
+
+def _model_inputs(args: tuple, inputs: object) -> tuple[tuple, dict]:
+    """The model's positional and keyword inputs: `args` and the `inputs` mapping."""
+    if inputs is not None and (not isinstance(inputs, Mapping) or not all(isinstance(k, str) for k in inputs)):
+        raise WorkloadError(f"inputs= must be a mapping of the model's keyword names to values, got "
+                            f"{type(inputs).__name__}")
+    return tuple(args), dict(inputs or {})
+
+
+def _from_memory(model: torch.nn.Module, args: tuple, kwargs: dict, asked: Asked,
+                 make_inputs: Callable | None) -> tuple[ModelSource, Workload]:
+    """The source and workload of a model in memory: its given inputs (the step read from them as
+    `infer_workload` does), or `make_inputs(batch, context, phase)` at the CLI's defaults."""
     device, dtype = _model_device_dtype(model)
-    workload = infer_workload(args, kwargs, phase=phase, batch=batch, context=context, device=device,
-                              dtype=dtype)
-    inputs = kwargs if kwargs and not args else args
-    if args and kwargs:
-        raise WorkloadError("give the model's inputs either positionally or as keywords, not both")
-    source = ModelSource(name=type(model).__name__, path="(in memory)", build_model=lambda: model,
-                         make_inputs=lambda *_: inputs, kind="module")
-    options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
-    return ViewedReport.of(run_profile(source, workload, Deployment(hardware=hardware), options=options,
+    if asked.device is not None and asked.device.split(":")[0] != device:
+        raise WorkloadError(f"device={asked.device!r}: the model in memory is on {device} (move it, or leave "
+                            f"device= out)")
+    dtype = asked.dtype or dtype
+    name = type(model).__name__
+    if make_inputs is not None:
+        if args or kwargs:
+            raise WorkloadError("give the model's inputs or make_inputs=, not both")
+        phase, batch, context = asked.phase or "decode", asked.batch or 1, asked.context or 4096
+        validate(phase, batch, context, dtype, device)
+        workload = Workload(phase, batch, context, dtype, device, tuple(sorted((asked.options or {}).items())),
+                            decode_q_len=asked.q_len)
+        return ModelSource(name=name, path="(in memory)", build_model=lambda **_: model, make_inputs=make_inputs,
+                           kind="module"), workload
+    workload = infer_workload(args, kwargs, phase=asked.phase, batch=asked.batch, context=asked.context,
+                              device=device, dtype=dtype)
+    workload = replace(workload, decode_q_len=asked.q_len)
+    given = _as_keywords(model, args, kwargs) if args and kwargs else (kwargs or args)
+    return ModelSource(name=name, path="(in memory)", build_model=lambda **_: model, make_inputs=lambda *_: given,
+                       kind="module"), workload
+
+
+def source_and_workload(model: object, args: tuple, inputs: object, asked: Asked, *,
+                        make_inputs: Callable | None = None, host: PluginHost | None = None,
+                        in_memory: bool = True) -> tuple[ModelSource, Workload]:
+    """What `model=` names (MODEL_RULE) as a source and the workload `asked` describes; `in_memory`
+    False where the function runs the model at other points too (sweep, advise: a module needs
+    make_inputs=)."""
+    positional, keywords = _model_inputs(args, inputs)
+    if make_inputs is not None and not callable(make_inputs):
+        raise WorkloadError(f"make_inputs= must be a function (batch, context, phase) -> inputs, got "
+                            f"{type(make_inputs).__name__}")
+    if isinstance(model, torch.nn.Module):
+        if not in_memory and make_inputs is None:
+            raise WorkloadError("this analysis runs the model at other batches and contexts: give a model in "
+                                "memory with make_inputs=(batch, context, phase) -> inputs, or a path")
+        return _from_memory(model, positional, keywords, asked, make_inputs)
+    if not _is_path(model):
+        raise ModelError(f"model= must be {MODEL_RULE}, got {type(model).__name__}")
+    if positional or keywords or make_inputs is not None:
+        raise WorkloadError(f"{str(model)!r} is a path: its make_inputs (or the config's loader) makes the inputs, "
+                            f"so give no inputs (they are for a torch.nn.Module in memory)")
+    opts = parse_options([f"{k}={v}" for k, v in (asked.options or {}).items()])
+    phase, batch, context = asked.phase or "decode", asked.batch or 1, asked.context or 4096
+    dtype, device = asked.dtype or "bf16", asked.device or "meta"
+    validate(phase, batch, context, dtype, device)
+    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), decode_q_len=asked.q_len)
+    return load_source(str(model), opts, host or get_host()), workload
+
+
+def _as_keywords(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
+    """Positional and keyword inputs together as keywords of `model.forward` (one forward call takes
+    one or the other here)."""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise WorkloadError(f"the inputs do not fit {type(model).__name__}.forward: {exc}") from None
+    out = {}
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            raise WorkloadError(f"{type(model).__name__}.forward takes *{name}: give its inputs positionally only, "
+                                f"or all as inputs=")
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            out.update(value)
+        else:
+            out[name] = value
+    return out
+
+
+def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
+            make_inputs: Callable | None = None, phase: str | None = None, batch: int | None = None,
+            context: int | None = None, q_len: int = 1, dtype: str | None = None, device: str | None = None,
+            options: dict | None = None, hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1,
+            micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
+            kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "as-written",
+            memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
+            depth: int = 3, group_layers: bool = False, host: PluginHost | None = None,
+            **unknown) -> ViewedReport:
+    """What `rooflinekit profile MODEL` does, for a model in memory or a path (MODEL_RULE).
+
+    A module runs on `model(*args, **inputs)` (meta, cpu or cuda tensors; `infer_workload` says what
+    is read from them when `phase`, `batch` or `context` are left out), or on
+    `make_inputs(batch, context, phase)`. A path is what the CLI reads: `options` are its -O pairs.
+    The rest are the CLI's flags with its defaults (docs/python-api.md); a whole `deployment` wins
+    over hardware, tp, ep, pp, micro_batches, the formats, kernels and memory_fraction.
+    """
+    asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
+                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment)
+    no_such_option("profile", unknown)
+    asked.check(depth, group_layers, host)
+    host = host or get_host()
+    source, workload = source_and_workload(model, args, inputs, asked, make_inputs=make_inputs, host=host)
+    report_options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
+    return ViewedReport.of(run_profile(source, workload, asked.deployed(), options=report_options,
                                        host=host).report)
 
 
@@ -206,30 +359,22 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                  weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
                  quantize_embeddings: bool = False, tp: int = 1, ep: int = 1,
                  memory_fraction: float = DEFAULT_FRACTION, kernels: str = "as-written",
-                 deployment: Deployment | None = None) -> ViewedReport:
-    """What `rooflinekit profile PATH` does: a model file (build_model/make_inputs), a transformers
-    config.json, or anything a loader plugin reads. `options` are the CLI's `-O KEY=VALUE` pairs (the
-    model's own); `q_len` is `--q-len`; the deployment is `hardware`, `tp`, `ep`, the formats
-    (`--weight-dtype`, `--weight-group-size`, `--kv-dtype`, `--quantize-embeddings`:
-    docs/accounting.md), `kernels` ("as-written" or "serving": docs/accounting.md, Serving view) and
-    `memory_fraction`, or a whole `deployment` (which then wins)."""
-    check_common(hardware=hardware, phase=phase, batch=batch, context=context, depth=depth,
-                 group_layers=group_layers, host=host)
-    check_file_arguments(path, options, dict(
-        dtype=dtype, device=device, weight_dtype=weight_dtype, kv_dtype=kv_dtype, weight_group_size=weight_group_size,
-        q_len=q_len, tp=tp, ep=ep, quantize_embeddings=quantize_embeddings, kernels=kernels,
-        memory_fraction=memory_fraction, deployment=deployment))
-    opts = parse_options([f"{k}={v}" for k, v in (options or {}).items()])
-    validate(phase, batch, context, dtype, device)
-    workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())), decode_q_len=q_len)
-    deployment = deployment or Deployment(
-        hardware=hardware, tp=tp, ep=ep, weight_dtype=weight_dtype, weight_group_size=weight_group_size,
-        kv_dtype=kv_dtype, quantize_embeddings=quantize_embeddings, kernels=kernels,
-        memory_fraction=memory_fraction)
-    host = host or get_host()
-    options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
-    return ViewedReport.of(run_profile(load_source(str(path), opts, host), workload, deployment, options=options,
-                                       host=host).report)
+                 deployment: Deployment | None = None, pp: int = 1,
+                 micro_batches: int | None = None) -> ViewedReport:
+    """`profile(path, ...)` with a path only: what `rooflinekit profile PATH` does (a model file,
+    a transformers config.json, hf:TYPE, or anything a loader plugin reads)."""
+    if not _is_path(path):
+        raise ModelError(f"path= must be a model file's path (a string), got {path!r}")
+    _word("phase", phase, PHASES)  # none of these is read from inputs here: None is no value
+    _whole("batch", batch, 1, MAX_BATCH)
+    _whole("context", context, 1, MAX_CONTEXT)
+    _word("dtype", dtype, tuple(DTYPES) + tuple(MODELLED_DTYPES))
+    _word("device", device)
+    return profile(path, phase=phase, batch=batch, context=context, hardware=hardware, dtype=dtype, device=device,
+                   options=options, depth=depth, group_layers=group_layers, host=host, weight_dtype=weight_dtype,
+                   weight_group_size=weight_group_size, kv_dtype=kv_dtype, q_len=q_len,
+                   quantize_embeddings=quantize_embeddings, tp=tp, ep=ep, pp=pp, micro_batches=micro_batches,
+                   memory_fraction=memory_fraction, kernels=kernels, deployment=deployment)
 
 
 @dataclass

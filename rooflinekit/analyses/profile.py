@@ -38,7 +38,8 @@ from rooflinekit.stages.capture import CaptureResult, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
-from rooflinekit.stages.memory import activation_peak, memory_of
+from rooflinekit.stages.lazy_state import counted_apart
+from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warning
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.restate import OptionRestatements
@@ -161,15 +162,16 @@ def counted_forward(built: Built, source: ModelSource, workload: Workload, deplo
     """A built model's forward on its inputs captured, attention attributed, the transforms run."""
 
     def forward():
-        with in_effect(workload), module_models(built.model, workload, host, deployment) as patched:
-            return capture(built.model, built.inputs, formula_book(host)), list(patched)
+        with in_effect(workload), module_models(built.model, workload, host, deployment) as patched, \
+                counted_apart(built.inputs) as lazy:  # a cache transformers fills in the step: apart
+            return capture(built.model, built.inputs, formula_book(host)), list(patched), lazy.note()
 
-    cap, models = _guarded("the model's forward", source, workload, forward)
+    cap, models, lazy_note = _guarded("the model's forward", source, workload, forward)
     rows = attribute_attention(cap, built.model, workload, host, deployment)
     ctx = TransformContext(workload, deployment, built.model, host)
     raw = Counted(cap, rows)
     counted = run_transforms(raw, transforms_for(lever), ctx)
-    notes = list(source.notes) + [m.assumption_note for m in models]
+    notes = list(source.notes) + [m.assumption_note for m in models] + ([lazy_note] if lazy_note else [])
     return Counting(built.model, built.inputs, counted, models, notes, raw=raw,
                     fresh_inputs=lambda: inputs_for(source, workload))
 
@@ -236,6 +238,9 @@ def place(counting: Counting, source: ModelSource, workload: Workload, deploymen
                         model_info=info, warnings=warnings, notes=list(dict.fromkeys(notes)),
                         parallel=counting.counted.parallel)
     report = build_report(cap, counting.counted.attention, hw, workload, view)
+    unrecognised = unrecognised_warning(report)  # what the memory section and the minimum cannot see
+    if unrecognised and unrecognised not in report.warnings:
+        report = replace(report, warnings=[*report.warnings, unrecognised])
     return replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
 
 

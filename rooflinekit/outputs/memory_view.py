@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rooflinekit.core.attention_layers import layer_names, uncounted_layers
 from rooflinekit.core.report import Memory, Report
 from rooflinekit.core.units import si
 
@@ -24,4 +25,8 @@ def memory_line(m: Memory) -> str:
 
 def memory_lines(report: Report) -> list[str]:
     """The header's memory line, where the report has a memory section."""
-    return [memory_line(report.memory)] if report.memory is not None else []
+    if report.memory is None:
+        return []
+    uncounted = uncounted_layers(report)
+    left_out = f"; KV cache of {layer_names(uncounted)} not counted (attention not recognised)" if uncounted else ""
+    return [memory_line(report.memory) + left_out]

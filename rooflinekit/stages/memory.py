@@ -34,6 +34,7 @@ from collections.abc import Sequence
 
 import torch
 
+from rooflinekit.core.attention_layers import layer_names, uncounted_layers
 from rooflinekit.core.report import Memory, Report
 from rooflinekit.stages.capture.liveness import GARBAGE
 from rooflinekit.stages.capture.records import CaptureResult
@@ -160,11 +161,10 @@ def kv_per_sequence(report: Report, block: int = 1) -> tuple[float, list[str]]:
     """Cache bytes one sequence holds at the report's context, over the attention layers; with
     `block` > 1, each layer's tokens rounded up to whole blocks of that many (a paged cache)."""
     context = report.workload.context
-    total, unrecognised = 0.0, 0
+    total = 0.0
     for row in report.attention:
         per_sequence = getattr(row, "cache_bytes_per_sequence", None) or row.extra.get("cache_bytes_per_sequence")
         if row.cache_bytes_per_token is None and per_sequence is None:
-            unrecognised += 1
             continue
         held = context
         for cap in (row.window, row.chunk):
@@ -172,10 +172,22 @@ def kv_per_sequence(report: Report, block: int = 1) -> tuple[float, list[str]]:
                 held = min(held, cap)
         held = math.ceil(held / block) * block
         total += (row.cache_bytes_per_token or 0.0) * held + float(per_sequence or 0.0)
-    notes = []
-    if unrecognised:
-        notes.append(f"{unrecognised} attention layer(s) not recognised by a plugin: their cache is not counted")
+    uncounted = uncounted_layers(report)
+    notes = [f"attention layer(s) not recognised by a plugin, their cache not counted: {layer_names(uncounted)}"] \
+        if uncounted else []
     return total, notes
+
+
+def unrecognised_warning(report: Report) -> str | None:
+    """The report's warning where attention layers were not recognised: which, and what it leaves out."""
+    names = [row.module for row in report.attention if not row.recognised]
+    if not names:
+        return None
+    classes = ", ".join(dict.fromkeys(row.module_class for row in report.attention if not row.recognised))
+    return (f"attention not recognised in {layer_names(names)} ({classes}): no plugin read its heads "
+            f"(attributes such as num_heads, num_key_value_heads and head_dim, or an attention plugin: "
+            f"docs/plugins.md), so its KV cache is left out of the memory section (KV cache, max batch) and its "
+            f"minimum KV bytes are unknown; its executed FLOPs and bytes are counted")
 
 
 MIXED_KV_NOTE = ("mixed step: the KV cache held is each segment's attention rows at the segment's own context "
