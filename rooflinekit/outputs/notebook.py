@@ -43,8 +43,8 @@ def html_table(caption: str, columns: list[tuple[str, bool]], rows: list[list[st
     head = "".join(f"<th {_NUM if n else _TEXT}>{_e(h)}</th>" for h, n in columns)
     body = "".join("<tr>" + "".join(f"<td {_NUM if n else _TEXT}>{_e(v)}</td>"
                                     for v, (_, n) in zip(row, columns, strict=True)) + "</tr>" for row in rows)
-    return (f'<table class="{_e(cls)}" {_TABLE}><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    return (f'<div style="overflow-x:auto;max-width:100%"><table class="{_e(cls)}" {_TABLE}><caption>'
+            f"{_e(caption)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def _more(count: int, what: str, call: str) -> str:
@@ -174,8 +174,8 @@ def attention_html(report: Report) -> str:
     if not groups:
         return ""
     cols = [("layer", False), ("arch", False), ("KV heads", True), ("cache/token [B]", True), ("KV min [B]", True),
-            ("KV executed [B]", True), ("amplification [x]", True), ("FLOP model", True), ("FLOP executed", True),
-            ("intensity min [FLOP/B]", True)]
+            ("KV exec [B]", True), ("exec/min [x]", True), ("FLOP model", True), ("FLOP exec", True),
+            ("I min [FLOP/B]", True)]
     rows = [[label, arch_label(a), num(a.num_kv_heads), num(a.cache_bytes_per_token, "B"),
              num(a.kv_bytes_min and a.kv_bytes_min * n, "B"), num(a.kv_bytes_executed * n, "B"), ratio(a.amplification),
              num(a.flops_model and a.flops_model * n), num(a.flops_executed * n), ratio(a.intensity_min)]
