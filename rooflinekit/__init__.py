@@ -23,8 +23,8 @@ _LAZY = {
     "profile": ("rooflinekit.api", "profile"),
     "profile_file": ("rooflinekit.api", "profile_file"),
     "capture": ("rooflinekit.api", "capture"),
-    "sweep": ("rooflinekit.api_search", "sweep"),
-    "advise": ("rooflinekit.api_search", "advise"),
+    "sweep": ("rooflinekit.api", "sweep"),  # every option of the CLI (issue 26, item 2)
+    "advise": ("rooflinekit.api", "advise"),
     "plan": ("rooflinekit.api_search", "plan"),
     "Capture": ("rooflinekit.api", "Capture"),
     # the report with its text and HTML views (the data type itself: rooflinekit.core.report.Report)

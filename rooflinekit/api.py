@@ -17,22 +17,29 @@ import inspect
 import numbers
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
 
+from rooflinekit.analyses.advise import AdviseOptions
+from rooflinekit.analyses.advise import advise as run_advise
+from rooflinekit.analyses.combine import COMBINE_LIMIT
 from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_memory
 from rooflinekit.analyses.profile import profile as run_profile
+from rooflinekit.analyses.sweep import MAX_BATCH as SWEEP_MAX_BATCH
+from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import DEFAULT_FRACTION, KERNELS, PHASES, Deployment
 from rooflinekit.outputs.render import ViewedReport
+from rooflinekit.outputs.viewed import ViewedAdvice, ViewedSweep
 from rooflinekit.stages.capture.forward import recording
 from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
+from rooflinekit.stages.speculative import DEFAULT_ACCEPT
 from rooflinekit.stages.workload import (
     DTYPES,
     MAX_BATCH,
@@ -46,9 +53,10 @@ from rooflinekit.stages.workload import (
     load_source,
     parse_options,
     validate,
+    validate_levers,
 )
 
-__all__ = ["Capture", "capture", "profile", "profile_file"]
+__all__ = ["Capture", "advise", "capture", "profile", "profile_file", "sweep"]
 
 
 #: The most path components `depth` rolls modules up to (far past any model's nesting).
@@ -428,3 +436,85 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
     report = place(counting, source, workload, deployment, hw, ReportOptions(depth=depth, group_layers=group_layers),
                    ([], list(host.warnings + db.problems)))
     out.report = ViewedReport.of(with_memory(report, counting, hw, deployment))
+
+
+def _counts(name: str, values: object, most: int) -> list[int]:
+    """A list of whole numbers (batches=, contexts=), each checked; order kept, repeats dropped."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise WorkloadError(f"{name}= must be a non-empty list of whole numbers, got {values!r}")
+    return list(dict.fromkeys(_whole(name, v, 1, most) for v in values))
+
+
+def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
+          batches: Sequence[int] = (1, 4, 16, 48), contexts: Sequence[int] = (4096, 32768), phase: str = "decode",
+          q_len: int = 1, dtype: str | None = None, device: str | None = None, options: dict | None = None,
+          hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
+          weight_dtype: str | None = None, weight_group_size: int | None = None, kv_dtype: str | None = None,
+          quantize_embeddings: bool = False, kernels: str = "as-written", memory_fraction: float = DEFAULT_FRACTION,
+          deployment: Deployment | None = None, critical: bool = True, max_batch: int = SWEEP_MAX_BATCH,
+          fit: bool = True, host: PluginHost | None = None, **unknown) -> ViewedSweep:
+    """What `rooflinekit sweep MODEL -b ... -s ...` does: every (batch, context), the critical batch
+    per context (`critical`, probing up to `max_batch`; the CLI's --no-critical is critical=False),
+    points from exactly fitted counts on meta (`fit`; --no-fit is fit=False). `model` is a path, or a
+    module in memory with `make_inputs(batch, context, phase)` (every point runs it at its own shape)."""
+    no_such_option("sweep", unknown)
+    batches, contexts = _counts("batches", batches, MAX_BATCH), _counts("contexts", contexts, MAX_CONTEXT)
+    asked = Asked(phase, batches[0], contexts[0], q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
+                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment)
+    asked.check(host=host)
+    _flag("critical", critical)
+    _flag("fit", fit)
+    max_batch = _whole("max_batch", max_batch, 1, MAX_BATCH)
+    host = host or get_host()
+    source, base = source_and_workload(model, (), None, asked, make_inputs=make_inputs, host=host, in_memory=False)
+    for b in batches:
+        for c in contexts:
+            validate(base.phase, b, c, base.dtype, base.device)
+    deployed = asked.deployed()
+    validate_levers(base, deployed)
+    result = run_sweep(source, base, deployed, batches, contexts,
+                       options=SweepOptions(critical=critical, max_batch=max_batch, fit=fit))
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return ViewedSweep.of(result.report())
+
+
+def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None, phase: str = "decode",
+           batch: int = 1, context: int = 4096, q_len: int = 1, dtype: str | None = None, device: str | None = None,
+           options: dict | None = None, hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1,
+           micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
+           kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "serving",
+           memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None, combine: bool = False,
+           max_combinations: int = COMBINE_LIMIT, draft: str | None = None, draft_options: dict | None = None,
+           mtp: int | None = None, accept: float = DEFAULT_ACCEPT, host: PluginHost | None = None,
+           **unknown) -> ViewedAdvice:
+    """What `rooflinekit advise MODEL` does: the step profiled (the serving view unless
+    kernels="as-written", as the CLI), then every lever that applies priced and ranked; `combine`,
+    `max_combinations`, `draft` (a draft model's path) with `draft_options`, `mtp` and `accept` are
+    --combine, --max-combinations, --draft, --draft-option, --mtp and --accept. `model` is a path, or
+    a module in memory with `make_inputs(batch, context, phase)` (levers run it at other shapes)."""
+    no_such_option("advise", unknown)
+    asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
+                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment)
+    asked.check(host=host)
+    _flag("combine", combine)
+    _whole("max_combinations", max_combinations, 1)
+    if mtp is not None:
+        _whole("mtp", mtp, 1, 16)
+    if isinstance(accept, bool) or not isinstance(accept, numbers.Real):
+        raise WorkloadError(f"accept= must be a number in (0, 1], got {accept!r}")
+    if draft is not None and not _is_path(draft):
+        raise ModelError(f"draft= must be a draft model's path (a model file or config), got {draft!r}")
+    host = host or get_host()
+    source, workload = source_and_workload(model, (), None, asked, make_inputs=make_inputs, host=host,
+                                           in_memory=False)
+    extras = AdviseOptions(combine=combine, max_combinations=max_combinations, mtp=mtp, accept=float(accept))
+    extras.check()
+    if draft is not None:
+        given = parse_options([f"{k}={v}" for k, v in (draft_options or {}).items()])
+        extras = replace(extras, draft=load_source(str(draft), given, host), draft_options=tuple(sorted(given.items())))
+    elif draft_options:
+        raise WorkloadError("draft_options= are the draft model's: give draft= too")
+    deployed = asked.deployed()
+    validate_levers(workload, deployed)
+    return ViewedAdvice.of(run_advise(source, workload, deployed, host=host, extras=extras))

@@ -19,6 +19,7 @@ import pytest
 from PIL import Image, ImageStat
 
 from rooflinekit.core.report import Report
+from rooflinekit.outputs.groups import fold
 from rooflinekit.outputs.html import TOP_OPS, profile_html
 from tests.browser import Browser, find_chromium
 from tests.conftest import EXAMPLES, TINY_LLAMA
@@ -59,8 +60,10 @@ def files(tmp_path_factory):
     for name, model, opts in (("gqa", GQA, {**TINY_LLAMA, "layers": 2}), ("mla", MLA, TINY_MLA)):
         for ext in ("json", "html"):
             out[f"{name}.{ext}"] = folder / f"{name}.{ext}"
+            # --no-group-layers: a page row and point per module row (the default folds identical
+            # layers: tests/test_readable_defaults.py)
             run("profile", model, *_options(opts), "-b", "4", "-s", "256", "-H", "H800", "-o", out[f"{name}.{ext}"],
-                *(["-f", "json"] if ext == "json" else []))
+                *(["-f", "json"] if ext == "json" else ["--no-group-layers"]))
     out["compare.html"] = folder / "compare.html"
     run("compare", out["gqa.json"], out["mla.json"], "-o", out["compare.html"])
     advise = ("advise", GQA, *_options({**TINY_LLAMA, "layers": 2}), "-b", "4", "-s", "256", "-H", "H800")
@@ -360,7 +363,10 @@ def test_compare_page_draws_both_reports(browser, files):
     open_page(browser, files["compare.html"])
     counts = drawn(browser)
     for tag, r in (("A", a), ("B", b)):
-        assert counts[f"{tag}_modules"] == sum(m.flops > 0 and m.bytes > 0 for m in r.modules)
+        # identical layers folded into one point, as profile folds them
+        placed = [m for m in r.modules if m.flops > 0 and m.bytes > 0]
+        assert counts[f"{tag}_modules"] == len(fold(placed, lambda m: m.name,
+                                                    lambda m: (m.flops, m.bytes, m.weight_bytes, m.dtype)))
         assert counts[f"{tag}_attention"] == len(r.attention)
         assert counts[f"{tag}_step"] == 1
     rows = browser.js("document.querySelectorAll('#rk-table-compare tbody tr').length")

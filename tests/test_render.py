@@ -129,19 +129,20 @@ def test_transformers_layers_fold_into_one_row(invoke, tmp_path):
     pytest.importorskip("transformers")
     config = EXAMPLES / "configs" / "qwen2.5-7b.json"
     layers = 6
-    folded = invoke("profile", config, "-O", f"layers={layers}", "-H", "H800")
+    # --depth 3: whole layers (the default cuts one level below them, model.layers.*.self_attn)
+    folded = invoke("profile", config, "-O", f"layers={layers}", "-H", "H800", "--depth", "3")
     assert folded.exit_code == 0, folded.stderr
     lines = folded.stdout.splitlines()
     assert not [line for line in lines if re.match(r"model\.layers\.\d+ ", line)]
     group = [line for line in lines if line.startswith(f"model.layers.* (x{layers})")]
     assert len(group) == 1
     assert widest(folded.stdout) <= 100
-    expanded = invoke("profile", config, "-O", f"layers={layers}", "-H", "H800", "--no-group-layers")
+    expanded = invoke("profile", config, "-O", f"layers={layers}", "-H", "H800", "--depth", "3", "--no-group-layers")
     rows = [line for line in expanded.stdout.splitlines() if re.match(r"model\.layers\.\d+ ", line)]
     assert sorted(int(r.split()[0].split(".")[-1]) for r in rows) == list(range(layers))
     # the folded row is the sum of its layers: FLOPs and share
     report_file = tmp_path / "r.json"
-    invoke("profile", config, "-O", f"layers={layers}", "-H", "H800", "-f", "json", "-o", report_file)
+    invoke("profile", config, "-O", f"layers={layers}", "-H", "H800", "--depth", "3", "-f", "json", "-o", report_file)
     report = json.loads(report_file.read_text())
     members = [m for m in report["modules"] if re.fullmatch(r"model\.layers\.\d+", m["name"])]
     assert len(members) == layers

@@ -8,11 +8,15 @@ from dataclasses import asdict, dataclass
 from tabulate import tabulate
 
 from rooflinekit.core.codec import encode
+from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import ratio as fmt_ratio
 from rooflinekit.core.units import seconds, share, si
+from rooflinekit.outputs.groups import fold
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.tables import WIDTH, Column, legend, wrap
+from rooflinekit.outputs.tables import table as layout
 from rooflinekit.outputs.words import request_words
 
 #: (key, unit) of the whole step compared; units drive formatting only.
@@ -29,6 +33,9 @@ LAYER = [("cache_bytes_per_token", "B"), ("kv_bytes_min", "B"), ("kv_bytes_execu
          ("intensity_executed", "FLOP/B")]
 MODULE = [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B"), ("time_bound_ops_s", "s")]
 WORKLOAD_KEYS = ("phase", "batch", "context", "q_len", "dtype", "device")
+#: The compare tables' headers where they differ from profile's.
+COMPARE_MEANINGS = {"I exec": "intensity as executed (FLOP/B)", "FLOP": "FLOPs (summed over folded layers)",
+                    "bytes": "bytes moved (summed over folded layers)"}
 
 
 @dataclass
@@ -116,30 +123,35 @@ def _fmt(value, unit: str) -> str:
     return str(value)
 
 
-def _wide(rows: list[dict], keys: list[tuple[str, str]]) -> tuple[list[str], list[list[str]]]:
-    """One line per name: A, B and A/B for each key; runs of identical lines become one 'first .. last (xN)'."""
+#: Short headers of the per-layer and per-module tables (the legend under each says what they are).
+SHORT = {"cache_bytes_per_token": "cache/tok", "kv_bytes_executed": "KV exec", "intensity_min": "I min",
+         "intensity_executed": "I exec", "flops": "FLOP", "bytes": "bytes", "intensity": "FLOP/B"}
+#: Figures of folded layers that add up (a module row's FLOPs and bytes, as profile sums them).
+SUMMED = ("flops", "bytes")
+
+
+def _wide(rows: list[dict], keys: list[tuple[str, str]], summed: bool = False) -> tuple[list[Column], list[list[str]]]:
+    """One line per name: A, B and A/B for each key; identical layers folded into one row as
+    profile folds them (model.layers.*.mlp (x28)), their FLOPs and bytes summed where `summed`."""
     by_name: dict[str, dict[str, dict]] = {}
-    for r in rows:
-        by_name.setdefault(r["name"], {})[r["key"]] = r
-    short = {"cache_bytes_per_token": "cache B/tok", "kv_bytes_executed": "KV exec", "intensity_min": "I min",
-             "intensity_executed": "I exec", "flops": "FLOPs", "bytes": "bytes", "intensity": "FLOP/B"}
-    headers = ["name"]
-    for key, _ in keys:
-        headers += [f"{short.get(key, key)} A", "B", "A/B"]
-    lines: list[tuple[list[str], list[str]]] = []  # (names, cells)
-    for name, cells in by_name.items():
+    for r in rows:  # 'A's name | B's name' where they differ: A's in the table, the pair in a note
+        by_name.setdefault(r["name"].split(" | ")[0], {})[r["key"]] = r
+    columns = [Column("name", "left")]
+    for key, _ in keys:  # B's own figures: -f markdown or json (A and A/B give them)
+        h = SHORT.get(key, key)
+        columns += [Column(f"{h} A"), Column(f"{h} B", wide_only=True), Column("A/B")]
+    figures = [(name, [(c.get(k) or {}).get(f) for k, _ in keys for f in ("a", "b")])
+               for name, c in by_name.items()]
+    table_rows = []
+    for g in fold(figures, lambda item: item[0], lambda item: item[1]):
         values = []
-        for key, unit in keys:
-            r = cells.get(key)
-            values += ["-", "-", "-"] if r is None else [
-                _fmt(r["a"], unit), _fmt(r["b"], unit), fmt_ratio(r["ratio"], 4)]
-        if lines and lines[-1][1] == values:
-            lines[-1][0].append(name)
-        else:
-            lines.append(([name], values))
-    table = [[names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} (x{len(names)})", *values]
-             for names, values in lines]
-    return headers, table
+        for j, (key, unit) in enumerate(keys):
+            a, b = (g.members[0][1][2 * j + x] for x in (0, 1))
+            if summed and key in SUMMED and a is not None and b is not None:
+                a, b = (sum(m[1][2 * j + x] for m in g.members) for x in (0, 1))
+            values += [_fmt(a, unit), _fmt(b, unit), fmt_ratio(ratio(a, b), 4)]
+        table_rows.append([g.label, *values])
+    return columns, table_rows
 
 
 def render_compare(data: dict, fmt: str = "table") -> str:
@@ -158,7 +170,7 @@ def render_compare(data: dict, fmt: str = "table") -> str:
                               d.get("options"))
         line = f"{tag.upper()}: {d['path']}: {d['model']} - {w['phase']}, batch {w['batch']}, context {w['context']}"
         line += f"{words}, {d['hardware']}"
-        out.append(f"- {line}" if md else line)
+        out.append(f"- {line}" if md else wrap(line, WIDTH))
     out.append("")
     rows = data["rows"]
     for section, title in (("step", "Whole step"), ("attention", "Attention (all recognised layers)")):
@@ -170,13 +182,21 @@ def render_compare(data: dict, fmt: str = "table") -> str:
         ("attention layer", "Attention per layer (in order)",
          [("cache_bytes_per_token", "B"), ("kv_bytes_executed", "B"), ("intensity_min", "FLOP/B"),
           ("intensity_executed", "FLOP/B")]),
-        ("module", "Modules (matched by name)", [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B")]),
+        ("module", "Modules (matched by name; (xN): N identical layers, FLOPs and bytes summed)", [("flops", "FLOP"), ("bytes", "B"), ("intensity", "FLOP/B")]),
     ):
         picked = [r for r in rows if r["section"] == section]
         if picked:
-            headers, table = _wide(picked, keys)
-            out += [f"## {title}\n" if md else title,
-                    tabulate(table, headers=headers, tablefmt=tablefmt, disable_numparse=True), ""]
+            columns, body = _wide(picked, keys, summed=section == "module")
+            text, left_out = layout(columns, body, width=None if md else WIDTH, markdown=md)
+            key = legend([SHORT.get(k, k) for k, _ in keys], [], COMPARE_MEANINGS)
+            renamed = sorted({layer_pattern(r["name"]) for r in picked if " | " in r["name"]})
+            out += [f"## {title}\n" if md else title, text]
+            if renamed:
+                out += [wrap("named in A | in B: " + ", ".join(renamed), None if md else WIDTH)]
+            out += [
+                    wrap(f"{key}; A/B = the ratio" + (f"; left out to fit {WIDTH} columns: "
+                                                      f"{', '.join(left_out)}" if left_out else ""),
+                         None if md else WIDTH), ""]
     for note in data["notes"]:
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"

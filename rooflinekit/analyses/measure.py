@@ -59,6 +59,7 @@ from rooflinekit.core.report import (
     Report,
     StepMeasured,
 )
+from rooflinekit.core.stdio import native_stderr_without
 from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture.forward import active, call_forward, hooked
@@ -299,6 +300,10 @@ def _plain_forwards(model: torch.nn.Module, supply: Callable[[], object], device
     return plain
 
 
+#: How Kineto's C++ log lines on profiler start and stop begin (held back: native_stderr_without).
+KINETO_LOG = "USDT:"
+
+
 def _profiled_forwards(model: torch.nn.Module, supply: Callable[[], object], device: str, warmup: int,
                        repeats: int, formulas: FormulaBook | None) -> tuple[list[list[str]], torch.profiler.profile]:
     """An instrumented warm-up (first-call costs of the modes and hooks), then `repeats` profiled
@@ -317,7 +322,10 @@ def _profiled_forwards(model: torch.nn.Module, supply: Callable[[], object], dev
             sync()
             del inputs
         sequences: list[list[str]] = []
-        with torch.profiler.profile(activities=activities) as prof:
+        prof = torch.profiler.profile(activities=activities)
+        with native_stderr_without(KINETO_LOG):  # its profiler_start line
+            prof.__enter__()
+        try:
             for r in range(repeats):
                 inputs = _next_inputs(supply, sync)
                 # the modes are entered outside the step range: hook set-up is not step time
@@ -326,6 +334,9 @@ def _profiled_forwards(model: torch.nn.Module, supply: Callable[[], object], dev
                     sync()
                 del inputs
                 sequences.append([op.name for op in rec.ops])
+        finally:
+            with native_stderr_without(KINETO_LOG):  # its profiler_stop line
+                prof.__exit__(None, None, None)
     return sequences, prof
 
 
@@ -430,6 +441,28 @@ def calibrated_cpu_entry(db: HardwareDB) -> HardwareSpec | None:
         if best is None or date >= best[0]:
             best = (date, spec)
     return best[1] if best else None
+
+
+def is_cpu_entry(spec: HardwareSpec) -> bool:
+    """Whether `spec` describes a CPU: an entry `rooflinekit calibrate --device cpu` wrote."""
+    if not spec.calibrated or not spec.path:
+        return False
+    try:
+        with open(spec.path, "rb") as fh:
+            cal = tomllib.load(fh).get("calibration")
+    except (OSError, ValueError):
+        return False
+    return isinstance(cal, dict) and str(cal.get("device", "")).startswith("cpu")
+
+
+def cpu_on_gpu_warning(device: str, spec: HardwareSpec) -> str | None:
+    """The warning of CPU times placed on an accelerator's entry (None where the entry is a CPU's):
+    achieved FLOP/s thousands of times under that entry's roofs, MFU/MBU near zero."""
+    if not device.startswith("cpu") or is_cpu_entry(spec):
+        return None
+    return (f"measured on {device} but placed on {spec.name}, an accelerator's entry: the achieved points, "
+            f"MFU and MBU compare CPU times with that device's ceilings; run `rooflinekit calibrate --device "
+            f"cpu`, then pass -H \"CPU calibrated\"")
 
 
 def cpu_hardware(db: HardwareDB, fallback: HardwareSpec, device: str = "cpu") -> tuple[HardwareSpec, str, str | None]:

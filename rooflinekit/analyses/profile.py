@@ -19,6 +19,7 @@ import torch
 from rooflinekit.analyses.measure import (
     FreshInputs,
     cpu_hardware,
+    cpu_on_gpu_warning,
     modelled_modules,
     with_alt_placement,
     with_measurement,
@@ -70,10 +71,11 @@ TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), Serving(), ParallelSha
 
 @dataclass(frozen=True)
 class ReportOptions:
-    """How a profile is laid out and annotated: module depth, layer folding, op rows; measured
+    """How a profile is laid out and annotated: module depth (None: the layer stack's children and
+    one level below, core.paths.default_depth), layer folding, op rows; measured
     mode (None: on for cuda), its warm-up and repeats, its trace file; a second hardware entry."""
 
-    depth: int = 3
+    depth: int | None = None
     group_layers: bool = False
     detail: bool = True
     measure: bool | None = None
@@ -342,6 +344,8 @@ def profile(
     if deployment.hardware == "auto" and measure and workload.device.startswith("cpu"):
         # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
         hw, auto_note, hardware_warning = cpu_hardware(db, hw, workload.device)
+    elif measure:  # CPU times on an accelerator's roofs: said in the report and on its chart
+        hardware_warning = cpu_on_gpu_warning(workload.device, hw)
     alt_hw = db.get(options.compare_hardware) if options.compare_hardware else None
     counting = count(source, workload, deployment, host, lever=lever, on_stage=on_stage)
     report = place(counting, source, workload, deployment, hw, options,

@@ -36,9 +36,11 @@ def hardware_list(fmt, debug):
         bf16 = e.peak_flops.get("bf16")
         rows.append([e.name, e.vendor, si(bf16, "FLOP/s"), si(e.peak_flops.get("fp8"), "FLOP/s"),
                      si(e.memory_bandwidth, "B/s"), f"{e.ridge('bf16'):.1f}" if bf16 else "-",
-                     si(e.memory_bytes, "B"), "" if e.verified else "unverified"])
+                     si(e.memory_bytes, "B"), "yes" if e.verified else "no"])
     click.echo(tabulate(rows, headers=["name", "vendor", "bf16 dense", "fp8 dense", "bandwidth",
-                                       "ridge bf16", "memory", ""], disable_numparse=True))
+                                       "ridge bf16", "memory", "verified"], disable_numparse=True))
+    click.echo("verified: no means the numbers come from press or partner material, not a vendor datasheet "
+               "(`hardware show NAME` cites each number)")
 
 
 @hardware.command("show")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from rooflinekit.cli.workload import COUNT, parse_count
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.request import Workload, mixed_workload
 from rooflinekit.stages.workload import validate_levers
@@ -17,7 +18,7 @@ def mix_options(f):
                      help="A mixed step (continuous batching): decode groups, e.g. 1024:32,4096:16 = 32 sequences "
                           "at context 1024 and 16 at 4096, one forward with the weights read once. Replaces "
                           "--phase/--batch/--context. See docs/accounting.md, Mixed steps."),
-        click.option("--chunk", default=None, type=int, metavar="N",
+        click.option("--chunk", default=None, type=COUNT, metavar="N",
                      help="A chunked-prefill slice of N new prompt tokens in the step (alone: a pure chunked "
                           "prefill step)."),
         click.option("--chunk-offset", default=None, type=int, metavar="P",
@@ -37,8 +38,8 @@ def parse_mix(text: str) -> tuple[tuple[int, int], ...]:
         try:
             if not sep:
                 raise ValueError
-            groups.append((int(context), int(count)))
-        except ValueError:
+            groups.append((parse_count(context, "--mix context"), int(count)))
+        except (ValueError, WorkloadError):
             raise WorkloadError(f"--mix: '{part}' is not CONTEXT:SEQUENCES (e.g. --mix 1024:32,4096:16)") from None
     return tuple(groups)
 

@@ -16,6 +16,7 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
+from rooflinekit.cli.workload import parse_count
 from rooflinekit.core import compat
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
@@ -67,13 +68,8 @@ def _seconds(text: str, option: str) -> float:
 
 
 def _tokens(text: str, option: str) -> int:
-    """'4096', '4k' (x 1024) -> tokens."""
-    raw = text.strip().lower()
-    scale = 1024 if raw.endswith("k") else 1
-    try:
-        value = int(raw[:-1] if scale > 1 else raw) * scale
-    except ValueError:
-        raise WorkloadError(f"{option} {text!r}: give a whole number of tokens such as 4096 or 4k") from None
+    """'4096', '4k' (x 1024), '1M' (x 1024^2) -> tokens (rooflinekit.cli.workload.parse_count)."""
+    value = parse_count(text, option)
     if value < 1:
         raise WorkloadError(f"{option} {text!r}: give at least 1 token")
     return value

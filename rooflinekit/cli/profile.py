@@ -62,7 +62,9 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 @click.command("profile", cls=Command, help=PROFILE_HELP, context_settings=CONTEXT_SETTINGS)
 @click.argument("model", metavar="MODEL")
 @workload_options
-@click.option("--depth", default=3, show_default=True, type=int, help="Roll modules up to this many path components.")
+@click.option("--depth", default=None, type=int,
+              help="Roll modules up to this many path components (default: the layer stack's children and "
+                   "one level below them, model.layers.*.self_attn / .mlp; 3 without a layer stack).")
 @click.option("--group-layers/--no-group-layers", default=None,
               help="Fold identical repeated layers into one row of the text tables (default); "
                    "--no-group-layers lists each layer. --group-layers also merges the JSON's module rows "
@@ -110,7 +112,7 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
     check_destination(output, inputs)
     if trace:
         check_destination(trace, inputs + [("the --output file", output)], "--trace")
-    if depth < 1:
+    if depth is not None and depth < 1:
         raise UserError(f"--depth must be at least 1, got {depth}")
     if plot_depth is not None and not plot_path:
         raise UserError("--plot-depth needs --plot FILE.png|.svg")
@@ -153,7 +155,7 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
             report = run()
     for w in report.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
-    emit(profile_html(report) if fmt == "html" else
+    emit(profile_html(report, group_layers is not False) if fmt == "html" else
          render(report, fmt, top or None, wide=wide, group_layers=group_layers is not False, ops=ops_shown,
                 table=csv_table or "modules", colour=use_colour(fmt, output)), output)
     if trace:

@@ -18,7 +18,7 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
+from rooflinekit.cli.workload import count_list, make_workload, parallel_options, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input, is_special, partial_path, write_atomic
@@ -28,7 +28,6 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import sweep_html
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS
-from rooflinekit.outputs.report_io import int_list
 from rooflinekit.stages.workload import MAX_BATCH as BATCH_LIMIT
 from rooflinekit.stages.workload import load_source
 
@@ -61,10 +60,10 @@ Ctrl-C (or SIGTERM) keeps the points already done, with a note: written to FILE.
 def decorate(f):
     f = workload_options(f)
     f.__click_params__ = [p for p in f.__click_params__ if p.name not in ("batch", "context")]
-    f = click.option("--batch", "-b", "batches", default="1,4,16,48", show_default=True, callback=int_list,
+    f = click.option("--batch", "-b", "batches", default="1,4,16,48", show_default=True, callback=count_list,
                      help="Batches, comma-separated.")(f)
-    f = click.option("--context", "-s", "contexts", default="4096,32768", show_default=True, callback=int_list,
-                     help="Contexts, comma-separated.")(f)
+    f = click.option("--context", "-s", "contexts", default="4096,32768", show_default=True, callback=count_list,
+                     help="Contexts, comma-separated (4k,32k = 4096,32768).")(f)
     return f
 
 @click.command("sweep", cls=Command, help=SWEEP_HELP)

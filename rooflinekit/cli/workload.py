@@ -80,12 +80,77 @@ def context_levers() -> dict:
     return dict(ctx.meta.get(LEVERS, {})) if ctx is not None else {}
 
 
+#: Suffixes of a batch or context as they are quoted: 32k = 32768 (x 1024), 1M = 1024 * 1024.
+SUFFIXES = {"k": 1024, "K": 1024, "M": 1024 * 1024}
+
+
+def parse_count(text, what: str = "value") -> int:
+    """'32768', '32k', '32K' (x 1024), '1M' (x 1024^2) -> an integer; a WorkloadError naming `what`
+    otherwise. The one parser of batch and context on every command (their ranges are checked where
+    the workload is: stages.workload.validate)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    raw = str(text).strip().replace("_", "")
+    scale = SUFFIXES.get(raw[-1:], 1)
+    digits = raw[:-1] if scale > 1 else raw
+    sign = -1 if digits.startswith("-") else 1
+    if not digits.lstrip("-").isdigit() or digits.count("-") > 1:
+        raise WorkloadError(f"{what} {text!r} is not a valid integer: give a whole number of tokens or sequences "
+                            f"such as 4096, 32k (x 1024) or 1M (x 1024^2)")
+    return sign * int(digits.lstrip("-")) * scale
+
+
+def parse_counts(text, what: str = "value") -> list[int]:
+    """'1,4,16' or '4k,32k' -> [1, 4, 16] / [4096, 32768]: `parse_count` of each, order kept,
+    duplicates dropped."""
+    items: list[int] = []
+    for part in str(text).split(","):
+        if part.strip():
+            n = parse_count(part, what)
+            if n < 1:
+                raise WorkloadError(f"{what} {n}: every value must be at least 1")
+            if n not in items:
+                items.append(n)
+    if not items:
+        raise WorkloadError(f"{what}: give at least one value (e.g. 1,4,16)")
+    return items
+
+
+def _flag(param) -> str:
+    return param.opts[0] if param is not None and param.opts else "value"
+
+
+class Count(click.ParamType):
+    """A batch or context on the command line: `parse_count` (32k = 32768)."""
+
+    name = "N"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_count(value, _flag(param))
+        except WorkloadError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def count_list(ctx, param, value) -> list[int]:
+    """Click callback for comma-separated batches or contexts (`parse_counts`)."""
+    try:
+        return parse_counts(value, _flag(param))
+    except WorkloadError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+COUNT = Count()
+
+
 def workload_options(f):
     opts = [
         click.option("--phase", default="decode", show_default=True, help="prefill or decode."),
-        click.option("--batch", "-b", default=1, show_default=True, type=int, help="Sequences per step."),
-        click.option("--context", "-s", default=4096, show_default=True, type=int,
-                     help="Positions each new token attends to (decode: cache of context-1 plus itself)."),
+        click.option("--batch", "-b", default=1, show_default=True, type=COUNT,
+                     help="Sequences per step (k = x 1024)."),
+        click.option("--context", "-s", default=4096, show_default=True, type=COUNT,
+                     help="Positions each new token attends to (decode: cache of context-1 plus itself); "
+                          "32k = 32768, 1M = 1024^2."),
         click.option("--dtype", default="bf16", show_default=True,
                      help="bf16, fp16 or fp32 (default dtype in effect), or fp8: activations and weight "
                           "products in fp8 at the fp8 peak (modelled: the model runs in bf16)."),

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import os
 import sys
+import tempfile
 
 _depth = 0
 
@@ -92,4 +93,47 @@ class stdout_to_stderr:  # a context manager, named and used as the function it 
         if saved_fd is not None:
             os.close(saved_fd)
         sys.stdout = saved_stream
+        return False
+
+
+class native_stderr_without:  # a context manager, named and used as a function
+    """Hold back the lines native code writes to file descriptor 2 inside the block that start
+    with `prefix`; every other line is written to stderr afterwards, as it came.
+
+    Kineto (torch.profiler's back end) logs `USDT: ... profiler_start` and `profiler_stop` from C++
+    on every profiler start and stop: measured mode wraps those two calls in this.
+    """
+
+    __slots__ = ("_prefix", "_saved")
+
+    def __init__(self, prefix: str):
+        self._prefix = prefix
+        self._saved = None
+
+    def __enter__(self) -> None:
+        if not _fd_open(2):
+            return
+        _flush(sys.stderr)
+        _flush_c_stdio()
+        held = tempfile.TemporaryFile()
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        self._saved = (saved, held)
+
+    def __exit__(self, *exc_info) -> bool:
+        if self._saved is None:
+            return False
+        saved, held = self._saved
+        self._saved = None
+        _flush(sys.stderr)
+        _flush_c_stdio()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        text = held.read().decode(errors="replace")
+        held.close()
+        kept = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(self._prefix))
+        if kept and sys.stderr is not None:
+            sys.stderr.write(kept)
+            _flush(sys.stderr)
         return False

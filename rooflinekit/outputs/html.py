@@ -19,6 +19,7 @@ from typing import Any
 
 from rooflinekit.core.report import AttentionRow, Report, SweepPoint, SweepReport
 from rooflinekit.core.version import __version__
+from rooflinekit.outputs.groups import Group, fold
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 ASSETS = Path(__file__).resolve().parent / "html_assets"
@@ -179,21 +180,27 @@ def _measured_tip(m) -> list[list]:
             item("MFU", m.mfu, "pct"), item("MBU", m.mbu, "pct")]
 
 
-def _module_points(report: Report) -> dict:
+def _module_points(report: Report, group: bool = True) -> dict:
     step = report.totals.predicted_step_s
     rows = []
-    for m in report.modules:
-        tip = [item("FLOPs", m.flops, "si", "FLOP"), item("bytes", m.bytes, "si", "B"),
-               item("weights", m.weight_bytes, "si", "B"), item("intensity", m.intensity, "num", "FLOP/B"),
+    groups = _module_groups(report, group)
+    for g in groups:
+        members, m = g.members, g.members[0]
+        share = sum(x.time_share for x in members)
+        tip = [item("FLOPs", sum(x.flops for x in members), "si", "FLOP"),
+               item("bytes", sum(x.bytes for x in members), "si", "B"),
+               item("weights", sum(x.weight_bytes for x in members), "si", "B"),
+               item("intensity", m.intensity, "num", "FLOP/B"),
                item("bound", m.bound), item("attainable", m.attainable_flops, "si", "FLOP/s"),
-               item("time bound (sum of its ops)", m.time_bound_ops_s, "time"),
-               item("share of predicted step", m.time_share, "pct"), *_measured_tip(m.measured)]
-        achieved = m.measured.achieved_flops if m.measured else None
-        rows.append((m.name, point(m.name, m.intensity, m.attainable_flops, tip, m.time_share, achieved)))
+               item("time bound (sum of its ops)", sum(x.time_bound_ops_s for x in members), "time"),
+               item("share of predicted step", share, "pct"),
+               *(_measured_tip(m.measured) if g.count == 1 else [])]
+        achieved = _folded_measured(members)[1] if m.measured else None
+        rows.append((g.label, point(g.label, m.intensity, m.attainable_flops, tip, share, achieved)))
     drawn, omitted = _placed(rows)
     return series("modules", "modules", drawn, omitted, SeriesView(
         sized=True, hint=f"one point per module row; area proportional to its share of the predicted step "
-                         f"({len(report.modules)} rows)" if step else ""))
+                         f"({len(groups)} rows)" if step else ""))
 
 
 def _mixer_kind(report: Report) -> str:
@@ -385,7 +392,27 @@ def _conventions(report: Report) -> list[list[str]]:
     return [[k, v] for k, v in {**t.flop_conventions, **t.time_conventions}.items()]
 
 
-def module_table(report: Report) -> dict:
+def _module_groups(report: Report, group: bool = True) -> list[Group]:
+    """The module rows, identical layers folded into one (rooflinekit.outputs.groups) unless `group` is off."""
+    if not group:
+        return [Group(m.name, [m]) for m in report.modules]
+    return fold(report.modules, lambda m: m.name, lambda m: (m.flops, m.bytes, m.weight_bytes, m.dtype))
+
+
+def _folded_measured(members: list) -> list:
+    """[time, achieved, MFU, MBU] of folded members: times summed, rates over the summed time."""
+    me = [m.measured for m in members]
+    if any(x is None for x in me):
+        return [None] * 4
+    time_s = sum(x.time_s for x in me)
+    if not time_s:
+        return [time_s, None, None, None]
+    rates = [sum((getattr(x, k) or 0.0) * x.time_s for x in me) / time_s
+             if all(getattr(x, k) is not None for x in me) else None for k in ("mfu", "mbu")]
+    return [time_s, sum(m.flops for m in members) / time_s, *rates]
+
+
+def module_table(report: Report, group: bool = True) -> dict:
     measured = any(m.measured is not None for m in report.modules)
     cols = [col("module"), col("ops", "int"), col("FLOPs", "si", "FLOP"), col("bytes", "si", "B"),
             col("weights", "si", "B"), col("FLOP/B", "num", hint="arithmetic intensity"), col("bound"),
@@ -396,17 +423,21 @@ def module_table(report: Report) -> dict:
     if measured:
         cols += [col("measured", "time"), col("achieved", "si", "FLOP/s"), col("MFU", "pct"), col("MBU", "pct")]
     rows = []
-    for m in report.modules:
-        row = [m.name, m.ops, m.flops, m.bytes, m.weight_bytes, m.intensity, m.bound, m.attainable_flops,
-               m.time_bound_ops_s, m.time_share, m.mfu_bound, m.dtype]
+    groups = _module_groups(report, group)
+    for g in groups:
+        members, m = g.members, g.members[0]
+        row = [g.label, sum(x.ops for x in members), sum(x.flops for x in members), sum(x.bytes for x in members),
+               sum(x.weight_bytes for x in members), m.intensity, m.bound, m.attainable_flops,
+               sum(x.time_bound_ops_s for x in members), sum(x.time_share for x in members), m.mfu_bound, m.dtype]
         if measured:
-            me = m.measured
-            row += [me.time_s, me.achieved_flops, me.mfu, me.mbu] if me else [None] * 4
+            row += _folded_measured(members)
         rows.append(row)
+    folded = len(groups) < len(report.modules)
     return table("modules", "Modules", cols, rows, TableView(
         sort=(8, "desc"), series="modules",
         caption=f"{len(rows)} modules, rolled up to depth {report.capture.depth}"
-                + (", repeated layers merged" if report.capture.group_layers else "")))
+                + (", repeated layers merged" if report.capture.group_layers else "")
+                + ("; (xN): N identical layers in one row, FLOPs, bytes, times and shares summed" if folded else "")))
 
 
 def attention_table(report: Report) -> dict:
@@ -474,12 +505,13 @@ def comm_table(report: Report) -> dict:
     return table("comm", "Collectives per GPU", cols, rows, TableView(sort=(5, "desc"), caption=report.comm.assumption))
 
 
-def profile_payload(report: Report) -> dict:
-    """The page's data for one profile report."""
+def profile_payload(report: Report, group_layers: bool = True) -> dict:
+    """The page's data for one profile report (identical layers folded into one row unless
+    `group_layers` is off)."""
     w, hw = report.workload, report.hardware
-    chart_series = [_module_points(report), *_attention_points(report), *_step_points(report)]
+    chart_series = [_module_points(report, group_layers), *_attention_points(report), *_step_points(report)]
     chart_series = [s for s in chart_series if s["points"] or s["omitted"]]
-    tables = [module_table(report)]
+    tables = [module_table(report, group_layers)]
     if report.attention:
         tables.append(attention_table(report))
     if report.ops:
@@ -574,10 +606,12 @@ def _sweep_tables(sweep: SweepReport) -> list[dict]:
              p.mfu_bound, p.weight_share, p.kv_share, p.other_share, p.attention.intensity_min,
              p.attention.intensity_executed] for p in sweep.points]
     if any(getattr(p, "memory", None) is not None for p in sweep.points):
-        cols += [col("memory per GPU", "si", "B", "weights, KV cache and activation peak"), col("fits", "bool")]
+        # beside tokens/s, where the page shows them without scrolling the table sideways
+        cols[8:8] = [col("fits", "bool", hint="fits one GPU's memory"),
+                     col("memory per GPU", "si", "B", "weights, KV cache and activation peak")]
         for row, p in zip(rows, sweep.points, strict=True):
             mem = getattr(p, "memory", None)
-            row += [getattr(mem, "total_bytes", None), getattr(p, "fits", None)]
+            row[8:8] = [getattr(p, "fits", None), getattr(mem, "total_bytes", None)]
     tables = [{**table("points", "Sweep points", cols, rows, TableView(caption="click a row to show it on the chart")),
                "selects": True}]
     for tid, title, crit in (("critical", "Critical batch per context", sweep.critical_batch),
@@ -600,7 +634,7 @@ def _sweep_header(sweep: SweepReport) -> dict:
     hw, w = sweep.hardware, sweep.workload
     return {"tiles": [item("points", len(sweep.points), "int"), item("captures", sweep.profiles, "int"),
                       item("evaluated from fitted counts", sweep.evaluated, "int"),
-                      item("wall time", sweep.wall_s, "time")],
+                      item("analysis time (after start-up and model import)", sweep.wall_s, "time")],
             "cards": [
                 {"title": "Model", "items": [item("name", sweep.model.name), item("kind", sweep.model.kind),
                                              item("path", sweep.model.path),
@@ -800,9 +834,9 @@ def page(payload: dict) -> str:
     )
 
 
-def profile_html(report: Report) -> str:
-    """A profile report as a self-contained HTML page."""
-    return page(profile_payload(report))
+def profile_html(report: Report, group_layers: bool = True) -> str:
+    """A profile report as a self-contained HTML page (identical layers folded unless `group_layers` is off)."""
+    return page(profile_payload(report, group_layers))
 
 
 def sweep_html(sweep: SweepReport | dict) -> str:

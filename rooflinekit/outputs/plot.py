@@ -45,6 +45,8 @@ AREA_MIN = 14.0
 AREA_FIXED = 50.0
 #: Ops labelled on an op-level chart: the most expensive ones.
 LABELLED_OPS = 10
+#: How the report's warning of CPU times placed on an accelerator's entry begins (analyses.measure).
+CPU_ON_GPU = "measured on cpu but placed on "
 
 MARKERS = {"step": "o", "attention_min": "^", "attention_executed": "v", "module": "s", "op": "o"}
 KIND_NAMES = {"step": "whole step", "attention_min": "attention (architecture minimum)",
@@ -94,6 +96,7 @@ class Chart:
     series: list[Series]
     skipped: list[str] = field(default_factory=list)  # points with no intensity (no FLOPs or bytes)
     notes: list[str] = field(default_factory=list)  # printed under the chart
+    warnings: list[str] = field(default_factory=list)  # printed in red over the plot
     left_out: list[str] = field(default_factory=list)  # labels with no free place (set by figure())
 
     @property
@@ -302,7 +305,13 @@ def profile_chart(report: Report, depth: int | None = None, ops: bool = False) -
     words = request_words(w.dtype, report.deployment, w.q_len if w.phase == "decode" else None, w.options)
     title = (f"{report.hardware.name}: {model.name or '?'}, {w.phase}, batch {w.batch}, "
              f"context {w.context}{words}" + (f", measured on {t.measured.device}" if t.measured else ""))
-    return Chart(title, encode(report.hardware), series, skipped, notes)
+    warning = next((x for x in report.warnings if x.startswith(CPU_ON_GPU)), None)
+    chart = Chart(title, encode(report.hardware), series, skipped, notes)
+    if warning:
+        chart.warnings.append(f"warning: CPU times against {report.hardware.name}'s roofs: the measured points "
+                              "sit far under them; calibrate this CPU (rooflinekit calibrate --device cpu) "
+                              "and pass -H \"CPU calibrated\"")
+    return chart
 
 
 # -- what a sweep report puts on its chart -------------------------------------------------------------
@@ -449,6 +458,11 @@ def _style(ax, title: str, xlabel: str, ylabel: str) -> None:
         axis.set_minor_formatter(NullFormatter())
 
 
+def _hollow(s: Series) -> bool:
+    """The whole step of a profile chart is a ring (what lies inside it shows), in the legend too."""
+    return s.kind == "step" and bool(s.shares)
+
+
 def _colour(s: Series) -> str:
     return s.colour or KIND_COLOURS.get(s.kind, "C7")
 
@@ -470,8 +484,11 @@ def _legend(fig, ax, chart: Chart, ceilings, bw: float, ridge_x: float) -> None:
                                   markeredgecolor="black", markeredgewidth=0.4, label=KIND_NAMES[kind]))
     else:
         for s in chart.series:
+            hollow = _hollow(s)  # drawn as it is on the chart: the whole step a ring
             handles.append(Line2D([], [], color=_colour(s), marker=MARKERS[s.kind], linestyle="", markersize=7,
-                                  markeredgecolor="black", markeredgewidth=0.4, label=s.label))
+                                  markerfacecolor="none" if hollow else _colour(s),
+                                  markeredgecolor=_colour(s) if hollow else "black",
+                                  markeredgewidth=1.6 if hollow else 0.4, label=s.label))
         if any(s.shares for s in chart.series):
             for share in (0.1, 0.5):
                 handles.append(Line2D([], [], color="lightgrey", marker="o", linestyle="",
@@ -519,7 +536,7 @@ def _roofline_panel(ax, chart: Chart, ceilings, x_lo: float, x_hi: float) -> tup
         for i, (xv, yv) in enumerate(zip(x, y, strict=True)):
             # the whole step is the sum of the rest: a ring, so that what lies inside shows; larger
             # markers lower
-            hollow = s.kind == "step" and bool(s.shares)
+            hollow = _hollow(s)
             ax.scatter([xv], [yv], marker=MARKERS[s.kind], s=areas[i], zorder=4 + 1 / (1 + areas[i]),
                        facecolors="none" if hollow else colour, edgecolors=colour if hollow else "black",
                        linewidths=1.6 if hollow else 0.4, alpha=0.85)
@@ -598,6 +615,9 @@ def figure(chart: Chart):
         tags.insert(0, Label(min(s.batches[0] for s in by_batch), ridge_x, f"ridge {ratio(ridge_x)} FLOP/B", "red",
                              0.0, 7.5))
         left += place(bx, tags, marker_boxes(bx, marks) + keep_clear, [])
+    for k, text in enumerate(chart.warnings):
+        ax.text(0.5, 0.985 - 0.04 * k, text, transform=ax.transAxes, ha="center", va="top", fontsize=8,
+                color="firebrick", wrap=True, bbox={"facecolor": "white", "edgecolor": "firebrick", "alpha": 0.9})
     for k, note in enumerate(chart.notes):
         fig.text(0.5, 1.0 + 0.03 * k, note, ha="center", va="bottom", fontsize=7, color="dimgrey")
     chart.left_out = [lb.text for lb in left]

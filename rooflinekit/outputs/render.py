@@ -33,7 +33,7 @@ from rooflinekit.outputs.sections import (
     ranks_table,
     uncounted_table,
 )
-from rooflinekit.outputs.tables import WIDTH, Style, table, wrap
+from rooflinekit.outputs.tables import WIDTH, Style, legend, table, wrap
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -206,7 +206,8 @@ def to_text(report: Report, fmt: str = "table", top: int | None = 25, *, wide: b
         text, dropped = table(columns, body, width=width, markdown=md, style=style)
         left_out += [d for d in dropped if d not in left_out]
         out.write(f"## {title}\n\n" if md else style.title(wrap(title, width)) + "\n")
-        out.write(text + "\n\n")
+        key = legend([c.header for c in columns], dropped)
+        out.write(text + "\n\n" + (f"{key}\n\n" if md else wrap(key, width) + "\n\n" if key else ""))
     footer = []
     if more:
         footer.append(f"({more} more modules: use --top 0 for all, or --format json)")

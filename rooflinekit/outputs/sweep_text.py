@@ -6,13 +6,18 @@ from __future__ import annotations
 import io
 
 from rooflinekit.core.units import plain, ratio, seconds, share, si
-from rooflinekit.outputs.tables import WIDTH, Column, Style, table, wrap
+from rooflinekit.outputs.tables import WIDTH, Column, Style, legend, table, wrap
 from rooflinekit.outputs.words import request_words
 
 COLUMNS = [Column("B"), Column("S"), Column("FLOP", drop=2), Column("bytes"), Column("FLOP/B"),
            Column("bound", "left", drop=3), Column("step"), Column("tok/s"), Column("MFU bd", drop=6),
            Column("weights"), Column("KV"), Column("other", drop=1), Column("attn I min"),
            Column("attn I ex", drop=4), Column("memory", drop=5), Column("fits", "left")]
+
+#: The sweep's own headers: byte shares and one GPU's memory.
+MEANINGS = {"step": "predicted step", "weights": "share of bytes that are weights",
+            "KV": "share of bytes that are KV cache", "other": "share of other bytes",
+            "memory": "one GPU's memory (weights, KV cache, activations)", "fits": "fits in that memory"}
 
 
 def point_rows(data: dict, style: Style) -> list[list[str]]:
@@ -26,6 +31,14 @@ def point_rows(data: dict, style: Style) -> list[list[str]]:
                      si(memory.get("total_bytes"), "B") if memory.get("total_bytes") is not None else "-",
                      {True: "yes", False: "NO"}.get(r.get("fits"), "-")])
     return rows
+
+
+def _differing(summary: str, main: str) -> str:
+    """The parts of `summary` ('; '-separated) that `main` does not already say ('the same' if none):
+    the largest batch that fits is said once per context, not again for attention at its minimum."""
+    said = set(main.split("; "))
+    parts = [p for p in summary.split("; ") if p not in said]
+    return "; ".join(parts) if parts else "the same"
 
 
 def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour: bool = False) -> str:
@@ -49,7 +62,9 @@ def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour:
     else:
         out.write("\n".join(wrap(h, width) for h in head) + "\n\n")
     text, left_out = table(COLUMNS, point_rows(data, style), width=width, markdown=md, style=style)
-    out.write(("## Points\n\n" if md else "") + text + "\n\n")
+    key = legend([c.header for c in COLUMNS], left_out, MEANINGS)
+    out.write(("## Points\n\n" if md else "") + text + "\n" + (("\n" if md else "") + wrap(key, width) + "\n"
+                                                                   if key else "") + "\n")
     if data["critical_batch"]:
         out.write("## Critical batch\n\n" if md else style.title("Critical batch (whole step reaches the ridge):")
                   + "\n")
@@ -57,7 +72,7 @@ def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour:
         for c in data["critical_batch"]:
             line = f"S={c['context']}: {c['summary']}"
             if c["context"] in ideal:
-                line += f"; with attention at its architecture minimum: {ideal[c['context']]['summary']}"
+                line += f"; with attention at its architecture minimum: {_differing(ideal[c['context']]['summary'], c['summary'])}"
             out.write(("- " + line if md else wrap("  " + line, width, "    ")) + "\n")
             notes = [c.get("note") if c["method"] != "none" else ""]  # "none": the summary is the note
             if c["context"] in ideal and ideal[c["context"]].get("note") and ideal[c["context"]]["method"] != "none":

@@ -143,6 +143,39 @@ def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: in
     return text, left_out
 
 
+#: What each abbreviated header means: the legend line under a table names the ones it shows.
+ABBREVIATIONS = {
+    "FLOP/B": "arithmetic intensity (FLOP per byte moved)",
+    "t bound": "time bound (sum of its ops' roofline bounds)",
+    "share": "share of the predicted step",
+    "MFU bd": "MFU bound (model FLOPs over peak at the time bound)",
+    "x bound": "measured time / time bound",
+    "MFU": "model FLOP/s over peak", "MBU": "achieved bandwidth over peak",
+    "H": "query heads", "Hkv": "key/value heads", "d": "head dim",
+    "cache/tok": "cache bytes per token per layer",
+    "KV min": "architecture-minimum KV bytes (cache read once)",
+    "KV exec": "KV bytes the code moves", "ampl": "amplification, KV exec / KV min",
+    "FLOP model": "model FLOPs (what the architecture needs)", "FLOP exec": "FLOPs executed",
+    "I min": "intensity at the minimum KV bytes (FLOP/B)",
+    "attn I min": "attention intensity at the minimum KV bytes",
+    "attn I ex": "attention intensity as executed",
+    "tok/s": "tokens per second", "pred. step": "predicted step (sum of op bounds)",
+    "coll.": "collective calls", "wire B": "bytes on the links", "wire B/GPU": "bytes on the links per GPU",
+    "mb": "micro-batch", "FLOP/mb": "FLOPs per micro-batch", "bytes/mb": "bytes per micro-batch",
+    "t bound/mb": "time bound per micro-batch", "t exp./mb": "expected time per micro-batch",
+    "t expected": "expected time (achievable fractions)",
+    "B": "batch", "S": "context",
+}
+
+
+def legend(headers: Sequence[str], left_out: Sequence[str] = (), meanings: dict[str, str] | None = None) -> str:
+    """'legend: KV min = ...; ampl = ...' for the abbreviated headers among `headers` that are
+    shown ('' when none is); `meanings` adds or overrides a table's own."""
+    known = {**ABBREVIATIONS, **(meanings or {})}
+    parts = [f"{h} = {known[h]}" for h in dict.fromkeys(headers) if h in known and h not in left_out]
+    return "legend: " + "; ".join(parts) if parts else ""
+
+
 def wrap(line: str, width: int | None, indent: str = "  ") -> str:
     """One report line wrapped at `width` (None: as it is), continuation lines indented."""
     if width is None or visible(line) <= width:

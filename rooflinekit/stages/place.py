@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from rooflinekit.core.paths import layer_pattern
+from rooflinekit.core.paths import default_depth, layer_pattern
 from rooflinekit.core.report import (
     ROOT,
     AttentionRow,
@@ -216,11 +216,12 @@ def communication(ops: list[OpRecord], hw: HardwareSpec) -> Communication:
 
 @dataclass(frozen=True)
 class Presentation:
-    """What a report shows beside the counts: module rows cut to `depth` (repeated layers merged
+    """What a report shows beside the counts: module rows cut to `depth` (None: relative to the
+    layer stack, core.paths.default_depth; repeated layers merged
     with `group_layers`), the op rows and the fused view (`detail`), and the model facts, warnings,
     notes and parallel plan it carries."""
 
-    depth: int = 3
+    depth: int | None = 3
     group_layers: bool = False
     detail: bool = True
     model_info: dict | None = None
@@ -392,6 +393,8 @@ def build_report(
     leaves out the op rows and the fused view (totals.fused, module fused_bytes): a sweep's compact
     points, whose merged records carry no per-storage traffic to fuse and whose rows none reads."""
     view = view or Presentation()
+    if view.depth is None:
+        view = replace(view, depth=default_depth(op.module for op in cap.ops))
     fallback_notes = peak_fallbacks(hw, {workload.dtype} | {op.dtype for op in cap.ops})
     hardware = hardware_info(hw, workload.dtype)
     walk = _walk_ops(cap, hw, view)
