@@ -53,6 +53,7 @@ from .kv import NOTE as KV_NOTE
 from .kv import fit as fit_kv_layers
 from .layers import changes, cut_layers, merged
 from .meta import known_lengths, meta_forward
+from .values import known
 
 INSTALL_HINT = "transformers is not installed: pip install 'rooflinekit[hf]'"
 
@@ -398,6 +399,8 @@ class HFModelSource:
             return self.build_model()
         model.eval()
         tasks.tag_roles(model, self.task)  # encoder / decoder / cross-attention layers
+        if tasks.tag_prefix(model, self.config):
+            self.notes.append(tasks.PREFIX_NOTE.format(n=tasks.prepended_positions(self.config)))
         language = tasks.default_language(model, self.config)
         if language is not None:
             self.notes.append(f"{type(model).__name__}: language adapters of {language!r} (the config's first "
@@ -427,22 +430,27 @@ class HFModelSource:
                 raise OptionError(f"{self._model_class.__name__}: {exc}") from None
         q_len = context if phase == "prefill" else q_len
         past = context - q_len
+        # CPM-Ant: learned prompt positions ahead of every sequence, which its cache holds too; its
+        # forward takes the whole sequence every step and drops what the cache holds itself
+        prefix = tasks.prepended_positions(self.config)
+        ids = context if prefix else q_len
         kwargs: dict[str, Any] = {
             # one row per codebook of each sequence where the model reads several (MusicGen's 4)
-            "input_ids": torch.zeros(batch * self._codebooks(), q_len, dtype=torch.long),
+            "input_ids": known(lambda: torch.zeros(batch * self._codebooks(), ids, dtype=torch.long)),
             "use_cache": True,
             # no attention_mask: a 2D mask makes the sdpa mask path read it (padding_mask.sum())
         }
         if self._has_position_ids:
             # explicit positions: the model would otherwise derive them from the cache length
-            kwargs["position_ids"] = torch.arange(past, context, dtype=torch.long).unsqueeze(0).expand(batch, -1)
+            kwargs["position_ids"] = known(
+                lambda: torch.arange(past, context, dtype=torch.long).unsqueeze(0).expand(batch, -1))
         # A cache is passed in both phases: without one, transformers' mask code inspects
         # position_ids for packed sequences ((mask == 0).all() -> data-dependent on meta). A model
         # with its own cache class makes its own at prefill (the parameter is then None).
-        param, cache = self._make_cache(batch, past, context)
+        param, cache = self._make_cache(batch, past + prefix, context + prefix)
         if param is not None:
             kwargs[param] = cache
-            known_lengths(cache, past, self.notes)  # meta: lengths from the workload (meta.py)
+            known_lengths(cache, past + prefix, self.notes)  # meta: lengths from the workload (meta.py)
         if self._has_logits_to_keep and self.logits == "last":
             # the last position; every new token's in multi-token decode (a verify step checks each)
             kwargs["logits_to_keep"] = 1 if phase == "prefill" else q_len

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from .values import KnownValues
+
 #: transformers' switch for its `torch_compilable_check` value checks.
 CHECK_VARIABLE = "TRANSFORMERS_DISABLE_TORCH_CHECK"
 #: The note a source adds when a cache length was answered from the workload.
@@ -161,14 +163,16 @@ def unchecked_values() -> Iterator[None]:
 
 def meta_forward(model: torch.nn.Module, notes: list[str]) -> None:
     """Run `model`'s forward with `answer_on_meta` in effect, and on meta without transformers'
-    value checks (an instance attribute: the class and other instances are untouched; the
-    signature is the forward's own)."""
+    value checks and with the values the inputs determine answered (`values.KnownValues`) (an
+    instance attribute: the class and other instances are untouched; the signature is the
+    forward's own)."""
     forward = model.forward
 
     @functools.wraps(forward)
     def wrapped(*args, **kwargs):
         on_meta = next((p.is_meta for p in model.parameters()), False)
-        with answer_on_meta(notes), (unchecked_values() if on_meta else nullcontext()):
+        with answer_on_meta(notes), (unchecked_values() if on_meta else nullcontext()), \
+                (KnownValues(notes) if on_meta else nullcontext()):
             return forward(*args, **kwargs)
 
     model.forward = wrapped

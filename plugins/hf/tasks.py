@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from .values import known
+
 TASKS = ("auto", "causal", "encoder", "seq2seq")
 
 
@@ -130,6 +132,35 @@ def default_language(model: torch.nn.Module, config) -> str | None:
     return languages[0]
 
 
+#: Families whose forward puts learned positions ahead of every sequence, by the config field
+#: giving how many (CPM-Ant's 32 prompt positions): their cache holds them too, and their forward
+#: takes the whole sequence every step, dropping what the cache holds itself.
+PREPENDED = {"cpmant": "prompt_length"}
+#: The attribute through which an attention module declares the positions every sequence holds
+#: before its own tokens (read by rooflinekit's attribution: a decode step's keys are the context
+#: plus these).
+PREFIX_ATTR = "attention_prefix"
+PREFIX_NOTE = ("{n} learned prompt positions precede every sequence (CPM-Ant): the cache holds the context plus "
+               "{n} positions, the attention costed over them; the forward is given the whole sequence every step "
+               "and drops what the cache holds, as transformers' generate() gives it")
+
+
+def prepended_positions(config) -> int:
+    """Positions a model puts ahead of every sequence (PREPENDED), 0 for others."""
+    field = PREPENDED.get(getattr(config, "model_type", None))
+    value = getattr(config, field, 0) if field else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def tag_prefix(model: torch.nn.Module, config) -> int:
+    """Set PREFIX_ATTR on every module of a model that prepends positions; how many (0: none)."""
+    prefix = prepended_positions(config)
+    if prefix:
+        for module in model.modules():
+            setattr(module, PREFIX_ATTR, prefix)
+    return prefix
+
+
 def _path_of(model: torch.nn.Module, target: torch.nn.Module | None) -> str | None:
     if target is None:
         return None
@@ -167,7 +198,7 @@ def encoder_inputs(batch: int, context: int, phase: str) -> dict:
     """An encoder's step: every one of `context` positions, no cache, no mask (bidirectional)."""
     if phase != "prefill":
         raise StepError("an encoder has no decode step (it reads every position at once): use --phase prefill")
-    return {"input_ids": torch.zeros(batch, context, dtype=torch.long)}
+    return {"input_ids": known(lambda: torch.zeros(batch, context, dtype=torch.long))}
 
 
 def _params(model: torch.nn.Module) -> set[str]:
@@ -193,7 +224,7 @@ def _source_inputs(config, model: torch.nn.Module, batch: int, enc_len: int) -> 
         mel = getattr(config, "num_mel_bins", 80)
         frames = 2 * enc_len  # Whisper's two convolutions: the second has stride 2
         return {"input_features": torch.zeros(batch, mel, frames)}
-    return {"input_ids": torch.zeros(batch, enc_len, dtype=torch.long)}
+    return {"input_ids": known(lambda: torch.zeros(batch, enc_len, dtype=torch.long))}
 
 
 def _check_positions(config, context: int) -> None:
@@ -227,7 +258,7 @@ def seq2seq_inputs(model: torch.nn.Module, config, step: Seq2SeqStep, cache_para
     for text in (note, SEQ2SEQ_NOTE.format(enc=enc_len)):
         if text and text not in notes:
             notes.append(text)
-    start = torch.zeros(batch, 1, dtype=torch.long)
+    start = known(lambda: torch.zeros(batch, 1, dtype=torch.long))
     source = _source_inputs(config, model, batch, enc_len)
     if step.phase == "prefill":
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())

@@ -348,8 +348,8 @@ def _call_shapes(core: list[OpRecord]) -> list[tuple[tuple, tuple]]:
     return [(q, (*kt[:-2], kt[-1], kt[-2]))] * same
 
 
-def ran_shape(core: list[OpRecord], spec: AttentionSpec | None,
-              workload: Workload) -> tuple[int, int, int] | None:
+def ran_shape(core: list[OpRecord], spec: AttentionSpec | None, workload: Workload,
+              prefix: int = 0) -> tuple[int, int, int] | None:
     """(batch, q_len, context) a site's attention calls ran at, read from their shapes. With q laid
     out [B, H, L, E] (H the spec's heads) the queries are L and the sequences B, summed over the
     calls; any other layout ([B*H, L, E], heads folded into the rows) gives the query rows over the
@@ -357,12 +357,13 @@ def ran_shape(core: list[OpRecord], spec: AttentionSpec | None,
     the workload's q_len). The keys are k's length in prefill; in decode the workload's context
     (a cache shorter than it is a window, which a window plugin or the row's read note accounts
     for; one longer, padding). None for a fixed-state layer, calls over different key lengths, and
-    rows that do not divide so."""
+    rows that do not divide so. `prefix`: positions every sequence holds before its own tokens
+    (`prefix_positions`), which a decode step's keys include."""
     heads = spec.num_heads if spec is not None and not getattr(spec, "fixed_state", False) else 0
     shapes = _call_shapes(core) if heads > 0 else []
     if not shapes or len({k[-2] for _, k in shapes}) != 1:
         return None
-    context = shapes[0][1][-2] if workload.phase == "prefill" else workload.context
+    context = shapes[0][1][-2] if workload.phase == "prefill" else workload.context + prefix
     if all(len(q) >= 4 and q[-3] == heads for q, _ in shapes) and len({q[-2] for q, _ in shapes}) == 1:
         q_len, batch = shapes[0][0][-2], sum(math.prod(q[:-3]) for q, _ in shapes)
     else:
@@ -520,15 +521,29 @@ def _recognise(path: str, modules: dict, call: AttentionCall | None,
     return spec, plugin, candidates
 
 
+#: The attribute through which a module declares the positions every sequence holds before its own
+#: tokens (CPM-Ant's learned prompt, set by the transformers loader): a decode step's keys include them.
+PREFIX_ATTR = "attention_prefix"
+
+
+def prefix_positions(modules: dict, candidates: list[str]) -> int:
+    """The PREFIX_ATTR the first of `candidates` (a site and its parents) declares, else 0."""
+    for candidate in candidates:
+        value = getattr(modules.get(candidate), PREFIX_ATTR, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
 def _costed(spec: AttentionSpec | None, core: list[OpRecord], kv: _KVTraffic, workload: Workload,
-            deployment: Deployment, host: PluginHost) -> tuple[AttentionCost | None, list[str], bool | None,
-                                                               tuple[int, int, int] | None]:
+            deployment: Deployment, host: PluginHost, prefix: int = 0
+            ) -> tuple[AttentionCost | None, list[str], bool | None, tuple[int, int, int] | None]:
     """A site's architecture cost at the deployment and at the shapes its calls ran at, the notes it
     carries before its spec's, whether its FLOPs assumed causal attention, and those shapes."""
     causal, causal_note = causality(core, workload)
     if spec is not None and getattr(spec, "fixed_state", False):
         causal_note = None  # a recurrence is causal by construction: no mask to read
-    shape = ran_shape(core, spec, workload)
+    shape = ran_shape(core, spec, workload, prefix)
     aw = attention_workload(workload, kv.dtype, causal, deployment, shape)
     cost, cost_notes = cost_and_notes(spec, aw, causal_note, host, kv.read, kv.reexpand_flops,
                                       sorted({op.module for op in kv.reexpand}), kv.repeat)
@@ -595,7 +610,7 @@ def _attribute_attention(
             spec = _with_window(spec, host, modules, candidates, call, workload.context)
             if call is not None and call.kv_heads_unique and len(call.k_shape) >= 4:
                 kv = replace(kv, repeat=call.k_shape[-3] / call.kv_heads_unique)
-        costed = _costed(spec, core, kv, workload, deployment, host)
+        costed = _costed(spec, core, kv, workload, deployment, host, prefix_positions(modules, candidates))
         rows.append(_site_row(path, module_class, spec, plugin, core, kv, costed))
     return rows
 
