@@ -461,7 +461,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     batches, contexts = _counts("batches", batches, MAX_BATCH), _counts("contexts", contexts, MAX_CONTEXT)
     asked = Asked(phase, batches[0], contexts[0], q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
                   weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment)
-    asked.check(host=host)
+    asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("critical", critical)
     _flag("fit", fit)
     max_batch = _whole("max_batch", max_batch, 1, MAX_BATCH)
@@ -496,7 +496,7 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     no_such_option("advise", unknown)
     asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
                   weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment)
-    asked.check(host=host)
+    asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("combine", combine)
     _whole("max_combinations", max_combinations, 1)
     if mtp is not None:
