@@ -150,3 +150,49 @@ def test_compare_fits_100_columns_and_folds_as_profile(invoke, tmp_path):
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
     assert any(line.startswith("layers.* (x3)") for line in lines)  # folded as profile folds them
     assert not any(line.startswith("layers.1 ") for line in lines)
+
+
+@pytest.fixture(scope="module")
+def advice_payload(tmp_path_factory):
+    """An advise page's data (llama_gqa, two layers), its largest lever made 27.9x and not fitting."""
+    from click.testing import CliRunner
+
+    from rooflinekit.cli.main import cli
+    from rooflinekit.core.report import AdviceReport
+    from rooflinekit.outputs.html import advise_payload
+
+    out = tmp_path_factory.mktemp("advise") / "a.json"
+    result = CliRunner().invoke(cli, ["advise", str(GQA), "-O", "layers=2", "-b", "4", "-s", "4k", "-H", "H800",
+                                      "-f", "json", "-o", str(out)])
+    assert result.exit_code == 0, result.stderr
+    data = advise_payload(AdviceReport.from_dict(json.loads(out.read_text())))
+    top = max(data["bars"]["bars"], key=lambda b: b["v"])
+    top.update(v=27.9, fits=False)
+    return data
+
+
+def test_advise_page_names_its_columns_and_keeps_labels_in_the_frame(advice_payload, tmp_path):
+    from rooflinekit.outputs.html import page
+    from tests.browser import Browser, find_chromium
+
+    levers = next(t for t in advice_payload["tables"] if t["id"] == "levers")
+    labels = [c["label"] for c in levers["columns"]]
+    assert labels.count("memory") == 0 and {"memory per GPU", "memory time"} <= set(labels)
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("no Chromium on this machine")
+    path = tmp_path / "advise.html"
+    path.write_text(page(advice_payload))
+    browser = Browser(exe, width=1280, height=900)
+    try:
+        browser.open(path)
+        outside = browser.js("""(() => { const f = document.querySelector('#rk-chart .rk-frame').getBBox();
+            return Array.from(document.querySelectorAll('#rk-chart .rk-bar-value')).filter(t => {
+                const b = t.getBBox(); return b.x < f.x || b.x + b.width > f.x + f.width; })
+                .map(t => t.textContent); })()""")
+        assert outside == []  # "27.9x, does not fit" sits inside its bar's end
+        clipped = browser.js("""Array.from(document.querySelectorAll('#rk-table-levers td.rk-long'))
+            .filter(td => td.scrollWidth > td.clientWidth + 1).length""")
+        assert clipped == 0  # the assumption column wraps
+    finally:
+        browser.close()

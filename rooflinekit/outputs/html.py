@@ -756,8 +756,8 @@ def advise_payload(advice: Any) -> dict:
             col("step speed-up", "num", "x", "the baseline's step time over this one's"),
             col("predicted step", "time", hint="sum of op bounds"), col("tokens/s", "num"), col("binds"),
             col("fits", "bool"), col("memory per GPU", "si", "B"), col("GPUs", "int"), col("batch", "int"),
-            col("compute", "time", hint="compute time bound"), col("memory", "time", hint="HBM time bound"),
-            col("communication", "time", hint="interconnect time bound"), col("assumption"), col("source"),
+            col("compute time", "time", hint="compute time bound"), col("memory time", "time", hint="HBM time bound"),
+            col("communication time", "time", hint="interconnect time bound"), col("assumption"), col("source"),
             col("changes", hint="what differs from the baseline's workload")]
     rows = []
     for rank, lv in [(0, base)] + list(enumerate(levers, 1)):

@@ -649,8 +649,13 @@
         'data-series': spec.series, 'data-index': i, 'data-name': b.n }));
       var name = put(svg, sv('text', { x: L - 8, y: y + rowH / 2, 'text-anchor': 'end', 'class': 'rk-bar-name' }, b.n));
       if (name.getComputedTextLength() > L - 12) name.setAttribute('textLength', String(L - 12));
-      add(svg, sv('text', { x: x2 + 5, y: y + rowH / 2, 'class': 'rk-bar-value' },
+      var value = put(svg, sv('text', { x: x2 + 5, y: y + rowH / 2, 'class': 'rk-bar-value' },
         num(b.v, 'x') + (b.fits === false ? ', does not fit' : '')));
+      if (x2 + 5 + value.getComputedTextLength() > BW - R - 2) {  // past the frame: inside the bar's end
+        value.setAttribute('x', String(x2 - 5));
+        value.setAttribute('text-anchor', 'end');
+        value.setAttribute('class', 'rk-bar-value rk-bar-value-inside');
+      }
       var d = { s: { id: spec.series, label: 'lever' }, p: { n: b.n, tip: b.tip }, node: rect };
       rect.addEventListener('mouseenter', function (ev) { Chart.prototype.showTip.call(self, d, ev); });
       rect.addEventListener('mousemove', function (ev) { Chart.prototype.moveTip.call(self, ev); });
