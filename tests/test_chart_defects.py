@@ -1,0 +1,117 @@
+"""Issue 26, item 5: chart defects, each checked on the rendered picture.
+
+The PNG charts are measured through matplotlib's renderer (text and marker boxes in display
+pixels); the HTML charts through headless Chromium (tests/browser.py), each element's
+getBoundingClientRect.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rooflinekit.outputs.plot import chart_for, figure
+from tests.conftest import EXAMPLES, TINY_LLAMA
+
+GQA = EXAMPLES / "llama_gqa.py"
+MLA = EXAMPLES / "deepseek_mla.py"
+
+
+def _options(opts: dict) -> list[str]:
+    return [x for k, v in opts.items() for x in ("-O", f"{k}={v}")]
+
+
+def _run(*args):
+    from click.testing import CliRunner
+
+    from rooflinekit.cli.main import cli
+
+    result = CliRunner().invoke(cli, [str(a) for a in args])
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def gqa_report(tmp_path_factory):
+    """The README's example: examples/llama_gqa.py, decode, batch 4, context 32768, on H800."""
+    out = tmp_path_factory.mktemp("gqa") / "r.json"
+    _run("profile", GQA, "-H", "H800", "--phase", "decode", "-b", "4", "-s", "32768", "-f", "json", "-o", out)
+    return json.loads(out.read_text())
+
+
+def _step_collection(ax):
+    """The whole step's marker: the one scatter drawn hollow (no face colour)."""
+    hollow = [c for c in ax.collections if len(c.get_offsets()) == 1 and len(c.get_facecolors()) == 0]
+    assert len(hollow) == 1, "one hollow marker: the whole step"
+    return hollow[0]
+
+
+def _marker_box(ax, collection):
+    """The display box of a one-point scatter: its marker's radius plus half its edge, in pixels."""
+    fig = ax.figure
+    px, py = ax.transData.transform(collection.get_offsets()[0])
+    r = (math.sqrt(collection.get_sizes()[0]) + collection.get_linewidths()[0]) / 2 * fig.dpi / 72
+    return px - r, py - r, px + r, py + r
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+# -- item 4: the step's legend handle is drawn as the step is ----------------------------------------
+
+
+def test_the_legend_draws_the_step_as_the_chart_does(gqa_report):
+    fig = figure(chart_for(gqa_report))
+    ax = fig.axes[0]
+    step = _step_collection(ax)
+    handle = next(h for h in fig.legends[0].legend_handles if h.get_label() == "whole step")
+    # the chart's ring has no face; the legend's marker neither
+    assert handle.get_markerfacecolor() == "none"
+    from matplotlib.colors import to_rgba
+
+    edge = tuple(step.get_edgecolors()[0][:3])
+    assert to_rgba(handle.get_markeredgecolor())[:3] == pytest.approx(edge)
+    assert handle.get_markeredgewidth() == pytest.approx(step.get_linewidths()[0])
+    # and every filled marker's handle is filled
+    filled = [h for h in fig.legends[0].legend_handles if h.get_label().startswith("attention")]
+    assert filled and all(h.get_markerfacecolor() != "none" for h in filled)
+
+
+# -- item 5: CPU times placed on a GPU's entry -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cpu_on_h800(tmp_path_factory):
+    """A tiny Llama measured on the CPU and placed on H800's entry: JSON, text and chart."""
+    folder = tmp_path_factory.mktemp("cpu")
+    common = (GQA, *_options(TINY_LLAMA), "-b", "2", "-s", "64", "--device", "cpu", "--measure",
+              "--warmup", "0", "--repeats", "1", "-H", "H800")
+    _run("profile", *common, "-f", "json", "-o", folder / "r.json")
+    text = _run("profile", *common)
+    return json.loads((folder / "r.json").read_text()), text.stdout + text.stderr
+
+
+def test_cpu_times_on_a_gpu_entry_are_warned(cpu_on_h800):
+    report, text = cpu_on_h800
+    warning = [w for w in report["warnings"] if w.startswith("measured on cpu but placed on H800 SXM5")]
+    assert len(warning) == 1, report["warnings"]
+    assert "an accelerator's entry" in warning[0] and "rooflinekit calibrate --device cpu" in warning[0]
+    assert "measured on cpu but placed on H800 SXM5, an accelerator's entry" in " ".join(text.split())
+
+
+def test_cpu_times_on_a_gpu_entry_put_a_red_box_on_the_chart(cpu_on_h800):
+    report, _ = cpu_on_h800
+    fig = figure(chart_for(report))
+    boxes = [t for ax in fig.axes for t in ax.texts if t.get_text().startswith("warning: CPU times against")]
+    assert len(boxes) == 1
+    box = boxes[0]
+    assert "H800 SXM5" in box.get_text() and "calibrate" in box.get_text()
+    patch = box.get_bbox_patch()
+    assert patch is not None and patch.get_edgecolor()[:3] == pytest.approx((0.698, 0.133, 0.133), abs=0.01)
+    # drawn inside the plot
+    renderer = fig.canvas.get_renderer()
+    frame, drawn = fig.axes[0].get_window_extent(renderer), box.get_window_extent(renderer)
+    assert frame.x0 <= drawn.x0 and drawn.x1 <= frame.x1 and frame.y0 <= drawn.y0 and drawn.y1 <= frame.y1
