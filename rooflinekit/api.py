@@ -219,9 +219,6 @@ class Asked:
         _whole("pp", self.pp, 1, MAX_PARALLEL)
         if self.micro_batches is not None:
             _whole("micro_batches", self.micro_batches, 1, MAX_BATCH)
-        if self.q_len != 1 and self.phase not in (None, "decode"):
-            raise WorkloadError(f"q_len={self.q_len} applies to decode only: a prefill step's new tokens are its "
-                                f"context (drop q_len, or give phase='decode')")
 
     def deployed(self) -> Deployment:
         """The Deployment asked for (a whole `deployment` wins over the fields)."""
