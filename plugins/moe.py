@@ -8,6 +8,9 @@ applications. The router and shared experts still run as ordinary ops.
 
 Recognised: expert containers holding per-expert weights as 3-D parameters [E, out, in]
 (transformers 5.x: `gate_up_proj`, `down_proj`; forward(hidden, top_k_index, top_k_weights)).
+Also routing that reads its choice back to Python (moe_routing): JetMoE's router, which hands
+its experts their row counts with `.tolist()` (split evenly), and LongCat-Flash's experts with
+zero-computation experts, found with `torch.nonzero()`.
 Other MoE implementations can return an `ExpertsModel` from their own `rooflinekit_module_model`.
 """
 
@@ -25,6 +28,11 @@ if TYPE_CHECKING:
 PROVIDES = ("MoE expert models",)
 #: ExpertsModel's module (it needs torch): imported when the hook first finds an experts container.
 MODEL_MODULE = "rooflinekit_plugins.moe_model"
+#: The module of the routing models (EvenRouting, ZeroExpertsModel; torch too), imported likewise.
+ROUTING_MODULE = "rooflinekit_plugins.moe_routing"
+#: Routers that hand their experts the rows each received as Python integers (`.tolist()`, which
+#: the meta device cannot give), by class name: modelled by EvenRouting.
+SIZED_ROUTERS = ("JetMoeTopKGating",)
 
 
 def __getattr__(name: str):
@@ -78,10 +86,35 @@ def _takes_routing(module) -> bool:
     return any(name in params for name in ROUTING_PARAMS)
 
 
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def routing_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ModuleModel | None:
+    """EvenRouting for a router of SIZED_ROUTERS; ZeroExpertsModel for an experts container with
+    zero-computation experts (`zero_expert_num` > 0: LongCat-Flash); else None."""
+    if type(module).__name__ in SIZED_ROUTERS and _whole(getattr(module, "num_experts", None)) \
+            and _whole(getattr(module, "top_k", None)):
+        return importlib.import_module(ROUTING_MODULE).EvenRouting(module.num_experts, module.top_k)
+    zero = getattr(module, "zero_expert_num", None)
+    routed = getattr(module, "num_routed_experts", None)
+    if not (_whole(zero) and _whole(routed)):
+        return None
+    params = dict(module.named_parameters(recurse=False))
+    mats = [(n, int(p.shape[1]), int(p.shape[2])) for n, p in params.items() if p.dim() == 3]
+    if not mats:
+        return None
+    first = next(p for p in params.values() if p.dim() == 3)
+    return importlib.import_module(ROUTING_MODULE).ZeroExpertsModel(
+        num_experts=routed, matrices=mats, itemsize=first.element_size(), dtype=dtype_key(first.dtype),
+        gated=len(mats) > 1 and mats[0][1] == 2 * mats[-1][2], ep_size=ep_size, tp_size=tp_size,
+        zero_experts=zero)
+
+
 @hookimpl
 def rooflinekit_module_model(module, path, workload, deployment):
     ep, tp = deployment.ep, deployment.tp
-    model = experts_model(module, ep_size=ep, tp_size=tp)
+    model = routing_model(module, ep_size=ep, tp_size=tp) or experts_model(module, ep_size=ep, tp_size=tp)
     if model is not None and model.num_experts % ep:
         raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {path or 'the model'}")
     return model

@@ -22,7 +22,7 @@ from rooflinekit.plugin import (
     under,
 )
 
-PROVIDES = ("transformers configs",)
+PROVIDES = ("transformers configs", "BLT patcher model")
 #: `hf:MODEL_TYPE`: transformers' default config of that model type (`hf:llama`).
 SPEC = "hf:"
 
@@ -110,3 +110,13 @@ def rooflinekit_workload_loader(path, options):
         notes=source.notes,  # the same list: building may add to it (an attention fallback)
         options_handled=True,
     )
+
+
+@hookimpl
+def rooflinekit_module_model(module, path, workload, deployment):
+    """BLT's entropy patcher, whose patch boundaries are values of its own output (patcher.py)."""
+    if type(module).__name__ not in ("BltPatcher",):
+        return None
+    from .patcher import patcher_model
+
+    return patcher_model(module)

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from . import tasks
+from . import stacks, tasks
 from .cache import CacheStep, build_cache, config_cache, run_one_token
 from .kv import NOTE as KV_NOTE
 from .kv import fit as fit_kv_layers
@@ -517,6 +517,8 @@ class HFModelSource:
         model = self._model()
         skip = self._empty_layers(model) if self._empty_layers is not None else frozenset()
         step = CacheStep(self.cache, self.kv_shapes, batch, past, context, skip)
+        if stacks.stack_configs(self.config) is not None:  # BLT: a cache per stack of layers (stacks.py)
+            return self._cache_kwarg, stacks.stack_cache(self.config, step, self.notes)
         try:
             param, cache = build_cache(model, self.config, step, self.notes)
         except (KeyError, AttributeError) as exc:

@@ -107,11 +107,24 @@ def is_attention_product(op: OpRecord, params: set[int]) -> bool:
     return sids is not None and len(sids) == 2 and not (set(sids) & params)
 
 
+#: Ops that copy a tensor to another dtype: a parameter cast this way is still a weight.
+_WEIGHT_CASTS = ("aten._to_copy", "aten.to", "aten.copy_")
+
+
+def weight_storages(cap: CaptureResult) -> set[int]:
+    """The parameters' storages and those of their casts (LongCat-Flash's router multiplies by
+    `weight.type(torch.float32)`: a product with it is a projection, not attention)."""
+    params = cap.param_storages
+    casts = {sid for op in cap.ops if op.name in _WEIGHT_CASTS and op.reads and op.writes
+             and all(r in params for r, _ in op.reads) for sid, _ in op.writes}
+    return params | casts if casts else params
+
+
 def find_sites(cap: CaptureResult) -> dict[str, list[OpRecord]]:
     """Module path -> its own ops, for every module that ran attention."""
     by_module: dict[str, list[OpRecord]] = {}
     sites: set[str] = set()
-    params = cap.param_storages
+    params = weight_storages(cap)
     for op in cap.ops:
         ops = by_module.get(op.module)
         if ops is None:

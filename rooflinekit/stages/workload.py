@@ -242,9 +242,20 @@ def _coerce(raw: str) -> object:
     return raw
 
 
-#: Folders of code that is not the model's: torch and rooflinekit itself (its capture runs every op).
+def _builtin_plugins_file() -> str | None:
+    """The built-in plugins' package file, found without importing it (a frame of theirs, such as
+    the transformers loader's dispatch mode answering meta reads, is not the model's)."""
+    try:
+        spec = importlib.util.find_spec("rooflinekit_plugins")
+    except (ImportError, ValueError):
+        return None
+    return spec.origin if spec is not None and spec.origin else None
+
+
+#: Folders of code that is not the model's: torch, rooflinekit itself (its capture runs every op)
+#: and its built-in plugins.
 _LIBRARY_DIRS = tuple(os.path.realpath(os.path.dirname(f)) + os.sep
-                      for f in (torch.__file__, os.path.dirname(__file__)))
+                      for f in (torch.__file__, os.path.dirname(__file__), _builtin_plugins_file()) if f)
 
 
 def _user_frame(exc: BaseException, path: str) -> str:

@@ -174,6 +174,8 @@ class Recorder:
         for t, size in zip(new_outputs, out_sizes, strict=True):
             writes.append((sid_of(t), float(size)))
         read, param = reads(operands.read_tensors, sid_of, self.param_storages, operands.cap)
+        if info.matmul and out_sizes and not any(out_sizes):
+            read, param = [], 0.0  # a product over no rows (an expert no token chose) launches no work
         self._allocated(info, args, kwargs, new_outputs)
         module = self.stack[-1][1] if self.stack else ""
         flops, counted, attrs = self._flops(info, args, kwargs, out)
