@@ -115,3 +115,133 @@ def test_cpu_times_on_a_gpu_entry_put_a_red_box_on_the_chart(cpu_on_h800):
     renderer = fig.canvas.get_renderer()
     frame, drawn = fig.axes[0].get_window_extent(renderer), box.get_window_extent(renderer)
     assert frame.x0 <= drawn.x0 and drawn.x1 <= frame.x1 and frame.y0 <= drawn.y0 and drawn.y1 <= frame.y1
+
+
+# -- the HTML charts, in a browser --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    import os
+
+    from tests.browser import Browser, find_chromium
+
+    exe = find_chromium()
+    if exe is None:
+        if os.environ.get("ROOFLINEKIT_REQUIRE_BROWSER") == "1":
+            pytest.fail("ROOFLINEKIT_REQUIRE_BROWSER=1 and no Chromium found (apt-get install chromium)")
+        pytest.skip("no Chromium on this machine: the HTML chart tests need one (apt-get install chromium)")
+    b = Browser(exe, width=1280, height=900)
+    yield b
+    b.close()
+
+
+#: Every marker's and every label's box on the page's chart (getBoundingClientRect, in CSS pixels).
+BOXES = """(() => { const box = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const all = sel => Array.from(document.querySelectorAll(sel));
+    return {points: all('#rk-chart path.rk-point').map(p => [p.dataset.series, p.dataset.name, box(p)]),
+            labels: all('#rk-chart text.rk-label').map(t => [t.textContent, box(t)]),
+            roofs: all('#rk-chart text.rk-roof-label').map(t => [t.textContent, box(t)])}; })()"""
+
+
+def _page(browser, path):
+    browser.clear_events()
+    browser.open(path)
+    assert browser.console_errors() == []
+    return browser.js(BOXES)
+
+
+@pytest.fixture(scope="module")
+def sweep_page(tmp_path_factory):
+    """`rooflinekit sweep examples/llama_gqa.py -b 1,4,16,48 -s 4096,32768 -H H800`, as JSON and HTML."""
+    folder = tmp_path_factory.mktemp("sweep")
+    args = ("sweep", GQA, "-b", "1,4,16,48", "-s", "4096,32768", "-H", "H800")
+    _run(*args, "-f", "json", "-o", folder / "s.json")
+    _run(*args, "-o", folder / "s.html")
+    return json.loads((folder / "s.json").read_text()), folder / "s.html"
+
+
+# -- item 1: the memory roof's label sits on no point ----------------------------------------------------
+
+
+def test_the_roof_labels_cover_no_point_of_any_selection(browser, sweep_page):
+    sweep, page = sweep_page
+    _page(browser, page)
+    for context in sweep["workload"]["contexts"]:
+        for batch in sweep["workload"]["batches"]:
+            browser.js(f"window.rooflinekit.select({batch}, {context})")
+            drawn = browser.js(BOXES)
+            roofs = drawn["roofs"]
+            assert any(text == "memory 3.35 TB/s" for text, _ in roofs)
+            assert drawn["points"]
+            for text, box in roofs:
+                for series, name, marker in drawn["points"]:
+                    assert not _overlap(box, marker), \
+                        f"B={batch}, S={context}: {text!r} {box} covers {series} {name!r} {marker}"
+    assert browser.console_errors() == []
+
+
+def test_the_sweep_png_has_no_label_on_a_marker(sweep_page):
+    sweep, _ = sweep_page
+    fig = figure(chart_for(sweep))
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:1]:
+        markers = [_marker_box(ax, c) for c in ax.collections if len(c.get_offsets()) == 1]
+        assert len(markers) == 1 + 3 * len(sweep["points"])  # the ridge, and three kinds per point
+        for t in ax.texts:
+            box = t.get_window_extent(renderer).extents
+            assert not any(_overlap(box, m) for m in markers), t.get_text()
+
+
+# -- item 2: no label on the step's marker ------------------------------------------------------------
+
+
+def test_no_label_covers_the_step_marker_png(gqa_report):
+    for chart in (chart_for(gqa_report), chart_for(gqa_report, 2), chart_for(gqa_report, ops=True)):
+        fig = figure(chart)
+        ax = fig.axes[0]
+        step = _marker_box(ax, _step_collection(ax))
+        renderer = fig.canvas.get_renderer()
+        texts = [t for t in ax.texts if t.get_text()]
+        assert texts
+        for t in texts:
+            box = t.get_window_extent(renderer).extents
+            assert not _overlap(box, step), f"{t.get_text()!r} {tuple(box)} on the step's ring {step}"
+
+
+def test_no_label_covers_the_step_marker_html(browser, tmp_path):
+    page = tmp_path / "gqa.html"
+    _run("profile", GQA, "-H", "H800", "--phase", "decode", "-b", "4", "-s", "32768", "-o", page)
+    drawn = _page(browser, page)
+    step = [box for series, _, box in drawn["points"] if series == "step"]
+    assert len(step) == 1 and drawn["labels"]
+    for text, box in drawn["labels"] + drawn["roofs"]:
+        assert not _overlap(box, step[0]), f"{text!r} {box} on the step's marker {step[0]}"
+
+
+# -- item 3: an attention layer's two points say which is which --------------------------------------------
+
+
+def test_mla_attention_points_are_labelled_executed_and_minimum(browser, tmp_path):
+    page = tmp_path / "mla.html"
+    _run("profile", MLA, "-H", "H800", "--phase", "decode", "-o", page)
+    drawn = _page(browser, page)
+    texts = [text for text, _ in drawn["labels"]]
+    assert len(texts) == len(set(texts)), texts  # no label twice
+    executed = [t for t in texts if t.endswith(", executed")]
+    minimum = [t for t in texts if t.endswith(", minimum")]
+    assert len(executed) == len(minimum) == 1, texts
+    assert executed[0].removesuffix(", executed") == minimum[0].removesuffix(", minimum")  # one layer, two points
+    assert "attn" in executed[0]
+
+
+def test_mla_attention_points_are_labelled_distinctly_png(tmp_path):
+    out = tmp_path / "mla.json"
+    _run("profile", MLA, "-H", "H800", "--phase", "decode", "-f", "json", "-o", out)
+    fig = figure(chart_for(json.loads(out.read_text())))
+    texts = [line for t in fig.axes[0].texts for line in t.get_text().splitlines()]
+    assert len(texts) == len(set(texts)), texts
+    assert "attention min" in texts and "attention exec" in texts
+    handles = [h.get_label() for h in fig.legends[0].legend_handles]
+    assert any(h.startswith("attention (architecture minimum)") for h in handles)
+    assert any(h.startswith("attention (as executed)") for h in handles)

@@ -114,7 +114,8 @@ class SeriesView:
     (None: the style's). `sized`: marker area proportional to a point's share. `select` (sweeps):
     "point" draws only the selected (batch, context), "context" every batch at the selected context.
     `link`: the id of a series whose point of the same name this one is joined to. `hint`: the
-    legend's hover text. `tag` prefixes the chart's labels of its points (a comparison's "A" and "B")."""
+    legend's hover text. `tag` prefixes the chart's labels of its points (a comparison's "A" and "B");
+    `suffix` ends them (an attention layer's "executed" and "minimum" points, which share its name)."""
 
     style: str | None = None
     colour: str | None = None
@@ -123,6 +124,7 @@ class SeriesView:
     link: str | None = None
     hint: str = ""
     tag: str = ""
+    suffix: str = ""
 
 
 PLAIN_SERIES = SeriesView()
@@ -135,7 +137,8 @@ def series(sid: str, label: str, points: list[dict], omitted: Iterable[str] = ()
     shape, default_colour, hollow = STYLES.get(view.style or sid, STYLES["modules"])
     return {"id": sid, "label": label, "shape": shape, "colour": view.colour or default_colour, "hollow": hollow,
             "sized": view.sized, "select": view.select, "link": view.link, "points": points,
-            "omitted": list(omitted), "hint": view.hint, "tag": view.tag}
+            "omitted": list(omitted), "hint": view.hint, "tag": view.tag,
+            "suffix": view.suffix}
 
 
 def point(name: str, intensity: float | None, flops_rate: float | None, tip: list[list],
@@ -236,12 +239,13 @@ def _attention_points(report: Report) -> tuple[dict, dict]:
     kind = _mixer_kind(report)
     drawn, omitted = _placed(executed)
     s_exec = series("attention", f"{kind}, as executed", drawn, omitted,
-                    SeriesView(sized=True, hint="one point per layer row, at the bytes its code moved"))
+                    SeriesView(sized=True, hint="one point per layer row, at the bytes its code moved",
+                               suffix="executed"))
     drawn_min, omitted_min = _placed(minimum)
     s_min = series("attention_min", f"{kind}, architecture minimum", drawn_min, omitted_min,
-                   SeriesView(sized=True, link="attention", hint="each recognised layer at its architecture's "
-                                                                 "minimum bytes (cache read once), joined to its "
-                                                                 "executed point"))
+                   SeriesView(sized=True, link="attention", suffix="minimum",
+                              hint="each recognised layer at its architecture's minimum bytes (cache read once), "
+                                   "joined to its executed point"))
     return s_exec, s_min
 
 

@@ -540,7 +540,8 @@ def _roofline_panel(ax, chart: Chart, ceilings, x_lo: float, x_hi: float) -> tup
             ax.scatter([xv], [yv], marker=MARKERS[s.kind], s=areas[i], zorder=4 + 1 / (1 + areas[i]),
                        facecolors="none" if hollow else colour, edgecolors=colour if hollow else "black",
                        linewidths=1.6 if hollow else 0.4, alpha=0.85)
-        radii = [math.sqrt(a) / 2 for a in areas]
+        edge = (1.6 if _hollow(s) else 0.4) / 2  # a marker reaches half its edge past its area
+        radii = [math.sqrt(a) / 2 + edge for a in areas]
         markers += [(xv, yv, r) for xv, yv, r in zip(x, y, radii, strict=True)]
         if s.joined:  # one label per series, at its last point
             labels.append(Label(x[-1], y[-1], s.tag or s.label, colour, radii[-1]))

@@ -257,11 +257,13 @@
   }
 
   Chart.prototype.domain = function () {
-    var xs = [], ys = [];
+    var xs = [], ys = [], self = this;
+    this.all = [];  // every point of every selection, where it is drawn: [FLOP/B, FLOP/s, radius]
     this.spec.series.forEach(function (s) {
       s.points.forEach(function (p) {
         xs.push(p.x); ys.push(p.y);
         if (p.a) ys.push(p.a);
+        self.all.push([p.x, p.a ? p.a : p.y, self.radius(s, p)]);
       });
     });
     var ridges = this.spec.roofs.map(function (r) { return r.peak / r.bandwidth; });
@@ -273,7 +275,6 @@
     this.ly = [log10(ylo / 1e12) - 0.35, log10(yhi / 1e12) + 0.3];
     if (this.lx[1] - this.lx[0] < 2) this.lx[0] = this.lx[1] - 2;
     if (this.ly[1] - this.ly[0] < 2) this.ly[0] = this.ly[1] - 2;
-    this.all = xs.map(function (x, i) { return [x, ys[i]]; });
   };
 
   Chart.prototype.X = function (v) {
@@ -357,33 +358,47 @@
     });
   };
 
-  /* The bandwidth's label along the memory slope, where it covers the fewest points (of any selection). */
+  /* The bandwidth's label along the memory slope, above or below it, where its box covers no point
+     of any selection and no other roof label (else where it covers the fewest). */
   Chart.prototype.slopeLabel = function (g, r, xs, ridge) {
     var self = this;
     var x2 = Math.pow(10, log10(xs) + 1);
     var ang = Math.atan2(this.Y(r.bandwidth * x2) - this.Y(r.bandwidth * xs), this.X(x2) - this.X(xs));
+    var cos = Math.cos(ang), sin = Math.sin(ang), deg = ang * 180 / Math.PI;
     var text = 'memory ' + si(r.bandwidth, 'B/s');
+    var probe = put(g, sv('text', { x: 0, y: 0, 'class': 'rk-roof-label' }, text));
+    var bb = probe.getBBox();
+    g.removeChild(probe);
+    var markers = this.all.map(function (q) {
+      var h = q[2] * 1.25 + 2;  // a diamond reaches 1.25 r; and its stroke
+      return { x: self.X(q[0]) - h, y: self.Y(q[1]) - h, w: 2 * h, h: 2 * h };
+    });
     var best = null;
-    [0.06, 0.3, 0.55, 0.18, 0.42].forEach(function (frac) {
+    [0.3, 0.55, 0.18, 0.42, 0.06, 0.65, 0.75, 0.85, 0.12, 0.24, 0.36, 0.48, 0.6, 0.7, 0.8, 0.9].some(function (frac) {
       var xa = Math.pow(10, log10(xs) + (log10(ridge) - log10(xs)) * frac);
       var px = self.X(xa), py = self.Y(r.bandwidth * xa);
-      var t = put(g, sv('text', { x: 0, y: 0, 'class': 'rk-roof-label' }, text));
-      var len = t.getBBox().width;
-      g.removeChild(t);
-      var ex = px + Math.cos(ang) * len, ey = py + Math.sin(ang) * len;
-      if (self.X(ridge) < ex + 4) return;
-      var hits = self.all.filter(function (q) {
-        var qx = self.X(q[0]), qy = self.Y(q[1]);
-        return qx > px - 10 && qx < ex + 10 && qy < py + 10 && qy > ey - 26;
-      }).length;
-      if (best === null || hits < best.hits) best = { px: px, py: py, ex: ex, ey: ey, hits: hits };
+      return [7, -(7 - bb.y)].some(function (gap) {  // baseline 7 px above the line, or its top 7 px below
+        var lx = px + sin * gap, ly = py - cos * gap;
+        var corners = [[bb.x, bb.y], [bb.x + bb.width, bb.y], [bb.x, bb.y + bb.height],
+          [bb.x + bb.width, bb.y + bb.height]].map(function (c) {
+          return [lx + c[0] * cos - c[1] * sin, ly + c[0] * sin + c[1] * cos];
+        });
+        var cx = corners.map(function (c) { return c[0]; }), cy = corners.map(function (c) { return c[1]; });
+        var box = { x: Math.min.apply(null, cx) - 1, y: Math.min.apply(null, cy) - 1 };
+        box.w = Math.max.apply(null, cx) + 1 - box.x;
+        box.h = Math.max.apply(null, cy) + 1 - box.y;
+        var inside = box.x >= M.l && box.x + box.w <= W - M.r && box.y >= M.t && box.y + box.h <= H - M.b;
+        if (!inside || box.x + box.w > self.X(ridge) - 4) return false;
+        var hits = markers.filter(function (m) { return overlaps(m, box); }).length +
+          100 * self.fixedBoxes.filter(function (f) { return overlaps(f, box); }).length;
+        if (best === null || hits < best.hits) best = { lx: lx, ly: ly, box: box, hits: hits };
+        return hits === 0;
+      });
     });
     if (!best) return;
-    var deg = ang * 180 / Math.PI, ox = Math.sin(ang) * 7, oy = -Math.cos(ang) * 7;
-    var lx = best.px + ox, ly = best.py + oy;
-    add(g, sv('text', { x: lx, y: ly, transform: 'rotate(' + deg + ' ' + lx + ' ' + ly + ')', 'class': 'rk-roof-label',
-      fill: r.colour }, text));
-    this.fixedBoxes.push({ x: best.px, y: best.ey - 16, w: best.ex - best.px, h: best.py - best.ey + 16 });
+    add(g, sv('text', { x: best.lx, y: best.ly, transform: 'rotate(' + deg + ' ' + best.lx + ' ' + best.ly + ')',
+      'class': 'rk-roof-label rk-slope-label', fill: r.colour }, text));
+    this.fixedBoxes.push(best.box);
   };
 
   /* A fixed label (roofs, ridge) at the first candidate position that overlaps no other. */
@@ -480,11 +495,17 @@
     this.drawOmitted();
   };
 
+  /* How far a drawn marker reaches from its centre: a diamond 1.25 r, a triangle 1.2 r, and half its stroke. */
+  function reach(d) {
+    return d.r * (d.s.shape === 'diamond' ? 1.25 : d.s.shape === 'triangle' ? 1.2 : 1) + (d.s.hollow ? 0.9 : 0.55);
+  }
+
   Chart.prototype.labelPoints = function (groups) {
     var self = this;
     var obstacles = this.fixedBoxes.slice();
     this.drawn.forEach(function (d) {
-      obstacles.push({ x: d.x - d.r, y: d.y - d.r, w: 2 * d.r, h: 2 * d.r, d: d });
+      var h = reach(d);
+      obstacles.push({ x: d.x - h, y: d.y - h, w: 2 * h, h: 2 * h, d: d });
     });
     var wanted = [];
     Object.keys(groups).forEach(function (k) {
@@ -494,7 +515,10 @@
       else if (d.s.shape === 'diamond' && !d.s.hollow) wanted.push({ d: d, text: d.s.label, prio: 1 });
       else if (d.s.sized) {
         var share = g.reduce(function (a, x) { return a + (x.p.s || 0); }, 0);
-        var text = tag + groupName(g.map(function (x) { return x.p.n; })) + (g.length > 1 ? ' (\u00d7' + g.length + ')' : '');
+        var names = g.map(function (x) { return x.p.n; }), common = groupName(names);
+        // rows of different names at one spot: each named (up to three), not the first and a count
+        var text = tag + (g.length > 1 && g.length <= 3 && / \u2026$/.test(common) ? names.join(', ')
+          : common + (g.length > 1 ? ' (\u00d7' + g.length + ')' : '')) + (d.s.suffix ? ', ' + d.s.suffix : '');
         wanted.push({ d: d, text: text, prio: 2, share: share });
       }
     });
@@ -503,8 +527,8 @@
     wanted.forEach(function (w) {
       if (w.prio === 2 && sized >= 6) return;
       var d = w.d, r = 3 + self.drawn.reduce(function (a, o) {  // clear of every marker on this spot
-        return Math.abs(o.x - d.x) < 2 && Math.abs(o.y - d.y) < 2 ? Math.max(a, o.r) : a;
-      }, d.r);
+        return Math.abs(o.x - d.x) < 2 && Math.abs(o.y - d.y) < 2 ? Math.max(a, reach(o)) : a;
+      }, reach(d));
       var cands = [[r, -r + 2, 'start'], [r, r + 9, 'start'], [-r, -r + 2, 'end'], [-r, r + 9, 'end'],
         [0, -r - 4, 'middle'], [0, r + 13, 'middle'], [r + 2, 4, 'start'], [-r - 2, 4, 'end'],
         [r + 8, -r - 8, 'start'], [r + 8, r + 16, 'start'], [-r - 8, -r - 8, 'end'], [-r - 8, r + 16, 'end']];
