@@ -110,7 +110,8 @@ def check_common(*, hardware: object, phase: object, batch: object, context: obj
         _whole("batch", batch, 1, MAX_BATCH)
     if context is not None:
         _whole("context", context, 1, MAX_CONTEXT)
-    _whole("depth", depth, 1, MAX_DEPTH)
+    if depth is not None:  # None: relative to the layer stack (core.paths.default_depth)
+        _whole("depth", depth, 1, MAX_DEPTH)
     _flag("group_layers", group_layers)
     if host is not None and not isinstance(host, PluginHost):
         raise WorkloadError(f"host= must be a rooflinekit PluginHost or None, got {type(host).__name__}")
@@ -336,7 +337,7 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
             micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
             kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "as-written",
             memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
-            depth: int = 3, group_layers: bool = False, host: PluginHost | None = None,
+            depth: int | None = None, group_layers: bool = False, host: PluginHost | None = None,
             **unknown) -> ViewedReport:
     """What `rooflinekit profile MODEL` does, for a model in memory or a path (MODEL_RULE).
 
@@ -359,7 +360,7 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
 
 def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096,
                  hardware: str = DEFAULT_HARDWARE, dtype: str = "bf16", device: str = "meta",
-                 options: dict | None = None, depth: int = 3, group_layers: bool = False,
+                 options: dict | None = None, depth: int | None = None, group_layers: bool = False,
                  host: PluginHost | None = None, weight_dtype: str | None = None,
                  weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
                  quantize_embeddings: bool = False, tp: int = 1, ep: int = 1,
@@ -393,7 +394,7 @@ class Capture:
 
 @contextmanager
 def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch: int | None = None,
-            context: int | None = None, depth: int = 3, group_layers: bool = False,
+            context: int | None = None, depth: int | None = None, group_layers: bool = False,
             host: PluginHost | None = None) -> Iterator[Capture]:
     """Record the first top-level module call inside the block (and any op around it) as one step.
 
