@@ -38,12 +38,8 @@ LAYERS = 2
 _HEAD_DIM = ("transformers 5.24 bug: the default config's head_dim is None and the attention reads it with "
              "getattr(config, 'head_dim', default), so its scaling is None ** -0.5")
 KNOWN: dict[str, str] = {
-    "blt": ("transformers' cache classes read num_hidden_layers, which BltConfig lacks (its layers are in three "
-            "sub-configs); rooflinekit does not build BLT's per-stack caches yet [transformers + rooflinekit cache]"),
     "cohere_compass_text": ("transformers 5.24 bug: the default config's rope_parameters have no 'full_attention' "
                             "entry, which its layer_types name (KeyError in its rotary embedding)"),
-    "cpmant": ("rooflinekit cache construction: CPM-Ant prepends its 32 prompt positions to every sequence, so its "
-               "cache must hold the context plus 32 positions"),
     "dbrx": ("transformers 5.24 bug: the default DbrxConfig's attention config (DbrxAttentionConfig) lacks "
              "rope_theta, which DBRX's rotary embedding reads"),
     "deepseek_v2": ("transformers 5.24 bug: the default DeepseekV2Config has num_experts_per_tok None, which its "
@@ -53,23 +49,17 @@ KNOWN: dict[str, str] = {
     "gemma4_assistant": ("transformers 5.24 bug: the default Gemma4AssistantConfig fails its own validation "
                          "(hidden_size_per_layer_input must be 0)"),
     "gemma4_unified_assistant": ("not a standalone LM: a draft model for speculative decoding whose forward needs "
-                                 "the main model's K/V (shared_kv_states)"),
+                                 "the main model's K/V (shared_kv_states), which only its main model's forward "
+                                 "makes; rooflinekit does not pair it with one, so it is named here, not profiled"),
     "hunyuan_v1_dense": _HEAD_DIM,
     "hunyuan_v1_moe": _HEAD_DIM,
     "ministral": _HEAD_DIM,
-    "jetmoe": ("rooflinekit meta limit: JetMoE's experts route with expert sizes read by .tolist(); no module "
-               "model for its experts yet"),
     "lfm2_moe": ("transformers 5.24 bug: the default Lfm2MoeConfig has layer_types None, which its decoder layers "
                  "index"),
-    "longcat_flash": ("rooflinekit meta limit: LongCat-Flash's zero-computation experts route with torch.nonzero(); "
-                      "no module model for them yet"),
     "nemotron": ("transformers 5.24 bug: the default NemotronConfig has num_key_value_heads None (num_heads // None "
                  "in its attention)"),
-    "reformer": "rooflinekit meta limit: Reformer's axial position embeddings read the largest position with .item()",
-    "xlm": "rooflinekit meta limit: XLM checks its sequence lengths with lengths.max().item()",
     "xlnet": ("transformers bug: XLNet makes its attention weights with torch.FloatTensor (fp32) whatever dtype is "
               "asked, so a bf16 model mixes in fp32 weights (einsum dtype error)"),
-    "xmod": "rooflinekit meta limit: X-MOD routes each row to its language adapter with torch.nonzero()",
 }
 
 
