@@ -22,7 +22,7 @@ from rooflinekit.plugin import (
     under,
 )
 
-PROVIDES = ("transformers configs", "BLT patcher model")
+PROVIDES = ("transformers configs",)
 #: `hf:MODEL_TYPE`: transformers' default config of that model type (`hf:llama`).
 SPEC = "hf:"
 
