@@ -88,7 +88,7 @@ class ShortNamedNet(nn.Module):
         self.layers = nn.ModuleList(ShortNamedAttention() for _ in range(layers))
 
     def forward(self, x, caches):
-        for layer, (k, v) in zip(self.layers, caches):
+        for layer, (k, v) in zip(self.layers, caches, strict=True):
             x = x + layer(x, k, v)
         return x
 
