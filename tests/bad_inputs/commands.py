@@ -5,6 +5,7 @@ older options every command takes (formats, --q-len, --memory-fraction, -O, hf:)
 from __future__ import annotations
 
 from bad_inputs.case import GQA, TINY, Case
+from bad_inputs.configs import HF
 
 CAT = "commands"
 PLAN = ["plan", GQA, *TINY, "--gpus", "2", "--no-check"]
@@ -101,9 +102,9 @@ OLDER = [
     Case("profile-option-unknown", CAT, [*PROFILE, "-O", "flavour=mint"], ["option flavour is not accepted"]),
     Case("sweep-option-not-kv", CAT, ["sweep", GQA, "-O", "layers"], ["'layers' is not KEY=VALUE"]),
     Case("advise-option-not-kv", CAT, ["advise", GQA, "-O", "heads"], ["'heads' is not KEY=VALUE"]),
-    Case("profile-hf-unknown-type", CAT, ["profile", "hf:not_a_model_type"], ["not_a_model_type"]),
-    Case("sweep-hf-empty", CAT, ["sweep", "hf:"], ["hf:"]),
-    Case("advise-hf-empty", CAT, ["advise", "hf:"], ["hf:"]),
+    Case("profile-hf-unknown-type", CAT, ["profile", "hf:not_a_model_type"], ["not_a_model_type"], marks=HF),
+    Case("sweep-hf-empty", CAT, ["sweep", "hf:"], ["hf:"], marks=HF),
+    Case("advise-hf-empty", CAT, ["advise", "hf:"], ["hf:"], marks=HF),
 ]
 
 CASES = [*PLANS, *PIPELINE, *MIXED, *OLDER]
