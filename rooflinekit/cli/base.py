@@ -10,7 +10,12 @@ import sys
 import click
 
 from rooflinekit.core.errors import OutputError, RooflineError
-from rooflinekit.core.signals import interrupt_status, interrupt_word, sigterm_as_interrupt
+from rooflinekit.core.signals import (
+    Terminated,
+    interrupt_status,
+    interrupt_word,
+    sigterm_as_interrupt,
+)
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -94,6 +99,8 @@ class Command(click.Command):
                 raise
             _fail(str(exc))
         except KeyboardInterrupt as exc:  # a plugin's hook interrupted says which (rooflinekit.core.plugins)
+            if isinstance(exc, Terminated) and os.environ.get("TORCHELASTIC_RUN_ID"):
+                sys.exit(interrupt_status())  # torchrun stopping this rank after another failed: that rank says why
             _fail(str(exc) or interrupt_word(), interrupt_status())
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
