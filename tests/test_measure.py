@@ -181,36 +181,48 @@ class OneMatmul(torch.nn.Module):
 
 def test_op_time_agrees_with_perf_counter_around_the_same_matmul():
     """A second clock: one large matmul timed by measure (its profiler range) and by perf_counter
-    around the same torch.mm outside any mode or profiler agree within a factor of 3."""
+    around the same torch.mm outside any mode or profiler agree within a factor of 3.
+
+    Like is compared with like: each measure() call times one repeat, so its op time and its plain
+    forward are single products, as each perf_counter sample is (a measure() time is the mean over
+    its repeats, and one product preempted on a loaded machine multiplies a mean of five, never the
+    fastest single sample). Rounds interleave the clocks, and each clock's fastest sample is its
+    time: load only ever adds time. While the two disagree, up to three more batches of rounds are
+    taken before judging: more samples only bring each minimum closer to the undisturbed time, so a
+    real disagreement stays."""
     n = 384
     model = OneMatmul(n)
     x = torch.randn(n, n)
     cap = capture(model, (x,))
     assert [op.name for op in cap.ops] == ["aten.mm"]
 
-    def plain_times(count):
-        out = []
+    def plain_time():
         with torch.no_grad():
-            for _ in range(count):
-                start = time.perf_counter()
-                torch.mm(x, model.w)
-                out.append(time.perf_counter() - start)
-        return out
+            start = time.perf_counter()
+            torch.mm(x, model.w)
+            return time.perf_counter() - start
 
-    plain_times(2)  # warm-up
-    # Interleaved rounds, and the fastest of each clock: load on a shared machine only ever adds
-    # time, so minima compare the two clocks rather than the machine's moments.
-    reference, runs = [], []
-    for _ in range(3):
-        reference += plain_times(5)
-        with torch.no_grad():
-            runs.append(measure(model, (x,), cap.ops, device="cpu", warmup=2, repeats=5))
+    for _ in range(2):  # warm-up
+        plain_time()
+    reference, ops, plain_steps = [], [], []
+
+    def agree():
+        ref = min(reference)
+        return ref / 3 < min(ops) < 3 * ref and ref / 3 < min(plain_steps) < 3 * ref
+
+    for _batch in range(4):
+        for _ in range(5):
+            reference.append(plain_time())
+            with torch.no_grad():
+                m = measure(model, (x,), cap.ops, device="cpu", warmup=1, repeats=1)
+            assert m.op_time_s[0] <= m.step_time_s
+            ops.append(m.op_time_s[0])
+            plain_steps.append(m.step_time_plain_s)  # the plain forward is the same matmul
+        if agree():
+            break
     ref = min(reference)
-    op = min(m.op_time_s[0] for m in runs)
-    assert ref / 3 < op < 3 * ref, (op, ref)
-    assert all(m.op_time_s[0] <= m.step_time_s for m in runs)
-    plain_step = min(m.step_time_plain_s for m in runs)
-    assert ref / 3 < plain_step < 3 * ref  # the plain forward is the same matmul
+    assert ref / 3 < min(ops) < 3 * ref, (min(ops), ref, len(ops))
+    assert ref / 3 < min(plain_steps) < 3 * ref, (min(plain_steps), ref, len(ops))
 
 
 class MathAttention(torch.nn.Module):
