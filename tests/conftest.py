@@ -114,3 +114,46 @@ def pip_install_site(src: Path, site: Path) -> dict:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--target", str(site), str(src)], check=True, capture_output=True)
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
+
+
+# -- timing tests run apart from the parallel run -----------------------------------------------------
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--timing", choices=("include", "exclude", "only"), default="include",
+        help="tests marked `timing` (they time things and judge the times): run them with the others "
+             "(include, the default), leave them out (exclude: the parallel run under pytest-xdist), or "
+             "run only them (only: the serial run after it). Deselected, never skipped.")
+
+
+def pytest_configure(config):
+    """Under xdist, one intra-op thread per worker: N workers on N cores, each with N torch threads,
+    would oversubscribe the cores and spin in each other's time slices."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items):
+    """`--timing exclude|only`: README's test command runs the suite under xdist without the timing
+    tests, then those alone in one serial process, so no other test shares the cores with them.
+    (xdist's `--dist loadgroup` would keep them on one worker, but beside the others, and it does not
+    group at all under pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
+    mode = config.getoption("timing")
+    if mode == "include":
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if (item.get_closest_marker("timing") is not None) == (mode == "only") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A half of the split run that has nothing left to run (a -k or -m that selects no timing
+    test) passes, as the whole run would."""
+    if session.config.getoption("timing") != "include" and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK

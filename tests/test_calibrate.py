@@ -21,6 +21,8 @@ from tests.conftest import EXAMPLES
 
 GQA = EXAMPLES / "llama_gqa.py"
 
+pytestmark = pytest.mark.timing  # calibrate times copies and products: under xdist, on one worker
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

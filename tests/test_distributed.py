@@ -258,6 +258,7 @@ def test_a_rank_failing_in_the_forward_is_named_after_the_others_time_out():
     assert "also rank 0" in line  # rank 0 waited in its all-reduce until the timeout
 
 
+@pytest.mark.timing  # judges a wall time
 def test_board_waits_are_bounded():
     import time
 

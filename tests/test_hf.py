@@ -148,6 +148,7 @@ def test_the_parameter_estimate_is_close_to_the_built_count(name, rel):
     assert estimate == pytest.approx(built, rel=rel)  # norms and biases are left out
 
 
+@pytest.mark.timing  # judges a wall time
 def test_the_bounds_fail_fast_and_can_be_raised(invoke, tmp_path, monkeypatch):
     import time
 

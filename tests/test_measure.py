@@ -25,6 +25,8 @@ TINY_MLA = {"layers": 1, "hidden": 256, "heads": 4, "q_lora_rank": 64, "kv_lora_
             "vocab": 1000}
 TINY_GPT2 = {"layers": 1, "vocab": 1000, "hidden": 128, "heads": 4}
 
+pytestmark = pytest.mark.timing  # measured mode: under xdist, one after another on one worker
+
 
 @pytest.fixture(autouse=True)
 def one_thread():

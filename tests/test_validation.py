@@ -289,11 +289,64 @@ def test_plot_skips_a_point_whose_intensity_overflows(tmp_path, invoke):
 # -- calibrate ------------------------------------------------------------------------------------
 
 
-def test_size_probe_warms_up_before_timing():
-    # untimed warm-up, then the best of two timed products: on any CPU that multiplies at more than
-    # ~2 GFLOP/s a warm 256 x 256 product takes under 20 ms, so the probe moves past 256
-    _, _, n, _ = measure_matmul("cpu", "fp32", trials=1)
-    assert n > 256
+@pytest.mark.timing
+def test_size_probe_warms_up_before_timing(monkeypatch):
+    """Each size the CPU probe tries gets an untimed product before its timed ones (the first pays
+    for thread start-up and allocation), and a warm 256 x 256 product is fast enough that the probe
+    moves past 256.
+
+    The order is read, not inferred from a time: every matmul and every timed interval is logged.
+    The time is judged on one intra-op thread (two threads on a 2-core machine shared with other
+    jobs wait on each other's time slices, tens of ms for a sub-ms product), and the probe gets up
+    to three tries: on any CPU that multiplies at more than ~2 GFLOP/s a warm 256 x 256 product
+    takes under 20 ms, so a machine too loaded for one try passes the next."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    log: list[tuple[str, int]] = []  # ("mm", n) untimed, ("timed mm", n) inside a timed interval
+    timing = [False]
+    real_timer = cal_mod._timer
+
+    def logging_timer(device):
+        run = real_timer(device)
+
+        def timed(fn, iters):
+            timing[0] = True
+            try:
+                return run(fn, iters)
+            finally:
+                timing[0] = False
+
+        return timed
+
+    class Products(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.mm.out):
+                log.append(("timed mm" if timing[0] else "mm", args[0].shape[0]))
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(cal_mod, "_timer", logging_timer)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sizes = []
+        for _ in range(3):
+            log.clear()
+            with Products():
+                _, _, n, _ = measure_matmul("cpu", "fp32", trials=1)
+            sizes.append(n)
+            # the sizes the probe timed: each one's first product is the untimed warm-up
+            probed = [size for kind, size in log if kind == "timed mm"]
+            probed = list(dict.fromkeys(size for size in probed if size < n or n < 2048))
+            assert probed[0] == 256, log
+            for size in probed:
+                first = next(kind for kind, s in log if s == size)
+                assert first == "mm", (size, log)
+            if n > 256:
+                break
+    finally:
+        torch.set_num_threads(previous)
+    assert sizes[-1] > 256, sizes
 
 
 def test_implausible_measured_bandwidth_is_refused_not_saved(monkeypatch, tmp_path):
