@@ -205,8 +205,8 @@ def max_linear_sum(a: float, b: float, c: float, d: float, n: int) -> float:
 
     if b == d:
         return series(max(a, c), b, 0, n)
-    cross = (c - a) / (b - d)  # where a + b*i == c + d*i
-    split = min(n, max(0, math.ceil(cross)))
+    cross = (c - a) / (b - d)  # where a + b*i == c + d*i (infinite for slopes a hair apart)
+    split = 0 if cross <= 0 else n if cross >= n else math.ceil(cross)
     # below the crossing the term with the smaller slope is larger
     low_first = (a, b) if b < d else (c, d)
     high_first = (c, d) if b < d else (a, b)
