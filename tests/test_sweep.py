@@ -484,7 +484,7 @@ def test_interrupted_sweep_keeps_points_done(invoke, tmp_path, monkeypatch):
     assert any(n.startswith("interrupted: 2 of 4 points done") for n in data["notes"])
 
 
-@pytest.mark.parametrize("args,needle", [(["-b", "1,x"], "not an integer"), (["-s", "0"], "at least 1")])
+@pytest.mark.parametrize("args,needle", [(["-b", "1,x"], "not a valid integer"), (["-s", "0"], "at least 1")])
 def test_sweep_bad_lists(invoke, args, needle):
     result = invoke("sweep", GQA, *args)
     assert result.exit_code == 2 and needle in result.stderr
