@@ -152,7 +152,7 @@ def _formula_plugin(answer):
                     raise ValueError("no count on purpose")
                 return answer
 
-            return {"aten.mm": mm, "aten.bmm": 42}  # the second is not callable
+            return {"aten.mm": mm}  # (a formula that is not callable: the hook-answer rules, tests/bad_inputs/hooks.py)
 
     return Formulas()
 
@@ -178,7 +178,6 @@ def test_formula_answering_no_count_leaves_the_op_uncounted_with_one_warning(ans
     assert why in row.formula_error
     mine = [w for w in report.warnings if "rk_formula" in w and "aten.mm" in w]
     assert len(mine) == 1 and why in mine[0] and "uncounted" in mine[0], report.warnings
-    assert any("rk_formula" in w and "aten.bmm" in w and "not callable" in w for w in report.warnings)
 
 
 def test_flops_problem_accepts_counts_only():
