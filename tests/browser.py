@@ -272,3 +272,19 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def required_browser(what: str, width: int, height: int):
+    """A headless Chromium for `what`'s tests (a pytest fixture's body: yields it, closes it):
+    fails where ROOFLINEKIT_REQUIRE_BROWSER=1 and none is found, else skips."""
+    import pytest
+
+    exe = find_chromium()
+    if exe is None:
+        if os.environ.get("ROOFLINEKIT_REQUIRE_BROWSER") == "1":
+            pytest.fail("ROOFLINEKIT_REQUIRE_BROWSER=1 and no Chromium found (apt-get install chromium)")
+        pytest.skip(f"no Chromium on this machine: {what} needs one (apt-get install chromium, or set "
+                    "ROOFLINEKIT_CHROMIUM)")
+    b = Browser(exe, width=width, height=height)
+    yield b
+    b.close()

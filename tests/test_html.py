@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from PIL import Image, ImageStat
 from rooflinekit.core.report import Report
 from rooflinekit.outputs.groups import fold
 from rooflinekit.outputs.html import TOP_OPS, profile_html
-from tests.browser import Browser, find_chromium
+from tests.browser import Browser, required_browser
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -172,15 +171,7 @@ def test_html_to_stdout(invoke):
 
 @pytest.fixture(scope="module")
 def browser():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("ROOFLINEKIT_REQUIRE_BROWSER") == "1":
-            pytest.fail("ROOFLINEKIT_REQUIRE_BROWSER=1 and no Chromium found (apt-get install chromium)")
-        pytest.skip("no Chromium on this machine: the HTML report's browser tests need one "
-                    "(apt-get install chromium, or set ROOFLINEKIT_CHROMIUM)")
-    b = Browser(exe, width=1280, height=900)
-    yield b
-    b.close()
+    yield from required_browser("the HTML report's browser tests", 1280, 900)
 
 
 def open_page(browser: Browser, path: Path) -> None:

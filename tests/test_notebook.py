@@ -10,12 +10,11 @@ that the view's own per-cell alignment is what is measured.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.browser import Browser, find_chromium
+from tests.browser import Browser, required_browser
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -69,15 +68,7 @@ def test_the_notebook_runs_and_stays_small(executed):
 
 @pytest.fixture(scope="module")
 def browser():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("ROOFLINEKIT_REQUIRE_BROWSER") == "1":
-            pytest.fail("ROOFLINEKIT_REQUIRE_BROWSER=1 and no Chromium found (apt-get install chromium)")
-        pytest.skip("no Chromium on this machine: the notebook's browser test needs one "
-                    "(apt-get install chromium, or set ROOFLINEKIT_CHROMIUM)")
-    b = Browser(exe, width=1200, height=1400)
-    yield b
-    b.close()
+    yield from required_browser("the notebook's browser test", 1200, 1400)
 
 
 def _edges(browser: Browser, table: str, column: int) -> list[float]:
