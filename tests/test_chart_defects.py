@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 
 import pytest
 
@@ -122,18 +124,9 @@ def test_cpu_times_on_a_gpu_entry_put_a_red_box_on_the_chart(cpu_on_h800):
 
 @pytest.fixture(scope="module")
 def browser():
-    import os
+    from tests.browser import required_browser
 
-    from tests.browser import Browser, find_chromium
-
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("ROOFLINEKIT_REQUIRE_BROWSER") == "1":
-            pytest.fail("ROOFLINEKIT_REQUIRE_BROWSER=1 and no Chromium found (apt-get install chromium)")
-        pytest.skip("no Chromium on this machine: the HTML chart tests need one (apt-get install chromium)")
-    b = Browser(exe, width=1280, height=900)
-    yield b
-    b.close()
+    yield from required_browser("the HTML chart tests", 1280, 900)
 
 
 #: Every marker's and every label's box on the page's chart (getBoundingClientRect, in CSS pixels).
@@ -151,13 +144,19 @@ def _page(browser, path):
     return browser.js(BOXES)
 
 
+#: How long each command a fixture ran took, timed around it (seconds).
+COMMAND_S: dict[str, float] = {}
+
+
 @pytest.fixture(scope="module")
 def sweep_page(tmp_path_factory):
     """`rooflinekit sweep examples/llama_gqa.py -b 1,4,16,48 -s 4096,32768 -H H800`, as JSON and HTML."""
     folder = tmp_path_factory.mktemp("sweep")
     args = ("sweep", GQA, "-b", "1,4,16,48", "-s", "4096,32768", "-H", "H800")
     _run(*args, "-f", "json", "-o", folder / "s.json")
+    started = time.perf_counter()
     _run(*args, "-o", folder / "s.html")
+    COMMAND_S["sweep.html"] = time.perf_counter() - started
     return json.loads((folder / "s.json").read_text()), folder / "s.html"
 
 
@@ -193,11 +192,53 @@ def test_the_sweep_png_has_no_label_on_a_marker(sweep_page):
             assert not any(_overlap(box, m) for m in markers), t.get_text()
 
 
+# -- the sweep page's table and tiles ---------------------------------------------------------------------
+
+
+def test_the_sweep_table_shows_fits_without_scrolling_sideways(browser, sweep_page):
+    _, page = sweep_page
+    _page(browser, page)
+    drawn = browser.js("""(() => { const box = document.querySelector('#rk-table-points .rk-scroll')
+            .getBoundingClientRect();
+        return {right: box.right, heads: Array.from(document.querySelectorAll('#rk-table-points th'))
+            .map(th => [th.textContent.trim(), th.getBoundingClientRect().right])}; })()""")
+    fits = [right for text, right in drawn["heads"] if text.startswith("fits")]
+    assert len(fits) == 1, drawn["heads"]
+    assert fits[0] <= drawn["right"], f"the fits column ends at {fits[0]}, past the table's edge {drawn['right']}"
+
+
+def test_the_sweep_page_names_its_time_for_what_it_measures(browser, sweep_page):
+    """The sweep's own time is not the command's (start-up and the model's import come first): the tile
+    says so and is no longer than the command took."""
+    _, page = sweep_page
+    _page(browser, page)
+    tiles = browser.js("""Array.from(document.querySelectorAll('.rk-tile')).map(t =>
+        [t.querySelector('.rk-tile-label').textContent, t.querySelector('.rk-tile-value').textContent])""")
+    labels = [label for label, _ in tiles]
+    assert "wall time" not in labels
+    timed = [value for label, value in tiles if label.startswith("analysis time (after start-up and model import)")]
+    assert len(timed) == 1, labels
+    number, unit = re.fullmatch(r"([\d.]+)\s*(ms|s|µs)", timed[0].strip()).groups()
+    shown_s = float(number) * {"s": 1.0, "ms": 1e-3, "µs": 1e-6}[unit]
+    assert 0 < shown_s <= COMMAND_S["sweep.html"]
+
+
 # -- item 2: no label on the step's marker ------------------------------------------------------------
 
 
-def test_no_label_covers_the_step_marker_png(gqa_report):
-    for chart in (chart_for(gqa_report), chart_for(gqa_report, 2), chart_for(gqa_report, ops=True)):
+@pytest.fixture(scope="module")
+def gqa_batch_one(tmp_path_factory):
+    """examples/llama_gqa.py in decode at batch 1, context 4096: lm_head's point sits beside the step's,
+    where its label once touched the step's ring (the ring's stroke was not an obstacle)."""
+    out = tmp_path_factory.mktemp("gqa1") / "r.json"
+    _run("profile", GQA, "-H", "H800", "--phase", "decode", "-b", "1", "-s", "4096", "-f", "json", "-o", out)
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("which", ["gqa_report", "gqa_batch_one"])
+def test_no_label_covers_the_step_marker_png(which, request):
+    report = request.getfixturevalue(which)
+    for chart in (chart_for(report), chart_for(report, 2), chart_for(report, ops=True)):
         fig = figure(chart)
         ax = fig.axes[0]
         step = _marker_box(ax, _step_collection(ax))
@@ -209,10 +250,16 @@ def test_no_label_covers_the_step_marker_png(gqa_report):
             assert not _overlap(box, step), f"{t.get_text()!r} {tuple(box)} on the step's ring {step}"
 
 
-def test_no_label_covers_the_step_marker_html(browser, tmp_path):
-    page = tmp_path / "gqa.html"
+@pytest.fixture(scope="module")
+def gqa_page(tmp_path_factory):
+    """The README's example as an HTML page."""
+    page = tmp_path_factory.mktemp("gqa-page") / "gqa.html"
     _run("profile", GQA, "-H", "H800", "--phase", "decode", "-b", "4", "-s", "32768", "-o", page)
-    drawn = _page(browser, page)
+    return page
+
+
+def test_no_label_covers_the_step_marker_html(browser, gqa_page):
+    drawn = _page(browser, gqa_page)
     step = [box for series, _, box in drawn["points"] if series == "step"]
     assert len(step) == 1 and drawn["labels"]
     for text, box in drawn["labels"] + drawn["roofs"]:
@@ -245,3 +292,13 @@ def test_mla_attention_points_are_labelled_distinctly_png(tmp_path):
     handles = [h.get_label() for h in fig.legends[0].legend_handles]
     assert any(h.startswith("attention (architecture minimum)") for h in handles)
     assert any(h.startswith("attention (as executed)") for h in handles)
+
+
+def test_an_attention_layer_at_its_minimum_labels_both_points_once(browser, gqa_page):
+    """GQA executes its minimum (amplification 1): the executed and minimum points share one spot and
+    one label saying so, where the minimum was left unlabelled."""
+    drawn = _page(browser, gqa_page)
+    texts = [text for text, _ in drawn["labels"]]
+    both = [t for t in texts if t.endswith(", executed = minimum")]
+    assert len(both) == 1 and "self_attn" in both[0], texts
+    assert not any(t.endswith((", executed", ", minimum")) for t in texts), texts

@@ -171,28 +171,28 @@ def advice_payload(tmp_path_factory):
     return data
 
 
-def test_advise_page_names_its_columns_and_keeps_labels_in_the_frame(advice_payload, tmp_path):
+@pytest.fixture(scope="module")
+def browser():
+    from tests.browser import required_browser
+
+    yield from required_browser("the advise page's test", 1280, 900)
+
+
+def test_advise_page_names_its_columns_and_keeps_labels_in_the_frame(advice_payload, browser, tmp_path):
     from rooflinekit.outputs.html import page
-    from tests.browser import Browser, find_chromium
 
     levers = next(t for t in advice_payload["tables"] if t["id"] == "levers")
     labels = [c["label"] for c in levers["columns"]]
     assert labels.count("memory") == 0 and {"memory per GPU", "memory time"} <= set(labels)
-    exe = find_chromium()
-    if exe is None:
-        pytest.skip("no Chromium on this machine")
     path = tmp_path / "advise.html"
     path.write_text(page(advice_payload))
-    browser = Browser(exe, width=1280, height=900)
-    try:
-        browser.open(path)
-        outside = browser.js("""(() => { const f = document.querySelector('#rk-chart .rk-frame').getBBox();
-            return Array.from(document.querySelectorAll('#rk-chart .rk-bar-value')).filter(t => {
-                const b = t.getBBox(); return b.x < f.x || b.x + b.width > f.x + f.width; })
-                .map(t => t.textContent); })()""")
-        assert outside == []  # "27.9x, does not fit" sits inside its bar's end
-        clipped = browser.js("""Array.from(document.querySelectorAll('#rk-table-levers td.rk-long'))
-            .filter(td => td.scrollWidth > td.clientWidth + 1).length""")
-        assert clipped == 0  # the assumption column wraps
-    finally:
-        browser.close()
+    browser.open(path)
+    outside = browser.js("""(() => { const f = document.querySelector('#rk-chart .rk-frame').getBBox();
+        return Array.from(document.querySelectorAll('#rk-chart .rk-bar-value')).filter(t => {
+            const b = t.getBBox(); return b.x < f.x || b.x + b.width > f.x + f.width; })
+            .map(t => t.textContent); })()""")
+    assert outside == []  # "27.9x, does not fit" sits inside its bar's end
+    clipped = browser.js("""Array.from(document.querySelectorAll('#rk-table-levers td.rk-long'))
+        .filter(td => td.scrollWidth > td.clientWidth + 1).length""")
+    assert clipped == 0  # the assumption column wraps
+

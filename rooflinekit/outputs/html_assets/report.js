@@ -517,10 +517,19 @@
         var share = g.reduce(function (a, x) { return a + (x.p.s || 0); }, 0);
         var names = g.map(function (x) { return x.p.n; }), common = groupName(names);
         // rows of different names at one spot: each named (up to three), not the first and a count
-        var text = tag + (g.length > 1 && g.length <= 3 && / \u2026$/.test(common) ? names.join(', ')
-          : common + (g.length > 1 ? ' (\u00d7' + g.length + ')' : '')) + (d.s.suffix ? ', ' + d.s.suffix : '');
-        wanted.push({ d: d, text: text, prio: 2, share: share });
+        var base = tag + (g.length > 1 && g.length <= 3 && / \u2026$/.test(common) ? names.join(', ')
+          : common + (g.length > 1 ? ' (\u00d7' + g.length + ')' : ''));
+        wanted.push({ d: d, base: base, text: base + (d.s.suffix ? ', ' + d.s.suffix : ''), prio: 2, share: share });
       }
+    });
+    // an attention layer whose minimum is what it executes: one label for both points
+    wanted = wanted.filter(function (w) {
+      if (w.d.s.suffix !== 'minimum') return true;
+      var twin = wanted.find(function (v) {
+        return v.d.s.suffix === 'executed' && v.base === w.base && Math.abs(v.d.x - w.d.x) < 2 && Math.abs(v.d.y - w.d.y) < 2;
+      });
+      if (twin) twin.text = twin.base + ', executed = minimum';
+      return !twin;
     });
     wanted.sort(function (a, b) { return a.prio - b.prio || (b.share || 0) - (a.share || 0); });
     var sized = 0;
