@@ -182,7 +182,7 @@ def _decode_step(source, deployment, batch, context):
 
 @pytest.mark.slow
 def test_the_search_dominates_a_hand_grid():
-    """TP 1/2/4/8 x bf16/fp8 weights x bf16/fp8 KV x batches 1..64 priced one by one with `profile
+    """TP 1/2/4/8 x bf16/fp8 weights x bf16/fp8 KV x batches 1, 4, 16, 64 priced one by one with `profile
     --kernels serving`, the request's figures written out by hand (each output step a decode step at
     the middle context plus B/OSL prompts prefilled as their own steps), filtered by the same target
     and memory: none has more tokens/s per GPU than the plan's best."""
@@ -198,7 +198,7 @@ def test_the_search_dominates_a_hand_grid():
                 deployment = Deployment(hardware="H800", kernels="serving", tp=tp, weight_dtype=w, kv_dtype=kv)
                 prefill = profile(source, Workload("prefill", 1, targets.isl), deployment,
                                   options=ReportOptions(detail=False, measure=False)).report.totals.expected_step_s
-                for batch in (1, 2, 4, 8, 16, 32, 64):
+                for batch in (1, 4, 16, 64):
                     step = _decode_step(source, deployment, batch, targets.isl + targets.osl // 2)
                     held = _decode_step(source, deployment, batch, targets.isl + targets.osl)
                     output_step = step.totals.expected_step_s + batch / targets.osl * prefill
