@@ -53,21 +53,19 @@ def _damaged(document):
     for path, value in _paths(document):
         if not path:
             continue
-        parent = document
-        for key in path[:-1]:
-            parent = parent[key]
-        for what, change in (("type", lambda p, k, v: p.__setitem__(k, _other_type(v))),
-                             ("dropped", lambda p, k, v: p.pop(k) if isinstance(p, dict) else p.clear()),
-                             ("object for list", lambda p, k, v: p.__setitem__(k, {"0": v}) if isinstance(v, list)
-                              else None)):
+        damages = [("type", _other_type(value)), ("dropped", None)]
+        if isinstance(value, list):
+            damages.append(("object for list", {"0": value}))
+        for what, new in damages:
             copied = copy.deepcopy(document)
-            target = copied
+            parent = copied
             for key in path[:-1]:
-                target = target[key]
-            before = json.dumps(copied, sort_keys=True)
-            change(target, path[-1], value)
-            if json.dumps(copied, sort_keys=True) != before:
-                yield f"{what} at {'/'.join(map(str, path))}", copied
+                parent = parent[key]
+            if what == "dropped":
+                del parent[path[-1]]
+            else:
+                parent[path[-1]] = new
+            yield f"{what} at {'/'.join(map(str, path))}", copied
 
 
 def _fast_accepts(fast, document) -> bool:
