@@ -41,7 +41,7 @@ def run_profile(path, phase="decode", batch=1, context=64, dtype="bf16", device=
     return profile(load_source(str(path), options), workload, Deployment(hardware)).report.to_dict()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def invoke():
     """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
 

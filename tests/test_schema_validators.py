@@ -92,15 +92,6 @@ def documents(tmp_path_factory, invoke):
     return out
 
 
-@pytest.fixture(scope="module")
-def invoke():
-    from click.testing import CliRunner
-
-    from rooflinekit.cli.main import cli
-
-    return lambda *args: CliRunner().invoke(cli, [str(a) for a in args])
-
-
 @pytest.mark.parametrize("schema", [SCHEMA_FILE, SWEEP_SCHEMA_FILE, ADVISE_SCHEMA_FILE], ids=lambda p: p.stem)
 def test_both_validators_give_every_damaged_report_the_same_verdict(documents, schema):
     fast, full = schema_validators(schema)
