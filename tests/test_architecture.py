@@ -16,8 +16,6 @@ import inspect
 import itertools
 import json
 import re
-import subprocess
-import sys
 import textwrap
 from dataclasses import replace
 
@@ -36,6 +34,7 @@ from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.workload import Workload, load_source
 from rooflinekit_plugins import gqa, mha, mla
+from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, run_profile
 
 ARCH_NAMES = {"mha", "gqa", "mqa", "mla"}
@@ -376,8 +375,8 @@ def sinks_installed(tmp_path_factory):
 
 
 def _rooflinekit(env, *args):
-    return subprocess.run([sys.executable, "-m", "rooflinekit", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    return warm_python.run(["-m", "rooflinekit", *map(str, args)], capture_output=True, text=True,
+                           env=env, cwd=ROOT)
 
 
 @pytest.mark.slow

@@ -12,8 +12,6 @@ import os
 import pkgutil
 import re
 import stat
-import subprocess
-import sys
 import textwrap
 import types
 from pathlib import Path
@@ -28,6 +26,8 @@ from rooflinekit.cli.main import cli
 from rooflinekit.core.answers import VALIDATORS
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.plugins import PluginHost, reset_host
+from tests import warm_python
+from tests.warm_python import PIPE
 
 
 def _all_cases() -> list[Case]:
@@ -87,9 +87,9 @@ def _run_cli(case: Case, folder: Path) -> tuple[int, str, str]:
     env = dict(os.environ, **case.env)
     if case.subprocess:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-        p = subprocess.run([sys.executable, "-m", "rooflinekit", *argv], capture_output=True, text=True, env=env,
-                           cwd=folder, input=case.stdin, timeout=240)
-        return p.returncode, p.stdout, p.stderr
+        p = warm_python.run(["-m", "rooflinekit", *argv], stdout=warm_python.CLOSED if case.stdout_closed else PIPE,
+                            stderr=PIPE, text=True, env=env, cwd=folder, input=case.stdin, timeout=240)
+        return p.returncode, p.stdout or "", p.stderr
     old = os.getcwd()
     os.chdir(folder)
     try:

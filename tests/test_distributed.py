@@ -19,6 +19,7 @@ from rooflinekit.analyses.distributed import (
     requested,
 )
 from rooflinekit.core.report import Report
+from tests import warm_python
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
 TP_MLP = EXAMPLES / "tp_mlp.py"
@@ -145,16 +146,16 @@ print("done")
 def test_one_rank_groups_come_and_go_without_hanging():
     # torch 2.5's gloo: destroying a group right after its collectives can deadlock (within a
     # few dozen rounds); runs in one process must neither hang nor leave a broken group behind.
-    proc = subprocess.run([sys.executable, "-c", ONE_RANK_LOOP, "60", str(MODELS / "explicit_collectives.py")],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    proc = warm_python.run(["-c", ONE_RANK_LOOP, "60", MODELS / "explicit_collectives.py"],
+                           capture_output=True, text=True, timeout=180, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stdout[-1000:] + proc.stderr[-3000:]
 
 
 def test_a_json_report_on_stdout_stays_parseable():
     # native code (gloo's "[Gloo] Rank 0 is connected to 0 peer ranks", torch 2.9) must not mix in
-    proc = subprocess.run([sys.executable, "-m", "rooflinekit", "profile", str(MODELS / "explicit_collectives.py"),
-                           "--distributed", "--device", "cpu", "-b", "4", "-f", "json"],
-                          capture_output=True, text=True, timeout=180, cwd=ROOT)
+    proc = warm_python.run(["-m", "rooflinekit", "profile", MODELS / "explicit_collectives.py", "--distributed",
+                            "--device", "cpu", "-b", "4", "-f", "json"], capture_output=True, text=True, timeout=180,
+                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["distributed"]["world_size"] == 1
 

@@ -32,6 +32,7 @@ import pytest
 import torch
 from conftest import write_distribution
 
+from tests import warm_python
 from tests.conftest import ROOT
 
 if sys.version_info >= (3, 11):
@@ -83,8 +84,10 @@ def fresh(tmp_path_factory):
     assert install.returncode == 0, install.stdout + install.stderr
 
     def run(*args, exe="rooflinekit", **extra_env):
-        return subprocess.run([str(venv / "bin" / exe), *map(str, args)], capture_output=True, text=True,
-                              env={**env, **extra_env}, cwd=base)
+        """The venv's `exe` (its `rooflinekit` script, or `python`), in a child of the venv's python."""
+        command = [*map(str, args)] if exe == "python" else [str(venv / "bin" / exe), *map(str, args)]
+        return warm_python.run(command, python=python, capture_output=True, text=True, env={**env, **extra_env},
+                               cwd=base)
 
     return run, plugin, venv
 

@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -214,11 +215,9 @@ def _interrupt(tmp_path, args, sig, forwards: int) -> tuple[int, list[str]]:
     begun (each prints a line on stderr), and return its exit status and stderr lines."""
     (tmp_path / "m.py").write_text(SLOW)
 
-    def preexec():  # Ctrl-C reaches the child as it would from a terminal, even if ours ignores it
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    proc = subprocess.Popen([sys.executable, "-m", "rooflinekit", *args], cwd=tmp_path, env=_child_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
+    # a child of its own whose Ctrl-C is python's default (KeyboardInterrupt), as from a terminal
+    proc = warm_python.Popen(["-m", "rooflinekit", *args], cwd=tmp_path, env=_child_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()

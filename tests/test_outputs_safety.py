@@ -21,6 +21,7 @@ import pytest
 from rooflinekit.core.errors import OutputError
 from rooflinekit.core.files import check_writable, write_atomic
 from rooflinekit.core.stdio import stdout_to_stderr
+from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -33,10 +34,10 @@ def _is_char_device(path: str) -> bool:
 
 
 def _child(args, cwd, **kw) -> subprocess.CompletedProcess:
+    """`python -m rooflinekit ARGS` in a child process of its own (tests/warm_python.py)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), kw.pop("pythonpath", "")])),
                PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, "-m", "rooflinekit", *map(str, args)], cwd=cwd, env=env,
-                          timeout=240, **kw)
+    return warm_python.run(["-m", "rooflinekit", *map(str, args)], cwd=cwd, env=env, timeout=240, **kw)
 
 
 class _Reader(threading.Thread):
@@ -241,28 +242,30 @@ def test_broken_pipe_exits_quietly_with_141(tmp_path):
 
 def test_head_of_a_large_report_exits_quietly(tmp_path):
     """A report larger than a pipe's buffer, read by `head -c1`: 141 (or 0 had it all fit), no traceback."""
-    proc = subprocess.run(
-        f"{sys.executable} -m rooflinekit profile {GQA} -O layers=4 -H H800 -f csv --top 0 | head -c1 >/dev/null; "
-        "echo rc=${PIPESTATUS[0]} >&2",
-        shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True, timeout=240,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)))
-    assert proc.stderr.strip().splitlines()[-1] in ("rc=141", "rc=0"), proc.stderr
+    read_end, write_end = os.pipe()
+    head = subprocess.Popen(["head", "-c1"], stdin=read_end, stdout=subprocess.DEVNULL)
+    os.close(read_end)
+    try:
+        proc = _child(["profile", GQA, "-O", "layers=4", "-H", "H800", "-f", "csv", "--top", "0"], tmp_path,
+                      stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert head.wait(timeout=60) == 0
+    assert proc.returncode in (141, 0), proc.stderr
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
 
 
 def test_stdout_closed_by_the_shell_is_one_line(tmp_path):
-    proc = subprocess.run(f"{sys.executable} -m rooflinekit profile {GQA} -O layers=1 -H H800 >&-",
-                          shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = _child(["profile", GQA, "-O", "layers=1", "-H", "H800"], tmp_path, stdout=warm_python.CLOSED,
+                  stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == ("rooflinekit: error: stdout is closed: nothing to write the output to "
                                    "(redirect it to a file, or use -o FILE)")
 
 
 def test_stdout_closed_with_an_output_file_still_works(tmp_path):
-    proc = subprocess.run(f"{sys.executable} -m rooflinekit profile {GQA} -O layers=1 -H H800 -f json -o r.json >&-",
-                          shell=True, executable="/bin/bash", cwd=tmp_path, capture_output=True, text=True,
-                          timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    proc = _child(["profile", GQA, "-O", "layers=1", "-H", "H800", "-f", "json", "-o", "r.json"], tmp_path,
+                  stdout=warm_python.CLOSED, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "r.json").read_text())["workload"]["batch"] == 1
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,6 +11,7 @@ from conftest import pip_install_site, write_distribution
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.specs import AttentionSpec
+from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT
 
 PLUGIN = textwrap.dedent(
@@ -51,8 +50,7 @@ def installed(tmp_path_factory):
 
 
 def _run(env, *args):
-    return subprocess.run([sys.executable, "-m", "rooflinekit", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    return warm_python.run(["-m", "rooflinekit", *args], capture_output=True, text=True, env=env, cwd=ROOT)
 
 
 @pytest.mark.slow

@@ -9,8 +9,6 @@ headers, Kineto's USDT lines, compare within 100 columns and folded as profile f
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -22,6 +20,7 @@ from rooflinekit.core.report import Report
 from rooflinekit.outputs.html import module_table
 from rooflinekit.outputs.plot import chart_for
 from rooflinekit.outputs.sweep_text import sweep_to_text
+from tests import warm_python
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
 NESTED = MODELS / "nested_moe.py"
@@ -133,7 +132,7 @@ def test_measured_mode_prints_no_kineto_usdt_lines():
             "m = torch.nn.Linear(8, 8)\n"
             "_profiled_forwards(m, lambda: (torch.randn(2, 8),), 'cpu', 0, 1, None)\n"
             "import sys; sys.stderr.write('done\\n')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = warm_python.run(["-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)  # profiler unused yet
     assert done.returncode == 0, done.stderr
     assert "USDT" not in done.stdout + done.stderr
     assert "done" in done.stderr  # stderr itself is not swallowed

@@ -492,13 +492,11 @@ def test_sweep_bad_lists(invoke, args, needle):
 
 @pytest.mark.slow
 def test_study_script_runs(tmp_path):
-    import subprocess
-    import sys
-
+    from tests import warm_python
     from tests.conftest import ROOT
 
-    done = subprocess.run([sys.executable, str(ROOT / "docs" / "study_gqa_vs_mla.py"), "--quick", "--out",
-                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    done = warm_python.run([ROOT / "docs" / "study_gqa_vs_mla.py", "--quick", "--out", tmp_path],
+                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "study_gqa_vs_mla.md").read_text()
     assert (tmp_path / "study_gqa_vs_mla.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

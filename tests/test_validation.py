@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from rooflinekit.stages.formulas import FormulaBook, flops_problem
 from rooflinekit.stages.hardware import BOUNDS, HardwareDB, check_value, hardware_db
 from rooflinekit.stages.workload import Workload, load_source
 from rooflinekit_hardware_db import DB_DIR
+from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -232,7 +231,7 @@ def test_installed_broken_distribution_warns_and_runs(tmp_path):
                RKBAD_DIRS="rkhw", RKBAD_FORMULA="negative")
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "rooflinekit", *map(str, args)], capture_output=True,
+        return warm_python.run(["-m", "rooflinekit", *map(str, args)], capture_output=True,
                               text=True, env=env, cwd=tmp_path, timeout=240)
 
     listed = run("hardware", "list")

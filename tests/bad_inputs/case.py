@@ -39,6 +39,7 @@ class Case:
     exit_code: int | None = None  # None: any non-zero
     env: dict[str, str] = field(default_factory=dict)
     subprocess: bool = False  # run `python -m rooflinekit` in a child (process-level behaviour)
+    stdout_closed: bool = False  # the child starts with stdout closed (a shell's `>&-`)
     stdin: str | None = None
     marks: tuple = ()
     plugin: str | None = None  # an inline plugin's source: a warning case (see the module docstring)

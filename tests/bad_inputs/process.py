@@ -2,9 +2,9 @@
 numbers past what a workload can take.
 
 Cases that need a real process run `python -m rooflinekit` in a child (subprocess=True). Its
-stdout is closed the way a shell's `>&-` closes it by a sitecustomize module on the child's
-PYTHONPATH; broken plugins are distributions on that path (a dist-info folder with entry points),
-found by importlib.metadata as if pip had installed them.
+stdout is closed before it starts, as a shell's `>&-` closes it (stdout_closed=True); broken
+plugins are distributions on the child's PYTHONPATH (a dist-info folder with entry points), found by
+importlib.metadata as if pip had installed them.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from bad_inputs.case import EXAMPLES, GQA, TINY, Case
 CAT = "process"
 LIMITS = "limits"
 
-#: Close stdout before rooflinekit starts, as `>&-` does (Python then has sys.stdout None).
-CLOSED = {"closed/sitecustomize.py": "import os\nimport sys\n\nos.close(1)\nsys.stdout = None\n"}
-CHILD_ENV = {"PYTHONPATH": "closed", "PYTHONDONTWRITEBYTECODE": "1"}
+CHILD_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 _FORWARD = '''import sys
 
@@ -69,17 +67,17 @@ STDOUT_CLOSED = "stdout is closed"
 CASES = [
     # stdout closed (`>&-`): one line before any work, not exit 0 with the output lost
     Case("profile-stdout-closed", CAT, ["profile", GQA, *TINY, "-f", "json"], [STDOUT_CLOSED, "-o FILE"],
-         files=CLOSED, env=CHILD_ENV, subprocess=True, exit_code=2),
+         env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     Case("sweep-stdout-closed", CAT, ["sweep", GQA, *TINY, "-b", "1", "-s", "64"], [STDOUT_CLOSED],
-         files=CLOSED, env=CHILD_ENV, subprocess=True, exit_code=2),
+         env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     Case("compare-stdout-closed", CAT, ["compare", "a.json", "b.json"], [STDOUT_CLOSED],
-         files={**CLOSED, "a.json": "{}", "b.json": "{}"}, env=CHILD_ENV, subprocess=True, exit_code=2),
+         files={"a.json": "{}", "b.json": "{}"}, env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     Case("calibrate-stdout-closed", CAT, ["calibrate", "--device", "cpu"], [STDOUT_CLOSED],
-         files=CLOSED, env=CHILD_ENV, subprocess=True, exit_code=2),
+         env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     Case("hardware-list-stdout-closed", CAT, ["hardware", "list"], [STDOUT_CLOSED],
-         files=CLOSED, env=CHILD_ENV, subprocess=True, exit_code=2),
+         env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     Case("plugins-stdout-closed", CAT, ["plugins", "-f", "json"], [STDOUT_CLOSED],
-         files=CLOSED, env=CHILD_ENV, subprocess=True, exit_code=2),
+         env=CHILD_ENV, subprocess=True, stdout_closed=True, exit_code=2),
     # the model file exits: one line naming it and where, not a silent exit code
     Case("model-exits-at-import", CAT, ["profile", "m.py"],
          ["importing the model file exited with sys.exit(3)", "at m.py:2", "the model (m.py)"],
