@@ -26,6 +26,7 @@ import json
 import locale
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,6 +80,7 @@ class _Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _SERVERS: dict[tuple, _Server] = {}

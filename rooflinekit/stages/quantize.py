@@ -184,6 +184,9 @@ def _cache_storages(cap: CaptureResult, by_index: dict[int, OpRecord], rows: lis
     buffers = params - set(cap.param_names)
     cache: dict[int, float] = {}
     missing: list[str] = []
+    by_module: dict[str, list[OpRecord]] = {}  # one pass over the ops; a row then looks at module names
+    for op in ops:
+        by_module.setdefault(op.module, []).append(op)
 
     def before(sid: int) -> bool:  # existed before the forward (state: a cache), not a weight
         if sid < 0 or sid in allocated or (sid in params and sid not in buffers):
@@ -196,8 +199,9 @@ def _cache_storages(cap: CaptureResult, by_index: dict[int, OpRecord], rows: lis
         itemsize = float(dtype_itemsize(row.dtype))
         found: set[int] = set()
         prefix = row.module + "."
-        subtree = ops if row.module == "(root)" else [op for op in ops if op.module == row.module
-                                                       or op.module.startswith(prefix)]
+        subtree = ops if row.module == "(root)" else [op for module, group in by_module.items()
+                                                       if module == row.module or module.startswith(prefix)
+                                                       for op in group]
         for op in subtree:
             if op.name in CACHE_WRITES:
                 found.update(sid for sid, _ in op.writes if before(sid))

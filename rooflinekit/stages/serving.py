@@ -186,10 +186,14 @@ def _dead_feeders(ops: list[OpRecord], dropped: set[int], sites: list[str], para
         for sid, _ in op.reads:
             readers.setdefault(sid, set()).add(op.index)
     dead = set(dropped)
+    in_site: dict[str, bool] = {}  # per module name: ops outnumber modules a hundredfold
     for op in reversed(ops):
         if op.index in dead or op.kind != "op" or not op.writes or any(sid in params for sid, _ in op.writes):
             continue
-        if any(op.module == s or op.module.startswith(s + ".") for s in sites):
+        inside = in_site.get(op.module)
+        if inside is None:
+            inside = in_site[op.module] = any(op.module == s or op.module.startswith(s + ".") for s in sites)
+        if inside:
             continue
         if all(readers.get(sid) and readers[sid] <= dead for sid, _ in op.writes):
             dead.add(op.index)
