@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import click
@@ -18,6 +17,7 @@ from rooflinekit.cli.options import (
 )
 from rooflinekit.cli.workload import parse_count
 from rooflinekit.core import compat
+from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.plan import Targets
@@ -183,7 +183,7 @@ def _nothing_meets(result) -> str:
 
 def _render(result, fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(result.to_dict(), indent=1) + "\n"
+        return dumps(result.to_dict())
     if fmt == "csv":
         return plan_to_csv(result)
     if fmt == "html":

@@ -468,7 +468,10 @@ class Report:
         return codec.encode(self)
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False) + "\n"
+        """The `-f json` text (codec.dumps's layout); `indent=None`: all on one line."""
+        if indent is None:
+            return json.dumps(self.to_dict(), allow_nan=False) + "\n"
+        return codec.dumps(self.to_dict(), allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict) -> Report:

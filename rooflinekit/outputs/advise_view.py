@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import textwrap
 
 from tabulate import tabulate
 
+from rooflinekit.core.codec import dumps
 from rooflinekit.core.report import AdviceReport, LeverResult
 from rooflinekit.core.units import ratio, seconds, si
 from rooflinekit.outputs.memory_view import memory_line
@@ -47,7 +47,7 @@ def _wrapped(text: str, first: str = "", rest: str = "    ") -> str:
 def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     """The advice as table, markdown, csv or json (the JSON form is `AdviceReport.to_dict()`)."""
     if fmt == "json":
-        return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
+        return dumps(report.to_dict(), allow_nan=False)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n", extrasaction="ignore")

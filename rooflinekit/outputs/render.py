@@ -9,11 +9,10 @@ prefixes, no scientific notation), and colours bounds, titles and warnings when 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
-from rooflinekit.core.codec import encode
+from rooflinekit.core.codec import dumps, encode
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
@@ -229,8 +228,8 @@ def to_text(report: Report, fmt: str = "table", top: int | None = 25, *, wide: b
 
 
 def to_json(data: dict | Report) -> str:
-    """A report (or a sweep or comparison dict) as indented JSON; non-finite numbers as null."""
-    return json.dumps(encode(data.to_dict() if isinstance(data, Report) else data), indent=2) + "\n"
+    """A report (or a sweep or comparison dict) as JSON text (codec.dumps); non-finite numbers as null."""
+    return dumps(data.to_dict() if isinstance(data, Report) else encode(data))  # to_dict is encoded
 
 
 def to_html(report: Report) -> str:
