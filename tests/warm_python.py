@@ -21,10 +21,13 @@ Servers are started on first use (about 3 s) and stopped when the test process e
 from __future__ import annotations
 
 import atexit
+import gc
+import importlib
 import io
 import json
 import locale
 import os
+import runpy
 import select
 import shutil
 import signal
@@ -34,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -127,14 +131,13 @@ class Popen:
             raise ValueError(f"warm python runs `-m MODULE`, `-c CODE` or a script, not {args[:1]}")
         env = dict(os.environ if env is None else env)
         server = _server(str(python), env)
-        self.args, self.text, self.returncode = args, text, None
+        self.args, self.python, self.text, self.returncode = args, str(python), text, None
         opened: list[int] = []
         ours: dict[int, int] = {}
         stdio = [_child_end(spec, target, opened, ours) for target, spec in enumerate((stdin, stdout, stderr))]
         fds = [fd for fd in stdio if isinstance(fd, int)]
         request = {"args": args, "cwd": os.path.abspath(cwd or os.getcwd()), "env": env,
-                   "stdio": [fd if isinstance(fd, str) else fds.index(fd) for fd in stdio],
-                   "server_pythonpath": server.env.get("PYTHONPATH", "")}
+                   "stdio": [fd if isinstance(fd, str) else fds.index(fd) for fd in stdio]}
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._sock.connect(server.path)
@@ -255,7 +258,7 @@ def run(args: Sequence[str], *, input: str | bytes | None = None, capture_output
             proc.kill()
             proc.wait()
             raise
-    done = subprocess.CompletedProcess([sys.executable, *proc.args], proc.returncode, out, err)
+    done = subprocess.CompletedProcess([proc.python, *proc.args], proc.returncode, out, err)
     if check:
         done.check_returncode()
     return done
@@ -349,13 +352,13 @@ def _become(request: dict, fds: list[int]) -> None:
         if fd > 2:
             os.close(fd)
     os.chdir(request["cwd"])
+    server_entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ.clear()
     os.environ.update(request["env"])
     sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     templates, buffered = (sys.__stdin__, sys.__stdout__, sys.__stderr__), not sys.__stdout__.write_through
     sys.stdin, sys.stdout, sys.stderr = (_std_stream(fd, templates[fd], buffered) for fd in range(3))
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-    server_entries = [p for p in request["server_pythonpath"].split(os.pathsep) if p]
     base = sys.path[1:]
     for entry in server_entries:
         if entry in base:
@@ -369,8 +372,6 @@ def _become(request: dict, fds: list[int]) -> None:
     first = "" if args[0] == "-c" else request["cwd"] if args[0] == "-m" else \
         os.path.dirname(os.path.abspath(args[0]))
     sys.path[:] = [first, *entries, *base]
-    import importlib
-
     importlib.invalidate_caches()
 
 
@@ -378,11 +379,6 @@ def _main(args: list[str]) -> None:
     """The child's program, at the top level of the interpreter (how it exits is python's, but for
     the last step: the final collections skip the objects the server made, as `rooflinekit`'s own
     command skips them; walking them would copy every page of the server, 1.5 s per child)."""
-    import atexit
-    import gc
-    import runpy
-    import types
-
     atexit.register(gc.freeze)  # first registered, so it runs after the program's own handlers
 
     if args[0] == "-m":
@@ -399,8 +395,6 @@ def _main(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    import importlib
-
     import torch  # noqa: F401
     import torch.fx.experimental.symbolic_shapes  # noqa: F401 - what the first meta op imports
 
