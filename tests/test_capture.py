@@ -286,3 +286,44 @@ def test_module_models_ask_nothing_without_a_plugin_that_answers(monkeypatch):
     with module_models(model, Workload("decode", 1, 8, "fp32", "cpu", ()), host) as used:
         assert used == []
     assert asked == [] and not host.implemented("rooflinekit_module_model")
+
+
+_WRAPPED_MODEL = '''
+import importlib.util
+import torch
+
+_spec = importlib.util.spec_from_file_location("_repeat_kv_sdpa_wrapped", {path!r})
+_base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_base)
+
+
+def _func_module(fn):
+    """A function called as a module that no model holds (the shape of the `kernels` package's
+    `Func` wrappers, which transformers 5.25 puts around rotary embeddings, scans and convolutions)."""
+    class Func(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return fn(*args, **kwargs)
+    return Func()
+
+
+_base.repeat_kv = _func_module(_base.repeat_kv)
+build_model = _base.build_model
+make_inputs = _base.make_inputs
+'''
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_functions_called_as_unheld_modules_belong_to_their_caller(tmp_path, phase):
+    """The same model with its K/V repeat called through a parameterless module outside the model's
+    tree gives the same report as calling the function: same op modules, same attention rows."""
+    source = MODELS / "repeat_kv_sdpa.py"
+    wrapped = tmp_path / "wrapped.py"
+    wrapped.write_text(_WRAPPED_MODEL.format(path=str(source)))
+    plain, inner = (run_profile(p, phase=phase, batch=2, context=64) for p in (source, wrapped))
+    assert [op["module"] for op in inner["ops"]] == [op["module"] for op in plain["ops"]]
+    assert not any("Func" in op["module"] for op in inner["ops"])
+    assert len(inner["attention"]) == len(plain["attention"]) == 2
+    for a, b in zip(inner["attention"], plain["attention"], strict=True):
+        for key in ("module", "arch", "kv_bytes_executed", "kv_bytes_min", "flops_executed"):
+            assert a[key] == b[key], key
+    assert inner["totals"]["bytes"] == plain["totals"]["bytes"]

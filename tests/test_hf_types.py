@@ -12,6 +12,8 @@ closed form of what its code does and the note naming what was assumed:
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -136,20 +138,27 @@ def test_jetmoe_router_splits_rows_evenly(phase, batch, context):
 
 @pytest.mark.parametrize("phase,batch,context", [("decode", 2, 64), ("prefill", 1, 32)])
 def test_longcat_flash_zero_computation_experts(phase, batch, context):
+    """Up to transformers 5.24 the experts container holds the Z identity experts and skips them:
+    T*k*E/(E+Z) expert applications. From 5.25 LongcatFlashMoE adds the identity picks' tokens itself
+    and hands those picks to routed experts at weight 0 (indices (i - E) * E // Z), so the code as
+    written runs T*k applications over the E routed experts."""
+    from transformers.models.longcat_flash import modeling_longcat_flash as m
+
     c = _config("longcat_flash")
     report = _profile("longcat_flash", phase, batch, context)
     tokens = batch * (1 if phase == "decode" else context)
     experts, zero, k = c.n_routed_experts, c.zero_expert_num, c.moe_topk
-    share = experts / (experts + zero)
+    identity_in_experts = "zero_expert_num" in inspect.getsource(m.LongcatFlashExperts.__init__)
+    share, over = (experts / (experts + zero), experts + zero) if identity_in_experts else (1.0, experts)
     (gate_up,) = [op for op in report["ops"]
                   if op["name"] == "moe.gate_up_proj" and op["module"] == "model.layers.0.mlp.experts"]
     inter, hidden = c.expert_ffn_hidden_size, c.hidden_size
     assert gate_up["flops"] == pytest.approx(2 * tokens * k * share * 2 * inter * hidden)
-    touched = experts * (1 - (1 - k / (experts + zero)) ** tokens)
+    touched = experts * (1 - (1 - k / over) ** tokens)
     assert gate_up["param_bytes"] == pytest.approx(touched * 2 * inter * hidden * 2)
     # the router (a product with its weight cast to fp32) is no attention row
     assert all("router" not in r["module"] for r in report["attention"])
-    _note(report, "zero-computation experts modelled under uniform routing")
+    _note(report, "zero-computation experts modelled" if identity_in_experts else "modelled under uniform routing")
 
 
 def test_reformer_reads_its_largest_position():

@@ -33,6 +33,7 @@ from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.version import model_library, untested_notes
 from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, capture
@@ -40,7 +41,7 @@ from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
-from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warning
+from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warnings
 from rooflinekit.stages.modelled import module_models
 from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.restate import OptionRestatements
@@ -235,14 +236,15 @@ def place(counting: Counting, source: ModelSource, workload: Workload, deploymen
     if multi_token_note(workload):
         notes.append(multi_token_note(workload))
     extra_notes, warnings = extra
-    notes += extra_notes
+    notes += extra_notes + untested_notes()
     view = Presentation(depth=options.depth, group_layers=options.group_layers, detail=options.detail,
                         model_info=info, warnings=warnings, notes=list(dict.fromkeys(notes)),
                         parallel=counting.counted.parallel)
     report = build_report(cap, counting.counted.attention, hw, workload, view)
-    unrecognised = unrecognised_warning(report)  # what the memory section and the minimum cannot see
-    if unrecognised and unrecognised not in report.warnings:
-        report = replace(report, warnings=[*report.warnings, unrecognised])
+    # what the memory section and the minimum cannot see
+    unrecognised = [w for w in unrecognised_warnings(report, model_library(model)) if w not in report.warnings]
+    if unrecognised:
+        report = replace(report, warnings=[*report.warnings, *unrecognised])
     return replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
 
 

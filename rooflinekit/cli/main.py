@@ -10,7 +10,7 @@ import importlib
 import click
 
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Group
-from rooflinekit.core.version import __version__
+from rooflinekit.core.version import version_text
 
 #: command name -> (module, attribute, one-line help shown by `rooflinekit --help`)
 COMMANDS = {
@@ -51,8 +51,15 @@ class LazyGroup(Group):
             formatter.write_dl(rows)
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_text())
+        ctx.exit()
+
+
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, prog_name="rooflinekit")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version, the torch and transformers releases it is tested with, and exit.")
 def cli():
     """Roofline profiling for PyTorch LLMs: where decode time goes, and why.
 

@@ -178,16 +178,20 @@ def kv_per_sequence(report: Report, block: int = 1) -> tuple[float, list[str]]:
     return total, notes
 
 
-def unrecognised_warning(report: Report) -> str | None:
-    """The report's warning where attention layers were not recognised: which, and what it leaves out."""
-    names = [row.module for row in report.attention if not row.recognised]
-    if not names:
-        return None
-    classes = ", ".join(dict.fromkeys(row.module_class for row in report.attention if not row.recognised))
-    return (f"attention not recognised in {layer_names(names)} ({classes}): no plugin read its heads "
+def unrecognised_warnings(report: Report, library: str | None = None) -> list[str]:
+    """The report's warnings where attention layers were not recognised, one per layer class: which
+    layers, and what it leaves out; `library` (e.g. 'transformers 5.26.0, tested 5.4.0 to 5.25.0')
+    names the code that wrote the model, since a newer release can rename what plugins read."""
+    by_class: dict[str, list[str]] = {}
+    for row in report.attention:
+        if not row.recognised:
+            by_class.setdefault(row.module_class, []).append(row.module)
+    written = f"; the model's code is {library}" if library else ""
+    return [f"attention not recognised in {layer_names(names)} ({cls}): no plugin read its heads "
             f"(attributes such as num_heads, num_key_value_heads and head_dim, or an attention plugin: "
             f"docs/plugins.md), so its KV cache is left out of the memory section (KV cache, max batch) and its "
-            f"minimum KV bytes are unknown; its executed FLOPs and bytes are counted")
+            f"minimum KV bytes are unknown; its executed FLOPs and bytes are counted{written}"
+            for cls, names in by_class.items()]
 
 
 MIXED_KV_NOTE = ("mixed step: the KV cache held is each segment's attention rows at the segment's own context "

@@ -47,6 +47,13 @@ def _op_dtype(inputs: list[torch.Tensor], out_tensors: list[torch.Tensor]) -> to
     return out_tensors[0].dtype if out_tensors else torch.float32
 
 
+def is_function_wrapper(module: torch.nn.Module) -> bool:
+    """Whether a module outside the model's tree holds nothing of its own (no parameters, buffers
+    or children): a function wrapped as a module at call time (transformers 5.25's hub-kernel
+    functions run inside such `Func` modules), not a layer of the model."""
+    return not (module._parameters or module._buffers or module._modules)
+
+
 class Recorder:
     """Turns dispatched ops into OpRecords; shared by the dispatch and function modes."""
 
@@ -117,7 +124,10 @@ class Recorder:
         name = self.module_names.get(id(module))
         if name is None:
             parent = self.stack[-1][1] if self.stack else ""
-            name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+            if parent and is_function_wrapper(module):
+                name = parent  # a function in a module's clothing: its ops are its caller's
+            else:
+                name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
         self.stack.append((id(module), name))
 
     def post_hook(self, module, args, output):
