@@ -58,7 +58,7 @@ def rooflinekit_attention_cost(spec, workload):
 
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
-    return split_heads(spec, tp) if spec.arch in PROVIDES else None
+    return split_heads(spec, tp) if spec.arch in PROVIDES and spec.num_heads % tp == 0 else None
 
 
 @hookimpl

@@ -60,7 +60,7 @@ def rooflinekit_attention_cost(spec, workload):
 
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
-    return split_heads(spec, tp) if spec.arch == ARCH else None
+    return split_heads(spec, tp) if spec.arch == ARCH and spec.num_heads % tp == 0 else None
 
 
 @hookimpl

@@ -104,8 +104,8 @@ def rooflinekit_serving_attention(spec, workload):
 
 @hookimpl
 def rooflinekit_attention_shard(spec, tp):
-    if spec.arch != ARCH:
-        return None
+    if spec.arch != ARCH or spec.num_heads % tp:
+        return None  # not MLA, or a split of the heads it cannot make
     x = spec.extra
     heads = spec.num_heads // tp
     note = (f"TP {tp}: {heads} of {spec.num_heads} heads per GPU; the MLA latent cache "

@@ -26,6 +26,12 @@ Validator = Callable[[object], "str | None"]
 #: Hook name -> its rule.
 VALIDATORS: dict[str, Validator] = {}
 
+#: A rule that also reads the hook's arguments: None if the answer is fine for them, else a reason.
+ContextRule = Callable[[object, Mapping], "str | None"]
+
+#: Hook name -> its rule against the arguments the plugin was asked with.
+CONTEXT_RULES: dict[str, ContextRule] = {}
+
 
 def validator(hook: str) -> Callable[[Validator], Validator]:
     """Decorator: register `fn(answer) -> reason | None` as the rule of `hook` (one per hook)."""
@@ -34,6 +40,17 @@ def validator(hook: str) -> Callable[[Validator], Validator]:
         if hook in VALIDATORS:
             raise ValueError(f"{hook} already has a rule ({VALIDATORS[hook].__name__})")
         VALIDATORS[hook] = fn
+        return fn
+
+    return register
+
+
+def context_rule(hook: str) -> Callable[[ContextRule], ContextRule]:
+    """Decorator: register `fn(answer, arguments) -> reason | None` for `hook`, checked after its
+    plain rule, with the arguments the implementation was called with."""
+
+    def register(fn: ContextRule) -> ContextRule:
+        CONTEXT_RULES[hook] = fn
         return fn
 
     return register
@@ -51,15 +68,18 @@ def type_problem(answer: object, expect: type | tuple[type, ...] | None) -> str 
     return f"expected {type_names(expect)}"
 
 
-def problem(hook: str, answer: object, expect: type | tuple[type, ...] | None = None) -> str | None:
+def problem(hook: str, answer: object, expect: type | tuple[type, ...] | None = None,
+            arguments: Mapping | None = None) -> str | None:
     """Why `answer` to `hook` is unusable, or None: the caller's `expect` type first, then the
-    hook's rule."""
+    hook's rule, then (given the `arguments` it was asked with) its rule against them."""
     reason = type_problem(answer, expect)
-    if reason is None and hook in VALIDATORS:
-        try:
+    try:
+        if reason is None and hook in VALIDATORS:
             reason = VALIDATORS[hook](answer)
-        except Exception as exc:  # an answer the rule cannot even read is no usable answer
-            reason = f"its check failed ({type(exc).__name__}: {exc})"
+        if reason is None and arguments is not None and hook in CONTEXT_RULES:
+            reason = CONTEXT_RULES[hook](answer, arguments)
+    except Exception as exc:  # an answer the rule cannot even read is no usable answer
+        reason = f"its check failed ({type(exc).__name__}: {exc})"
     return reason
 
 
@@ -83,6 +103,14 @@ def _short(answer: object) -> str:
 #: The most heads, head width or window a spec may state: far past any model, small enough that
 #: the products the costs form stay inside 64-bit sizes.
 MAX_SIZE = 1 << 24
+
+#: The most bytes a layer's cache may hold per token or per sequence: 1 TiB, past the memory of any
+#: accelerator (the largest in hardware_db holds 288 GB), so that a larger answer is a mistake.
+MAX_CACHE_BYTES = float(1 << 40)
+
+#: The numbers of a fixed-state spec's `extra` that its cost reads (`rooflinekit.plugin.state_spec`).
+STATE_COUNTS = ("state_elements", "conv_elements", "flops_per_token", "io_per_token")
+STATE_ITEMSIZES = ("state_itemsize", "conv_itemsize")
 
 
 def _is_number(value: object) -> bool:
@@ -141,7 +169,29 @@ def spec_problem(spec: object) -> str | None:
         return f"extra must be a mapping (got {_short(spec.extra)})"
     if not isinstance(spec.fixed_state, bool):
         return f"fixed_state must be True or False (got {spec.fixed_state!r})"
-    return _strings_problem("notes", spec.notes)
+    return _first(_state_problem(spec) if spec.fixed_state else None, _strings_problem("notes", spec.notes))
+
+
+def _state_problem(spec: AttentionSpec) -> str | None:
+    """Why a fixed-state spec's sizes cannot be costed: each count present, finite, not negative; an
+    element size above 0; the state per sequence within MAX_CACHE_BYTES."""
+    x = spec.extra
+    missing = [k for k in STATE_COUNTS if k not in x]
+    if missing:
+        return f"a fixed-state spec needs extra[{missing[0]!r}] (rooflinekit.plugin.state_spec sets it)"
+    found = _first(*(_count_problem(f"extra[{k!r}]", x[k]) for k in STATE_COUNTS))
+    if found is not None:
+        return found
+    for key in STATE_ITEMSIZES:
+        value = x.get(key)
+        if value is not None and (not _is_number(value) or not 0 < value < float("inf")):
+            return f"extra[{key!r}] must be a number of bytes above 0 (got {value!r})"
+    widest = max(x.get(k) or 4 for k in STATE_ITEMSIZES)  # an element at most fp32 where not stated
+    per_sequence = x["state_elements"] * widest + x["conv_elements"] * widest
+    if per_sequence > MAX_CACHE_BYTES:
+        return (f"a state of {per_sequence:.3g} B per sequence is past any device's memory "
+                f"({MAX_CACHE_BYTES:.3g} B at most)")
+    return None
 
 
 def cost_problem(cost: object) -> str | None:
@@ -156,6 +206,10 @@ def cost_problem(cost: object) -> str | None:
         return found
     if cost.bytes_min < cost.kv_bytes_min:
         return "bytes_min must include kv_bytes_min"
+    for name in ("cache_bytes_per_token", "cache_bytes_per_sequence"):
+        if getattr(cost, name) > MAX_CACHE_BYTES:
+            return (f"{name} of {getattr(cost, name):.3g} B is past any device's memory "
+                    f"({MAX_CACHE_BYTES:.3g} B at most)")
     if not isinstance(cost.flops_alt, Mapping):
         return f"flops_alt must be a mapping of names to FLOPs (got {_short(cost.flops_alt)})"
     found = _first(*(_count_problem(f"flops_alt[{k!r}]", v) for k, v in cost.flops_alt.items()))
@@ -222,6 +276,24 @@ def _attention_shard(answer: object) -> str | None:
             return f"colwise_shares must map output widths to shares in (0, 1] (got {width!r}: {share!r})"
     if not isinstance(answer.note, str):
         return f"note must be a string (got {answer.note!r})"
+    return None
+
+
+@context_rule("rooflinekit_attention_shard")
+def _shard_within_layer(answer: AttentionShard, arguments: Mapping) -> str | None:
+    """One GPU's share of a layer is no larger than the layer: heads, K/V heads, widths and the
+    spec's numeric sizes at most the unsharded spec's."""
+    whole = arguments.get("spec")
+    if not isinstance(whole, AttentionSpec):
+        return None
+    part = answer.spec
+    for name in ("num_heads", "num_kv_heads", "head_dim", "v_head_dim"):
+        if getattr(part, name) > getattr(whole, name):
+            return f"its spec has {name} {getattr(part, name)}, more than the layer's {getattr(whole, name)}"
+    for key, value in part.extra.items():
+        before = whole.extra.get(key)
+        if _is_number(value) and _is_number(before) and value > before:
+            return f"its spec has extra[{key!r}] {value!r}, more than the layer's {before!r}"
     return None
 
 

@@ -164,9 +164,12 @@ def split_heads(spec: AttentionSpec, tp: int) -> AttentionShard:
     """Query heads split N ways; K/V heads split while N <= H_kv and replicated beyond (each GPU
     holds one K/V head, each head on N / H_kv GPUs: its K/V projection's columns computed there).
 
-    Raises UserError when N and H_kv (below the query heads) do not divide one another.
+    Raises UserError when N does not divide the heads, or N and H_kv (below the query heads) do not
+    divide one another.
     """
     h, hkv, d, dv = spec.num_heads, spec.num_kv_heads, spec.head_dim, spec.v_head_dim
+    if h % tp:
+        raise UserError(f"--tp {tp} does not divide the {h} attention heads")
     if hkv < h and ((hkv >= tp and hkv % tp) or (hkv < tp and tp % hkv)):
         raise UserError(f"--tp {tp} and the {hkv} KV heads: one must divide the other")
     heads = h // tp

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata as md
+import inspect
 import os
 import sys
 import threading
@@ -192,6 +193,8 @@ class PluginHost:
         """`function` as pluggy calls it: stdout to stderr, a failure or an unusable answer named
         and answered as None, a usable answer noted in the call's record."""
 
+        names = tuple(inspect.signature(function).parameters)
+
         @functools.wraps(function)
         def guarded(*args, **kwargs):
             try:
@@ -209,7 +212,8 @@ class PluginHost:
             if answer is None:
                 return None
             call = self._current(hook)
-            reason = answers.problem(hook, answer, call.expect if call is not None else None)
+            reason = answers.problem(hook, answer, call.expect if call is not None else None,
+                                     {**dict(zip(names, args, strict=False)), **kwargs})
             if reason is not None:
                 self.warn(answers.warning(plugin, hook, answer, reason))
                 return None
