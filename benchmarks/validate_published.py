@@ -45,7 +45,10 @@ import sys
 import time
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS_PATH = ROOT / "benchmarks" / "published.toml"

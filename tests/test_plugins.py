@@ -130,7 +130,7 @@ def test_unknown_hook_and_rejected_plugin_are_named_once():
     host.register(_BadArgs(), "badargs", "tests", "0")
     typo = [w for w in host.warnings if "'typo'" in w]
     assert typo == ["plugin 'typo' (tests) implements unknown hook rooflinekit_atention_spec: never called "
-                    "(see rooflinekit/hookspecs.py for the hook names)"]
+                    "(the hook reference: rooflinekit/core/hookspecs.py, docs/plugins.md)"]
     assert "typo" in {i.name for i in host.infos}  # its real hooks still work
     bad = [w for w in host.warnings if "'badargs'" in w]
     assert len(bad) == 1 and "rejected" in bad[0] and "badargs" not in {i.name for i in host.infos}

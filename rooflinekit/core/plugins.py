@@ -33,6 +33,7 @@ import pluggy
 
 from rooflinekit.core import answers, hookspecs
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.signals import interrupt_word
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.version import __version__
 
@@ -169,7 +170,7 @@ class PluginHost:
         unknown = sorted(h.name for h in callers if not h.has_spec())
         if unknown:  # a typo, or a hook of another rooflinekit release: it would never be called
             self.warn(f"plugin '{name}' ({distribution}) implements unknown hook {', '.join(unknown)}: "
-                      "never called (see rooflinekit/hookspecs.py for the hook names)")
+                      "never called (the hook reference: rooflinekit/core/hookspecs.py, docs/plugins.md)")
         self.infos.append(
             PluginInfo(name, getattr(plugin, "__name__", type(plugin).__name__), distribution, version, hooks,
                        provides_of(plugin))
@@ -202,8 +203,9 @@ class PluginHost:
                     answer = function(*args, **kwargs)
             except UserError:
                 raise  # a plugin's deliberate message to the user (e.g. a bad model file)
-            except KeyboardInterrupt:  # raised by the plugin, or Ctrl-C while it ran: say where
-                raise KeyboardInterrupt(f"interrupted in plugin '{plugin}' ({hook})") from None
+            except KeyboardInterrupt as exc:  # raised by the plugin, or a signal while it ran: say where
+                # the same word every command uses for the signal ("terminated" after SIGTERM)
+                raise type(exc)(f"{interrupt_word()} in plugin '{plugin}' ({hook})") from None
             except SystemExit as exc:  # not the plugin's to end the run silently: name it
                 raise UserError(f"plugin '{plugin}' called sys.exit({exc.code!r}) in {hook}") from None
             except Exception as exc:

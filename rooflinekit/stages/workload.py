@@ -140,8 +140,10 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
     fmt = d.weight_format(w.dtype_key)
     if d.weight_group_size is not None:
         if isinstance(d.weight_group_size, bool) or not isinstance(d.weight_group_size, int) \
-                or d.weight_group_size < 1:
-            raise WorkloadError(f"--weight-group-size must be a whole number of at least 1, got {d.weight_group_size!r}")
+                or not 1 <= d.weight_group_size <= MAX_GROUP_SIZE:
+            raise WorkloadError(f"--weight-group-size must be a whole number of elements per scale from 1 to "
+                                f"{MAX_GROUP_SIZE:,} (formats use 32 to 128 and one scale per row at most), "
+                                f"got {d.weight_group_size!r}")
         if fmt not in ("fp8", "int8", "int4"):
             raise WorkloadError(f"--weight-group-size applies to fp8, int8 and int4 weights, not {fmt}: "
                                 "give --weight-dtype too")
@@ -201,16 +203,27 @@ def validate_deployment(deployment: Deployment) -> None:
         raise WorkloadError(f"kv_block_size must be a whole number of tokens from 1 to {1 << 20:,}, got {block!r}")
 
 
+#: The largest --weight-group-size: 65,536 elements per scale, past the rows of any model's layers.
+MAX_GROUP_SIZE = 1 << 16
+#: The smallest --memory-fraction: 1% of a GPU's memory (below it no model's weights fit anywhere).
+MIN_FRACTION = 0.01
+
+
+#: The built-in plugins that load models (the entry points named in pyproject.toml).
+LOADERS = frozenset({"modelfile", "hf"})
+
+
 def check_fraction(value: float) -> float:
-    """--memory-fraction: a share of the GPU's memory in (0, 1]."""
+    """--memory-fraction: a share of the GPU's memory from MIN_FRACTION to 1."""
+    wanted = f"a number from {MIN_FRACTION:g} to 1 (the share of GPU memory usable)"
     if isinstance(value, bool):
-        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}")
+        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value!r}")
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise WorkloadError(f"--memory-fraction must be a number in (0, 1], got {value!r}") from None
-    if not (0.0 < value <= 1.0):  # NaN fails too
-        raise WorkloadError(f"--memory-fraction must be in (0, 1] (the share of GPU memory usable), got {value:g}")
+        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value!r}") from None
+    if not (MIN_FRACTION <= value <= 1.0):  # NaN fails too
+        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value:g}")
     return value
 
 
@@ -541,9 +554,11 @@ def load_source(path: str, options: dict, host: PluginHost | None = None) -> Mod
         blamed = [w for w in host.warnings[before:] if "rooflinekit_workload_loader" in w]
         if blamed:
             raise ModelError(f"cannot load {path}: {blamed[0].removesuffix('; ignored')}")
+        off = sorted(host.disabled & LOADERS)
         raise ModelError(
             f"don't know how to load {path}: give a model .py file (build_model/make_inputs), a "
             "transformers config .json or hf:MODEL_TYPE"
+            + (f" (the loader plugin(s) {', '.join(off)} are disabled by ROOFLINEKIT_DISABLE_PLUGINS)" if off else "")
         )
     bad = [f for f in ("build_model", "make_inputs") if not callable(getattr(source, f, None))]
     if bad:

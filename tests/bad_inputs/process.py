@@ -107,6 +107,11 @@ CASES = [
     Case("plugin-interrupts-in-hook", CAT, ["profile", GQA, *TINY],
          ["interrupted in plugin 'interrupter'", "rooflinekit_hardware_dirs"],
          files=plugin("interrupter", "raise KeyboardInterrupt"), env=PLUGIN_ENV, subprocess=True, exit_code=130),
+    # SIGTERM while a plugin runs: the word every command uses for it ("terminated"), and 143
+    Case("plugin-terminated-in-hook", CAT, ["profile", GQA, *TINY],
+         ["terminated in plugin 'terminator'", "rooflinekit_hardware_dirs"],
+         files=plugin("terminator", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"), env=PLUGIN_ENV,
+         subprocess=True, exit_code=143),
     Case("hardware-list-plugin-exits", CAT, ["hardware", "list", "-f", "json"],
          ["plugin 'exiter' called sys.exit(4)", "rooflinekit_hardware_dirs"],
          files=plugin("exiter", "sys.exit(4)"), env=PLUGIN_ENV, subprocess=True, exit_code=2),
