@@ -22,12 +22,12 @@ def test_release_numbers(text, numbers):
 
 
 @pytest.mark.parametrize("package,version,where", [
-    ("transformers", "5.25.0", None), ("transformers", "5.4.0", None), ("transformers", "5.25.1", "newer than"),
-    ("transformers", "5.3.0", "older than"), ("transformers", "6.0.0.dev0", "newer than"),
+    ("transformers", "5.25.0", None), ("transformers", "5.5.0", None), ("transformers", "5.25.1", "newer than"),
+    ("transformers", "5.4.0", "older than"), ("transformers", "6.0.0.dev0", "newer than"),
     ("torch", "2.13.0+cpu", None), ("torch", "2.4.1", "older than"), ("torch", "2.15.0", "newer than"),
 ])
 def test_outside_tested(package, version, where, monkeypatch):
-    monkeypatch.setitem(v.TESTED, package, {"torch": ("2.5.1", "2.14.1"), "transformers": ("5.4.0", "5.25.0")}[package])
+    monkeypatch.setitem(v.TESTED, package, {"torch": ("2.5.1", "2.14.1"), "transformers": ("5.5.0", "5.25.0")}[package])
     assert v.outside_tested(package, version) == where
 
 

@@ -18,7 +18,7 @@ READABLE_SCHEMAS = ("1.0", "2.0", "3.0")
 #: made outside these says so in a note. Check with `rooflinekit --version`.
 TESTED: dict[str, tuple[str, str]] = {
     "torch": ("2.5.1", "2.14.1"),
-    "transformers": ("5.4.0", "5.25.0"),
+    "transformers": ("5.5.0", "5.25.0"),
 }
 
 
@@ -83,7 +83,7 @@ def version_text() -> str:
 
 
 def model_library(model: object) -> str | None:
-    """'transformers 5.25.0 (tested 5.4.0 to 5.25.0)' where a library of TESTED wrote `model`'s
+    """'transformers 5.25.0 (tested 5.5.0 to 5.25.0)' where a library of TESTED wrote `model`'s
     class, else None (the user's own code)."""
     package = type(model).__module__.split(".")[0]
     version = installed(package) if package in TESTED and package != "torch" else None
