@@ -106,11 +106,11 @@ def test_a_step_that_does_not_fit_reads_back(invoke, tmp_path):
     """memory.headroom_bytes is negative when the step does not fit: compare and plot still read
     the report (a signed field, not a corrupt count)."""
     out = tmp_path / "short.json"
-    made = invoke("profile", GQA, "-O", "layers=1", "--memory-fraction", "0.000001", "-f", "json", "-o", out)
+    made = invoke("profile", GQA, "-O", "layers=1", "--memory-fraction", "0.01", "-f", "json", "-o", out)
     assert made.exit_code == 0, made.stderr
     memory = json.loads(out.read_text())["memory"]
     assert memory["fits"] is False and memory["headroom_bytes"] == pytest.approx(
-        (memory["capacity_bytes"] - memory["reserve_bytes"]) * 0.000001 - memory["total_bytes"], rel=1e-9)
+        (memory["capacity_bytes"] - memory["reserve_bytes"]) * 0.01 - memory["total_bytes"], rel=1e-9)
     assert memory["headroom_bytes"] < 0
     result = invoke("compare", out, out, "-f", "json")
     assert result.exit_code == 0, result.stderr
