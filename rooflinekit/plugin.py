@@ -42,6 +42,7 @@ from rooflinekit.core.model_facts import cached, module_tree
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, under
+from rooflinekit.core.version import older_than_tested
 from rooflinekit.core.specs import (
     AttentionCall,
     AttentionCost,
@@ -184,6 +185,7 @@ __all__ = [
     # walks of the model, once per sweep (rooflinekit.core.model_facts)
     "cached",
     "module_tree",
+    "older_than_tested",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
     # bounds on the work one analysis may do, and the one-line error past one (rooflinekit.core.limits)

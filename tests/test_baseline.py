@@ -15,6 +15,12 @@ Changes so far, each regenerated for the keys it touched:
   and memory.max_batch where it has a bound; comm.expected_time_s (new); under TP/EP comm.time_s,
   totals.predicted_step_s and fused.predicted_step_s grow by the link's latency floor per call.
   FLOPs and bytes unchanged.
+
+The transformers configs' counts are how one transformers release writes those models (which ops
+its code runs, what its cache and masks execute): the file records that release (`_recorded_with`).
+On it, every case is held exactly. On another release (tox's drift envs), each case's differences
+are gathered and reported together by the last test, as one table with the command that re-records
+them: a new release that changes what runs fails the run once, naming what changed.
 """
 
 from __future__ import annotations
@@ -29,12 +35,28 @@ sys.path.insert(0, str(ROOT / "tests" / "data"))
 import make_baseline  # noqa: E402
 
 BASELINE = json.loads((ROOT / "tests" / "data" / "baseline_totals.json").read_text())
+RECORDED = BASELINE.pop(make_baseline.RECORDED)["transformers"]
+#: Transformers cases compared on a release other than RECORDED: key -> (fields changed, first difference).
+DRIFT: dict[str, tuple[list[str], str]] = {}
+COMPARED: list[str] = []
+
+
+def _is_transformers_case(key: str) -> bool:
+    return key.split(":")[0].endswith(".json")
+
+
+def _release() -> str | None:
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.__version__
 
 
 def _cases():
     for key in sorted(BASELINE):
         marks = [pytest.mark.slow]
-        if key.split(":")[0].endswith(".json"):
+        if _is_transformers_case(key):
             marks.append(pytest.mark.hf)
         yield pytest.param(key, marks=marks, id=key)
 
@@ -68,10 +90,21 @@ def _same(a, b, where=""):
 def test_numbers_unchanged(key, invoke):
     target, phase, variant = key.split(":")
     before = BASELINE[key]
+    drift = _is_transformers_case(key) and _release() != RECORDED
     result = invoke(*make_baseline.args(str(ROOT / target), phase, variant))
+    if drift:
+        COMPARED.append(key)
     if "error" in before:
+        line = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+        expected = before["error"].replace(target, str(ROOT / target))
+        if drift and (result.exit_code == 0 or line != expected):
+            DRIFT[key] = (["error"], f"{expected!r} vs {line or 'no error'!r}")
+            return
         assert result.exit_code != 0
-        assert result.stderr.strip().splitlines()[-1] == before["error"].replace(target, str(ROOT / target))
+        assert line == expected
+        return
+    if drift and result.exit_code != 0:
+        DRIFT[key] = (["error"], result.stderr.strip().splitlines()[-1])
         return
     assert result.exit_code == 0, result.stderr
     now = make_baseline.summary(json.loads(result.stdout))
@@ -86,4 +119,34 @@ def test_numbers_unchanged(key, invoke):
             b = dict(b, window=a["window"])
         rows.append(b)
     before = dict(before, attention=rows)
-    assert _same(now, before) is None, _same(now, before)
+    difference = _same(now, before)
+    if drift and difference is not None:
+        DRIFT[key] = (sorted(make_baseline.changed(before, now)), difference)
+        return
+    assert difference is None, difference
+
+
+def test_transformers_counts_are_those_of_the_recorded_release():
+    """On the release the baseline was recorded with, the cases above held exactly and the lock
+    installs that release; on another, the cases gathered their differences: none may remain."""
+    release = _release()
+    if release == RECORDED:
+        lock = (ROOT / "constraints" / "test.txt").read_text()
+        assert f"\ntransformers=={RECORDED}\n" in lock, "re-record the baseline on the locked transformers"
+        return
+    if release is None:
+        assert not COMPARED
+        return
+    assert COMPARED, "run the baseline cases with this test (tests/test_baseline.py as a whole)"
+    if not DRIFT:
+        return
+    fields = sorted({f for changed, _ in DRIFT.values() for f in changed})
+    width = max(len(k) for k in DRIFT)
+    table = "\n".join(f"  {k:<{width}}  {', '.join(changed)}: {first}" for k, (changed, first) in sorted(DRIFT.items()))
+    pytest.fail(
+        f"transformers {release} changes the counts recorded on {RECORDED} in {len(DRIFT)} of {len(COMPARED)} "
+        f"cases (case, fields changed: first difference):\n{table}\n"
+        f"Explain each as an upstream change or fix it as a capture defect, then re-record every case on "
+        f"{release} and lock that release (python tools/lock.py):\n"
+        f"  python tests/data/make_baseline.py --allow {','.join(fields)}",
+        pytrace=False)

@@ -21,7 +21,15 @@ from rooflinekit.stages.fit import layer_plan, skipping
 from rooflinekit.stages.memory import ScaledPeak
 from rooflinekit.stages.workload import ModelSource, Workload, build, load_source
 from rooflinekit_plugins.hf import skipped_cache_layers
+from rooflinekit_plugins.hf.cache import CACHE_PARAMS
 from tests.conftest import EXAMPLES
+
+
+def _cache(inputs: dict):
+    """The cache among a transformers model's inputs, under the name its release uses
+    (`cache` from 5.25, `past_key_values` before)."""
+    (name,) = [n for n in CACHE_PARAMS if n in inputs]
+    return inputs[name]
 
 
 def _template(written: list[float], steps: int) -> CaptureResult:
@@ -132,9 +140,9 @@ def test_the_loader_leaves_the_skipped_layers_cache_empty():
     assert skipped_cache_layers(model) == frozenset()
     with skipping(plan):
         assert skipped_cache_layers(model) == {1, 2, 3}
-        cache = build(source, workload).inputs["cache"]
+        cache = _cache(build(source, workload).inputs)
     assert [layer.is_initialized for layer in cache.layers] == [True, False, False, False]
-    whole = build(source, workload).inputs["cache"]  # outside a design capture: every layer
+    whole = _cache(build(source, workload).inputs)  # outside a design capture: every layer
     assert [layer.is_initialized for layer in whole.layers] == [True, True, True, True]
 
 
@@ -158,10 +166,10 @@ def test_each_source_keeps_its_own_empty_layers():
     fixed = wrapped(load_hf_config(path, options, empty_layers=lambda model: frozenset({2})))
     model = build(by_plugin, workload).model
     with skipping(layer_plan(model)):
-        caches = {name: build(source, workload).inputs["cache"]
+        caches = {name: _cache(build(source, workload).inputs)
                   for name, source in (("plugin", by_plugin), ("plain", plain), ("fixed", fixed))}
     filled = {name: [layer.is_initialized for layer in cache.layers] for name, cache in caches.items()}
     assert filled == {"plugin": [True, False, False, False], "plain": [True, True, True, True],
                       "fixed": [True, True, False, True]}
-    outside = build(plain, workload).inputs["cache"]
+    outside = _cache(build(plain, workload).inputs)
     assert [layer.is_initialized for layer in outside.layers] == [True, True, True, True]

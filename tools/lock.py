@@ -7,8 +7,9 @@ The library keeps ranges (pyproject.toml); the suite is tested against these fil
 
 - constraints/test.txt: the newest versions the ranges allow on Python 3.11 today, with torch at the
   2.13.0 CPU wheel that README's test command installs first (README's test command and `.ci/run`);
-- constraints/oldest-py310.txt, oldest-py313.txt: the floor of every direct requirement (uv's
-  `--resolution lowest-direct`), transformers' floor with the torch it needs (2.6), wheels only
+- constraints/oldest-py310.txt, oldest-py313.txt: the floor of every direct requirement that has a
+  wheel for that Python (uv's `--resolution lowest-direct`, wheels only): torch 2.5 on 3.10, where
+  the `hf` extra installs nothing (transformers 5.21 and later need 3.11); transformers' floor on 3.13
   (tox -e oldest-py310, oldest-py313).
 
 `tox -e latest-py310, latest-py313` install with no lock at all: the newest releases the ranges
@@ -31,13 +32,13 @@ EXTRAS = ("test", "hf", "plot")
 #: (file, python, resolution, pins): the lock of README's test command, and the floors per Python.
 LOCKS = (
     ("test.txt", "3.11", "highest", ("torch==2.13.0",)),
-    ("oldest-py310.txt", "3.10", "lowest-direct", ("torch>=2.6", "numpy<2")),
+    ("oldest-py310.txt", "3.10", "lowest-direct", ("numpy<2",)),
     ("oldest-py313.txt", "3.13", "lowest-direct", ("torch>=2.6",)),
 )
 #: Why each pin beyond pyproject.toml's ranges is there (written into the file's header).
 WHY = {
     "torch==2.13.0": "the CPU wheel README's test command installs first",
-    "torch>=2.6": "transformers 5.x runs on torch 2.6 and later (torch 2.5.1 is tox's torch25, without hf)",
+    "torch>=2.6": "transformers 5.x imports torch 2.6 and later (torch 2.5 is tested on Python 3.10, without it)",
     "numpy<2": "matplotlib 3.7.0 and pandas 2.0.0, the floors on Python 3.10, are built against numpy 1",
 }
 PIN = re.compile(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)")
@@ -53,7 +54,7 @@ def lock() -> None:
         sys.exit("tools/lock.py: uv is needed to resolve the locks: pip install uv")
     for name, python, resolution, pins in LOCKS:
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as extra:
-            extra.write("\n".join(pins) + "\n")
+            extra.write("".join(f"{p}\n" for p in pins))
         out = CONSTRAINTS / name
         command = [uv, "pip", "compile", "pyproject.toml", *(f"--extra={e}" for e in EXTRAS),
                    f"--python-version={python}", "--python-platform=x86_64-manylinux_2_28",
@@ -66,6 +67,8 @@ def lock() -> None:
                   "# Written by `python tools/lock.py` (uv pip compile of pyproject.toml's ranges); "
                   "edit the ranges, not this file."]
         header += [f"# pinned beyond the ranges: {p} ({WHY[p]})" for p in pins]
+        if not pins:
+            header.append("# pinned beyond the ranges: nothing")
         out.write_text("\n".join(header) + "\n" + out.read_text())
         print(f"wrote {out.relative_to(ROOT)}")
 

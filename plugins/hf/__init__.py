@@ -17,6 +17,7 @@ from rooflinekit.plugin import (
     hookimpl,
     limit,
     module_tree,
+    older_than_tested,
     over,
     skipped_layers,
     under,
@@ -88,6 +89,9 @@ def _layer_indices(model, skipped: frozenset[str]) -> frozenset[int]:
 def rooflinekit_workload_loader(path, options):
     if not _is_config(path):
         return None
+    too_old = older_than_tested("transformers")
+    if too_old:
+        raise UserError(f"{path}: {too_old}")
     try:
         from .loader import load_hf_config
     except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional

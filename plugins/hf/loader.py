@@ -55,7 +55,9 @@ from .layers import changes, cut_layers, merged
 from .meta import known_lengths, meta_forward
 from .values import known
 
-INSTALL_HINT = "transformers is not installed: pip install 'rooflinekit[hf]'"
+INSTALL_HINT = ("transformers is not installed: pip install 'rooflinekit[hf]'" if sys.version_info >= (3, 11) else
+                "transformers is not installed: the releases rooflinekit reads (5.24 and later) need Python 3.11 "
+                f"or later, this is Python {sys.version_info[0]}.{sys.version_info[1]}")
 
 #: Keys of a hub config.json that would make transformers run remote code or quantize.
 DROPPED_KEYS = ("auto_map", "quantization_config")

@@ -13,12 +13,12 @@ SCHEMA_VERSION = "3.0"
 READABLE_SCHEMAS = ("1.0", "2.0", "3.0")
 
 #: The tested range of each library whose code rooflinekit counts, stated once: the floor is what
-#: tox's `oldest` env installs (torch's: `torch25`), the top the newest release `tox -e latest`
+#: tox's `oldest` envs install (torch's on Python 3.10, transformers' on 3.13), the top the newest release `tox -e latest`
 #: passed with when this table was last written. pyproject.toml's ranges may admit more; a report
 #: made outside these says so in a note. Check with `rooflinekit --version`.
 TESTED: dict[str, tuple[str, str]] = {
-    "torch": ("2.5.1", "2.14.1"),
-    "transformers": ("5.5.0", "5.25.0"),
+    "torch": ("2.5.0", "2.14.1"),
+    "transformers": ("5.24.0", "5.25.0"),
 }
 
 
@@ -83,7 +83,7 @@ def version_text() -> str:
 
 
 def model_library(model: object) -> str | None:
-    """'transformers 5.25.0 (tested 5.5.0 to 5.25.0)' where a library of TESTED wrote `model`'s
+    """'transformers 5.25.0 (tested 5.24.0 to 5.25.0)' where a library of TESTED wrote `model`'s
     class, else None (the user's own code)."""
     package = type(model).__module__.split(".")[0]
     version = installed(package) if package in TESTED and package != "torch" else None
@@ -91,3 +91,16 @@ def model_library(model: object) -> str | None:
         return None
     where = outside_tested(package, version)
     return f"{package} {version} ({where + ' ' if where else ''}tested {tested_range(package)})"
+
+
+def older_than_tested(package: str) -> str | None:
+    """One line refusing an installed `package` older than its tested floor (its counts differ there,
+    or its modules lack what rooflinekit reads), else None; a newer release is only noted."""
+    try:
+        version = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+    if outside_tested(package, version) != "older than":
+        return None
+    return (f"{package} {version} is older than {TESTED[package][0]}, the oldest release rooflinekit reads "
+            f"(tested {tested_range(package)}): pip install -U 'rooflinekit[hf]'")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from numbers import Real
 from pathlib import Path
 
@@ -250,8 +251,9 @@ def load_report(path: str, kinds: tuple[str, ...] = ("profile", "sweep"), takes:
         raise ReportFileError(f"{path} is not a rooflinekit report: invalid JSON at line {exc.lineno}") from None
     except RecursionError:
         raise ReportFileError(f"{path} is not a rooflinekit report: JSON nested too deeply") from None
-    except ValueError as exc:  # an integer of more digits than Python converts (4300): no report holds one
-        raise ReportFileError(f"{path} is not a rooflinekit report: {str(exc).split(':')[0].lower()}") from None
+    except ValueError:  # an integer of more digits than Python converts (4300): no report holds one
+        raise ReportFileError(f"{path} is not a rooflinekit report: it holds an integer past the limit "
+                              f"({sys.get_int_max_str_digits()} digits) of Python's integer conversion") from None
     except OSError as exc:
         raise ReportFileError(f"cannot read report {path}: {exc.strerror or exc}") from None
     if not isinstance(data, dict):

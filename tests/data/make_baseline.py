@@ -42,6 +42,11 @@ KEEP_COMM = ("calls", "message_bytes", "wire_bytes", "time_s", "expected_time_s"
 KEEP_FUSED = ("bytes", "time_bound_s", "predicted_step_s")
 
 
+#: The key of the release the transformers configs' cases were recorded with (their counts are how
+#: that release writes the models; tests/test_baseline.py compares exactly only on that release).
+RECORDED = "_recorded_with"
+
+
 def targets() -> list[Path]:
     return sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "examples" / "configs").glob("*.json"))
 
@@ -120,7 +125,14 @@ def main() -> None:
     def invoke(*a):
         return CliRunner().invoke(cli, [str(x) for x in a])
 
-    data, bad = {}, []
+    import transformers
+
+    release = transformers.__version__
+    recorded = saved.get(RECORDED, {}).get("transformers")
+    if opts.only and recorded not in (None, release):
+        raise SystemExit(f"not written: the baseline's transformers cases were recorded on {recorded}, this is "
+                         f"{release}: rerun every case (no --only), or install {recorded}")
+    data, bad = {RECORDED: {"transformers": release}}, []
     for t in targets():
         rel = str(t.relative_to(ROOT))
         for phase in WORKLOADS:
@@ -140,6 +152,7 @@ def main() -> None:
     if bad:
         raise SystemExit("not written: fields outside --allow changed:\n" + "\n".join(bad))
     lines = [f"{json.dumps(k)}: {json.dumps(data[k], sort_keys=True, separators=(',', ':'))}" for k in sorted(data)]
+    print(f"transformers cases recorded on {release}")
     path.write_text("{\n" + ",\n".join(lines) + "\n}\n")
     print(f"{len(data)} cases written")
 
