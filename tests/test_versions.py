@@ -11,7 +11,7 @@ import pytest
 
 from rooflinekit.core import version as v
 from rooflinekit.core.plugins import PluginHost, reset_host
-from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, run_profile
+from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error, run_profile
 
 
 @pytest.mark.parametrize("text,numbers", [("2.13.0+cpu", (2, 13, 0)), ("5.26.0.dev0", (5, 26, 0)),
@@ -93,3 +93,15 @@ def test_the_lock_lies_within_the_tested_ranges():
     for package in v.TESTED:
         pinned = re.search(rf"^{package}==(\S+)", lock, re.M).group(1)
         assert v.outside_tested(package, pinned) is None, (package, pinned)
+
+
+def test_a_transformers_older_than_the_floor_is_refused_in_one_line(invoke, monkeypatch):
+    """5.20 to 5.23 run the cache and masks differently (their counts differ), 5.4 lacks classes the
+    loader reads: a release below the tested floor is refused, not profiled wrongly."""
+    pytest.importorskip("transformers")
+    real = v.metadata.version
+    monkeypatch.setattr(v.metadata, "version", lambda name: "5.20.2" if name == "transformers" else real(name))
+    result = invoke("profile", "hf:llama", "-O", "layers=1")
+    one_line_error(result, "hf:llama: transformers 5.20.2 is older than "
+                   f"{v.TESTED['transformers'][0]}, the oldest release rooflinekit reads")
+    assert v.older_than_tested("torch") is None  # the installed torch is within its range
