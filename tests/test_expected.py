@@ -102,7 +102,8 @@ def test_tokens_per_gpu_under_tp_counts_the_group_and_under_ep_one_gpu():
 
 
 _op = st.tuples(st.sampled_from(["aten.mm", "aten.add", "aten.bmm", "F.scaled_dot_product_attention"]),
-                st.integers(1, 4096), st.floats(0, 1e13), st.floats(0, 1e10))
+                st.integers(1, 4096), st.one_of(st.just(0.0), st.floats(1, 1e13)),
+                st.one_of(st.just(0.0), st.floats(1, 1e10)))  # counts: none, or at least one FLOP / byte
 
 
 @settings(max_examples=60, deadline=None)
