@@ -40,7 +40,9 @@ def _dispatch(self, func, types, args=(), kwargs=None):
             return func(*args, **kwargs)
         if entry is None or not rec.plain_run:
             out = rec.run_op(func, args, kwargs)
-        elif entry[1].memo and rec.memo is not None:  # a pure op: on meta, its outputs from the memo
+        elif entry[1] is not None and entry[1].memo and rec.memo is not None:  # a pure op: from the memo
+            # (entry[1] is None for a view or free op reached with tensor subclass types: torch 2.6
+            # dispatches Reformer's detach in an autograd Function so)
             out = rec.memo.call(func, entry[2], args, kwargs)
         else:
             out = entry[2](*args, **kwargs)
