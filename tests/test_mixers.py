@@ -256,3 +256,18 @@ def test_the_table_says_mixers_and_per_sequence():
     assert "mixer (per layer)" in text and "/seq" in text and "Mixers:" in text
     per_sequence = report.attention[0].cache_bytes_per_sequence
     assert math.isclose(report.attention_totals.cache_bytes_per_sequence, per_sequence)
+
+
+@pytest.mark.parametrize("model_type", ["mamba2", "jamba", "falcon_h1", "bamba", "granitemoehybrid"])
+def test_state_mixers_are_recognised_on_the_installed_transformers(model_type):
+    """From transformers 5.25 the mixers' scan and convolution run inside `kernels`' Func modules that
+    no model holds: still one recognised state layer per mixer, named as the model names it, reading
+    and writing its whole state once (2 x B x the state per sequence), and no unrecognised layer."""
+    b = 2
+    report = run_profile(f"hf:{model_type}", batch=b, context=256, layers=2)
+    assert not [w for w in report["warnings"] if "not recognised" in w or "no layer of its own" in w]
+    states = [r for r in report["attention"] if r["arch"] in ("mamba", "mamba2")]
+    assert states and all(r["recognised"] for r in report["attention"])
+    for row in states:
+        assert "Func" not in row["module"]
+        assert row["kv_bytes_min"] == 2 * b * row["cache_bytes_per_sequence"]
