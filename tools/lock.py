@@ -60,8 +60,10 @@ def lock() -> None:
                    f"--python-version={python}", "--python-platform=x86_64-manylinux_2_28",
                    f"--resolution={resolution}", "--only-binary=:all:", f"--constraint={extra.name}",
                    "--upgrade", "--no-header", "--no-annotate", "--quiet", f"--output-file={out}"]
-        subprocess.run(command, cwd=ROOT, check=True)
-        Path(extra.name).unlink()
+        try:
+            subprocess.run(command, cwd=ROOT, check=True)
+        finally:
+            Path(extra.name).unlink()
         header = [f"# {name}: Python {python}, resolution {resolution}, extras {', '.join(EXTRAS)}; "
                   "install with pip's -c (constraints), never -r.",
                   "# Written by `python tools/lock.py` (uv pip compile of pyproject.toml's ranges); "
