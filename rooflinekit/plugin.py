@@ -42,7 +42,6 @@ from rooflinekit.core.model_facts import cached, module_tree
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, under
-from rooflinekit.core.version import older_than_tested
 from rooflinekit.core.specs import (
     AttentionCall,
     AttentionCost,
@@ -61,6 +60,7 @@ from rooflinekit.core.state import (
     state_spec,
     with_kept_state,
 )
+from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
     from rooflinekit.analyses.parallel import resolve, structural_plan

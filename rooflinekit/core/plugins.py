@@ -194,7 +194,10 @@ class PluginHost:
         """`function` as pluggy calls it: stdout to stderr, a failure or an unusable answer named
         and answered as None, a usable answer noted in the call's record."""
 
-        names = tuple(inspect.signature(function).parameters)
+        try:  # the parameter names, to give an answer's check the arguments it answered
+            names = tuple(inspect.signature(function).parameters)
+        except (TypeError, ValueError):  # a callable without a signature: its keyword arguments only
+            names = ()
 
         @functools.wraps(function)
         def guarded(*args, **kwargs):

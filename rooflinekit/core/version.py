@@ -13,8 +13,8 @@ SCHEMA_VERSION = "3.0"
 READABLE_SCHEMAS = ("1.0", "2.0", "3.0")
 
 #: The tested range of each library whose code rooflinekit counts, stated once: the floor is what
-#: tox's `oldest` envs install (torch's on Python 3.10, transformers' on 3.13), the top the newest release `tox -e latest`
-#: passed with when this table was last written. pyproject.toml's ranges may admit more; a report
+#: tox's `oldest` envs install (torch's on Python 3.10, transformers' on 3.13), the top the newest
+#: release `tox -e latest` passed with when this table was last written. pyproject.toml's ranges may admit more; a report
 #: made outside these says so in a note. Check with `rooflinekit --version`.
 TESTED: dict[str, tuple[str, str]] = {
     "torch": ("2.5.0", "2.14.1"),
