@@ -39,9 +39,9 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
-from rooflinekit.stages.memory import activation_peak
+from rooflinekit.stages.memory import PeakInBatch, activation_peak
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
-from rooflinekit.stages.stepmodel import StepModel, mixed_mean
+from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
 from rooflinekit.stages.workload import ModelSource, load_source
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
@@ -82,7 +82,8 @@ class Variant:
     weights: float
     kv_terms: tuple[tuple[float, int | None], ...]  # (cache bytes per token, window or None) per layer kind
     kv_per_sequence: float
-    activations: tuple[float, float]  # activation peak = a + b x batch
+    activations: PeakInBatch  # the decode step's activation peak at ISL+OSL, by batch
+    prefill_activations: float  # a prompt's prefill step's activation peak
     hidden_bytes: float  # one token's hidden state, for pipeline sends and nothing else
     verify: StepModel | None = None
     draft: StepModel | None = None
@@ -95,11 +96,19 @@ class Variant:
             total += per_token * (math.ceil(held / block) * block)
         return total
 
-    def memory(self, batch: int, context: int, block: int, share: float = 1.0) -> float:
-        """Bytes one GPU holds at `batch` sequences of `context` (`share`: a pipeline stage's
-        share of the layers)."""
-        a, b = self.activations
-        return share * (self.weights + batch * self.kv_bytes(context, block)) + a + b * batch
+    def memory(self, batch: int, context: int, block: int, share: float = 1.0, chunk: tuple[int, float] = (0, 0.0)
+               ) -> float:
+        """Bytes one GPU holds at `batch` decode sequences of `context` (`share`: a pipeline
+        stage's share of the layers; `chunk`: the tokens of a prompt chunk in the same step and its
+        activation peak), as `profile --mix`'s memory section counts them: weights + KV cache of
+        every sequence + the segments' activation peaks added."""
+        tokens, peak = chunk
+        cache = batch * self.kv_bytes(context, block) + (self.kv_bytes(tokens, block) if tokens else 0.0)
+        return share * (self.weights + cache) + self.activations(batch) + peak
+
+    def prefill_memory(self, context: int, block: int) -> float:
+        """Bytes one GPU of a prefill instance holds for one prompt of `context` tokens."""
+        return self.weights + self.kv_bytes(context, block) + self.prefill_activations
 
 
 def _powers(limit: int) -> list[int]:
@@ -192,12 +201,19 @@ class Planner:
         """Weights per GPU, KV bytes per token and per sequence, the activation peak's line in
         batch, a token's hidden bytes (from the transformed design captures)."""
         fitter = self.fitter
-        peaks = []
-        for b in (1, 2):
-            w = replace(fitter.base, batch=b, context=shape.contexts[-1])
-            counting = fitter.raw(w, deployment)
-            peaks.append(activation_peak(counting.raw.capture) or 0.0)
-        counted = fitter.transformed(replace(fitter.base, batch=1, context=shape.contexts[-1]), deployment)
+        context = shape.contexts[-1]
+
+        def capture(batch: int, phase: str = "decode", at: int = context):
+            return fitter.transformed(replace(fitter.base, phase=phase, batch=batch, context=at), deployment).capture
+
+        if shape.fit_batch:
+            peaks = PeakInBatch.from_captures(1, capture(1), 2, capture(2))
+        else:  # counts not polynomial in batch: each batch's own capture (the step model took them)
+            peaks = PeakInBatch(at=tuple((b, activation_peak(capture(b)) or 0.0) for b in shape.batches))
+        prefill = self._shapes(shape.fit_batch)[1]
+        workload = self.fitter._workload(prefill, 1, prefill.contexts[0])
+        prefill_peak = activation_peak(fitter.transformed(workload, deployment).capture) or 0.0
+        counted = fitter.transformed(replace(fitter.base, batch=1, context=context), deployment)
         par = counted.parallel or {}
         weights = float(par.get("weights_per_gpu") or counted.capture.param_bytes_total)
         terms: dict[int | None, float] = {}
@@ -211,8 +227,7 @@ class Planner:
             terms[window] = terms.get(window, 0.0) + stands(site.module) * (cost.cache_bytes_per_token or 0.0)
             per_sequence += stands(site.module) * (cost.cache_bytes_per_sequence or 0.0)
         hidden = fitter.hidden_bytes()
-        return (weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, (2 * peaks[0] - peaks[1], peaks[1] - peaks[0]),
-                hidden)
+        return (weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, peaks, prefill_peak, hidden)
 
     # -- the search --
 
@@ -253,33 +268,42 @@ class Planner:
             latency = max(latency, self.hw.scale_out_latency or 0.0)
         return latency + (tokens * hidden / bandwidth if bandwidth else 0.0)
 
-    def _decode_time(self, v: Variant, batch: int, pp: int, share: float) -> tuple[float, Speculative | None]:
-        """Mean seconds per output token of a sequence over the generation, with `share` of one
-        prompt's prefill riding along each step (chunked prefill), pipeline stages and
-        speculative decoding as the variant has them."""
+    def _decode_time(self, v: Variant, batch: int, pp: int, share: float
+                     ) -> tuple[float, float, Speculative | None]:
+        """(expected, bound, speculation) of the mean seconds per output token of a sequence over
+        the generation, with `share` of one prompt's prefill riding along each step (chunked
+        prefill), pipeline stages and speculative decoding as the variant has them. The bound is
+        the same composition of the steps' bounds, so never above the expected time."""
         t = self.targets
         start, stop = t.isl, t.isl + t.osl
         micro = batch // pp
         layers = self.fitter.layers()
         stage = math.ceil(layers / pp) / layers if pp > 1 else 1.0
 
-        def step(model: StepModel, q_len: int = 1) -> float:
+        def step(model: StepModel, q_len: int = 1) -> tuple[float, float]:
+            send = self._send_s(micro * q_len, v.hidden_bytes, pp) if pp > 1 else 0.0
             one = mixed_mean(model, v.prefill, micro, start, stop, share / pp, layer_share=stage)
-            return pp * (one + (self._send_s(micro * q_len, v.hidden_bytes, pp) if pp > 1 else 0.0))
+            low = mixed_mean_bound(model, v.prefill, micro, start, stop, share / pp, layer_share=stage)
+            return pp * (one + send), pp * (low + send)
 
-        plain = step(v.decode)
+        plain, plain_bound = step(v.decode)
         if v.verify is None:
-            return plain, None
+            return plain, plain_bound, None
         k = self.options.mtp or 1
         if v.draft is not None:
-            draft_s, name = v.draft.mean_expected(batch, start, stop), "draft model"
+            drafts = (v.draft.mean_expected(batch, start, stop),
+                      mixed_mean_bound(v.draft, v.draft, batch, start, stop, 0.0))
+            name = "draft model"
         else:  # an MTP head: one decoder layer and the output head
-            draft_s = v.decode.mean_expected(batch, start, stop) if layers <= 1 else _one_layer(v.decode, batch, start,
-                                                                                                stop, layers)
+            share_of = 1.0 / layers if layers > 1 else 1.0
+            drafts = (mixed_mean(v.decode, v.decode, batch, start, stop, 0.0, layer_share=share_of),
+                      mixed_mean_bound(v.decode, v.decode, batch, start, stop, 0.0, layer_share=share_of))
             name = "MTP"
-        verify = step(v.verify, k + 1)
-        cycle = speculative_cycle(draft_s, verify, self.options.accept, k)
-        return cycle.time_per_token_s, Speculative(name, k, self.options.accept, cycle.tokens_per_cycle, draft_s, verify)
+        verify, verify_bound = step(v.verify, k + 1)
+        cycle = speculative_cycle(drafts[0], verify, self.options.accept, k)
+        low = speculative_cycle(drafts[1], verify_bound, self.options.accept, k)
+        return (cycle.time_per_token_s, low.time_per_token_s,
+                Speculative(name, k, self.options.accept, cycle.tokens_per_cycle, drafts[0], verify))
 
     def aggregated(self, v: Variant, pp: int, batch: int, chunk: int) -> PlanConfig:
         """One aggregated candidate: `batch` sequences per instance of TP x PP GPUs, prompts
@@ -294,16 +318,18 @@ class Planner:
         if per_step > chunk:
             return PlanConfig(**base, fits=False, reject_reason=f"chunk: {per_step:.0f} prompt tokens arrive per step, "
                               f"more than the chunk of {chunk}")
-        tpot, spec = self._decode_time(v, batch, pp, per_step / new)
+        tpot, tpot_bound, spec = self._decode_time(v, batch, pp, per_step / new)
         full = min(chunk, new)
-        ttft_step, _ = self._decode_time(replace(v, verify=None), batch, pp, full / new)
-        ttft = math.ceil(new / full) * ttft_step
+        ttft_step, ttft_low, _ = self._decode_time(replace(v, verify=None), batch, pp, full / new)
+        steps = math.ceil(new / full)
+        ttft = steps * ttft_step
         tokens_per_gpu = batch / tpot / gpus
-        return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot,
+        return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot, ttft_bound_s=steps * ttft_low,
+                                       tpot_bound_s=tpot_bound,
                                        e2e_s=ttft + (t.osl - 1) * tpot, tokens_per_s_per_gpu=tokens_per_gpu,
                                        tokens_per_s_per_user=1.0 / tpot,
                                        binding=v.decode.binding(batch // pp, t.isl + t.osl // 2)),
-                            v, batch, pp)
+                            v, batch, pp, chunk=(t.isl - new + full, self._chunk_peak(d, full)))
 
     def disaggregated(self, pv: Variant, dv: Variant, pp: int, batch: int) -> PlanConfig | None:
         """One disaggregated candidate: prefill instances of `pv`'s degrees (one prompt per step),
@@ -314,7 +340,8 @@ class Planner:
         if gp + gd > self.options.gpus:
             return None
         prefill_s = pv.prefill.expected(1, pv.prefill.design.contexts[0])
-        tpot, spec = self._decode_time(dv, batch, pp, 0.0)
+        prefill_bound = pv.prefill.bound(1, pv.prefill.design.contexts[0])
+        tpot, tpot_bound, spec = self._decode_time(dv, batch, pp, 0.0)
         # balance: prompts prefilled per second against sequences finished per second
         rate_p, rate_d = 1.0 / prefill_s, batch / (t.osl * tpot)
         n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d)
@@ -325,14 +352,14 @@ class Planner:
         ttft = prefill_s + transfer
         output = t.osl * min(n_p * rate_p, n_d * rate_d)
         d = dv.deployment
-        prefill_memory = pv.memory(1, t.isl, self._block())
+        prefill_memory = pv.prefill_memory(t.isl, self._block())
         usable = self._usable()
         prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s)
         decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot)
         config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=d.weight_dtype,
                             kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
-                            ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot,
-                            tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,
+                            ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
+                            tpot_bound_s=tpot_bound, tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,
                             binding=dv.decode.binding(batch // pp, t.isl + t.osl // 2), prefill=prefill, decode=decode,
                             pool_ratio=f"{n_p * gp}:{n_d * gd}")
         if usable is not None and prefill_memory > usable:
@@ -341,17 +368,40 @@ class Planner:
                                          f"{usable / 1e9:.1f} GB usable")
         return self._finish(config, dv, batch, pp)
 
-    def _finish(self, config: PlanConfig, v: Variant, batch: int, pp: int) -> PlanConfig:
-        """Memory and fit, bounds, the targets checked."""
+    def _step(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
+        """(expected, bound) of one instance's decode step of `batch` sequences at `context`."""
+        if pp <= 1:
+            return v.decode.expected(batch, context), v.decode.bound(batch, context)
+        layers = self.fitter.layers()
+        stage = math.ceil(layers / pp) / layers
+        micro = batch // pp
+        send = self._send_s(micro, v.hidden_bytes, pp)
+        return (pp * (v.decode.expected(micro, context, layer_share=stage) + send),
+                pp * (mixed_mean_bound(v.decode, v.prefill, micro, context, context + 1, 0.0, layer_share=stage) + send))
+
+    def _chunk_peak(self, deployment: Deployment, tokens: int) -> float:
+        """The activation peak of a prompt chunk of `tokens` (a prefill of that many tokens after
+        the prompt's cached prefix), from its own capture."""
+        t = self.targets
+        cached = t.isl - t.new_prompt_tokens
+        phase, q_len, context = ("decode", tokens, cached) if cached else ("prefill", 1, tokens)
+        workload = replace(self.fitter.base, phase=phase, batch=1, context=context, decode_q_len=q_len)
+        return activation_peak(self.fitter.transformed(workload, deployment).capture) or 0.0
+
+    def _finish(self, config: PlanConfig, v: Variant, batch: int, pp: int,
+                chunk: tuple[int, float] = (0, 0.0)) -> PlanConfig:
+        """Memory and fit, bounds, the targets checked (`chunk`: a prompt chunk's tokens held and
+        activation peak in each step, aggregated serving)."""
         t = self.targets
         layers = self.fitter.layers()
         share = math.ceil(layers / pp) / layers if pp > 1 else 1.0
-        memory = v.memory(batch, t.isl + t.osl, self._block(), share)
+        memory = v.memory(batch, t.isl + t.osl, self._block(), share, chunk)
         usable = self._usable()
         fits = usable is None or memory <= usable
-        tpot_bound = v.decode.bound(batch // pp, t.isl + t.osl // 2) * pp
-        config = replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, tpot_bound_s=tpot_bound,
-                         ttft_bound_s=v.prefill.bound(1, v.prefill.design.contexts[0]))
+        context = t.isl + t.osl // 2
+        step, low = self._step(v, batch, pp, context)
+        config = replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
+                         step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus)
         reason = None
         if not fits:
             reason = f"memory: {memory / 1e9:.1f} GB per GPU, {usable / 1e9:.1f} GB usable"
@@ -360,11 +410,6 @@ class Planner:
         elif t.tpot_s is not None and config.tpot_s > t.tpot_s:
             reason = f"target: TPOT {config.tpot_s * 1e3:.1f} ms > {t.tpot_s * 1e3:.1f} ms"
         return replace(config, meets_slo=reason is None, reject_reason=reason)
-
-
-def _one_layer(model: StepModel, batch: int, start: int, stop: int, layers: int) -> float:
-    """Mean seconds of one decoder layer plus what lies outside the layers (embedding, head)."""
-    return mixed_mean(model, model, batch, start, stop, 0.0, layer_share=1.0 / layers)
 
 
 def _pools(gpus: int, gp: int, gd: int, rate_p: float, rate_d: float) -> tuple[int, int]:

@@ -24,6 +24,7 @@ from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, co
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.skips import skipping_layers
 from rooflinekit.stages.fit import (
     TOLERANCE,
     Design,
@@ -144,7 +145,10 @@ class StepFitter:
         """The design capture at `workload` through the deployment's transforms."""
         counting = self.raw(workload, deployment, skip)
         ctx = TransformContext(workload, deployment, self._model, self.host)
-        with using(self._facts):  # the model's facts (module tree, parallel plan) computed once
+        # the model's facts (module tree, parallel plan) computed once; a skipped layer's weights
+        # take its representative's stored format (rooflinekit.core.skips.stand_ins)
+        reps = {child: self._plan.rep[child] for child in self._plan.skipped} if skip else {}
+        with using(self._facts), skipping_layers(reps):
             return run_transforms(counting.raw, TRANSFORMS, ctx)
 
     def stands(self) -> Callable[[str], int]:

@@ -78,6 +78,11 @@ class PlanConfig:
     tokens_per_s_per_user: float | None = None
     ttft_bound_s: float | None = None
     tpot_bound_s: float | None = None
+    #: The decode step of one instance at `step_context` (batch `batch`, no prompt tokens): what
+    #: `profile --phase decode` of this deployment gives (expected, bound)
+    step_context: int | None = None
+    step_s: float | None = None
+    step_bound_s: float | None = None
     memory_per_gpu_bytes: float | None = None
     usable_bytes: float | None = None
     fits: bool = True
@@ -87,6 +92,7 @@ class PlanConfig:
     prefill: Pool | None = None
     decode: Pool | None = None
     pool_ratio: str | None = None
+    gpus_idle: int = 0  # GPUs of the budget the configuration leaves unused
 
     def label(self) -> str:
         """The configuration in words: 'agg TP 8, fp8 W, fp8 KV, B 64, chunk 2048, MTP 1'."""

@@ -5,16 +5,24 @@ stack and skip its equals (rooflinekit.stages.fit.skipping). Code that prepares 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import MappingProxyType
 
-_SKIPPED: ContextVar[frozenset[str]] = ContextVar("rooflinekit_skipped_layers", default=frozenset())
+_SKIPPED: ContextVar[Mapping[str, str]] = ContextVar("rooflinekit_skipped_layers", default=MappingProxyType({}))
 
 
 def skipped_layers() -> frozenset[str]:
     """Module paths of the layers whose forward the capture in progress stands in for (empty
     outside a sweep's design captures)."""
+    return frozenset(_SKIPPED.get())
+
+
+def stand_ins() -> Mapping[str, str]:
+    """Skipped layer path -> the path of the layer that ran for it (empty outside design captures
+    and their transforms): a format transform gives a skipped layer's parameters the stored size
+    of its representative's, so that the weights held count every layer."""
     return _SKIPPED.get()
 
 
@@ -28,9 +36,9 @@ def under(path: str, roots: frozenset[str]) -> bool:
 
 
 @contextmanager
-def skipping_layers(paths: Iterable[str]) -> Iterator[None]:
-    """skipped_layers() is `paths` inside the block."""
-    token = _SKIPPED.set(frozenset(paths))
+def skipping_layers(reps: Mapping[str, str]) -> Iterator[None]:
+    """skipped_layers() is `reps`' keys and stand_ins() is `reps` inside the block."""
+    token = _SKIPPED.set(MappingProxyType(dict(reps)))
     try:
         yield
     finally:

@@ -257,7 +257,7 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
             module = plan.modules[child]
             patched.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
             module.forward = stand_in(plan.rep[child], child)
-        with skipping_layers(skipped):  # inputs (a loader's KV cache) may leave these layers' parts empty
+        with skipping_layers({child: plan.rep[child] for child in skipped}):  # inputs (a loader's KV cache) may leave these layers' parts empty
             yield
     finally:
         for module, had_own, previous in patched:

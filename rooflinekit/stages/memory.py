@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -116,6 +117,62 @@ def activation_peak(cap: CaptureResult) -> float | None:
         live += d
         peak = max(peak, live)
     return peak
+
+
+def _live_steps(cap: CaptureResult) -> list[float] | None:
+    """Live bytes the forward allocated after each allocation (activation_peak's running sum)."""
+    allocations = live_allocations(cap)
+    if allocations is None:
+        return None
+    delta = [0.0] * (len(cap.live) + 1)
+    for _, start, end, nbytes in allocations:
+        delta[start] += nbytes
+        delta[end] -= nbytes
+    out, live = [], 0.0
+    for d in delta:
+        live += d
+        out.append(live)
+    return out
+
+
+@dataclass(frozen=True)
+class PeakInBatch:
+    """The activation peak as a function of batch, exactly, from captures at two batches of one
+    context: every allocation's bytes are affine in batch on the meta device, so the live bytes at
+    each point of the forward are a line in batch and the peak is the upper envelope of those lines
+    (`lines`, the non-dominated ones); `at` holds peaks of batches captured one by one (counts not
+    polynomial in batch), used as they are."""
+
+    lines: tuple[tuple[float, float], ...] = ()
+    at: tuple[tuple[int, float], ...] = ()
+
+    def __call__(self, batch: int) -> float:
+        for b, peak in self.at:
+            if b == batch:
+                return peak
+        if not self.lines:
+            return 0.0
+        return max(0.0, max(a + b * batch for a, b in self.lines))
+
+    @classmethod
+    def from_captures(cls, b1: int, cap1: CaptureResult, b2: int, cap2: CaptureResult) -> PeakInBatch:
+        """The envelope through two captures' liveness (the same forward at batches b1 != b2);
+        when their allocations do not align, the line through their two peaks (the peak's own
+        points, exact at b1 and b2)."""
+        one, two = _live_steps(cap1), _live_steps(cap2)
+        if one is None or two is None:
+            return cls()
+        if len(one) != len(two):
+            pairs = [(max(one), max(two))]
+        else:
+            pairs = list(zip(one, two, strict=True))
+        lines = {((y1 * b2 - y2 * b1) / (b2 - b1), (y2 - y1) / (b2 - b1)) for y1, y2 in pairs}
+        kept, steepest = [], -math.inf
+        for a, b in sorted(lines, reverse=True):  # by intercept, then slope, largest first
+            if b > steepest:  # not below a line with a larger intercept and at least its slope
+                kept.append((a, b))
+                steepest = b
+        return cls(lines=tuple(kept))
 
 
 class ScaledPeak:

@@ -34,6 +34,7 @@ import torch
 
 from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
+from rooflinekit.core.skips import stand_ins
 from rooflinekit.stages.attribute import AttentionSite, dtype_itemsize, kv_operands
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
@@ -288,6 +289,16 @@ def _rows(rows: list[AttentionSite], by_index: dict[int, OpRecord], params: set[
     return out
 
 
+def _standing_names(name: str) -> list[str]:
+    """The names of the same parameter in the skipped layers a run layer stands for
+    (rooflinekit.core.skips.stand_ins; empty outside design captures)."""
+    out = []
+    for child, rep in stand_ins().items():
+        if name.startswith(rep + "."):
+            out.append(child + name[len(rep):])
+    return out
+
+
 def _count(n: float) -> str:
     return f"{n / 1e9:.3g}e9" if n >= 1e8 else f"{n:,.0f}"
 
@@ -317,7 +328,10 @@ def transform(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn.Mod
             if old and new != old:
                 scale[sid] = new / old
                 stored[cap.param_names[sid]] = new
-            before, after, elements = before + old, after + new, elements + t.numel()
+            copies = 1 + len(_standing_names(cap.param_names[sid]))
+            before, after, elements = before + copies * old, after + copies * new, elements + copies * t.numel()
+            for name in _standing_names(cap.param_names[sid]) if old and new != old else ():
+                stored[name] = new
         total += after - before
         if workload.dtype_key == "fp8":
             fp8 = set(roles.quantized)

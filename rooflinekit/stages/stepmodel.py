@@ -322,6 +322,35 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     return total / n
 
 
+def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
+                     layer_share: float = 1.0, outside: bool = True) -> float:
+    """The exact mean over contexts start <= S < stop of the time bound of the mixed step that
+    `mixed_mean` prices: the step's FLOPs at peak or its bytes at bandwidth, whichever is larger,
+    with the same kernels, shares and weights read once (so it is never above `mixed_mean`)."""
+    d = decode._at(batch)
+    p = prefill._at(1)
+    v0, v1 = d._values(batch, start), d._values(batch, start + 1)
+    pv = p._values(1, p.design.contexts[0])
+    n = max(1, stop - start)
+
+    def scale(group) -> float:
+        return layer_share if group.in_layers else (1.0 if outside else 0.0)
+
+    f0 = f1 = b0 = b1 = 0.0
+    for g in (*d.kernels, *d.calls):
+        f0, f1 = f0 + scale(g) * g.count * v0[g.flops], f1 + scale(g) * g.count * v1[g.flops]
+        b0, b1 = b0 + scale(g) * g.count * v0[g.nbytes], b1 + scale(g) * g.count * v1[g.nbytes]
+    if share:
+        merged = {k.key for k in d.kernels}
+        for g in (*p.kernels, *p.calls):
+            once = g.params if isinstance(g, KernelGroup) and g.key in merged else None
+            extra_f = share * scale(g) * g.count * pv[g.flops]
+            extra_b = share * scale(g) * g.count * (pv[g.nbytes] - (pv[once] if once is not None else 0.0))
+            f0, f1, b0, b1 = f0 + extra_f, f1 + extra_f, b0 + extra_b, b1 + extra_b
+    compute, traffic = decode.hw.peak(decode.dtype), decode.hw.memory_bandwidth
+    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n) / n
+
+
 def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
                  outside: bool) -> float:
     """One mixed step's collectives: each decode call's message plus `share` of the prefill's call

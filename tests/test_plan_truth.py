@@ -1,0 +1,113 @@
+"""One truth per number: a plan's per-step figures are `profile`'s for the same deployment.
+
+A random sample of the candidates (a fixed seed, printed) is re-profiled: the decode step at the
+candidate's batch and `step_context` (expected and bound, 1e-6 relative) and the memory one GPU
+holds (to the byte: `profile --mix` of the batch at ISL+OSL with the prompt chunk each step
+carries, aggregated; the decode profile at ISL+OSL, disaggregated). Every candidate's bounds are
+at most its estimates. TPOT of a disaggregated candidate is the brute-force mean of profiled
+decode steps over every context ISL .. ISL+OSL-1.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.core.plan import PlanConfig, Targets
+from rooflinekit.core.plugins import get_host
+from rooflinekit.core.request import Deployment, Workload, mixed_workload
+from rooflinekit.stages.workload import load_source
+
+SEED = 20261203
+FAST = ReportOptions(detail=False, measure=False)
+
+
+def _plan(model: str, options: dict, targets: Targets, search: PlanOptions):
+    host = get_host()
+    source = load_source(model, options, host)
+    return source, run_plan(source, targets, search, host=host), host
+
+
+def _deployment(c: PlanConfig) -> Deployment:
+    tp, ep = (c.decode.tp, c.decode.ep) if c.decode else (c.tp, c.ep)
+    return Deployment(hardware="H800", tp=tp, ep=ep, weight_dtype=c.weight_dtype, kv_dtype=c.kv_dtype,
+                      kernels=c.kernels, memory_fraction=0.9)
+
+
+def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
+    priced = [c for c in configs if c.step_s is not None and c.pp == 1]
+    rng = random.Random(SEED)
+    picked = rng.sample(priced, min(n, len(priced)))
+    print(f"{tag}: seed {SEED}, {len(picked)} of {len(priced)} priced candidates re-profiled")
+    return picked
+
+
+def _check(source, host, targets: Targets, c: PlanConfig) -> None:
+    deployment = _deployment(c)
+    step = profile(source, Workload("decode", c.batch, c.step_context), deployment, options=FAST, host=host).report
+    assert c.step_s == pytest.approx(step.totals.expected_step_s, rel=1e-6), c.label()
+    assert c.step_bound_s == pytest.approx(step.totals.time_bound_s, rel=1e-6), c.label()
+    held = targets.isl + targets.osl
+    if c.mode == "aggregated":
+        chunk = min(c.chunk, targets.new_prompt_tokens)
+        workload = mixed_workload(Workload("decode", 1, held), ((held, c.batch),), chunk, 0)
+    else:
+        workload = Workload("decode", c.batch, held)
+    memory = profile(source, workload, deployment, options=FAST, host=host).report.memory
+    assert c.memory_per_gpu_bytes == memory.total_bytes, c.label()
+
+
+@pytest.fixture(scope="module")
+def dense():
+    targets = Targets(256, 64, tpot_s=0.05)
+    search = PlanOptions(gpus=4, pps=(1, 2), max_batch=32, weight_dtypes=("bf16", "fp8", "int4"))
+    return (*_plan("examples/llama_gqa.py", {}, targets, search), targets)
+
+
+def test_sampled_dense_candidates_are_their_profiles(dense):
+    source, result, host, targets = dense
+    picked = _sample(result.configs, 40, "dense")
+    assert len(picked) == 40
+    assert {c.mode for c in picked} == {"aggregated", "disaggregated"}
+    assert len({c.weight_dtype for c in picked}) == 3 and len({c.tp for c in picked}) >= 2
+    for c in picked:
+        _check(source, host, targets, c)
+
+
+def test_no_bound_above_its_estimate(dense):
+    _, result, _, _ = dense
+    priced = [c for c in result.configs if c.tpot_s is not None]
+    assert priced
+    for c in priced:
+        assert c.tpot_bound_s <= c.tpot_s * (1 + 1e-12), c.label()
+        assert c.ttft_bound_s <= c.ttft_s * (1 + 1e-12), c.label()
+        assert c.step_bound_s <= c.step_s * (1 + 1e-12), c.label()
+
+
+def test_disaggregated_tpot_is_the_mean_of_every_profiled_step():
+    """Brute force: OSL profiles, one per context, averaged; the plan's mean is exact."""
+    targets = Targets(128, 12)
+    source, result, host = _plan("examples/llama_gqa.py", {}, targets,
+                                 PlanOptions(gpus=2, pps=(1,), max_batch=8, modes=("disaggregated",),
+                                             weight_dtypes=("bf16",), kv_dtypes=("bf16",)))
+    c = next(c for c in result.configs if c.batch == 8 and c.tpot_s is not None)
+    deployment = _deployment(c)
+    steps = [profile(source, Workload("decode", c.batch, s), deployment, options=FAST, host=host).report
+             for s in range(targets.isl, targets.isl + targets.osl)]
+    assert c.tpot_s == pytest.approx(sum(r.totals.expected_step_s for r in steps) / targets.osl, rel=1e-9)
+    assert c.tpot_bound_s == pytest.approx(sum(r.totals.time_bound_s for r in steps) / targets.osl, rel=1e-9)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_sampled_moe_candidates_are_their_profiles():
+    targets = Targets(256, 64)
+    source, result, host = _plan("examples/configs/mixtral-8x7b.json", {"layers": 2}, targets,
+                                 PlanOptions(gpus=4, pps=(1,), max_batch=8))
+    picked = _sample(result.configs, 12, "moe")
+    assert any(c.ep > 1 for c in picked)
+    for c in picked:
+        _check(source, host, targets, c)
