@@ -16,7 +16,7 @@ from rooflinekit.analyses.plan import PlanOptions, run_plan
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.cli.main import cli
-from rooflinekit.core.plan import Targets, pareto_front
+from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
@@ -94,8 +94,8 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     assert best.tpot_s <= targets.tpot_s
     assert best.tokens_per_s_per_gpu == max(c.tokens_per_s_per_gpu for c in result.configs if c.meets_slo)
     deployment = Deployment(hardware="H800", kernels="serving", tp=best.decode.tp, ep=best.decode.ep,
-                            weight_dtype=best.weight_dtype, kv_dtype=best.kv_dtype)
-    report = profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2), deployment,
+                            weight_dtype=WEIGHT_FORMATS[best.weight_dtype][0], kv_dtype=best.kv_dtype)
+    report = profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2, best.dtype), deployment,
                      options=ReportOptions(detail=False, measure=False)).report
     assert report.totals.expected_step_s == pytest.approx(best.tpot_s, rel=0.05)
     # the disaggregated figures by hand: output tokens/s over the GPUs used, 1 / TPOT per user
@@ -105,9 +105,9 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     assert best.tokens_per_s_per_user == pytest.approx(1 / best.tpot_s, rel=1e-12)
     # time to first token: one prefill of the prompt, then its KV cache sent to the decode pool
     prefill_deployment = replace(deployment, tp=best.prefill.tp, ep=best.prefill.ep)
-    prefill = profile(source, Workload("prefill", 1, targets.isl), prefill_deployment,
+    prefill = profile(source, Workload("prefill", 1, targets.isl, best.dtype), prefill_deployment,
                       options=ReportOptions(detail=False, measure=False)).report
-    held = profile(source, Workload("decode", 1, targets.isl), deployment,
+    held = profile(source, Workload("decode", 1, targets.isl, best.dtype), deployment,
                    options=ReportOptions(detail=False, measure=False)).report
     hw = hardware_db(get_host()).get("H800")
     kv = held.memory.kv_bytes_per_sequence * best.decode.tp
@@ -220,7 +220,8 @@ def test_an_aggregated_step_is_a_profile_of_its_mixed_step():
     per_step = best.batch * targets.isl // targets.osl
     args = ["profile", MODEL, "--mix", f"{targets.isl + targets.osl // 2}:{best.batch}", "--chunk", str(per_step),
             "--chunk-offset", str((targets.isl - per_step) // 2), "--kernels", "serving", "-H", "H800",
-            "--tp", str(best.tp), "--weight-dtype", best.weight_dtype, "--kv-dtype", best.kv_dtype, "-f", "json"]
+            "--tp", str(best.tp), "--weight-dtype", WEIGHT_FORMATS[best.weight_dtype][0], "--dtype", best.dtype,
+            "--kv-dtype", best.kv_dtype, "-f", "json"]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
     mixed = json.loads(out.stdout)["totals"]["expected_step_s"]

@@ -16,7 +16,7 @@ import pytest
 
 from rooflinekit.analyses.plan import PlanOptions, run_plan
 from rooflinekit.analyses.profile import ReportOptions, profile
-from rooflinekit.core.plan import PlanConfig, Targets
+from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload, mixed_workload
 from rooflinekit.stages.workload import load_source
@@ -33,8 +33,8 @@ def _plan(model: str, options: dict, targets: Targets, search: PlanOptions):
 
 def _deployment(c: PlanConfig) -> Deployment:
     tp, ep = (c.decode.tp, c.decode.ep) if c.decode else (c.tp, c.ep)
-    return Deployment(hardware="H800", tp=tp, ep=ep, weight_dtype=c.weight_dtype, kv_dtype=c.kv_dtype,
-                      kernels=c.kernels, memory_fraction=0.9)
+    return Deployment(hardware="H800", tp=tp, ep=ep, weight_dtype=WEIGHT_FORMATS[c.weight_dtype][0],
+                      kv_dtype=c.kv_dtype, kernels=c.kernels, memory_fraction=0.9)
 
 
 def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
@@ -47,15 +47,16 @@ def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
 
 def _check(source, host, targets: Targets, c: PlanConfig) -> None:
     deployment = _deployment(c)
-    step = profile(source, Workload("decode", c.batch, c.step_context), deployment, options=FAST, host=host).report
+    step = profile(source, Workload("decode", c.batch, c.step_context, c.dtype), deployment, options=FAST,
+                   host=host).report
     assert c.step_s == pytest.approx(step.totals.expected_step_s, rel=1e-6), c.label()
     assert c.step_bound_s == pytest.approx(step.totals.time_bound_s, rel=1e-6), c.label()
     held = targets.isl + targets.osl
     if c.mode == "aggregated":
         chunk = min(c.chunk, targets.new_prompt_tokens)
-        workload = mixed_workload(Workload("decode", 1, held), ((held, c.batch),), chunk, 0)
+        workload = mixed_workload(Workload("decode", 1, held, c.dtype), ((held, c.batch),), chunk, 0)
     else:
-        workload = Workload("decode", c.batch, held)
+        workload = Workload("decode", c.batch, held, c.dtype)
     memory = profile(source, workload, deployment, options=FAST, host=host).report.memory
     assert c.memory_per_gpu_bytes == memory.total_bytes, c.label()
 
@@ -63,7 +64,7 @@ def _check(source, host, targets: Targets, c: PlanConfig) -> None:
 @pytest.fixture(scope="module")
 def dense():
     targets = Targets(256, 64, tpot_s=0.05)
-    search = PlanOptions(gpus=4, pps=(1, 2), max_batch=32, weight_dtypes=("bf16", "fp8", "int4"))
+    search = PlanOptions(gpus=4, pps=(1, 2), max_batch=32, weight_dtypes=("bf16", "fp8", "w4a16", "fp8-weight-only"))
     return (*_plan("examples/llama_gqa.py", {}, targets, search), targets)
 
 
@@ -72,7 +73,8 @@ def test_sampled_dense_candidates_are_their_profiles(dense):
     picked = _sample(result.configs, 40, "dense")
     assert len(picked) == 40
     assert {c.mode for c in picked} == {"aggregated", "disaggregated"}
-    assert len({c.weight_dtype for c in picked}) == 3 and len({c.tp for c in picked}) >= 2
+    assert {c.dtype for c in picked} == {"bf16", "fp8"}
+    assert len({c.weight_dtype for c in picked}) == 4 and len({c.tp for c in picked}) >= 2
     for c in picked:
         _check(source, host, targets, c)
 

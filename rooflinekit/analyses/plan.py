@@ -33,7 +33,16 @@ from dataclasses import dataclass, replace
 
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.core.errors import UserError, WorkloadError
-from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative, Targets, pareto_front
+from rooflinekit.core.plan import (
+    FORMAT_ORDER,
+    WEIGHT_FORMATS,
+    PlanConfig,
+    PlanResult,
+    Pool,
+    Speculative,
+    Targets,
+    pareto_front,
+)
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import link_bandwidth
@@ -48,6 +57,9 @@ from rooflinekit.stages.workload import ModelSource, load_source
 CHUNKS = (512, 2048, 8192)
 #: Batches per instance the search tries: powers of two up to this.
 MAX_BATCH = 1024
+#: The largest relative difference between a step model and a full profile that the check accepts
+#: without a warning in the notes.
+CHECK_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -87,6 +99,8 @@ class Variant:
     hidden_bytes: float  # one token's hidden state, for pipeline sends and nothing else
     verify: StepModel | None = None
     draft: StepModel | None = None
+    dtype: str = "bf16"  # the activation dtype the steps are priced at (fp8: W8A8)
+    format: str = "bf16"  # the weight format's name (rooflinekit.core.plan.WEIGHT_FORMATS)
 
     def kv_bytes(self, context: int, block: int = 1) -> float:
         """Cache bytes one sequence holds at `context` (paged in blocks of `block` tokens)."""
@@ -132,9 +146,22 @@ class Planner:
         self.progress = progress or (lambda _msg: None)
         base = Workload("decode", 1, targets.isl, dtype, "meta", model_options)
         self.fitter = StepFitter(source, base, self.host, self.db)
+        self.fitters = {base.dtype: self.fitter}
         self.draft_fitter = StepFitter(options.draft, base, self.host, self.db) if options.draft else None
         self.notes: list[str] = []
-        self.variants: dict[Deployment, Variant | str] = {}
+        self.variants: dict[tuple[Deployment, str], Variant | str] = {}
+
+    def fitter_for(self, dtype: str) -> StepFitter:
+        """The step fitter of an activation dtype (W8A8 formats run fp8 activations), sharing the
+        model the first one built."""
+        if dtype not in self.fitters:
+            f = self.fitter
+            self.fitters[dtype] = StepFitter(f.built, replace(f.base, dtype=dtype), f.host, f.db)
+        return self.fitters[dtype]
+
+    @property
+    def captures(self) -> int:
+        return sum(f.captures for f in self.fitters.values())
 
     # -- step models per deployment --
 
@@ -156,51 +183,59 @@ class Planner:
             verify = Shape("decode", k + 1, batches, (t.isl, t.isl + t.osl), fit_batch)
         return decode, prefill, verify
 
-    def variant(self, deployment: Deployment) -> Variant | str:
-        """The deployment's step models (built once), or why it cannot be priced."""
-        if deployment not in self.variants:
+    def variant(self, deployment: Deployment, dtype: str | None = None) -> Variant | str:
+        """The deployment's step models at activation `dtype` (default: the request's), built
+        once, or why it cannot be priced."""
+        key = (deployment, dtype or self.fitter.base.dtype)
+        if key not in self.variants:
             try:
-                self.variants[deployment] = self._variant(deployment)
+                self.variants[key] = self._variant(*key)
             except (UserError, FitError) as exc:
-                self.variants[deployment] = str(exc).splitlines()[0]
-        return self.variants[deployment]
+                self.variants[key] = str(exc).splitlines()[0]
+        return self.variants[key]
 
-    def _variant(self, deployment: Deployment) -> Variant:
+    def _variant(self, deployment: Deployment, dtype: str) -> Variant:
+        fitter = self.fitter_for(dtype)
         fit_batch = self._fit_batch(deployment)
         decode_shape, prefill_shape, verify_shape = self._shapes(fit_batch)
-        decode = self.fitter.step_model(decode_shape, deployment, self.hw)
-        prefill = self.fitter.step_model(prefill_shape, deployment, self.hw)
-        verify = self.fitter.step_model(verify_shape, deployment, self.hw) if verify_shape else None
+        decode = fitter.step_model(decode_shape, deployment, self.hw)
+        prefill = fitter.step_model(prefill_shape, deployment, self.hw)
+        verify = fitter.step_model(verify_shape, deployment, self.hw) if verify_shape else None
         draft = None
         if self.draft_fitter is not None:
             draft = self.draft_fitter.step_model(decode_shape, replace(deployment), self.hw)
-        memory = self._memory(deployment, decode_shape)
-        return Variant(deployment, decode, prefill, *memory, verify=verify, draft=draft)
+        memory = self._memory(deployment, decode_shape, fitter)
+        return Variant(deployment, decode, prefill, *memory, verify=verify, draft=draft, dtype=dtype)
 
     def _fit_batch(self, deployment: Deployment) -> bool:
         """Whether counts are polynomial in batch (no data-dependent module model)."""
         counting = self.fitter.raw(replace(self.fitter.base, batch=1), deployment)
         return all(getattr(m, "scaling", None) == "polynomial" for m in counting.models)
 
-    def check(self, config: PlanConfig) -> str:
+    def check(self, config: PlanConfig) -> tuple[str, bool]:
         """The decode step model of `config`'s deployment against a full profile at a point its
-        design did not use; the note saying how far apart (FitError beyond the tolerance)."""
+        design did not use: the note saying how far apart, and whether beyond CHECK_TOLERANCE
+        (FitError when the two cannot be compared)."""
         deployment = Deployment(hardware=self.hw.name, tp=config.decode.tp if config.decode else config.tp,
-                                ep=config.decode.ep if config.decode else config.ep, weight_dtype=config.weight_dtype,
+                                ep=config.decode.ep if config.decode else config.ep,
+                                weight_dtype=WEIGHT_FORMATS[config.weight_dtype][0],
                                 kv_dtype=config.kv_dtype, kernels=config.kernels,
                                 memory_fraction=self.options.memory_fraction)
-        v = self.variant(deployment)
+        v = self.variant(deployment, config.dtype)
         shape = self._shapes(v.decode.batches is None)[0]
         batch = 3 if v.decode.batches is None else v.decode.batches[-1]
         context = (shape.contexts[0] + shape.contexts[-1]) // 2 + 1
-        miss = self.fitter.check(v.decode, shape, deployment, batch, context)
-        return (f"the best configuration's decode step model checked against a full profile at B={batch}, "
-                f"S={context}: largest relative difference {miss:.1e} (expected step and bound)")
+        miss = self.fitter_for(v.dtype).check(v.decode, shape, deployment, batch, context, tolerance=math.inf)
+        words = (f"the best configuration's decode step model checked against a full profile at B={batch}, "
+                 f"S={context}: largest relative difference {miss:.1e} (expected step and bound)")
+        if miss > CHECK_TOLERANCE:
+            words += (f", above the {CHECK_TOLERANCE:g} the step models hold for every model checked: the plan's "
+                      "figures may be off by that much; `rooflinekit profile` of the deployment is exact")
+        return words, miss > CHECK_TOLERANCE
 
-    def _memory(self, deployment: Deployment, shape: Shape) -> tuple:
-        """Weights per GPU, KV bytes per token and per sequence, the activation peak's line in
-        batch, a token's hidden bytes (from the transformed design captures)."""
-        fitter = self.fitter
+    def _memory(self, deployment: Deployment, shape: Shape, fitter: StepFitter) -> tuple:
+        """Weights per GPU, KV bytes per token and per sequence, the activation peaks (decode, by
+        batch; a prompt's prefill), a token's hidden bytes (from the transformed design captures)."""
         context = shape.contexts[-1]
 
         def capture(batch: int, phase: str = "decode", at: int = context):
@@ -211,7 +246,7 @@ class Planner:
         else:  # counts not polynomial in batch: each batch's own capture (the step model took them)
             peaks = PeakInBatch(at=tuple((b, activation_peak(capture(b)) or 0.0) for b in shape.batches))
         prefill = self._shapes(shape.fit_batch)[1]
-        workload = self.fitter._workload(prefill, 1, prefill.contexts[0])
+        workload = fitter._workload(prefill, 1, prefill.contexts[0])
         prefill_peak = activation_peak(fitter.transformed(workload, deployment).capture) or 0.0
         counted = fitter.transformed(replace(fitter.base, batch=1, context=context), deployment)
         par = counted.parallel or {}
@@ -229,18 +264,49 @@ class Planner:
         hidden = fitter.hidden_bytes()
         return (weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, peaks, prefill_peak, hidden)
 
+    def what_would_fit(self, variants: list[Variant]) -> str:
+        """When nothing fits: the least memory a candidate needs, and the smallest TP degree (a
+        power of two, so the GPU count) or weight format at which one sequence would fit."""
+        t, usable, block = self.targets, self._usable(), self._block()
+        if usable is None:
+            return "no configuration fits in memory"
+        least = min(variants, key=lambda v: v.memory(1, t.isl + t.osl, block))
+        need = least.memory(1, t.isl + t.osl, block)
+        words = (f"nothing fits in memory: the least any candidate needs is {need / 1e9:.1f} GB per GPU "
+                 f"({least.deployment.words(self.fitter.base.dtype_key)}, TP {least.deployment.tp}, one sequence of "
+                 f"{t.isl + t.osl} tokens) against {usable / 1e9:.1f} GB usable")
+        base = least.deployment
+        for fmt in ("fp8", "int4"):
+            if fmt in self.options.weight_dtypes or fmt == base.weight_dtype:
+                continue
+            v = self.variant(replace(base, weight_dtype=fmt), least.dtype)
+            if not isinstance(v, str) and v.memory(1, t.isl + t.osl, block) <= usable:
+                return words + f"; with --weight-dtypes {fmt} it would fit at TP {base.tp}"
+        tp = base.tp * 2
+        while tp <= 4096:
+            v = self.variant(replace(base, tp=tp, ep=tp if base.ep > 1 else 1), least.dtype)
+            if isinstance(v, str):
+                break
+            if v.memory(1, t.isl + t.osl, block) <= usable:
+                return words + f"; at TP {tp} it would fit: give --gpus {tp} or more"
+            tp *= 2
+        return words + "; no TP degree tried (up to 4096) makes it fit"
+
     # -- the search --
 
-    def deployments(self) -> Iterator[Deployment]:
+    def deployments(self) -> Iterator[tuple[Deployment, str, str]]:
+        """(deployment, activation dtype, format name) of every layout and format searched."""
         o = self.options
         tps = o.tps or tuple(_powers(o.gpus))
         moe = self._moe()
         for tp in tps:
             for ep in ((1, tp) if moe and tp > 1 else (1,)):
-                for w in o.weight_dtypes:
+                for name in o.weight_dtypes:
+                    w, act = WEIGHT_FORMATS[name]
                     for kv in o.kv_dtypes:
-                        yield Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=w, kv_dtype=kv,
-                                         kernels=o.kernels, memory_fraction=o.memory_fraction)
+                        yield (Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=w, kv_dtype=kv,
+                                          kernels=o.kernels, memory_fraction=o.memory_fraction),
+                               act or self.fitter.base.dtype, name)
 
     def _moe(self) -> bool:
         counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
@@ -313,8 +379,8 @@ class Planner:
         per_step = batch * new / t.osl  # prompt tokens arriving per step in the steady state
         gpus = max(d.tp, d.ep) * pp
         replicas = self.options.gpus // gpus
-        base = dict(mode="aggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=replicas, weight_dtype=d.weight_dtype,
-                    kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=gpus * replicas, chunk=chunk)
+        base = dict(mode="aggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=replicas, weight_dtype=v.format,
+                    dtype=v.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=gpus * replicas, chunk=chunk)
         if per_step > chunk:
             return PlanConfig(**base, fits=False, reject_reason=f"chunk: {per_step:.0f} prompt tokens arrive per step, "
                               f"more than the chunk of {chunk}")
@@ -329,7 +395,7 @@ class Planner:
                                        e2e_s=ttft + (t.osl - 1) * tpot, tokens_per_s_per_gpu=tokens_per_gpu,
                                        tokens_per_s_per_user=1.0 / tpot,
                                        binding=v.decode.binding(batch // pp, t.isl + t.osl // 2)),
-                            v, batch, pp, chunk=(t.isl - new + full, self._chunk_peak(d, full)))
+                            v, batch, pp, chunk=(t.isl - new + full, self._chunk_peak(v, full)))
 
     def disaggregated(self, pv: Variant, dv: Variant, pp: int, batch: int) -> PlanConfig | None:
         """One disaggregated candidate: prefill instances of `pv`'s degrees (one prompt per step),
@@ -356,8 +422,8 @@ class Planner:
         usable = self._usable()
         prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s)
         decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot)
-        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=d.weight_dtype,
-                            kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
+        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format,
+                            dtype=dv.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
                             ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
                             tpot_bound_s=tpot_bound, tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,
                             binding=dv.decode.binding(batch // pp, t.isl + t.osl // 2), prefill=prefill, decode=decode,
@@ -379,14 +445,14 @@ class Planner:
         return (pp * (v.decode.expected(micro, context, layer_share=stage) + send),
                 pp * (mixed_mean_bound(v.decode, v.prefill, micro, context, context + 1, 0.0, layer_share=stage) + send))
 
-    def _chunk_peak(self, deployment: Deployment, tokens: int) -> float:
+    def _chunk_peak(self, v: Variant, tokens: int) -> float:
         """The activation peak of a prompt chunk of `tokens` (a prefill of that many tokens after
         the prompt's cached prefix), from its own capture."""
-        t = self.targets
+        t, fitter = self.targets, self.fitter_for(v.dtype)
         cached = t.isl - t.new_prompt_tokens
         phase, q_len, context = ("decode", tokens, cached) if cached else ("prefill", 1, tokens)
-        workload = replace(self.fitter.base, phase=phase, batch=1, context=context, decode_q_len=q_len)
-        return activation_peak(self.fitter.transformed(workload, deployment).capture) or 0.0
+        workload = replace(fitter.base, phase=phase, batch=1, context=context, decode_q_len=q_len)
+        return activation_peak(fitter.transformed(workload, v.deployment).capture) or 0.0
 
     def _finish(self, config: PlanConfig, v: Variant, batch: int, pp: int,
                 chunk: tuple[int, float] = (0, 0.0)) -> PlanConfig:
@@ -462,9 +528,9 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
     if "disaggregated" in o.modes:
         for dv in variants:
             g = max(dv.deployment.tp, dv.deployment.ep)
-            formats = (dv.deployment.weight_dtype, dv.deployment.kv_dtype)
+            formats = (dv.format, dv.deployment.kv_dtype)
             for pv in variants:
-                if pv.verify is not None or (pv.deployment.weight_dtype, pv.deployment.kv_dtype) != formats:
+                if pv.verify is not None or (pv.format, pv.deployment.kv_dtype) != formats:
                     continue
                 for pp in _pps(o, g, layers):
                     for batch in batches:
@@ -473,6 +539,13 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                         config = planner.disaggregated(pv, dv, pp, batch)
                         if config is not None:
                             yield config
+
+
+def _preference(c: PlanConfig) -> tuple:
+    """The best's order: tokens/s per GPU (to 6 significant digits: a closer tie is no difference),
+    then the cheaper weight format (fewer bits held and read; W8A8 over weight-only at equal bits)."""
+    rank = FORMAT_ORDER.index(c.weight_dtype) if c.weight_dtype in FORMAT_ORDER else len(FORMAT_ORDER)
+    return float(f"{c.tokens_per_s_per_gpu:.6g}"), -rank
 
 
 def _closest(configs: list[PlanConfig], targets: Targets) -> tuple[int | None, str | None]:
@@ -503,15 +576,16 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
     planner = Planner(source, targets, options, dtype=dtype, model_options=model_options, host=host, db=db,
                       progress=progress)
     say = planner.progress
-    variants, skipped = [], []
+    variants, skipped, warnings = [], [], []
     deployments = list(planner.deployments())
-    for i, deployment in enumerate(deployments, 1):
-        say(f"step models {i}/{len(deployments)}: {deployment.words(planner.fitter.base.dtype_key) or 'as run'}")
-        v = planner.variant(deployment)
+    for i, (deployment, act, name) in enumerate(deployments, 1):
+        words = f"{deployment.words(act)}{' (W8A8)' if act == 'fp8' else ''}"
+        say(f"step models {i}/{len(deployments)}: {words or 'as run'}")
+        v = planner.variant(deployment, act)
         if isinstance(v, str):
-            skipped.append(f"{deployment.words(planner.fitter.base.dtype_key)}: {v}")
+            skipped.append(f"{words}: {v}")
         else:
-            variants.append(v)
+            variants.append(replace(v, format=name))
     if not variants:
         raise UserError("plan: no deployment could be priced: " + "; ".join(skipped[:3]))
     configs = list(_candidates(planner, variants))
@@ -520,20 +594,23 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
     front = pareto_front([(configs[i].tokens_per_s_per_gpu, configs[i].tokens_per_s_per_user) for i in fitting])
     pareto = [fitting[i] for i in front]
     meeting = [i for i, c in enumerate(configs) if c.meets_slo]
-    best = max(meeting, key=lambda i: configs[i].tokens_per_s_per_gpu) if meeting else None
+    best = max(meeting, key=lambda i: _preference(configs[i])) if meeting else None
     closest, miss = (None, None) if best is not None else _closest(configs, targets)
     if options.check and best is not None:
         try:
-            planner.notes.append(planner.check(configs[best]))
-        except FitError as exc:
-            raise UserError(f"plan: the step models disagree with a full profile ({exc}); price this model with "
-                            "rooflinekit sweep or profile instead") from None
+            words, off = planner.check(configs[best])
+            (warnings if off else planner.notes).append(words)
+        except FitError as exc:  # the ops do not align: the figures stand, the check could not be made
+            planner.notes.append(f"the best configuration's step model could not be checked against a full profile "
+                                 f"({exc})")
+    if not any(c.fits for c in configs):
+        warnings.append(planner.what_would_fit(variants))
     notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets)
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
     return PlanResult(model=info, hardware=planner.hw.name, gpus=options.gpus, targets=targets,
                       candidates=len(configs), configs=configs, pareto=pareto, best=best, closest=closest,
-                      closest_miss=miss, notes=notes, wall_s=time.perf_counter() - start,
-                      captures=planner.fitter.captures)
+                      closest_miss=miss, notes=notes, warnings=warnings, wall_s=time.perf_counter() - start,
+                      captures=planner.captures)
 
 
 def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:

@@ -202,9 +202,10 @@ class StepFitter:
         return replace(self.base, phase=shape.phase, batch=batch, context=context,
                        decode_q_len=shape.q_len if shape.phase == "decode" else 1)
 
-    def check(self, model: StepModel, shape: Shape, deployment: Deployment, batch: int, context: int) -> float:
+    def check(self, model: StepModel, shape: Shape, deployment: Deployment, batch: int, context: int,
+              tolerance: float = TOLERANCE) -> float:
         """The step model against a full profile at (batch, context): the largest relative miss of
-        the expected step and the bound; FitError beyond TOLERANCE."""
+        the expected step and the bound; FitError beyond `tolerance`."""
         workload = self._workload(shape, batch, context)
         with using(self._facts):
             report = profile(self.built, workload, deployment, options=ReportOptions(detail=False, measure=False),
@@ -212,7 +213,7 @@ class StepFitter:
         self.captures += 1
         misses = (relative_difference(model.expected(batch, context), report.totals.expected_step_s),
                   relative_difference(model.bound(batch, context), report.totals.time_bound_s))
-        if max(misses) > TOLERANCE:
+        if max(misses) > tolerance:
             raise FitError(f"the step model misses a full profile at B={batch}, S={context} by {max(misses):.2e} "
                            "relative")
         return max(misses)

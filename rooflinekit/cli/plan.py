@@ -20,8 +20,8 @@ from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
-from rooflinekit.core.plan import Targets
-from rooflinekit.core.request import KERNELS, KV_BYTES, WEIGHT_BITS
+from rooflinekit.core.plan import WEIGHT_FORMATS, Targets
+from rooflinekit.core.request import KERNELS, KV_BYTES
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.plan_plot import plot_plan
 from rooflinekit.outputs.plan_text import plan_to_text
@@ -51,17 +51,21 @@ PLAN_FORMATS = ("table", "json", "csv", "html")
 
 
 def _seconds(text: str, option: str) -> float:
-    """'50ms', '2s', '0.05', '800us' -> seconds."""
+    """'50ms', '2s', '800us' -> seconds; a number without its unit is refused (is 40 seconds or
+    milliseconds?)."""
     raw = text.strip().lower()
-    scale = 1.0
+    scale = None
     for suffix, factor in (("ms", 1e-3), ("us", 1e-6), ("s", 1.0)):
         if raw.endswith(suffix):
             raw, scale = raw[: -len(suffix)], factor
             break
     try:
-        value = float(raw) * scale
+        value = float(raw)
     except ValueError:
-        raise WorkloadError(f"{option} {text!r}: give a time such as 50ms, 2s or 0.05") from None
+        raise WorkloadError(f"{option} {text!r}: give a time with its unit, such as 50ms, 2s or 800us") from None
+    if scale is None:
+        raise WorkloadError(f"{option} {text!r}: give the unit: {text.strip()}ms or {text.strip()}s")
+    value *= scale
     if not math.isfinite(value) or value <= 0:
         raise WorkloadError(f"{option} {text!r}: give a time above zero")
     return value
@@ -105,7 +109,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Share of each prompt found in the prefix cache (not prefilled).")
 @click.option("--kernels", type=click.Choice(KERNELS), default="serving", show_default=True,
               help="The kernels view the steps are priced in.")
-@click.option("--weight-dtypes", default="bf16,fp8", show_default=True, help="Weight formats to try.")
+@click.option("--weight-dtypes", default="bf16,fp8", show_default=True,
+              help="Weight formats to try: bf16, fp16, fp8 (W8A8: fp8 activations at the fp8 peak), "
+                   "fp8-weight-only, w8a16 (int8 weight-only), w4a16 (int4 weight-only).")
 @click.option("--kv-dtypes", default="bf16,fp8", show_default=True, help="KV cache formats to try.")
 @click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus].")
 @click.option("--pp", "pps", default="1,2,4", show_default=True, help="Pipeline stages to try.")
@@ -127,14 +133,15 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--output", "-o", default=None, help="Write the plan to this file (atomically).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Also draw the Pareto chart.")
 @click.option("--no-check", is_flag=True, help="Skip the check of the best step model against a full profile.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr (warnings and errors still).")
 @debug_option
 def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, pps,
-             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, debug):
+             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, quiet, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
     fmt = output_format(fmt, output)
     search = dict(gpus=gpus, hardware=hardware, kernels=kernels,
-                  weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_BITS), "--weight-dtypes"),
+                  weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
                   kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
                   modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
@@ -145,13 +152,14 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
         if not 0 < accept <= 1:
             raise WorkloadError(f"--accept {accept}: give a rate in (0, 1]")
         search["accept"] = accept
+    _check_budget(gpus, search["tps"], search["pps"])
     inputs = model_inputs(model, hardware) + ([("the --draft model", draft_path)] if draft_path else [])
     check_destination(output, inputs)
     if plot_path:
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
     compat.defer_dynamo_import()
-    result = _run(model, draft_path, targets, search, options, dtype)
+    result = _run(model, draft_path, targets, search, options, dtype, quiet)
     for w in result.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
     if result.best is None:
@@ -159,14 +167,28 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
     emit(_render(result, fmt), output)
     if plot_path:
         plot_plan(result, plot_path)
-        click.echo(f"wrote {plot_path}", err=True)
+        if not quiet:
+            click.echo(f"wrote {plot_path}", err=True)
 
 
-def _run(model, draft_path, targets, search, options, dtype):
+def _check_budget(gpus: int, tps: tuple[int, ...] | None, pps: tuple[int, ...]) -> None:
+    """Refuse degrees no configuration within --gpus can have."""
+    over = [tp for tp in tps or () if tp > gpus]
+    if over:
+        raise WorkloadError(f"--tp {','.join(map(str, over))} needs more than the {gpus} GPUs of --gpus: give --gpus "
+                            f"{max(over)} or more, or smaller TP degrees")
+    smallest = min(tps or (1,))
+    if all(pp * smallest > gpus for pp in pps):
+        raise WorkloadError(f"--pp {','.join(map(str, pps))} x TP {smallest} needs more than the {gpus} GPUs of --gpus: "
+                            f"give --gpus {min(pps) * smallest} or more, or fewer stages")
+
+
+def _run(model, draft_path, targets, search, options, dtype, quiet=False):
     opts = parse_options(options)
 
     def progress(what: str) -> None:
-        click.echo(f"rooflinekit: plan: {what}", err=True)
+        if not quiet:
+            click.echo(f"rooflinekit: plan: {what}", err=True)
 
     with stdout_to_stderr():
         draft = load_source(draft_path, {}) if draft_path else None
@@ -176,7 +198,9 @@ def _run(model, draft_path, targets, search, options, dtype):
 
 def _nothing_meets(result) -> str:
     if result.closest is None:
-        return "rooflinekit: plan: no configuration fits in memory and meets the targets"
+        if any(c.fits for c in result.configs):
+            return "rooflinekit: plan: no configuration that fits in memory meets the targets"
+        return "rooflinekit: plan: no configuration fits in memory (the warning above says what would)"
     c = result.configs[result.closest]
     return f"rooflinekit: plan: no configuration meets the targets; closest: {c.label()}: {result.closest_miss}"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-#: The JSON schema version of a plan result (rooflinekit/schema/plan-1.0.schema.json).
-PLAN_SCHEMA_VERSION = "1.0"
+#: The JSON schema version of a plan result (rooflinekit/schema/plan-1.1.schema.json).
+PLAN_SCHEMA_VERSION = "1.1"
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,25 @@ class Speculative:
     verify_step_s: float
 
 
+#: Weight formats the planner searches, as serving engines name them: name -> (weight dtype,
+#: activation dtype; None: the request's --dtype). "fp8" is W8A8: fp8 weights and activations,
+#: the products at the fp8 peak (what vLLM, SGLang and TensorRT-LLM run on Hopper).
+WEIGHT_FORMATS: dict[str, tuple[str, str | None]] = {
+    "bf16": ("bf16", None),
+    "fp16": ("fp16", None),
+    "fp8": ("fp8", "fp8"),
+    "fp8-weight-only": ("fp8", None),
+    "w8a16": ("int8", None),
+    "w4a16": ("int4", None),
+    "int8": ("int8", None),
+    "int4": ("int4", None),
+}
+#: Formats from the cheapest to hold and run: a tie in tokens/s per GPU goes to the earlier.
+FORMAT_ORDER = ("w4a16", "int4", "fp8", "w8a16", "int8", "fp8-weight-only", "fp16", "bf16")
+FORMAT_WORDS = {"fp8": "fp8 (W8A8)", "w8a16": "W8A16 int8", "w4a16": "W4A16 int4",
+                "fp8-weight-only": "fp8 weight-only"}
+
+
 @dataclass(frozen=True)
 class PlanConfig:
     """One priced configuration (field meanings: docs/plan.md)."""
@@ -92,6 +111,7 @@ class PlanConfig:
     prefill: Pool | None = None
     decode: Pool | None = None
     pool_ratio: str | None = None
+    dtype: str = "bf16"  # activations (fp8 with the W8A8 format)
     gpus_idle: int = 0  # GPUs of the budget the configuration leaves unused
 
     def label(self) -> str:
@@ -104,7 +124,7 @@ class PlanConfig:
         else:
             head = (f"agg TP {self.tp}{f' EP {self.ep}' if self.ep > 1 else ''}"
                     f"{f' PP {self.pp}' if self.pp > 1 else ''} x{self.replicas}")
-        tail = f", {self.weight_dtype} W, {self.kv_dtype} KV, B {self.batch}"
+        tail = f", {FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W, {self.kv_dtype} KV, B {self.batch}"
         if self.chunk:
             tail += f", chunk {self.chunk}"
         if self.speculative:

@@ -1,5 +1,5 @@
 """A plan result read back from its JSON (`PlanResult.to_dict()`), and the shipped JSON Schema of
-that JSON (rooflinekit/schema/plan-1.0.schema.json), derived from the dataclasses."""
+that JSON (rooflinekit/schema/plan-1.1.schema.json), derived from the dataclasses."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def plan_to_text(result: PlanResult) -> str:
         if best.mode == "disaggregated" and best.prefill is not None:
             lines += _wrapped(f"prefill pool: {best.prefill.instances} x TP {best.prefill.tp}, one prompt per step of "
                               f"{_ms(best.prefill.step_s)}; decode pool: {best.decode.instances} x TP {best.decode.tp}"
-                              f", {best.decode.batch} sequences each; GPUs {best.pool_ratio} (prefill:decode)")
+                              f", {best.decode.batch} sequences each; GPUs {best.pool_ratio} (prefill:decode)"
+                              + (f", {best.gpus_idle} of the {result.gpus} idle" if best.gpus_idle else ""))
     elif result.closest is not None:
         c = result.configs[result.closest]
         lines.append(f"best: none meets the targets; closest: {c.label()}")
