@@ -113,3 +113,20 @@ def test_sampled_moe_candidates_are_their_profiles():
     assert any(c.ep > 1 for c in picked)
     for c in picked:
         _check(source, host, targets, c)
+
+
+def test_the_batch_search_reaches_the_memory_limit():
+    """Besides powers of two, each layout's largest batch that fits is priced: its profiled memory
+    fits the usable bytes and one sequence more does not."""
+    targets = Targets(2048, 512)
+    source, result, host = _plan("examples/llama_gqa.py", {"layers": 4}, targets,
+                                 PlanOptions(gpus=2, tps=(1,), pps=(1,), max_batch=65536, modes=("disaggregated",),
+                                             weight_dtypes=("bf16",), kv_dtypes=("bf16",), hardware="RTX 4090"))
+    limits = [c for c in result.configs if c.batch & (c.batch - 1) and c.tpot_s is not None]
+    assert limits, "no batch at the memory limit was priced"
+    c = max(limits, key=lambda c: c.batch)
+    held = targets.isl + targets.osl
+    for batch, fits in ((c.batch, True), (c.batch + 1, False)):
+        memory = profile(source, Workload("decode", batch, held), _deployment(c), options=FAST,
+                         host=host).report.memory
+        assert (memory.total_bytes <= c.usable_bytes) is fits, (batch, memory.total_bytes, c.usable_bytes)

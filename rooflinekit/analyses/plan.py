@@ -434,6 +434,26 @@ class Planner:
                                          f"{usable / 1e9:.1f} GB usable")
         return self._finish(config, dv, batch, pp)
 
+    def batch_limit(self, v: Variant, pp: int, chunk: tuple[int, float] = (0, 0.0)) -> int | None:
+        """The largest batch (a multiple of `pp`) whose memory per GPU fits (Variant.memory at
+        ISL+OSL with `chunk`), or None when none does or capacity is unknown."""
+        usable, t, block = self._usable(), self.targets, self._block()
+        if usable is None:
+            return None
+        layers = self.fitter.layers()
+        share = math.ceil(layers / pp) / layers if pp > 1 else 1.0
+        tokens, peak = chunk
+        fixed = share * (v.weights + (v.kv_bytes(tokens, block) if tokens else 0.0)) + peak
+        per = share * v.kv_bytes(t.isl + t.osl, block)
+        lines = v.activations.lines or ((0.0, 0.0),)
+        limit = min(math.floor((usable - fixed - a) / (per + b)) if per + b > 0 else math.inf for a, b in lines)
+        if not math.isfinite(limit):
+            return None
+        limit -= limit % pp
+        while limit >= pp and v.memory(limit, t.isl + t.osl, block, share, chunk) > usable:  # rounding
+            limit -= pp
+        return limit if limit >= pp else None
+
     def _step(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
         """(expected, bound) of one instance's decode step of `batch` sequences at `context`."""
         if pp <= 1:
@@ -517,14 +537,17 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
     variants = _with_and_without_speculation(variants)
     batches = planner.batches()
     if "aggregated" in o.modes:
+        new = planner.targets.new_prompt_tokens
         for v in variants:
             g = max(v.deployment.tp, v.deployment.ep)
             for pp in _pps(o, g, layers):
-                for batch in batches:
-                    if batch % pp:
-                        continue
-                    for chunk in o.chunks:
-                        yield planner.aggregated(v, pp, batch, chunk)
+                for chunk in o.chunks:
+                    full = min(chunk, new)
+                    tokens = planner.targets.isl - new + full
+                    limit = planner.batch_limit(v, pp, (tokens, planner._chunk_peak(v, full)))
+                    for batch in _with_limit(batches, limit, v):
+                        if batch % pp == 0:
+                            yield planner.aggregated(v, pp, batch, chunk)
     if "disaggregated" in o.modes:
         for dv in variants:
             g = max(dv.deployment.tp, dv.deployment.ep)
@@ -533,12 +556,20 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                 if pv.verify is not None or (pv.format, pv.deployment.kv_dtype) != formats:
                     continue
                 for pp in _pps(o, g, layers):
-                    for batch in batches:
+                    for batch in _with_limit(batches, planner.batch_limit(dv, pp), dv):
                         if batch % pp:
                             continue
                         config = planner.disaggregated(pv, dv, pp, batch)
                         if config is not None:
                             yield config
+
+
+def _with_limit(batches: tuple[int, ...], limit: int | None, v: Variant) -> tuple[int, ...]:
+    """The searched batches and the largest that fits in memory (where batch is fitted, so any
+    batch can be priced; a step model built per batch prices only the batches it holds)."""
+    if limit is None or limit in batches or v.decode.batches is not None or limit > batches[-1]:
+        return batches
+    return tuple(sorted((*batches, limit)))
 
 
 def _preference(c: PlanConfig) -> tuple:
