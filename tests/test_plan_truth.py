@@ -1,8 +1,8 @@
 """One truth per number: a plan's per-step figures are `profile`'s for the same deployment.
 
 A random sample of the candidates (a fixed seed, printed) is re-profiled: the decode step at the
-candidate's batch and `step_context` (expected and bound, 1e-6 relative) and the memory one GPU
-holds (to the byte: `profile --mix` of the batch at ISL+OSL with the prompt chunk each step
+candidate's batch and `step_context` (expected and bound, 1e-6 relative; with pipeline stages,
+`profile --pp`'s steady pipeline) and the memory one GPU holds (to the byte: `profile --mix` of the batch at ISL+OSL with the prompt chunk each step
 carries, aggregated; the decode profile at ISL+OSL, disaggregated). Every candidate's bounds are
 at most its estimates. TPOT of a disaggregated candidate is the brute-force mean of profiled
 decode steps over every context ISL .. ISL+OSL-1.
@@ -33,12 +33,12 @@ def _plan(model: str, options: dict, targets: Targets, search: PlanOptions):
 
 def _deployment(c: PlanConfig) -> Deployment:
     tp, ep = (c.decode.tp, c.decode.ep) if c.decode else (c.tp, c.ep)
-    return Deployment(hardware="H800", tp=tp, ep=ep, weight_dtype=WEIGHT_FORMATS[c.weight_dtype][0],
+    return Deployment(hardware="H800", tp=tp, ep=ep, pp=c.pp, weight_dtype=WEIGHT_FORMATS[c.weight_dtype][0],
                       kv_dtype=c.kv_dtype, kernels=c.kernels, memory_fraction=0.9)
 
 
 def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
-    priced = [c for c in configs if c.step_s is not None and c.pp == 1]
+    priced = [c for c in configs if c.step_s is not None]
     rng = random.Random(SEED)
     picked = rng.sample(priced, min(n, len(priced)))
     print(f"{tag}: seed {SEED}, {len(picked)} of {len(priced)} priced candidates re-profiled")
@@ -65,7 +65,7 @@ def _check(source, host, targets: Targets, c: PlanConfig) -> None:
 def dense():
     targets = Targets(256, 64, tpot_s=0.05)
     search = PlanOptions(gpus=4, pps=(1, 2), max_batch=32, weight_dtypes=("bf16", "fp8", "w4a16", "fp8-weight-only"))
-    return (*_plan("examples/llama_gqa.py", {}, targets, search), targets)
+    return (*_plan("examples/llama_gqa.py", {"layers": 4}, targets, search), targets)
 
 
 def test_sampled_dense_candidates_are_their_profiles(dense):
@@ -73,7 +73,7 @@ def test_sampled_dense_candidates_are_their_profiles(dense):
     picked = _sample(result.configs, 40, "dense")
     assert len(picked) == 40
     assert {c.mode for c in picked} == {"aggregated", "disaggregated"}
-    assert {c.dtype for c in picked} == {"bf16", "fp8"}
+    assert {c.dtype for c in picked} == {"bf16", "fp8"} and {c.pp for c in picked} == {1, 2}
     assert len({c.weight_dtype for c in picked}) == 4 and len({c.tp for c in picked}) >= 2
     for c in picked:
         _check(source, host, targets, c)

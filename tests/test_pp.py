@@ -12,7 +12,7 @@ import pytest
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.request import Deployment
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.pipeline_parallel import default_micro_batches, pipelined_step, split_layers
+from rooflinekit.stages.pipeline_parallel import default_micro_batches, pipelined_step, split_layers, steady_step
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, one_line_error
 
@@ -79,6 +79,18 @@ def test_pipelined_step_formula():
         pipelined_step([1.0], 0, 0.0)
 
 
+def test_steady_step_formula():
+    # stages busy: M x the slowest stage
+    assert steady_step([1.0, 3.0, 2.0], 4, 0.5, 0.1) == 4 * 3.0
+    # a micro-batch's round trip paces it: the stages, N - 1 sends and the token back
+    assert steady_step([1.0, 3.0, 2.0], 2, 0.5, 0.1) == pytest.approx(1 + 3 + 2 + 2 * 0.5 + 0.1)
+    # a link slower than the slowest stage
+    assert steady_step([1.0, 1.0], 3, 2.0, 0.0) == 3 * 2.0
+    assert steady_step([2.0], 5, 9.0, 9.0) == 10.0
+    with pytest.raises(ValueError):
+        steady_step([1.0], 0, 0.0, 0.0)
+
+
 def test_default_micro_batches():
     assert default_micro_batches(4, 64, "decode") == 4
     assert default_micro_batches(4, 2, "decode") == 2
@@ -103,33 +115,59 @@ def test_stage_flops_sum_to_the_unsplit_profile(pp2, unsplit):
     assert {"norm", "lm_head"} <= set(pp["stages"][1]["other_modules"])
 
 
-def test_step_is_m_plus_n_minus_1_slowest_stages_plus_sends(pp2, unsplit):
+def _micro_stage_bounds(n: int, m: int) -> list[float]:
+    """Each stage's micro-batch bound by hand, from an unsplit profile at the micro-batch's batch."""
+    hw = hardware_db().get("H800")
+    micro = run(batch=BATCH // m).report.to_dict()
+    stages = stage_by_hand(micro["ops"], split_layers(4, n))
+    times = []
+    for k in range(n):
+        mine = [op for op, s in zip(micro["ops"], stages, strict=True) if s == k]
+        flops = sum(op["flops"] for op in mine)
+        nbytes = sum(op["bytes_read"] + op["bytes_written"] for op in mine)
+        times.append(max(flops / hw.peak("bf16"), nbytes / hw.memory_bandwidth))
+    return times
+
+
+def test_steady_pipeline_is_the_larger_of_busy_stages_and_a_round_trip(pp2, unsplit):
+    """The default schedule: M micro-batches in flight; one token per sequence per period =
+    max(M x slowest stage, the stages + (N - 1) sends + the token ids sent back)."""
     hw = hardware_db().get("H800")
     pp = pp2.report.parallel["pp"]
     n, m = 2, 2  # decode default: one micro-batch per stage
+    assert pp["schedule"] == "steady"
     assert pp["micro_batches"] == m and pp["micro_batch_sequences"] == BATCH // m
-    share = (BATCH // m) / BATCH
-    stages = stage_by_hand(unsplit["ops"], split_layers(4, n))
-    peak, bandwidth = hw.peak("bf16"), hw.memory_bandwidth
-    times = []
-    for k in range(n):
-        mine = [op for op, s in zip(unsplit["ops"], stages, strict=True) if s == k]
-        flops = sum(op["flops"] for op in mine) * share
-        weights = sum(min(op["param_bytes"], op["bytes_read"]) for op in mine)
-        rest = sum(op["bytes_read"] + op["bytes_written"] for op in mine) - weights
-        times.append(max(flops / peak, (weights + rest * share) / bandwidth))
+    times = _micro_stage_bounds(n, m)
     assert [s["time_bound_s"] for s in pp["stages"]] == pytest.approx(times, rel=1e-9)
     send_bytes = (BATCH // m) * HIDDEN * 2
-    send_s = hw.interconnect_latency + send_bytes / (hw.interconnect_bandwidth / 2)
+    one_way = hw.interconnect_bandwidth / 2
+    send_s = hw.interconnect_latency + send_bytes / one_way
+    back_s = hw.interconnect_latency + (BATCH // m) * 8 / one_way  # int64 token ids
     assert pp["send_bytes_per_micro_batch"] == send_bytes
     assert pp["send_time_s"] == pytest.approx(send_s, rel=1e-12)
-    step = (m + n - 1) * max(times) + (n - 1) * send_s
+    assert pp["token_send_time_s"] == pytest.approx(back_s, rel=1e-12)
+    step = max(m * max(max(times), send_s), sum(times) + (n - 1) * send_s + back_s)
     assert pp2.report.totals.time_bound_s == pytest.approx(step, rel=1e-9)
+    expected = [s["expected_s"] for s in pp["stages"]]
+    period = max(m * max(max(expected), pp["send_expected_s"]),
+                 sum(expected) + (n - 1) * pp["send_expected_s"] + pp["token_send_expected_s"])
+    assert pp2.report.totals.expected_step_s == pytest.approx(period, rel=1e-12)
+    assert pp2.report.totals.tokens_per_s_per_gpu == pytest.approx(BATCH / period / n, rel=1e-12)
+    assert pp["unpipelined_time_bound_s"] == unsplit["totals"]["time_bound_s"]
+
+
+def test_one_batch_schedule_is_m_plus_n_minus_1_slowest_stages_plus_sends():
+    hw = hardware_db().get("H800")
+    report = run(pp=2, pp_schedule="one-batch").report
+    pp = report.parallel["pp"]
+    n, m = 2, 2
+    assert pp["schedule"] == "one-batch"
+    times = _micro_stage_bounds(n, m)
+    send_s = hw.interconnect_latency + (BATCH // m) * HIDDEN * 2 / (hw.interconnect_bandwidth / 2)
+    assert report.totals.time_bound_s == pytest.approx((m + n - 1) * max(times) + (n - 1) * send_s, rel=1e-9)
     assert pp["bubble_fraction"] == (n - 1) / (m + n - 1)
     expected = (m + n - 1) * max(s["expected_s"] for s in pp["stages"]) + (n - 1) * pp["send_expected_s"]
-    assert pp2.report.totals.expected_step_s == pytest.approx(expected, rel=1e-12)
-    assert pp2.report.totals.tokens_per_s_per_gpu == pytest.approx(BATCH / expected / n, rel=1e-12)
-    assert pp["unpipelined_time_bound_s"] == unsplit["totals"]["time_bound_s"]
+    assert report.totals.expected_step_s == pytest.approx(expected, rel=1e-12)
 
 
 def test_send_bytes_over_the_step_and_hidden_from_the_boundary():
@@ -181,7 +219,10 @@ def test_prefill_default_splits_the_batch_into_sequences():
     pp = report.parallel["pp"]
     assert pp["micro_batches"] == 4 and pp["micro_batch_sequences"] == 1
     assert pp["micro_batch_tokens"] == CONTEXT
-    assert pp["bubble_fraction"] == 1 / 5
+    times = [s["time_bound_s"] for s in pp["stages"]]
+    assert pp["bubble_fraction"] == pytest.approx(1 - 4 * max(times) / report.totals.time_bound_s, rel=1e-12)
+    one_batch = run(batch=4, phase="prefill", options={**SMALL, "layers": 2}, pp=2, pp_schedule="one-batch").report
+    assert one_batch.parallel["pp"]["bubble_fraction"] == 1 / 5
 
 
 def test_pp1_is_no_pp(unsplit):
@@ -230,5 +271,6 @@ def test_transformers_config_stages_sum_to_the_unsplit_profile():
     assert sum(s["flops"] for s in pp["stages"]) == whole.totals.flops
     assert pp["hidden_size"] == 4096
     assert pp["send_bytes"] == BATCH * 4096 * 2 * 1
-    assert math.isclose(split.totals.expected_step_s,
-                        3 * max(s["expected_s"] for s in pp["stages"]) + pp["send_expected_s"], rel_tol=1e-12)
+    expected = [s["expected_s"] for s in pp["stages"]]
+    period = max(2 * max(expected), sum(expected) + pp["send_expected_s"] + pp["token_send_expected_s"])
+    assert math.isclose(split.totals.expected_step_s, period, rel_tol=1e-12)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinekit.core.model_facts import ModelFacts, cached, module_tree, using
-from rooflinekit.core.skips import skipped_layers, skipping_layers, under
+from rooflinekit.core.skips import skipped_layers, skipping_layers, stand_ins, under
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fit import layer_plan, skipping
 from rooflinekit.stages.memory import ScaledPeak
@@ -116,10 +116,11 @@ def test_facts_are_computed_once_inside_using_and_every_time_outside():
 
 def test_skipped_layers_inside_the_block_only():
     assert skipped_layers() == frozenset()
-    with skipping_layers(["model.layers.1", "model.layers.2"]):
+    with skipping_layers({"model.layers.1": "model.layers.0", "model.layers.2": "model.layers.0"}):
         assert skipped_layers() == {"model.layers.1", "model.layers.2"}
-        with skipping_layers([]):
-            assert skipped_layers() == frozenset()
+        assert dict(stand_ins()) == {"model.layers.1": "model.layers.0", "model.layers.2": "model.layers.0"}
+        with skipping_layers({}):
+            assert skipped_layers() == frozenset() and not stand_ins()
         assert under("model.layers.2.self_attn.k_proj", skipped_layers())
         assert under("model.layers.1", skipped_layers())
         assert not under("model.layers.10.mlp", skipped_layers())  # a prefix of the name, not of the path

@@ -9,22 +9,27 @@ the capture (already one GPU's share under --tp/--ep) is grouped by stage, and
   the stack belongs to the stage of the last layer that ran before it (the embedding to the first
   stage, the final norm and the head to the last);
 - a stage's step counts are its ops' as captured (the whole batch once); its micro-batch counts are
-  each op's FLOPs and non-weight bytes x s/B (s the largest micro-batch's sequences, B the batch),
-  its weight bytes read whole: every micro-batch reads the stage's weights again;
+  its ops' in a second capture at the largest micro-batch's sequences s (the same capture when
+  s = B): every micro-batch reads the stage's weights again;
 - a micro-batch's time on a stage: bound = max(FLOPs / peak, bytes / bandwidth, its collectives'
   bound); expected = the expected step (rooflinekit.stages.expected) of its scaled ops;
 - the activation send between two stages: a micro-batch's tokens x hidden x activation itemsize,
   the hidden size read from the tensors the stage's last layer writes (its last op's first input),
   else the model's config or embedding; priced as a point-to-point `send` over a group of
   max(tp, ep) x pp GPUs (scale-out beyond the entry's node_gpus);
-- the step: rooflinekit.stages.pipeline_parallel.pipelined_step, for the bound and for the expected
-  time; totals.time_bound_s and totals.expected_step_s become the pipelined step, tokens/s per GPU
-  divides by max(tp, ep) x pp; the memory section is the stage that holds the most.
+- the step, for the bound and for the expected time: by default the steady serving pipeline
+  (`Deployment.pp_schedule` "steady": M micro-batches in flight, each sequence one token per period,
+  rooflinekit.stages.pipeline_parallel.steady_step, the sampled tokens sent back to the first
+  stage), or one batch filling and draining it ("one-batch", `pipelined_step`, with its bubble);
+  totals.time_bound_s and totals.expected_step_s become that step, tokens/s per GPU divides by
+  max(tp, ep) x pp; the memory section is the stage that holds the most (its weights, its layers'
+  KV cache of the whole batch, the micro-batch capture's activation peak).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -32,7 +37,7 @@ import torch
 from rooflinekit.analyses.parallel import Plan, weights_per_gpu
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.report import Report
-from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.request import Deployment, Workload, mixed_workload
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord
 from rooflinekit.stages.expected import expected_step, throughput
@@ -40,11 +45,13 @@ from rooflinekit.stages.fit import layer_plan
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.pipeline_parallel import (
+    STEADY_WORDS,
     STEP_WORDS,
     default_micro_batches,
     micro_batch_sequences,
     pipelined_step,
     split_layers,
+    steady_step,
 )
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.workload import torch_dtype
@@ -53,11 +60,10 @@ ASSUMPTIONS = (
     "planned pipeline parallelism: the largest layer stack cut into N contiguous stages as evenly as "
     "possible, one per GPU group (x TP); the embedding on the first stage, the final norm and head on "
     "the last; ops outside the stack go with the last layer that ran before them",
-    "a micro-batch's ops: FLOPs and non-weight bytes x (its sequences / the batch), the stage's "
-    "weights read whole by every micro-batch; collectives in a stage scaled like their messages",
+    "a micro-batch's ops: a capture at the largest micro-batch's sequences, the stage's weights read "
+    "whole by every micro-batch",
     "activation sends: point to point, each GPU of a stage sends the whole micro-batch's hidden "
     "states to its peer of the next stage (no scatter over the TP group); alpha + bytes / beta",
-    STEP_WORDS,
     "not modelled: interleaved (virtual) stages, chunked prefill splitting a sequence, unequal "
     "micro-batches beyond the largest one setting the pace",
 )
@@ -137,20 +143,6 @@ def stage_of_path(path: str, layout: Layout, modules: dict[str, int]) -> int:
         path = path.rpartition(".")[0]
 
 
-def micro_batch_op(op: OpRecord, share: float) -> OpRecord:
-    """One op for a micro-batch holding `share` of the batch: FLOPs, non-weight bytes and collective
-    messages x share, its weights read whole."""
-    if share == 1.0:
-        return op
-    weights = min(op.param_bytes, op.bytes_read)
-    attrs = op.attrs
-    if op.kind == "collective":
-        attrs = {**attrs, "message_bytes": float(attrs.get("message_bytes", 0.0)) * share,
-                 "wire_bytes": float(attrs.get("wire_bytes", 0.0)) * share}
-    return replace(op, flops=op.flops * share, bytes_read=weights + (op.bytes_read - weights) * share,
-                   bytes_written=op.bytes_written * share, attrs=attrs)
-
-
 def stage_times(ops: list[OpRecord], hw: HardwareSpec, dtype: str, phase: str,
                 attention_ops: set[int]) -> dict[str, float]:
     """One stage's ops on `hw`: FLOPs, bytes, the bound (max of compute, memory and its collectives'
@@ -186,6 +178,14 @@ def boundary_hidden(ops: list[OpRecord], layout: Layout, tokens: int,
     if widths:
         return max(widths), "the width of the model's embedding"
     return None, "unknown: no layer output, config.hidden_size or embedding found"
+
+
+def token_send(hw: HardwareSpec, deployment: Deployment, tokens: int) -> tuple[float, float]:
+    """(bound, expected) seconds of the sampled token ids (int64) sent from the last stage back
+    to the first, one micro-batch's."""
+    group = max(deployment.tp, deployment.ep) * deployment.pp
+    call = collectives.attrs("send", group, float(tokens * 8), "pipeline")
+    return collectives.call_bound(call, hw), collectives.call_expected(call, hw)[0]
 
 
 @dataclass
@@ -233,22 +233,36 @@ def _plan_of(section: dict, deployment: Deployment) -> Plan | None:
                            if r["style"] in ("colwise", "colwise_gather", "vocab")})
 
 
+def micro_workload(workload: Workload, micro_batches: int) -> Workload:
+    """The largest micro-batch's step: ceil(batch / M) sequences; a mixed step's decode groups each
+    split M ways, the prompt chunk riding in that micro-batch whole."""
+    if workload.mixed:
+        mix = tuple((c, math.ceil(n / micro_batches)) for c, n in workload.mix)
+        return mixed_workload(workload, mix, workload.chunk, workload.chunk_offset)
+    return replace(workload, batch=micro_batch_sequences(workload.batch, micro_batches))
+
+
 def micro_batches_of(deployment: Deployment, workload: Workload) -> int:
     """The deployment's micro-batches, else the default (rooflinekit.stages.pipeline_parallel)."""
     return deployment.micro_batches or default_micro_batches(deployment.pp, workload.batch, workload.phase)
 
 
 def stage_rows(counting, layout: Layout, stages: list[int], hw: HardwareSpec, workload: Workload,
-               share: float, dtype: str) -> list[dict]:
+               micro_counting, dtype: str) -> list[dict]:
     """Per stage: its layers and other modules, its step counts (as captured: the whole batch once)
-    and one micro-batch's counts and times (`share` of the batch)."""
+    and one micro-batch's counts and times (from `micro_counting`, the capture at the micro-batch's
+    sequences)."""
     ops = counting.counted.capture.ops
     attention_ops = {i for r in counting.counted.attention for i in r.op_indices}
+    micro_ops = micro_counting.counted.capture.ops
+    micro_attention = {i for r in micro_counting.counted.attention for i in r.op_indices}
+    micro_stages = op_stages(micro_ops, layout)
     rows = []
     for k, span in enumerate(layout.ranges):
         mine = [op for op, s in zip(ops, stages, strict=True) if s == k]
         whole = stage_times(mine, hw, dtype, workload.phase, attention_ops)
-        micro = stage_times([micro_batch_op(op, share) for op in mine], hw, dtype, workload.phase, attention_ops)
+        micro = stage_times([op for op, s in zip(micro_ops, micro_stages, strict=True) if s == k], hw, dtype,
+                            workload.phase, micro_attention)
         others = list(dict.fromkeys(op.module for op in mine if layout.layer_index(op.module) is None))
         rows.append({
             "stage": k, "layers": [span.start, span.stop - 1], "layer_count": len(span),
@@ -285,8 +299,10 @@ def stage_memory(report: Report, counting, layout: Layout, modules: dict[str, in
 
 
 def with_pipeline(report: Report, counting, hw: HardwareSpec, workload: Workload,
-                  deployment: Deployment) -> Report:
-    """Annotate: the report under `deployment.pp` stages (module docstring); unchanged at pp 1."""
+                  deployment: Deployment, recount: Callable[[Workload], object] | None = None) -> Report:
+    """Annotate: the report under `deployment.pp` stages (module docstring); unchanged at pp 1.
+    `recount(workload)` counts the step at the micro-batch's sequences (the same capture when a
+    micro-batch is the whole batch)."""
     if deployment.pp <= 1:
         return report
     layout = layout_of(counting.model, deployment.pp)
@@ -295,18 +311,28 @@ def with_pipeline(report: Report, counting, hw: HardwareSpec, workload: Workload
     modules = module_stages(ops, stages)
     m = micro_batches_of(deployment, workload)
     seqs = micro_batch_sequences(workload.batch, m)
-    rows = stage_rows(counting, layout, stages, hw, workload, seqs / workload.batch, report.hardware.dtype)
+    small = micro_workload(workload, m)
+    micro = counting if small == workload or recount is None else recount(small)
+    rows = stage_rows(counting, layout, stages, hw, workload, micro, report.hardware.dtype)
     send = sends(counting, layout, hw, workload, deployment, seqs * workload.q_len)
+    back = token_send(hw, deployment, seqs * workload.q_len)
     weights = stage_weights(counting, layout, modules, deployment)
     section = _base_section(report, deployment)
     section["gpus"] = max(deployment.tp, deployment.ep) * deployment.pp
     report = replace(report, parallel=section)
-    memories = stage_memory(report, counting, layout, modules, hw, deployment, weights)
+    memories = stage_memory(report, micro, layout, modules, hw, deployment, weights)
     for row, mem in zip(rows, memories, strict=True):
         row.update(weights_bytes=mem.weights_bytes, kv_cache_bytes=mem.kv_cache_bytes, memory_bytes=mem.total_bytes)
     fullest = max(range(len(rows)), key=lambda k: memories[k].total_bytes)
-    step_bound, bubble = pipelined_step([r["time_bound_s"] for r in rows], m, send.time_bound_s)
-    step_expected, _ = pipelined_step([r["expected_s"] for r in rows], m, send.expected_s)
+    bounds, expected = [r["time_bound_s"] for r in rows], [r["expected_s"] for r in rows]
+    bubble = pipelined_step(bounds, m, send.time_bound_s)[1]
+    if deployment.pp_schedule == "one-batch":
+        step_bound = pipelined_step(bounds, m, send.time_bound_s)[0]
+        step_expected = pipelined_step(expected, m, send.expected_s)[0]
+    else:
+        step_bound = steady_step(bounds, m, send.time_bound_s, back[0])
+        step_expected = steady_step(expected, m, send.expected_s, back[1])
+        bubble = max(0.0, 1.0 - m * max(bounds) / step_bound) if step_bound else 0.0  # the slowest stage idles
     section["weights_per_gpu"] = weights[fullest]
     section["pp"] = {
         "degree": deployment.pp, "micro_batches": m, "micro_batches_given": deployment.micro_batches is not None,
@@ -319,10 +345,12 @@ def with_pipeline(report: Report, counting, hw: HardwareSpec, workload: Workload
         "send_bytes": float(workload.tokens * (send.hidden or 0) * torch_dtype(workload).itemsize
                             * (deployment.pp - 1)),
         "send_time_s": send.time_bound_s, "send_expected_s": send.expected_s, "link": send.link,
+        "schedule": deployment.pp_schedule, "token_send_time_s": back[0], "token_send_expected_s": back[1],
         "step_time_bound_s": step_bound, "step_expected_s": step_expected,
         "unpipelined_time_bound_s": report.totals.time_bound_s,
         "unpipelined_expected_step_s": report.totals.expected_step_s,
-        "memory_stage": fullest, "step": STEP_WORDS, "assumptions": list(ASSUMPTIONS),
+        "memory_stage": fullest, "step": STEP_WORDS if deployment.pp_schedule == "one-batch" else STEADY_WORDS,
+        "assumptions": list(ASSUMPTIONS),
     }
     return replace(report, totals=pipelined_totals(report, workload, section, step_bound, step_expected),
                    memory=memories[fullest], notes=list(report.notes) + [headline(section)])
@@ -335,9 +363,14 @@ def pipelined_totals(report: Report, workload: Workload, section: dict, step_bou
     gpus = max(1, int(section.get("tp") or 1)) * section["pp"]["degree"]
     per_gpu, per_user = throughput(workload.tokens, workload.q_len, workload.phase, step_expected, gpus)
     times = dict(t.time_conventions or {})
-    times["time_bound_s"] = ("pipelined (--pp): (M + N - 1) x max(slowest stage's micro-batch bound, one send's "
-                             "bound) + (N - 1) x one send's bound; a stage's micro-batch bound = max(FLOPs / peak, "
-                             "bytes / bandwidth, its collectives' bound) (parallel.pp)")
+    if section["pp"]["schedule"] == "one-batch":
+        rule = ("(M + N - 1) x max(slowest stage's micro-batch bound, one send's bound) + (N - 1) x one send's "
+                "bound")
+    else:
+        rule = ("the steady pipeline's period, max(M x max(slowest stage's micro-batch bound, one send's bound), "
+                "the stages' micro-batch bounds + (N - 1) sends + the token send back)")
+    times["time_bound_s"] = (f"pipelined (--pp, {section['pp']['schedule']}): {rule}; a stage's micro-batch bound = "
+                             "max(FLOPs / peak, bytes / bandwidth, its collectives' bound) (parallel.pp)")
     words = [f"under --pp: expected_step_s is the pipelined step over the stages' expected micro-batch times "
              f"(parallel.pp.step); tokens_per_s_per_gpu divides by {gpus} GPUs (TP group x {section['pp']['degree']} "
              "stages)"]

@@ -30,7 +30,16 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
+from rooflinekit.analyses.pipeline_parallel import (
+    boundary_hidden,
+    module_stages,
+    op_stages,
+    stage_of_path,
+    stage_weights,
+    token_send,
+)
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.core.errors import UserError, WorkloadError
 from rooflinekit.core.plan import (
@@ -45,13 +54,15 @@ from rooflinekit.core.plan import (
 )
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
+from rooflinekit.stages.pipeline_parallel import steady_step
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
-from rooflinekit.stages.workload import ModelSource, load_source
+from rooflinekit.stages.workload import ModelSource, load_source, torch_dtype
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
 CHUNKS = (512, 2048, 8192)
@@ -96,7 +107,6 @@ class Variant:
     kv_per_sequence: float
     activations: PeakInBatch  # the decode step's activation peak at ISL+OSL, by batch
     prefill_activations: float  # a prompt's prefill step's activation peak
-    hidden_bytes: float  # one token's hidden state, for pipeline sends and nothing else
     verify: StepModel | None = None
     draft: StepModel | None = None
     dtype: str = "bf16"  # the activation dtype the steps are priced at (fp8: W8A8)
@@ -110,19 +120,39 @@ class Variant:
             total += per_token * (math.ceil(held / block) * block)
         return total
 
-    def memory(self, batch: int, context: int, block: int, share: float = 1.0, chunk: tuple[int, float] = (0, 0.0)
-               ) -> float:
-        """Bytes one GPU holds at `batch` decode sequences of `context` (`share`: a pipeline
-        stage's share of the layers; `chunk`: the tokens of a prompt chunk in the same step and its
-        activation peak), as `profile --mix`'s memory section counts them: weights + KV cache of
-        every sequence + the segments' activation peaks added."""
+    def memory(self, batch: int, context: int, block: int, chunk: tuple[int, float] = (0, 0.0)) -> float:
+        """Bytes one GPU holds at `batch` decode sequences of `context` (`chunk`: the tokens of a
+        prompt chunk in the same step and its activation peak), as `profile --mix`'s memory section
+        counts them: weights + KV cache of every sequence + the segments' activation peaks added."""
         tokens, peak = chunk
         cache = batch * self.kv_bytes(context, block) + (self.kv_bytes(tokens, block) if tokens else 0.0)
-        return share * (self.weights + cache) + self.activations(batch) + peak
+        return self.weights + cache + self.activations(batch) + peak
 
     def prefill_memory(self, context: int, block: int) -> float:
         """Bytes one GPU of a prefill instance holds for one prompt of `context` tokens."""
         return self.weights + self.kv_bytes(context, block) + self.prefill_activations
+
+
+@dataclass
+class Stages:
+    """A variant cut into pipeline stages as `profile --pp` cuts it: each stage's step models
+    (decode, prefill, verify), weights and KV cache terms, and the activation send's bytes."""
+
+    decode: list[StepModel]
+    prefill: list[StepModel]
+    verify: list[StepModel] | None
+    weights: list[float]
+    kv_terms: list[tuple[tuple[float, int | None], ...]]
+    kv_per_sequence: list[float]
+    send_bytes_per_token: float
+
+    def kv_bytes(self, k: int, context: int, block: int) -> float:
+        """Cache bytes one sequence holds on stage `k` at `context`."""
+        total = self.kv_per_sequence[k]
+        for per_token, window in self.kv_terms[k]:
+            held = min(context, window) if window else context
+            total += per_token * (math.ceil(held / block) * block)
+        return total
 
 
 def _powers(limit: int) -> list[int]:
@@ -150,6 +180,7 @@ class Planner:
         self.draft_fitter = StepFitter(options.draft, base, self.host, self.db) if options.draft else None
         self.notes: list[str] = []
         self.variants: dict[tuple[Deployment, str], Variant | str] = {}
+        self._stages: dict[tuple[Deployment, str, int], Stages] = {}
 
     def fitter_for(self, dtype: str) -> StepFitter:
         """The step fitter of an activation dtype (W8A8 formats run fp8 activations), sharing the
@@ -235,7 +266,7 @@ class Planner:
 
     def _memory(self, deployment: Deployment, shape: Shape, fitter: StepFitter) -> tuple:
         """Weights per GPU, KV bytes per token and per sequence, the activation peaks (decode, by
-        batch; a prompt's prefill), a token's hidden bytes (from the transformed design captures)."""
+        batch; a prompt's prefill), from the transformed design captures."""
         context = shape.contexts[-1]
 
         def capture(batch: int, phase: str = "decode", at: int = context):
@@ -261,8 +292,7 @@ class Planner:
             window = (spec.window or spec.chunk) if spec is not None else None
             terms[window] = terms.get(window, 0.0) + stands(site.module) * (cost.cache_bytes_per_token or 0.0)
             per_sequence += stands(site.module) * (cost.cache_bytes_per_sequence or 0.0)
-        hidden = fitter.hidden_bytes()
-        return (weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, peaks, prefill_peak, hidden)
+        return weights, tuple((pt, w) for w, pt in terms.items()), per_sequence, peaks, prefill_peak
 
     def what_would_fit(self, variants: list[Variant]) -> str:
         """When nothing fits: the least memory a candidate needs, and the smallest TP degree (a
@@ -334,6 +364,72 @@ class Planner:
             latency = max(latency, self.hw.scale_out_latency or 0.0)
         return latency + (tokens * hidden / bandwidth if bandwidth else 0.0)
 
+    # -- pipeline stages --
+
+    def stages(self, v: Variant, pp: int) -> Stages:
+        """`v` cut into `pp` stages (built once per variant and degree)."""
+        key = (v.deployment, v.dtype, pp)
+        if key not in self._stages:
+            self._stages[key] = self._cut(v, pp)
+        return self._stages[key]
+
+    def _cut(self, v: Variant, pp: int) -> Stages:
+        fitter, d = self.fitter_for(v.dtype), v.deployment
+        layout = fitter.layout(pp)
+        decode_shape, prefill_shape, verify_shape = self._shapes(v.decode.batches is None)
+
+        def models(shape: Shape | None) -> list[StepModel] | None:
+            if shape is None:
+                return None
+            return [fitter.step_model(shape, d, self.hw, (layout, k)) for k in range(pp)]
+
+        workload = replace(fitter.base, batch=1, context=decode_shape.contexts[-1])
+        counted = fitter.transformed(workload, d)
+        ops = counted.capture.ops
+        modules = module_stages(ops, op_stages(ops, layout))
+        held = SimpleNamespace(counted=counted, model=fitter.model())
+        weights = stage_weights(held, layout, modules, replace(d, pp=pp))
+        terms: list[dict] = [{} for _ in range(pp)]
+        per_sequence = [0.0] * pp
+        for site in counted.attention:
+            if site.cost is None:
+                continue
+            window = (site.spec.window or site.spec.chunk) if site.spec is not None else None
+            for path in fitter.stood_for(site.module):
+                k = stage_of_path(path, layout, modules)
+                terms[k][window] = terms[k].get(window, 0.0) + (site.cost.cache_bytes_per_token or 0.0)
+                per_sequence[k] += site.cost.cache_bytes_per_sequence or 0.0
+        hidden, _ = boundary_hidden(ops, layout, workload.tokens, fitter.model())
+        return Stages(models(decode_shape), models(prefill_shape), models(verify_shape), weights,
+                      [tuple((pt, w) for w, pt in t.items()) for t in terms], per_sequence,
+                      float((hidden or 0) * torch_dtype(workload).itemsize))
+
+    def _sends(self, v: Variant, pp: int, tokens: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """((bound, expected) of one activation send, (bound, expected) of the token send back) of
+        a micro-batch of `tokens` tokens, as `profile --pp` prices them."""
+        group = max(v.deployment.tp, v.deployment.ep) * pp
+        call = collectives.attrs("send", group, tokens * self.stages(v, pp).send_bytes_per_token, "pipeline")
+        send = (collectives.call_bound(call, self.hw), collectives.call_expected(call, self.hw)[0])
+        return send, token_send(self.hw, replace(v.deployment, pp=pp), tokens)
+
+    def _pipelined(self, v: Variant, pp: int, micro: int, q_len: int, bounds: list[float],
+                   expected: list[float]) -> tuple[float, float]:
+        """(expected, bound) of the steady pipeline's period over the stages' micro-batch times."""
+        send, back = self._sends(v, pp, micro * q_len)
+        return (steady_step(expected, pp, send[1], back[1]), steady_step(bounds, pp, send[0], back[0]))
+
+    def memory(self, v: Variant, batch: int, pp: int, chunk: tuple[int, float] = (0, 0.0)) -> float:
+        """Bytes the fullest GPU of an instance holds (`profile`'s memory section; under PP its
+        fullest stage's: the stage's weights and KV cache of the batch, a micro-batch's
+        activations)."""
+        t, block = self.targets, self._block()
+        if pp <= 1:
+            return v.memory(batch, t.isl + t.osl, block, chunk)
+        st, (tokens, peak) = self.stages(v, pp), chunk
+        fullest = max(st.weights[k] + batch * st.kv_bytes(k, t.isl + t.osl, block)
+                      + (st.kv_bytes(k, tokens, block) if tokens else 0.0) for k in range(pp))
+        return fullest + v.activations(batch // pp) + peak
+
     def _decode_time(self, v: Variant, batch: int, pp: int, share: float
                      ) -> tuple[float, float, Speculative | None]:
         """(expected, bound, speculation) of the mean seconds per output token of a sequence over
@@ -344,13 +440,19 @@ class Planner:
         start, stop = t.isl, t.isl + t.osl
         micro = batch // pp
         layers = self.fitter.layers()
-        stage = math.ceil(layers / pp) / layers if pp > 1 else 1.0
+        st = self.stages(v, pp) if pp > 1 else None
 
         def step(model: StepModel, q_len: int = 1) -> tuple[float, float]:
-            send = self._send_s(micro * q_len, v.hidden_bytes, pp) if pp > 1 else 0.0
-            one = mixed_mean(model, v.prefill, micro, start, stop, share / pp, layer_share=stage)
-            low = mixed_mean_bound(model, v.prefill, micro, start, stop, share / pp, layer_share=stage)
-            return pp * (one + send), pp * (low + send)
+            if st is None:
+                return (mixed_mean(model, v.prefill, micro, start, stop, share),
+                        mixed_mean_bound(model, v.prefill, micro, start, stop, share))
+            # the steady pipeline over each stage's mean: exact where one branch of the period and
+            # one slowest stage hold over the contexts (docs/plan.md)
+            pairs = st.verify if model is v.verify else st.decode
+            ones = [mixed_mean(m, p, micro, start, stop, share / pp) for m, p in zip(pairs, st.prefill, strict=True)]
+            lows = [mixed_mean_bound(m, p, micro, start, stop, share / pp)
+                    for m, p in zip(pairs, st.prefill, strict=True)]
+            return self._pipelined(v, pp, micro, q_len, lows, ones)
 
         plain, plain_bound = step(v.decode)
         if v.verify is None:
@@ -435,35 +537,36 @@ class Planner:
         return self._finish(config, dv, batch, pp)
 
     def batch_limit(self, v: Variant, pp: int, chunk: tuple[int, float] = (0, 0.0)) -> int | None:
-        """The largest batch (a multiple of `pp`) whose memory per GPU fits (Variant.memory at
-        ISL+OSL with `chunk`), or None when none does or capacity is unknown."""
+        """The largest batch (a multiple of `pp`) whose memory per GPU fits (`memory` at ISL+OSL
+        with `chunk`), or None when none does or capacity is unknown."""
         usable, t, block = self._usable(), self.targets, self._block()
         if usable is None:
             return None
-        layers = self.fitter.layers()
-        share = math.ceil(layers / pp) / layers if pp > 1 else 1.0
         tokens, peak = chunk
-        fixed = share * (v.weights + (v.kv_bytes(tokens, block) if tokens else 0.0)) + peak
-        per = share * v.kv_bytes(t.isl + t.osl, block)
+        if pp <= 1:
+            parts = [(v.weights + (v.kv_bytes(tokens, block) if tokens else 0.0), v.kv_bytes(t.isl + t.osl, block))]
+        else:
+            st = self.stages(v, pp)
+            parts = [(st.weights[k] + (st.kv_bytes(k, tokens, block) if tokens else 0.0),
+                      st.kv_bytes(k, t.isl + t.osl, block)) for k in range(pp)]
         lines = v.activations.lines or ((0.0, 0.0),)
-        limit = min(math.floor((usable - fixed - a) / (per + b)) if per + b > 0 else math.inf for a, b in lines)
+        limit = min(math.floor((usable - fixed - peak - a) / (per + b / pp)) if per + b > 0 else math.inf
+                    for fixed, per in parts for a, b in lines)
         if not math.isfinite(limit):
             return None
         limit -= limit % pp
-        while limit >= pp and v.memory(limit, t.isl + t.osl, block, share, chunk) > usable:  # rounding
+        while limit >= pp and self.memory(v, limit, pp, chunk) > usable:  # rounding
             limit -= pp
         return limit if limit >= pp else None
 
     def _step(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
-        """(expected, bound) of one instance's decode step of `batch` sequences at `context`."""
+        """(expected, bound) of one instance's decode step of `batch` sequences at `context`, as
+        `profile --phase decode` (with `--pp`: the steady pipeline's period) gives them."""
         if pp <= 1:
             return v.decode.expected(batch, context), v.decode.bound(batch, context)
-        layers = self.fitter.layers()
-        stage = math.ceil(layers / pp) / layers
-        micro = batch // pp
-        send = self._send_s(micro, v.hidden_bytes, pp)
-        return (pp * (v.decode.expected(micro, context, layer_share=stage) + send),
-                pp * (mixed_mean_bound(v.decode, v.prefill, micro, context, context + 1, 0.0, layer_share=stage) + send))
+        micro, st = batch // pp, self.stages(v, pp)
+        return self._pipelined(v, pp, micro, 1, [m.stage_bound(micro, context) for m in st.decode],
+                               [m.expected(micro, context) for m in st.decode])
 
     def _chunk_peak(self, v: Variant, tokens: int) -> float:
         """The activation peak of a prompt chunk of `tokens` (a prefill of that many tokens after
@@ -479,9 +582,7 @@ class Planner:
         """Memory and fit, bounds, the targets checked (`chunk`: a prompt chunk's tokens held and
         activation peak in each step, aggregated serving)."""
         t = self.targets
-        layers = self.fitter.layers()
-        share = math.ceil(layers / pp) / layers if pp > 1 else 1.0
-        memory = v.memory(batch, t.isl + t.osl, self._block(), share, chunk)
+        memory = self.memory(v, batch, pp, chunk)
         usable = self._usable()
         fits = usable is None or memory <= usable
         context = t.isl + t.osl // 2

@@ -353,7 +353,8 @@ def profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
-    report = with_pipeline(report, counting, hw, workload, deployment)  # --pp: the pipelined step
+    report = with_pipeline(report, counting, hw, workload, deployment,  # --pp: the pipelined step
+                           lambda micro: count(source, micro, deployment, host, lever=lever))
     report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:
         measurement = _guarded("the measured forward", source, workload,

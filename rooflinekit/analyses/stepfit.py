@@ -18,8 +18,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
-import torch
-
+from rooflinekit.analyses.pipeline_parallel import Layout, layout_of, op_stages
 from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, count, profile
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
@@ -96,6 +95,7 @@ class StepFitter:
     _facts: ModelFacts | None = None
     _plan: LayerPlan | None = None
     _raw: dict = field(default_factory=dict)
+    _transformed: dict = field(default_factory=dict)
     _module_models: bool | None = None
     on_capture: Callable[[], None] | None = None
 
@@ -142,7 +142,14 @@ class StepFitter:
         return self._raw[key]
 
     def transformed(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counted:
-        """The design capture at `workload` through the deployment's transforms."""
+        """The design capture at `workload` through the deployment's transforms (kept: a pipeline's
+        stages and the memory figures read the same one)."""
+        key = (workload, deployment, skip)
+        if key not in self._transformed:
+            self._transformed[key] = self._transform(workload, deployment, skip)
+        return self._transformed[key]
+
+    def _transform(self, workload: Workload, deployment: Deployment, skip: bool) -> Counted:
         counting = self.raw(workload, deployment, skip)
         ctx = TransformContext(workload, deployment, self._model, self.host)
         # the model's facts (module tree, parallel plan) computed once; a skipped layer's weights
@@ -161,41 +168,71 @@ class StepFitter:
 
         return count
 
-    def hidden_bytes(self) -> float:
-        """Bytes of one token's hidden state between layers: the embedding's width at the
-        activation dtype's size (0 where the model has no embedding)."""
-        model = self.model()
-        embedding = next((m for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
-        if embedding is None:
-            return 0.0
-        return float(embedding.embedding_dim * torch.empty((), dtype=embedding.weight.dtype).element_size())
+    def stood_for(self, path: str) -> list[str]:
+        """Module `path` (in a run layer of a design capture) and its twins in the layers that
+        layer stands for; [path] outside the layers."""
+        child = self._plan.owner(path)
+        if child is None:
+            return [path]
+        rep = self._plan.rep[child]
+        rest = path[len(child):]
+        return [c + rest for c, r in self._plan.rep.items() if r == rep]
 
-    def design_capture(self, workload: Workload, deployment: Deployment, skip: bool = True) -> DesignCapture:
-        """One design point's ops through the deployment's transforms, with multiplicities."""
+    def design_capture(self, workload: Workload, deployment: Deployment, skip: bool = True,
+                       stage: tuple[Layout, int] | None = None) -> DesignCapture:
+        """One design point's ops through the deployment's transforms, with multiplicities; with
+        `stage` (a pipeline's layout and a stage), only that stage's: a run layer of the cut stack
+        counts the layers it stands for within the stage, any other op counts on the stage
+        `profile --pp` puts it (the last layer run before it)."""
         counted = self.transformed(workload, deployment, skip)
         ops = counted.capture.ops
         plan = self._plan if skip else LayerPlan()
         slots, _ = _slots(ops, plan)
         stands = Counter(plan.rep.values())
         multiplicity = [stands[g] if g else 1 for g, _, _ in slots]
+        if stage is not None:
+            multiplicity = self._stage_multiplicity(ops, slots, multiplicity, plan, *stage)
         attention = frozenset(i for site in counted.attention for i in site.op_indices)
         return DesignCapture(ops, attention, multiplicity, [bool(g) for g, _, _ in slots],
                              [(g, rel, op.name) for (g, _, rel), op in zip(slots, ops, strict=True)])
 
+    def _stage_multiplicity(self, ops, slots, multiplicity: list[int], plan: LayerPlan, layout: Layout,
+                            k: int) -> list[int]:
+        span = layout.ranges[k]
+        within: Counter = Counter()
+        for child, rep in plan.rep.items():
+            index = layout.layer_index(child)
+            if index is not None and index in span:
+                within[rep] += 1
+        stages = op_stages(ops, layout)
+        out = []
+        for (g, _, _), n, where in zip(slots, multiplicity, stages, strict=True):
+            if g and layout.layer_index(g) is not None:
+                out.append(within[g])
+            else:
+                out.append(n if where == k else 0)
+        return out
+
     # -- step models --
 
-    def step_model(self, shape: Shape, deployment: Deployment, hw: HardwareSpec) -> StepModel:
-        """The step model of `deployment` over `shape`'s design (module doc)."""
+    def step_model(self, shape: Shape, deployment: Deployment, hw: HardwareSpec,
+                   stage: tuple[Layout, int] | None = None) -> StepModel:
+        """The step model of `deployment` over `shape`'s design (module doc); with `stage`, of one
+        pipeline stage's ops (design_capture)."""
         if shape.fit_batch:
-            return self._fitted(shape, shape.batches, deployment, hw)
-        per = {b: self._fitted(shape, (b,), deployment, hw) for b in shape.batches}
+            return self._fitted(shape, shape.batches, deployment, hw, stage)
+        per = {b: self._fitted(shape, (b,), deployment, hw, stage) for b in shape.batches}
         first = next(iter(per.values()))
         return replace(first, batches=tuple(per), per_batch=per)
 
+    def layout(self, pp: int) -> Layout:
+        """The stages `profile --pp` cuts the model into."""
+        return layout_of(self.model(), pp)
+
     def _fitted(self, shape: Shape, batches: tuple[int, ...], deployment: Deployment,
-                hw: HardwareSpec) -> StepModel:
+                hw: HardwareSpec, stage: tuple[Layout, int] | None = None) -> StepModel:
         design = Design(batches, shape.contexts)
-        caps = [self.design_capture(self._workload(shape, b, s), deployment) for b, s in design.points]
+        caps = [self.design_capture(self._workload(shape, b, s), deployment, stage=stage) for b, s in design.points]
         return build_step_model(shape.phase, design, caps, hw, self.base.dtype_key, self.layers())
 
     def _workload(self, shape: Shape, batch: int, context: int) -> Workload:

@@ -27,13 +27,14 @@ from rooflinekit.core.request import (
     Deployment,
     Workload,
 )
+from rooflinekit.stages.pipeline_parallel import SCHEDULES
 from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, validate_levers
 
 #: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
 DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches")
+                    "micro_batches", "pp_schedule")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -189,6 +190,11 @@ def memory_option(f):
 def pipeline_options(f):
     """--pp/--micro-batches: planned pipeline parallelism (rooflinekit.analyses.pipeline_parallel), kept in
     the click context for make_workload like the lever flags."""
+    f = click.option("--pp-schedule", default="steady", show_default=True, type=click.Choice(SCHEDULES),
+                     expose_value=False, callback=_keep,
+                     help="How the pipeline runs: steady (a serving engine's micro-batches in flight, one "
+                          "token per sequence per period) or one-batch (one batch filling and draining the "
+                          "pipeline, with its bubble).")(f)
     f = click.option("--micro-batches", default=None, type=int, expose_value=False, callback=_keep,
                      help="Micro-batches of a pipelined step (default: min(--pp, batch) in decode, one "
                           "sequence each in prefill).")(f)

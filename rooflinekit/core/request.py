@@ -145,6 +145,9 @@ class Deployment:
     #: Micro-batches of a pipeline-parallel step (None: min(pp, batch) in decode, one sequence each in
     #: prefill; rooflinekit.stages.pipeline_parallel.default_micro_batches).
     micro_batches: int | None = None
+    #: How a pipeline runs (rooflinekit.stages.pipeline_parallel.SCHEDULES): "steady", a serving
+    #: engine's micro-batches in flight; "one-batch", one batch filling and draining it.
+    pp_schedule: str = "steady"
     replicas: int = 1
     #: Stored format of linear and expert weights (None: the activation dtype).
     weight_dtype: str | None = None
@@ -216,7 +219,8 @@ class Deployment:
             parts.append(f"EP {self.ep}")
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" ({self.micro_batches} micro-batches)"
-                                           if self.micro_batches is not None else ""))
+                                           if self.micro_batches is not None else "")
+                         + (f" ({self.pp_schedule})" if self.pp_schedule != "steady" else ""))
         if self.replicas > 1:
             parts.append(f"{self.replicas} replicas")
         if self.weight_dtype is not None and self.weight_dtype != dtype_key:

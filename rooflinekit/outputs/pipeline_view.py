@@ -26,7 +26,9 @@ def pipeline_lines(report: Report) -> list[str]:
         f"pipeline: {pp['degree']} stages x {pp['micro_batches']} micro-batches of {pp['micro_batch_sequences']} "
         f"sequence(s) ({pp['micro_batch_tokens']} tokens) over the {pp['layers']} layers of "
         f"{pp['stack'] or 'the model'}; slowest stage {slow['stage']} (layers {_layers(slow)}), "
-        f"{seconds(slow['time_bound_s'])} bound per micro-batch; bubble {share(pp['bubble_fraction'])}",
+        f"{seconds(slow['time_bound_s'])} bound per micro-batch; "
+        + (f"one batch, bubble {share(pp['bubble_fraction'])}" if pp.get("schedule") == "one-batch" else
+           f"steady schedule, slowest stage idle {share(pp['bubble_fraction'])} of each period"),
         f"pipeline sends: {num(pp['send_bytes_per_micro_batch'], 'B')} per micro-batch per boundary (hidden "
         f"{hidden if hidden is not None else '?'}), {seconds(pp['send_time_s'])} bound / "
         f"{seconds(pp['send_expected_s'])} expected on the {pp['link']} link; {num(pp['send_bytes'], 'B')} "

@@ -20,6 +20,33 @@ STEP_WORDS = (
     "equal")
 
 
+#: The steady serving pipeline's formula, in words (the report's `parallel.pp.step`).
+STEADY_WORDS = (
+    "steady serving pipeline: M micro-batches in flight, each passing the N stages in turn and its "
+    "sampled tokens sent back to the first; every sequence gains one token per period = max(M x "
+    "max(slowest stage's micro-batch time, one send), the sum of the stages' micro-batch times + "
+    "(N - 1) activation sends + the token send back): the stages are never idle when the first term "
+    "is larger, and a micro-batch's round trip paces the pipeline when the second is")
+#: Pipeline schedules: `steady` (a serving engine's decode, the default) and `one-batch` (one
+#: batch of M micro-batches filling and draining the pipeline, with its bubble).
+SCHEDULES = ("steady", "one-batch")
+
+
+def steady_step(stage_times: list[float], micro_batches: int, send_s: float, back_s: float) -> float:
+    """Seconds per period of the steady serving pipeline (STEADY_WORDS): every sequence of every
+    micro-batch gains one token each period. One stage: M x its time."""
+    if not stage_times:
+        raise ValueError("a pipeline needs at least one stage")
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be at least 1, got {micro_batches}")
+    n = len(stage_times)
+    if n == 1:
+        return micro_batches * stage_times[0]
+    busy = micro_batches * max(max(stage_times), send_s)
+    round_trip = sum(stage_times) + (n - 1) * send_s + back_s
+    return max(busy, round_trip)
+
+
 def split_layers(n_layers: int, stages: int) -> list[range]:
     """Contiguous ranges of `n_layers` layers over `stages` stages, as even as possible.
 

@@ -153,6 +153,17 @@ class StepModel:
         nbytes = sum(k.count * values[k.nbytes] for k in m.kernels) + sum(c.count * values[c.nbytes] for c in m.calls)
         return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth)
 
+    def stage_bound(self, batch: int, context: int) -> float:
+        """The time bound of a pipeline stage's micro-batch at (batch, context), as `profile --pp`
+        bounds a stage: the kernels' FLOPs at peak, their bytes at bandwidth or the collectives'
+        bound, whichever is largest."""
+        m = self._at(batch)
+        values = m._values(batch, context)
+        flops = sum(k.count * values[k.flops] for k in m.kernels)
+        nbytes = sum(k.count * values[k.nbytes] for k in m.kernels)
+        comm = sum(c.count * m._call(c, values[c.message])[1] for c in m.calls)
+        return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth, comm)
+
     def weight_bytes(self, batch: int, context: int) -> float:
         """Parameter bytes the step reads (its kernels')."""
         m = self._at(batch)
@@ -264,8 +275,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
                             design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
                             design.poly(tuple(o.param_bytes for o in ops)), rows, key, in_layers)
         kernels[group] += count
-    return StepModel(phase, design, [replace(k, count=n) for k, n in kernels.items()],
-                     [replace(c, count=n) for c, n in calls.items()], hw, dtype, layers=layers)
+    return StepModel(phase, design, [replace(k, count=n) for k, n in kernels.items() if n],
+                     [replace(c, count=n) for c, n in calls.items() if n], hw, dtype, layers=layers)
 
 
 # -- mixed steps ---------------------------------------------------------------------------------

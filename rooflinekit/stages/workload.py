@@ -58,6 +58,7 @@ from rooflinekit.core.request import (
     Workload,
 )
 from rooflinekit.stages.mixed import validate_mixed
+from rooflinekit.stages.pipeline_parallel import SCHEDULES
 from rooflinekit.stages.restate import restated
 
 DTYPES = {
@@ -195,6 +196,8 @@ def validate_deployment(deployment: Deployment) -> None:
             f"--tp {d.tp} with --ep {d.ep}: only --ep equal to --tp (experts spread over the GPUs that "
             "split attention) or --ep alone (data-parallel attention) is modelled")
     check_micro_batches(d)
+    if d.pp_schedule not in SCHEDULES:
+        raise WorkloadError(f"unknown pipeline schedule {d.pp_schedule!r}: use one of {', '.join(SCHEDULES)}")
     if d.kernels not in KERNELS:
         raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
     check_fraction(d.memory_fraction)
