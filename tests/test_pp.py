@@ -12,7 +12,12 @@ import pytest
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.request import Deployment
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.pipeline_parallel import default_micro_batches, pipelined_step, split_layers, steady_step
+from rooflinekit.stages.pipeline_parallel import (
+    default_micro_batches,
+    pipelined_step,
+    split_layers,
+    steady_step,
+)
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, one_line_error
 
