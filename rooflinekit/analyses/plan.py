@@ -187,7 +187,8 @@ class Planner:
         model the first one built."""
         if dtype not in self.fitters:
             f = self.fitter
-            self.fitters[dtype] = StepFitter(f.built, replace(f.base, dtype=dtype), f.host, f.db)
+            runs_as = f if torch_dtype(replace(f.base, dtype=dtype)) == torch_dtype(f.base) else None
+            self.fitters[dtype] = StepFitter(f.built, replace(f.base, dtype=dtype), f.host, f.db, runs_as=runs_as)
         return self.fitters[dtype]
 
     @property
@@ -329,8 +330,10 @@ class Planner:
         o = self.options
         tps = o.tps or tuple(_powers(o.gpus))
         moe = self._moe()
+        wide = [e for e in _powers(o.gpus) if e > 1] if moe else []
         for tp in tps:
-            for ep in ((1, tp) if moe and tp > 1 else (1,)):
+            # experts over the TP group, or (TP 1) data-parallel attention with experts over EP GPUs
+            for ep in ((1, tp) if moe and tp > 1 else (1, *wide)):
                 for name in o.weight_dtypes:
                     w, act = WEIGHT_FORMATS[name]
                     for kv in o.kv_dtypes:
@@ -491,7 +494,7 @@ class Planner:
         ttft_step, ttft_low, _ = self._decode_time(replace(v, verify=None), batch, pp, full / new)
         steps = math.ceil(new / full)
         ttft = steps * ttft_step
-        tokens_per_gpu = batch / tpot / gpus
+        tokens_per_gpu = batch * _dp(d) / tpot / gpus
         return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot, ttft_bound_s=steps * ttft_low,
                                        tpot_bound_s=tpot_bound,
                                        e2e_s=ttft + (t.osl - 1) * tpot, tokens_per_s_per_gpu=tokens_per_gpu,
@@ -511,11 +514,11 @@ class Planner:
         prefill_bound = pv.prefill.bound(1, pv.prefill.design.contexts[0])
         tpot, tpot_bound, spec = self._decode_time(dv, batch, pp, 0.0)
         # balance: prompts prefilled per second against sequences finished per second
-        rate_p, rate_d = 1.0 / prefill_s, batch / (t.osl * tpot)
+        rate_p, rate_d = _dp(pv.deployment) / prefill_s, batch * _dp(dv.deployment) / (t.osl * tpot)
         n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d)
         used = n_p * gp + n_d * gd
         # the prompt's KV cache, one decode GPU's share times the GPUs sharing it, sent once
-        kv_sent = dv.kv_bytes(t.isl) * max(dv.deployment.tp, dv.deployment.ep)
+        kv_sent = dv.kv_bytes(t.isl) * dv.deployment.tp
         transfer = self._send_s(1, kv_sent, used) if used > 1 else 0.0
         ttft = prefill_s + transfer
         output = t.osl * min(n_p * rate_p, n_d * rate_d)
@@ -663,6 +666,12 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                         config = planner.disaggregated(pv, dv, pp, batch)
                         if config is not None:
                             yield config
+
+
+def _dp(d: Deployment) -> int:
+    """Attention replicas of an instance: EP without TP is data-parallel attention (each GPU runs
+    attention for its own batch, the experts spread over all of them); otherwise one."""
+    return d.ep if d.tp == 1 and d.ep > 1 else 1
 
 
 def _with_limit(batches: tuple[int, ...], limit: int | None, v: Variant) -> tuple[int, ...]:

@@ -98,6 +98,9 @@ class StepFitter:
     _transformed: dict = field(default_factory=dict)
     _module_models: bool | None = None
     on_capture: Callable[[], None] | None = None
+    #: A fitter of the same model at the dtype the model runs in, whose captures an fp8 fitter
+    #: reuses (an fp8 workload runs in bf16 and is transformed) when the KV format is given.
+    runs_as: StepFitter | None = None
 
     # -- the model, built once --
 
@@ -128,6 +131,8 @@ class StepFitter:
     def raw(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counting:
         """The counted capture (before transforms) at `workload` for the deployment's capture key."""
         self.model()
+        if self.runs_as is not None and deployment.kv_dtype is not None:
+            return self.runs_as.raw(replace(workload, dtype=self.runs_as.base.dtype), deployment, skip)
         key = (workload, self.capture_key(deployment), skip)
         if key not in self._raw:
             with using(self._facts), (skipping(self._plan) if skip else nullcontext()):

@@ -117,12 +117,11 @@ class PlanConfig:
     def label(self) -> str:
         """The configuration in words: 'agg TP 8, fp8 W, fp8 KV, B 64, chunk 2048, MTP 1'."""
         if self.mode == "disaggregated" and self.prefill and self.decode:
-            head = (f"disagg {self.pool_ratio}: prefill TP {self.prefill.tp}"
-                    f"{f' EP {self.prefill.ep}' if self.prefill.ep > 1 else ''} x{self.prefill.instances}, "
-                    f"decode TP {self.decode.tp}{f' EP {self.decode.ep}' if self.decode.ep > 1 else ''}"
+            head = (f"disagg {self.pool_ratio}: prefill {_degrees(self.prefill.tp, self.prefill.ep)} "
+                    f"x{self.prefill.instances}, decode {_degrees(self.decode.tp, self.decode.ep)}"
                     f"{f' PP {self.decode.pp}' if self.decode.pp > 1 else ''} x{self.decode.instances}")
         else:
-            head = (f"agg TP {self.tp}{f' EP {self.ep}' if self.ep > 1 else ''}"
+            head = (f"agg {_degrees(self.tp, self.ep)}"
                     f"{f' PP {self.pp}' if self.pp > 1 else ''} x{self.replicas}")
         tail = f", {FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W, {self.kv_dtype} KV, B {self.batch}"
         if self.chunk:
@@ -130,6 +129,13 @@ class PlanConfig:
         if self.speculative:
             tail += f", {self.speculative.draft} k={self.speculative.k}"
         return head + tail
+
+
+def _degrees(tp: int, ep: int) -> str:
+    """'TP 8', 'TP 8 EP 8', or 'DP 32 EP 32' (data-parallel attention: TP 1, experts over EP)."""
+    if tp == 1 and ep > 1:
+        return f"DP {ep} EP {ep}"
+    return f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")
 
 
 @dataclass

@@ -35,13 +35,19 @@ def _wrapped(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2))
 
 
+def _short(tp: int, ep: int) -> str:
+    """'TP8', 'TP8 EP8', 'DP32 EP32' (data-parallel attention)."""
+    if tp == 1 and ep > 1:
+        return f"DP{ep} EP{ep}"
+    return f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
+
+
 def short_label(c: PlanConfig) -> str:
     """A configuration in a table cell: 'agg TP8 x1 fp8/fp8 B32 c512' (weights/KV formats)."""
     if c.mode == "disaggregated" and c.prefill and c.decode:
-        head = f"dis {c.pool_ratio} P:TP{c.prefill.tp} D:TP{c.decode.tp}" + (f" EP{c.decode.ep}" if c.decode.ep > 1
-                                                                               else "")
+        head = f"dis {c.pool_ratio} P:{_short(c.prefill.tp, c.prefill.ep)} D:{_short(c.decode.tp, c.decode.ep)}"
     else:
-        head = f"agg TP{c.tp}" + (f" EP{c.ep}" if c.ep > 1 else "") + f" x{c.replicas}"
+        head = f"agg {_short(c.tp, c.ep)} x{c.replicas}"
     if c.pp > 1:
         head += f" PP{c.pp}"
     tail = f" {c.weight_dtype}/{c.kv_dtype} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
@@ -63,9 +69,13 @@ def plan_to_text(result: PlanResult) -> str:
         lines.append(f"best: {best.label()}")
         lines += _wrapped(config_line(best))
         if best.mode == "disaggregated" and best.prefill is not None:
-            lines += _wrapped(f"prefill pool: {best.prefill.instances} x TP {best.prefill.tp}, one prompt per step of "
-                              f"{_ms(best.prefill.step_s)}; decode pool: {best.decode.instances} x TP {best.decode.tp}"
-                              f", {best.decode.batch} sequences each; GPUs {best.pool_ratio} (prefill:decode)"
+            p, d = best.prefill, best.decode
+            each = (f"{d.batch} sequences per GPU ({d.batch * d.ep} per instance)" if d.tp == 1 and d.ep > 1
+                    else f"{d.batch} sequences each")
+            lines += _wrapped(f"prefill pool: {p.instances} x {_short(p.tp, p.ep)}, one prompt per "
+                              f"{'GPU and ' if p.tp == 1 and p.ep > 1 else ''}step of {_ms(p.step_s)}; decode pool: "
+                              f"{d.instances} x {_short(d.tp, d.ep)}{f' PP{d.pp}' if d.pp > 1 else ''}, {each}; "
+                              f"GPUs {best.pool_ratio} (prefill:decode)"
                               + (f", {best.gpus_idle} of the {result.gpus} idle" if best.gpus_idle else ""))
     elif result.closest is not None:
         c = result.configs[result.closest]
