@@ -20,7 +20,15 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING
 
-from rooflinekit.plugin import ModuleModel, UserError, dtype_key, hookimpl
+from rooflinekit.plugin import (
+    ModuleModel,
+    UserError,
+    dtype_key,
+    expected_distinct_experts,  # the one formula, which moe_model's records follow
+    hookimpl,
+)
+
+__all__ = ["expected_distinct_experts", "experts_model", "rooflinekit_module_model", "routing_model"]
 
 if TYPE_CHECKING:
     import torch
@@ -40,13 +48,6 @@ def __getattr__(name: str):
     if name == "ExpertsModel":
         return importlib.import_module(MODEL_MODULE).ExpertsModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def expected_distinct_experts(tokens: int, top_k: int, num_experts: int) -> float:
-    """E*(1-(1-k/E)^T): expected distinct experts hit by T tokens choosing k of E, uniformly."""
-    if tokens <= 0 or num_experts <= 0:
-        return 0.0
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
 def experts_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -> ModuleModel | None:

@@ -48,6 +48,9 @@ class ExpertsModel(ModuleModel):
     biases: list[tuple[str, int]] = field(default_factory=list)
     ep_size: int = 1
     tp_size: int = 1
+    #: Polynomial counts but the weights, which follow the expected distinct experts (declared on
+    #: each record, rooflinekit.stages.modelled.emit's `experts`): step models fit it from few batches.
+    scaling: str | None = "expected-experts"
 
     @property
     def assumption(self) -> str:  # type: ignore[override]
@@ -82,6 +85,7 @@ class ExpertsModel(ModuleModel):
         isz = self.itemsize
         note = self.assumption + f" (T={group_tokens}, k={k}, E={e_total}: {touched:.1f} experts" + (
             f" of {local:g} local" if ep > 1 else "") + (f", each split {split} ways" if split > 1 else "") + ")"
+        terms = {"tokens": group_tokens, "k": k, "experts": e_total, "share": 1 / ep}
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
                             module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
@@ -96,7 +100,7 @@ class ExpertsModel(ModuleModel):
                 flops=2 * rows * out_l * in_l,
                 bytes_read=weights + rows * in_l * isz,
                 bytes_written=rows * out_l * isz,
-                param_bytes=weights, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}",
+                param_bytes=weights, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}", experts=terms,
             )
             if self.gated and i == 0 and len(self.matrices) > 1:
                 inter = out_l / 2
@@ -104,7 +108,7 @@ class ExpertsModel(ModuleModel):
                      flops=0, bytes_read=rows * out_l * isz, bytes_written=rows * inter * isz)
         for name, size in self.biases:
             emit(f"moe.{name}", module=path, dtype=self.dtype, assumption=note, flops=0,
-                 bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz)
+                 bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz, experts=terms)
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
                             module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")

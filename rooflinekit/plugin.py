@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.core.heads import (
     HEAD_ATTRS,
     HEAD_DIM_ATTRS,
@@ -182,6 +183,8 @@ __all__ = [
     # layers a sweep's design capture stands in for (their per-layer inputs may stay empty)
     "skipped_layers",
     "under",
+    # the expected load of routed experts (module models; step models evaluate it at any batch)
+    "expected_distinct_experts",
     # walks of the model, once per sweep (rooflinekit.core.model_facts)
     "cached",
     "module_tree",

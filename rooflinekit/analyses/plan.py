@@ -66,6 +66,8 @@ from rooflinekit.stages.workload import ModelSource, load_source, torch_dtype
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
 CHUNKS = (512, 2048, 8192)
+#: Module models' scalings a step model fits from two batches (rooflinekit.stages.stepmodel).
+FITTED_SCALINGS = ("polynomial", "expected-experts")
 #: Batches per instance the search tries: powers of two up to this.
 MAX_BATCH = 1024
 #: The largest relative difference between a step model and a full profile that the check accepts
@@ -240,9 +242,10 @@ class Planner:
         return Variant(deployment, decode, prefill, *memory, verify=verify, draft=draft, dtype=dtype)
 
     def _fit_batch(self, deployment: Deployment) -> bool:
-        """Whether counts are polynomial in batch (no data-dependent module model)."""
+        """Whether counts are fitted in batch: polynomial, or polynomial but for weights that
+        follow the expected distinct experts (a step model evaluates those at any batch)."""
         counting = self.fitter.raw(replace(self.fitter.base, batch=1), deployment)
-        return all(getattr(m, "scaling", None) == "polynomial" for m in counting.models)
+        return all(getattr(m, "scaling", None) in FITTED_SCALINGS for m in counting.models)
 
     def check(self, config: PlanConfig) -> tuple[str, bool]:
         """The decode step model of `config`'s deployment against a full profile at a point its

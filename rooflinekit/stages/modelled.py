@@ -8,7 +8,7 @@ OpRecords (kind "modelled") carrying the assumption they rest on.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -48,11 +48,16 @@ def emit(
     assumption: str = "",
     counted: bool = True,
     shapes: str = "",
+    experts: Mapping[str, float] | None = None,
 ) -> OpRecord | None:
     """Add one modelled op to the capture in progress (no-op outside a capture).
 
     Counts must be finite numbers >= 0: anything else stops the run with one line naming the
-    module model and the field (a wrong count would silently corrupt every total).
+    module model and the field (a wrong count would silently corrupt every total). `experts`
+    declares that the record's weight bytes (`param_bytes`, also read) are a fixed size per expert
+    times the expected distinct experts E*(1-(1-k/E)^T) x share, with {"tokens": T, "k": k,
+    "experts": E, "share": share}, and its other counts polynomial: a step model then fits them
+    from a few batches (rooflinekit.stages.stepmodel).
     """
     rec = active_recorder()
     if rec is None:
@@ -64,7 +69,8 @@ def emit(
         OpRecord(
             index=0, name=name, module=module, flops=float(flops), bytes_read=float(bytes_read),
             bytes_written=float(bytes_written), dtype=dtype, counted=counted, kind="modelled",
-            param_bytes=float(param_bytes), shapes=shapes, attrs={"assumption": assumption},
+            param_bytes=float(param_bytes), shapes=shapes,
+            attrs={"assumption": assumption, **({"expected_experts": dict(experts)} if experts else {})},
         )
     )
 

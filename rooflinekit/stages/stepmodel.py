@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import (
@@ -86,11 +87,19 @@ class StepModel:
     batches: tuple[int, ...] | None = None
     per_batch: dict[int, StepModel] = field(default_factory=dict)
     layers: int = 1  # the repeated layers the kernels in layers stand for (for pipeline stages)
+    #: Values past the design's polynomials: (poly of the rest, poly of the tokens routed, bytes
+    #: per expert, k, E, share), each rest + bytes x E(1-(1-k/E)^T) x share (an MoE record's
+    #: weights follow the expected distinct experts; rooflinekit.stages.modelled.emit)
+    extras: tuple[tuple[int, int, float, float, float, float], ...] = ()
 
     # -- pricing one point --
 
     def _values(self, batch: int, context: int) -> list[float]:
-        return self.design.values(batch, context)
+        values = self.design.values(batch, context)
+        if not self.extras:
+            return values
+        return values + [values[rest] + per * expected_distinct_experts(values[tokens], k, experts) * share
+                         for rest, tokens, per, k, experts, share in self.extras]
 
     def _at(self, batch: int) -> StepModel:
         if self.batches is None:
@@ -252,6 +261,28 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
     kernels: Counter = Counter()
     calls: Counter = Counter()
     seen: Counter = Counter()
+    extras: list[tuple[int, int, float, float, float, float]] = []
+
+    def counts(ops: list[OpRecord]) -> tuple[int, int]:
+        """(bytes, parameter bytes) poly indices; an op whose weights follow the expected experts
+        gets slots past the design's (StepModel.extras), encoded negative until all polys exist."""
+        terms = [o.attrs.get("expected_experts") for o in ops]
+        if not all(terms):
+            return (design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
+                    design.poly(tuple(o.param_bytes for o in ops)))
+        shared = {(t["k"], t["experts"], t["share"]) for t in terms}
+        touched = [expected_distinct_experts(t["tokens"], t["k"], t["experts"]) * t["share"] for t in terms]
+        per = {o.param_bytes / n for o, n in zip(ops, touched, strict=True) if n}
+        if len(shared) != 1 or not per or max(per) - min(per) > 1e-9 * max(per):
+            raise FitError(f"{ops[0].name}: its experts' terms differ between the design points")
+        k, experts, share = shared.pop()
+        rest = design.poly(tuple(o.bytes_read + o.bytes_written - o.param_bytes for o in ops))
+        tokens = design.poly(tuple(float(t["tokens"]) for t in terms))
+        zero = design.poly(tuple(0.0 for _ in ops))
+        extras.append((rest, tokens, max(per), k, experts, share))
+        extras.append((zero, tokens, max(per), k, experts, share))
+        return -(len(extras) - 1), -len(extras)
+
     for i, op in enumerate(first.ops):
         ops = [c.ops[i] for c in captures]
         count, in_layers = first.multiplicity[i], first.in_layers[i]
@@ -270,13 +301,18 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         if op.name in MATMUL_OPS:
             counted = [gemm_rows(o.name, o.shapes) for o in ops]
             rows = None if any(r is None for r in counted) else design.poly(tuple(float(r) for r in counted))
+        nbytes, params = counts(ops)
         group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,
-                            design.poly(tuple(o.flops for o in ops)),
-                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
-                            design.poly(tuple(o.param_bytes for o in ops)), rows, key, in_layers)
+                            design.poly(tuple(o.flops for o in ops)), nbytes, params, rows, key, in_layers)
         kernels[group] += count
-    return StepModel(phase, design, [replace(k, count=n) for k, n in kernels.items() if n],
-                     [replace(c, count=n) for c, n in calls.items() if n], hw, dtype, layers=layers)
+    base = len(design.polys)
+
+    def slot(index: int) -> int:  # an extras slot (negative, from 1) past the design's polys
+        return index if index >= 0 else base - index - 1
+
+    groups = [replace(k, count=n, nbytes=slot(k.nbytes), params=slot(k.params)) for k, n in kernels.items() if n]
+    return StepModel(phase, design, groups, [replace(c, count=n) for c, n in calls.items() if n], hw, dtype,
+                     layers=layers, extras=tuple(extras))
 
 
 # -- mixed steps ---------------------------------------------------------------------------------
