@@ -130,3 +130,26 @@ def test_the_batch_search_reaches_the_memory_limit():
         memory = profile(source, Workload("decode", batch, held), _deployment(c), options=FAST,
                          host=host).report.memory
         assert (memory.total_bytes <= c.usable_bytes) is fits, (batch, memory.total_bytes, c.usable_bytes)
+
+
+@pytest.mark.hf
+def test_a_stack_whose_layer_kind_changes_is_fitted_exactly():
+    """DeepSeek-V3 cut to 3 dense then 2 MoE layers, serving view: the boundary between the last
+    dense layer and the first MoE layer (a fused residual add and norm of its own form) is run,
+    not stood in for by a dense-to-dense boundary (1.2e-4 relative at B 64 before)."""
+    from dataclasses import replace
+
+    from rooflinekit.analyses.stepfit import Shape, StepFitter
+    from rooflinekit.stages.hardware import hardware_db
+
+    host = get_host()
+    db = hardware_db(host)
+    base = Workload("decode", 1, 4096)
+    fitter = StepFitter(load_source("examples/configs/deepseek-v3.json", {"layers": 5}, host), base, host, db)
+    deployment = Deployment(hardware="H800", ep=16, weight_dtype="fp8", kv_dtype="fp8", kernels="serving")
+    model = fitter.step_model(Shape("decode", 1, (1, 2), (4096, 5120)), deployment, db.get("H800"))
+    for batch, context in ((3, 4609), (64, 5000)):
+        report = profile(fitter.built, replace(base, batch=batch, context=context), deployment, options=FAST,
+                         host=host, db=db).report
+        assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-12)
+        assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-12)

@@ -42,19 +42,23 @@ from rooflinekit.stages.workload import ModelSource, build
 
 def boundary_plan(plan: LayerPlan) -> LayerPlan:
     """The layers a design capture runs, so that every kind of boundary between layers is seen
-    (the serving view fuses a layer's residual add with the next layer's norm): per stack, the
-    first and second child of each kind (fingerprint) and the stack's last child run; every other
-    child stands in for the second of its kind. Each run layer's ops count as many times as the
-    layers it stands for."""
+    (the serving view fuses a layer's residual add with the next layer's norm, whose form depends
+    on both layers): a child's kind is its fingerprint with its next sibling's; per stack, the
+    first and second child of each kind and the stack's last child run; every other child stands
+    in for the second of its kind. Each run layer's ops count as many times as the layers it
+    stands for. (Three dense layers then MoE layers: the last dense layer, before an MoE layer,
+    runs, instead of standing in for a dense layer followed by a dense one.)"""
     stacks: dict[str, list[str]] = {}
     for child in plan.rep:
         stacks.setdefault(child.rpartition(".")[0], []).append(child)
     rep: dict[str, str] = {}
     for children in stacks.values():
-        second: dict[str, str] = {}
-        for child in children:
-            kind = plan.rep[child]
-            if child == kind or child == children[-1]:
+        first: set[tuple] = set()
+        second: dict[tuple, str] = {}
+        for i, child in enumerate(children):
+            kind = (plan.rep[child], plan.rep[children[i + 1]] if i + 1 < len(children) else None)
+            if kind not in first or child == children[-1]:
+                first.add(kind)
                 rep[child] = child
             elif kind not in second:
                 rep[child] = second[kind] = child

@@ -36,9 +36,9 @@ def _wrapped(text: str, indent: str = "  ") -> list[str]:
 
 
 def _short(tp: int, ep: int) -> str:
-    """'TP8', 'TP8 EP8', 'DP32 EP32' (data-parallel attention)."""
+    """'TP8', 'TP8 EP8', 'DEP32' (data-parallel attention, experts over EP 32)."""
     if tp == 1 and ep > 1:
-        return f"DP{ep} EP{ep}"
+        return f"DEP{ep}"
     return f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
 
 
@@ -97,7 +97,8 @@ def plan_to_text(result: PlanResult) -> str:
     if reasons:
         lines += ["", "rejected: " + ", ".join(f"{n:,} {why}" for why, n in reasons.most_common())]
     lines += ["", "configuration: agg(regated) TP x replicas, or dis(aggregated) with GPUs prefill:decode;",
-              "weights/KV formats; B batch per instance; c chunked-prefill tokens per step",
+              "DEPn = data-parallel attention on n GPUs, experts over EP n; weights/KV formats (fp8 weights:",
+              "W8A8); B batch per instance (per GPU under DEP); c chunked-prefill tokens per step",
               "columns: tok/s/GPU = output tokens per second per GPU in the budget's use; tok/s/user = 1 / TPOT;",
               "TTFT = time to first token; TPOT = mean time per output token; mem/GPU = bytes one GPU holds", "",
               "notes:"]
