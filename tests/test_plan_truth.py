@@ -13,8 +13,10 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.plan import PlanOptions, _pools, run_plan
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
@@ -153,3 +155,26 @@ def test_a_stack_whose_layer_kind_changes_is_fitted_exactly():
                          host=host, db=db).report
         assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-12)
         assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-12)
+
+
+@given(st.integers(1, 64), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.floats(0.1, 100), st.floats(0.1, 100), st.sampled_from([1, 8]))
+@settings(max_examples=200, deadline=None)
+def test_pools_split_the_budget_best_in_whole_units(gpus, gp, gd, rate_p, rate_d, unit):
+    """The prefill:decode split against every split by brute force: the most requests served, then
+    the fewest GPUs; each pool's GPUs a whole number of `unit` (a node)."""
+    best = (0.0, 0, 0, 0)
+    for n_p in range(1, gpus + 1):
+        for n_d in range(1, gpus + 1):
+            used = n_p * gp + n_d * gd
+            if used > gpus or (n_p * gp) % unit or (n_d * gd) % unit:
+                continue
+            served = min(n_p * rate_p, n_d * rate_d)
+            if (served, -used) > (best[0], -best[1]):
+                best = (served, used, n_p, n_d)
+    n_p, n_d = _pools(gpus, gp, gd, rate_p, rate_d, unit)
+    if best[2] == 0:
+        assert (n_p, n_d) == (0, 0)
+    else:
+        assert min(n_p * rate_p, n_d * rate_d) == best[0]
+        assert n_p * gp + n_d * gd == best[1]

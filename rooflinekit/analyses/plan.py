@@ -331,7 +331,8 @@ class Planner:
     def deployments(self) -> Iterator[tuple[Deployment, str, str]]:
         """(deployment, activation dtype, format name) of every layout and format searched."""
         o = self.options
-        tps = o.tps or tuple(_powers(o.gpus))
+        # TP within the scale-up domain (a node) unless asked: TP across nodes is not served
+        tps = o.tps or tuple(_powers(min(o.gpus, self.hw.node_gpus or o.gpus)))
         moe = self._moe()
         wide = [e for e in _powers(o.gpus) if e > 1] if moe else []
         for tp in tps:
@@ -349,6 +350,11 @@ class Planner:
         return bool(counting.models)
 
     # -- pricing one candidate --
+
+    def _pool_unit(self) -> int:
+        """GPUs a disaggregated pool is sized in: a node's when the budget spans nodes, else 1."""
+        node = self.hw.node_gpus
+        return node if node and self.options.gpus > node else 1
 
     def _usable(self) -> float | None:
         capacity = self.hw.memory_bytes
@@ -518,7 +524,9 @@ class Planner:
         tpot, tpot_bound, spec = self._decode_time(dv, batch, pp, 0.0)
         # balance: prompts prefilled per second against sequences finished per second
         rate_p, rate_d = _dp(pv.deployment) / prefill_s, batch * _dp(dv.deployment) / (t.osl * tpot)
-        n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d)
+        n_p, n_d = _pools(self.options.gpus, gp, gd, rate_p, rate_d, self._pool_unit())
+        if not n_p:
+            return None
         used = n_p * gp + n_d * gd
         # the prompt's KV cache, one decode GPU's share times the GPUs sharing it, sent once
         kv_sent = dv.kv_bytes(t.isl) * dv.deployment.tp
@@ -605,14 +613,28 @@ class Planner:
         return replace(config, meets_slo=reason is None, reject_reason=reason)
 
 
-def _pools(gpus: int, gp: int, gd: int, rate_p: float, rate_d: float) -> tuple[int, int]:
+def _pools(gpus: int, gp: int, gd: int, rate_p: float, rate_d: float, unit: int = 1) -> tuple[int, int]:
     """Instances of the prefill (gp GPUs each) and decode (gd each) pools within `gpus` that
-    serve the most requests per second (the slower pool's rate), fewer GPUs on a tie."""
-    best = (0.0, 0, 1, 1)
+    serve the most requests per second (the slower pool's rate), fewer GPUs on a tie; each pool's
+    GPUs a whole number of `unit` (a node, when the budget spans nodes). (0, 0) when none fits."""
+    best = (0.0, 0, 0, 0)
     for n_p in range(1, gpus // gp + 1):
-        n_d = (gpus - n_p * gp) // gd
-        if n_d < 1:
-            break
+        if (n_p * gp) % unit:
+            continue
+        most = (gpus - n_p * gp) // gd
+        while most >= 1 and (most * gd) % unit:
+            most -= 1
+        if most < 1:
+            continue
+        # the fewest decode instances that keep up with the prefills (more serve no more)
+        need = max(1, math.ceil(n_p * rate_p / rate_d))
+        while need > 1 and (need - 1) * rate_d >= n_p * rate_p:
+            need -= 1
+        while need * rate_d < n_p * rate_p:
+            need += 1
+        while (need * gd) % unit:
+            need += 1
+        n_d = min(most, need)
         served = min(n_p * rate_p, n_d * rate_d)
         used = n_p * gp + n_d * gd
         if (served, -used) > (best[0], -best[1]):

@@ -91,15 +91,25 @@ class StepModel:
     #: per expert, k, E, share), each rest + bytes x E(1-(1-k/E)^T) x share (an MoE record's
     #: weights follow the expected distinct experts; rooflinekit.stages.modelled.emit)
     extras: tuple[tuple[int, int, float, float, float, float], ...] = ()
+    #: Terms of mixed steps kept per (prefill model, batch, start, shares) (mixed_mean)
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # -- pricing one point --
 
     def _values(self, batch: int, context: int) -> list[float]:
-        values = self.design.values(batch, context)
-        if not self.extras:
-            return values
-        return values + [values[rest] + per * expected_distinct_experts(values[tokens], k, experts) * share
-                         for rest, tokens, per, k, experts, share in self.extras]
+        key = ("values", batch, context)
+        values = self._memo.get(key)
+        if values is None:
+            values = self.design.values(batch, context)
+            if self.extras:
+                values = values + [values[rest] + per * expected_distinct_experts(values[tokens], k, experts) * share
+                                   for rest, tokens, per, k, experts, share in self.extras]
+            else:
+                values = list(values)
+            if len(self._memo) > 20000:
+                self._memo.clear()
+            self._memo[key] = values
+        return values
 
     def _at(self, batch: int) -> StepModel:
         if self.batches is None:
@@ -328,45 +338,68 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     prefill's other kernels at `share` of their time, collectives' messages added."""
     d = decode._at(batch)
     p = prefill._at(1)
+    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside)
+    launch = table_for(decode.hw).launch_s(decode.phase)
+    n = max(1, stop - start)
+    total = 0.0
+    for weight, a, da, c, dc, pa, pc, work in rows:
+        summed = max_linear_sum(a + share * pa, da, c + share * pc, dc, n)
+        if work or (share and (pa > 0 or pc > 0)):
+            summed += launch * n
+        total += weight * summed
+    if share:
+        total += n * (share * prefill_time + prefill_launch)
+    v0 = d._values(batch, start)
+    pv = p._values(1, p.design.contexts[0])
+    total += n * _mixed_calls(d, p, v0, pv, share, layer_share, outside)
+    return total / n
+
+
+def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
+    """mixed_mean's per-kernel terms, which do not depend on the prompt's share or the contexts'
+    count (kept on the decode model): per decode kernel (weight, FLOP time at `start` and its slope,
+    byte time and slope, the merged prefill kernel's FLOP and activation-byte times, whether it
+    works), and the prefill's own kernels' time and launches per unit of share."""
+    key = ("mixed", id(p), batch, start, layer_share, outside)
+    memo = d._memo.get(key)
+    if memo is not None and memo[0] is p:
+        return memo[1]
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
-    table = table_for(decode.hw)
-    launch = table.launch_s(decode.phase)
-    n = max(1, stop - start)
-    hw = decode.hw
+    table = table_for(d.hw)
+    launch = table.launch_s(d.phase)
+    hw = d.hw
     merged = {k.key: k for k in p.kernels}
-    used: set = set()
-    total = 0.0
+    rows = []
     for k in d.kernels:
         scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
         if not scale:
             continue
-        extra_f = extra_b = 0.0
-        q = merged.get(k.key)
-        if q is not None and share:
-            used.add(k.key)
-            extra_f = share * pv[q.flops]
-            extra_b = share * (pv[q.nbytes] - pv[q.params])
-        f0, b0 = v0[k.flops] + extra_f, v0[k.nbytes] + extra_b
-        df, db = v1[k.flops] - v0[k.flops], v1[k.nbytes] - v0[k.nbytes]
         frac = d._fractions(k, v0, table)  # the decode kernel's class, as `profile --mix` classes a merged record
         compute = frac.compute_for(k.dtype) * hw.peak(k.dtype)
         traffic = frac.bandwidth * hw.memory_bandwidth
-        summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
-        work = f0 > 0 or b0 > 0 or df > 0 or db > 0
-        total += scale * k.count * (summed + (launch * n if work else 0.0))
-    if share:
-        for q in p.kernels:
-            scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
-            if q.key in used or not scale:
-                continue
-            f, b = pv[q.flops], pv[q.nbytes]
-            if f <= 0 and b <= 0:
-                continue
-            frac = table.classes[_class(q, pv, prefill.phase, table)]
-            total += scale * q.count * n * (share * _kernel_time(f, b, hw, frac, q.dtype) + launch)
-    total += n * _mixed_calls(d, p, v0, pv, share, layer_share, outside)
-    return total / n
+        f0, b0 = v0[k.flops], v0[k.nbytes]
+        df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
+        q = merged.get(k.key)
+        pa = pv[q.flops] / compute if q is not None else 0.0
+        pc = (pv[q.nbytes] - pv[q.params]) / traffic if q is not None else 0.0
+        rows.append((scale * k.count, f0 / compute, df / compute, b0 / traffic, db / traffic, pa, pc,
+                     f0 > 0 or b0 > 0 or df > 0 or db > 0))
+    used = {k.key for k in d.kernels}
+    prefill_time = prefill_launch = 0.0
+    for q in p.kernels:
+        scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
+        if q.key in used or not scale:
+            continue
+        f, b = pv[q.flops], pv[q.nbytes]
+        if f <= 0 and b <= 0:
+            continue
+        frac = table.classes[_class(q, pv, p.phase, table)]
+        prefill_time += scale * q.count * _kernel_time(f, b, hw, frac, q.dtype)
+        prefill_launch += scale * q.count * launch
+    result = (rows, prefill_time, prefill_launch)
+    d._memo[key] = (p, result)
+    return result
 
 
 def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
@@ -376,26 +409,38 @@ def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: i
     with the same kernels, shares and weights read once (so it is never above `mixed_mean`)."""
     d = decode._at(batch)
     p = prefill._at(1)
+    f0, f1, b0, b1, pf, pb = _bound_sums(d, p, batch, start, layer_share, outside)
+    n = max(1, stop - start)
+    f0, f1, b0, b1 = f0 + share * pf, f1 + share * pf, b0 + share * pb, b1 + share * pb
+    compute, traffic = decode.hw.peak(decode.dtype), decode.hw.memory_bandwidth
+    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n) / n
+
+
+def _bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
+    """mixed_mean_bound's sums: the decode step's FLOPs and bytes at `start` and `start + 1`, and a
+    whole prompt's FLOPs and bytes beside them (its merged kernels' weights not read again)."""
+    key = ("bound", id(p), batch, start, layer_share, outside)
+    memo = d._memo.get(key)
+    if memo is not None and memo[0] is p:
+        return memo[1]
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
-    n = max(1, stop - start)
 
     def scale(group) -> float:
         return layer_share if group.in_layers else (1.0 if outside else 0.0)
 
-    f0 = f1 = b0 = b1 = 0.0
+    f0 = f1 = b0 = b1 = pf = pb = 0.0
     for g in (*d.kernels, *d.calls):
         f0, f1 = f0 + scale(g) * g.count * v0[g.flops], f1 + scale(g) * g.count * v1[g.flops]
         b0, b1 = b0 + scale(g) * g.count * v0[g.nbytes], b1 + scale(g) * g.count * v1[g.nbytes]
-    if share:
-        merged = {k.key for k in d.kernels}
-        for g in (*p.kernels, *p.calls):
-            once = g.params if isinstance(g, KernelGroup) and g.key in merged else None
-            extra_f = share * scale(g) * g.count * pv[g.flops]
-            extra_b = share * scale(g) * g.count * (pv[g.nbytes] - (pv[once] if once is not None else 0.0))
-            f0, f1, b0, b1 = f0 + extra_f, f1 + extra_f, b0 + extra_b, b1 + extra_b
-    compute, traffic = decode.hw.peak(decode.dtype), decode.hw.memory_bandwidth
-    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n) / n
+    merged = {k.key for k in d.kernels}
+    for g in (*p.kernels, *p.calls):
+        once = g.params if isinstance(g, KernelGroup) and g.key in merged else None
+        pf += scale(g) * g.count * pv[g.flops]
+        pb += scale(g) * g.count * (pv[g.nbytes] - (pv[once] if once is not None else 0.0))
+    result = (f0, f1, b0, b1, pf, pb)
+    d._memo[key] = (p, result)
+    return result
 
 
 def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
