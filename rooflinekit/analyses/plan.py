@@ -54,6 +54,7 @@ from rooflinekit.core.plan import (
 )
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.fit import FitError
@@ -773,9 +774,10 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
         warnings.append(planner.what_would_fit(variants))
     notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets)
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
+    commands = engine_commands(configs[best], "MODEL") if best is not None else {}
     return PlanResult(model=info, hardware=planner.hw.name, gpus=options.gpus, targets=targets,
                       candidates=len(configs), configs=configs, pareto=pareto, best=best, closest=closest,
-                      closest_miss=miss, notes=notes, warnings=warnings, wall_s=time.perf_counter() - start,
+                      closest_miss=miss, notes=notes, warnings=warnings, commands=commands, wall_s=time.perf_counter() - start,
                       captures=planner.captures)
 
 

@@ -23,8 +23,9 @@ from rooflinekit.core.files import check_not_input
 from rooflinekit.core.plan import WEIGHT_FORMATS, Targets
 from rooflinekit.core.request import KERNELS, KV_BYTES
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.outputs.plan_plot import plot_plan
-from rooflinekit.outputs.plan_text import plan_to_text
+from rooflinekit.outputs.plan_text import commands_lines, plan_to_text
 from rooflinekit.outputs.plan_view import plan_to_csv, plan_to_html
 from rooflinekit.outputs.plot import check_target
 from rooflinekit.stages.workload import load_source, parse_options
@@ -134,9 +135,13 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Also draw the Pareto chart.")
 @click.option("--no-check", is_flag=True, help="Skip the check of the best step model against a full profile.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr (warnings and errors still).")
+@click.option("--commands", "commands_of", type=click.IntRange(0), default=None, metavar="INDEX",
+              help="Print only the serving engines' command lines of configuration INDEX (the JSON's configs "
+                   "index; the best's are in every output).")
 @debug_option
 def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, pps,
-             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, quiet, debug):
+             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, quiet,
+             commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
     fmt = output_format(fmt, output)
@@ -162,6 +167,15 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
     result = _run(model, draft_path, targets, search, options, dtype, quiet)
     for w in result.warnings:
         click.echo(f"rooflinekit: warning: {w}", err=True)
+    if commands_of is not None:
+        if commands_of >= len(result.configs):
+            raise WorkloadError(f"--commands {commands_of}: the plan priced configurations 0 to "
+                                f"{len(result.configs) - 1}")
+        chosen = result.configs[commands_of]
+        text = "\n".join([f"# {commands_of}: {chosen.label()}",
+                          *commands_lines(engine_commands(chosen, "MODEL"), indent="")[1:]]) + "\n"
+        emit(text, output)
+        return
     if result.best is None:
         click.echo(_nothing_meets(result), err=True)
     emit(_render(result, fmt), output)

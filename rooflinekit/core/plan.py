@@ -157,6 +157,9 @@ class PlanResult:
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     captures: int = 0
+    #: The best configuration as serving engines' command lines (rooflinekit.outputs.engine_flags),
+    #: MODEL standing for the checkpoint
+    commands: dict[str, list[str]] = field(default_factory=dict)
     schema_version: str = PLAN_SCHEMA_VERSION
     kind: str = "plan"
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import textwrap
 from collections import Counter
 
@@ -56,6 +57,41 @@ def short_label(c: PlanConfig) -> str:
     return head + tail
 
 
+def commands_lines(commands: dict[str, list[str]], indent: str = "  ") -> list[str]:
+    """Engines' command lines, each wrapped at 100 columns with shell continuations."""
+    if not commands:
+        return []
+    out = ["", "serve it (MODEL: the checkpoint's directory or hub id; one command per instance):"]
+    names = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+    for engine, lines in commands.items():
+        out.append(f"{indent}{names.get(engine, engine)}:")
+        for line in lines:
+            out += _shell_wrapped(line, indent * 2)
+    return out
+
+
+def _shell_wrapped(line: str, indent: str) -> list[str]:
+    r"""One shell command over lines of at most WIDTH columns, broken before an option and its
+    value (` \` continuations; a unit longer than a line stays whole)."""
+    if line.startswith("#"):
+        return textwrap.wrap(line, WIDTH, initial_indent=indent, subsequent_indent=indent + "# ")
+    units: list[str] = []
+    for token in (shlex.quote(t) for t in shlex.split(line)):
+        if units and not token.startswith("--") and units[-1].startswith("--") and " " not in units[-1]:
+            units[-1] += " " + token
+        else:
+            units.append(token)
+    out, current = [], indent + units[0]
+    for unit in units[1:]:
+        if len(current) + 1 + len(unit) + 2 > WIDTH:
+            out.append(current + " \\")
+            current = indent + "    " + unit
+        else:
+            current += " " + unit
+    out.append(current)
+    return out
+
+
 def plan_to_text(result: PlanResult) -> str:
     """The plan as text (module doc)."""
     name = result.model.get("name") or result.model.get("path")
@@ -77,6 +113,7 @@ def plan_to_text(result: PlanResult) -> str:
                               f"{d.instances} x {_short(d.tp, d.ep)}{f' PP{d.pp}' if d.pp > 1 else ''}, {each}; "
                               f"GPUs {best.pool_ratio} (prefill:decode)"
                               + (f", {best.gpus_idle} of the {result.gpus} idle" if best.gpus_idle else ""))
+        lines += commands_lines(result.commands)
     elif result.closest is not None:
         c = result.configs[result.closest]
         lines.append(f"best: none meets the targets; closest: {c.label()}")
