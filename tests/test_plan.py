@@ -20,6 +20,7 @@ from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.queueing import wait_quantile
 from rooflinekit.stages.stepmodel import max_linear_sum
 from rooflinekit.stages.workload import load_source
 
@@ -98,11 +99,16 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     report = profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2, best.dtype), deployment,
                      options=ReportOptions(detail=False, measure=False)).report
     assert report.totals.expected_step_s == pytest.approx(best.tpot_s, rel=0.05)
-    # the disaggregated figures by hand: output tokens/s over the GPUs used, 1 / TPOT per user
+    # the disaggregated figures by hand: without a TTFT target, the arrivals fill 95% of the prefill
+    # pool or all of the decode pool; output tokens/s over the GPUs used, 1 / TPOT per user
     rate_p = best.prefill.instances / best.prefill.step_s
     rate_d = best.decode.instances * best.batch / (targets.osl * best.tpot_s)
-    assert best.tokens_per_s_per_gpu == pytest.approx(targets.osl * min(rate_p, rate_d) / best.gpus, rel=1e-9)
+    rate = min(0.95 * rate_p, rate_d)
+    assert best.rate_per_s == pytest.approx(rate, rel=1e-9)
+    assert best.tokens_per_s_per_gpu == pytest.approx(targets.osl * rate / best.gpus, rel=1e-9)
     assert best.tokens_per_s_per_user == pytest.approx(1 / best.tpot_s, rel=1e-12)
+    wait = wait_quantile(rate, best.prefill.step_s, best.prefill.instances, 0.9)
+    assert best.ttft_wait_s == pytest.approx(wait, rel=1e-12)
     # time to first token: one prefill of the prompt, then its KV cache sent to the decode pool
     prefill_deployment = replace(deployment, tp=best.prefill.tp, ep=best.prefill.ep)
     prefill = profile(source, Workload("prefill", 1, targets.isl, best.dtype), prefill_deployment,
@@ -112,7 +118,7 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     hw = hardware_db(get_host()).get("H800")
     kv = held.memory.kv_bytes_per_sequence * best.decode.tp
     sent = hw.interconnect_latency + kv / (hw.interconnect_bandwidth / 2)  # one direction of the link
-    assert best.ttft_s == pytest.approx(prefill.totals.expected_step_s + sent, rel=1e-9)
+    assert best.ttft_s == pytest.approx(prefill.totals.expected_step_s + sent + wait, rel=1e-9)
 
 
 def test_pareto_front_of_fitting_configs(planned):

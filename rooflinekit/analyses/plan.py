@@ -61,6 +61,7 @@ from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
 from rooflinekit.stages.pipeline_parallel import steady_step
+from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
 from rooflinekit.stages.workload import ModelSource, load_source, torch_dtype
@@ -94,6 +95,7 @@ class PlanOptions:
     draft: ModelSource | str | None = None  # a draft model (its source, or a path in the Python API)
     accept: float = DEFAULT_ACCEPT
     memory_fraction: float = 0.9
+    rate: float | None = None  # requests/s over the budget (None: the highest each candidate sustains)
     check: bool = True
     dtype: str = "bf16"  # the activation dtype (the Python API's; the CLI passes --dtype to run_plan)
 
@@ -503,10 +505,23 @@ class Planner:
         full = min(chunk, new)
         ttft_step, ttft_low, _ = self._decode_time(replace(v, verify=None), batch, pp, full / new)
         steps = math.ceil(new / full)
-        ttft = steps * ttft_step
-        tokens_per_gpu = batch * _dp(d) / tpot / gpus
+        # arrivals: the rate the batch sustains (Little: batch = rate x OSL x TPOT per attention
+        # replica), or --rate's share; each replica's chunk budget a server of new/chunk steps a prompt
+        sustained = batch * _dp(d) / (t.osl * tpot)
+        rate = sustained if self.options.rate is None else self.options.rate / replicas
+        if rate > sustained * (1 + 1e-12):
+            return PlanConfig(**base, fits=False, reject_reason=f"rate: {rate * replicas:.3g} requests/s need more "
+                              f"than the {batch} sequences per instance hold ({sustained * replicas:.3g}/s)")
+        service = new / chunk * ttft_step
+        busy = rate / _dp(d) * service
+        if busy >= 1:
+            return PlanConfig(**base, fits=False, reject_reason=f"chunk: the prompts arriving need {busy:.0%} of the "
+                              f"chunk budget's time")
+        wait = wait_quantile(rate / _dp(d), service, 1)
+        ttft = steps * ttft_step + wait
+        tokens_per_gpu = t.osl * rate / gpus
         return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot, ttft_bound_s=steps * ttft_low,
-                                       tpot_bound_s=tpot_bound,
+                                       tpot_bound_s=tpot_bound, ttft_wait_s=wait, rate_per_s=rate * replicas,
                                        e2e_s=ttft + (t.osl - 1) * tpot, tokens_per_s_per_gpu=tokens_per_gpu,
                                        tokens_per_s_per_user=1.0 / tpot,
                                        binding=v.decode.binding(batch // pp, t.isl + t.osl // 2)),
@@ -532,8 +547,20 @@ class Planner:
         # the prompt's KV cache, one decode GPU's share times the GPUs sharing it, sent once
         kv_sent = dv.kv_bytes(t.isl) * dv.deployment.tp
         transfer = self._send_s(1, kv_sent, used) if used > 1 else 0.0
-        ttft = prefill_s + transfer
-        output = t.osl * min(n_p * rate_p, n_d * rate_d)
+        # arrivals: the highest rate whose TTFT (p90, the prefill queue) meets the target, else the
+        # pools' rate at MAX_UTILISATION of the prefill servers, or --rate; never past the decode pool
+        servers, capacity = n_p * _dp(pv.deployment), min(n_p * rate_p, n_d * rate_d)
+        if self.options.rate is not None:
+            rate = self.options.rate
+        else:
+            rate = 0.0
+            if t.ttft_s is not None:
+                rate = min(max_rate(t.ttft_s - prefill_s - transfer, prefill_s, servers), n_d * rate_d)
+            if not rate:  # no target, or none met: priced where the queue still drains (the target rejects)
+                rate = min(MAX_UTILISATION * n_p * rate_p, n_d * rate_d)
+        wait = wait_quantile(rate, prefill_s, servers)
+        ttft = prefill_s + transfer + wait
+        output = t.osl * rate
         d = dv.deployment
         prefill_memory = pv.prefill_memory(t.isl, self._block())
         usable = self._usable()
@@ -542,9 +569,13 @@ class Planner:
         config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format,
                             dtype=dv.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
                             ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
+                            ttft_wait_s=wait, rate_per_s=rate,
                             tpot_bound_s=tpot_bound, tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,
                             binding=dv.decode.binding(batch // pp, t.isl + t.osl // 2), prefill=prefill, decode=decode,
                             pool_ratio=f"{n_p * gp}:{n_d * gd}")
+        if rate >= n_p * rate_p or rate > n_d * rate_d * (1 + 1e-12):
+            return replace(config, fits=False, reject_reason=f"rate: {rate:.3g} requests/s; the pools serve "
+                                                             f"{capacity:.3g}/s")
         if usable is not None and prefill_memory > usable:
             return replace(config, fits=False, memory_per_gpu_bytes=prefill_memory, usable_bytes=usable,
                            reject_reason=f"memory: prefill instance {prefill_memory / 1e9:.1f} GB per GPU, "
@@ -788,8 +819,13 @@ def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:
         "figures are the model's code as written at the expected rates (docs/accounting.md, Expected time)",
         f"TPOT: the mean step over contexts {targets.isl}..{targets.isl + targets.osl - 1}, exact from fitted counts; "
         "aggregated steps carry the prompt tokens arriving meanwhile (chunked prefill, weights read once per step)",
-        "TTFT: no queueing; aggregated: ceil(prompt / chunk) steps carrying a full chunk; disaggregated: one "
-        "prefill plus the KV cache sent to the decode pool",
+        "TTFT at p90 under Poisson arrivals (rooflinekit.stages.queueing: M/D/c, Erlang C with the "
+        "Allen-Cunneen factor 1/2): aggregated, the wait for the chunk budget (one server per attention "
+        "replica, a prompt taking new/chunk of a step) plus ceil(prompt / chunk) steps carrying a full chunk, at "
+        "the arrival rate the batch sustains (batch / (OSL x TPOT)); disaggregated, the wait for one of the "
+        "prefill servers plus one prefill plus the KV cache sent to the decode pool, at the highest rate whose "
+        f"TTFT meets the target (without one: {MAX_UTILISATION:.0%} of the prefill pool's capacity), never past "
+        "the decode pool's",
         "memory per GPU: weights held, the KV cache of the batch at ISL+OSL, the activation peak",
     ]
     if options.mtp or options.draft:

@@ -72,6 +72,17 @@ def _seconds(text: str, option: str) -> float:
     return value
 
 
+def _rate(text: str) -> float:
+    """--rate: requests per second, a finite number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise WorkloadError(f"--rate {text!r}: give requests per second, e.g. 12.5") from None
+    if not math.isfinite(value) or value <= 0:
+        raise WorkloadError(f"--rate {text!r}: give requests per second above zero")
+    return value
+
+
 def _tokens(text: str, option: str) -> int:
     """'4096', '4k' (x 1024), '1M' (x 1024^2) -> tokens (rooflinekit.cli.workload.parse_count)."""
     value = parse_count(text, option)
@@ -134,14 +145,17 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--output", "-o", default=None, help="Write the plan to this file (atomically).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Also draw the Pareto chart.")
 @click.option("--no-check", is_flag=True, help="Skip the check of the best step model against a full profile.")
+@click.option("--rate", default=None, metavar="REQ/S",
+              help="Price every configuration at this arrival rate (requests/s over the budget) instead of the "
+                   "highest each sustains with its TTFT (p90) within the target.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr (warnings and errors still).")
 @click.option("--commands", "commands_of", type=click.IntRange(0), default=None, metavar="INDEX",
               help="Print only the serving engines' command lines of configuration INDEX (the JSON's configs "
                    "index; the best's are in every output).")
 @debug_option
 def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, pps,
-             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, quiet,
-             commands_of, debug):
+             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
+             quiet, commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
     fmt = output_format(fmt, output)
@@ -150,7 +164,7 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
                   kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
                   modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
-                  mtp=mtp or 0, check=not no_check)
+                  mtp=mtp or 0, check=not no_check, rate=_rate(rate) if rate is not None else None)
     if accept is not None:
         if not mtp and not draft_path:
             raise WorkloadError("--accept is the acceptance rate of drafted tokens: add --mtp N or --draft MODEL")

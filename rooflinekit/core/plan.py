@@ -97,6 +97,10 @@ class PlanConfig:
     tokens_per_s_per_user: float | None = None
     ttft_bound_s: float | None = None
     tpot_bound_s: float | None = None
+    #: Requests per second the configuration is priced at (over its GPUs), and the p90 wait for a
+    #: prefill at that rate (part of ttft_s; rooflinekit.stages.queueing)
+    rate_per_s: float | None = None
+    ttft_wait_s: float | None = None
     #: The decode step of one instance at `step_context` (batch `batch`, no prompt tokens): what
     #: `profile --phase decode` of this deployment gives (expected, bound)
     step_context: int | None = None

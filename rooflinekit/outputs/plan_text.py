@@ -27,7 +27,9 @@ def _gb(nbytes: float | None) -> str:
 
 def config_line(c: PlanConfig) -> str:
     """One configuration's figures on one line."""
-    return (f"TTFT {_ms(c.ttft_s)}, TPOT {_ms(c.tpot_s)} (bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
+    load = (f" at {c.rate_per_s:.3g} requests/s (p90, {_ms(c.ttft_wait_s)} queued)"
+            if c.rate_per_s is not None and c.ttft_wait_s is not None else "")
+    return (f"TTFT {_ms(c.ttft_s)}{load}, TPOT {_ms(c.tpot_s)} (bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
             f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {c.tokens_per_s_per_user:,.1f} tok/s/user, "
             f"{_gb(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
 
