@@ -89,11 +89,16 @@ def test_ranked_speedups_and_bindings(advice):
     assert base.speedup == 1.0 and base.tokens_per_s == base.tokens / base.predicted_step_s
     per_gpu = [lv.tokens_per_s_per_gpu or 0.0 for lv in advice.levers]
     assert per_gpu == sorted(per_gpu, reverse=True)  # ranked by tokens/s per GPU at the expected step
+    speedups = [lv.speedup or 0.0 for lv in advice.levers]
+    assert speedups == sorted(speedups, reverse=True)  # the speed-up column sorted as titled
     for lv in advice.levers:
         assert lv.expected_step_s >= lv.predicted_step_s * (1 - 1e-12)
+        # speed-up: tokens/s per GPU at the expected step over the baseline's (the text's figure)
+        assert lv.speedup == pytest.approx(lv.tokens_per_s_per_gpu / base.tokens_per_s_per_gpu)
+        if lv.speculative is not None:  # a q_len lever: the accepted tokens of a verify cycle
+            continue
         assert lv.tokens_per_s_per_gpu == pytest.approx(lv.tokens / lv.expected_step_s / lv.gpus)
         assert lv.tokens_per_s == pytest.approx(lv.tokens / lv.predicted_step_s)
-        assert lv.speedup == pytest.approx(lv.tokens_per_s / base.tokens_per_s)
         times = {"compute": lv.time_compute_s, "memory": lv.time_memory_s, "communication": lv.time_comm_s}
         assert lv.binding == ("capacity" if lv.fits is False else max(times, key=times.get))
     assert len(advice.levers) >= 6

@@ -89,11 +89,17 @@ def test_the_q_len_lever_with_a_draft_is_the_cycle_of_two_separate_profiles():
     assert math.isclose(row.tokens_per_s_per_gpu, 2 * e / (3 * draft_s + verify), rel_tol=1e-12)
 
 
-def test_without_a_draft_the_q_len_lever_says_the_draft_is_not_priced():
+def test_without_a_draft_the_q_len_lever_counts_accepted_tokens_and_says_the_draft_is_not_priced():
+    """No draft given: its steps are taken as free, but only the expected accepted tokens count
+    (a = 0.7: (1 - a^2) / (1 - a) = 1.7 tokens per verify of 2), never all of them."""
     target, t_opts = _tiny(2)
     report = advise(target, Workload("decode", 2, 256, options=t_opts), Deployment("H800"))
     (row,) = [lv for lv in report.levers if lv.lever == "q_len 2"]
-    assert "the draft is not priced" in row.assumption and row.speculative is None
+    assert "the draft's steps are not priced" in row.assumption
+    spec = row.speculative
+    assert spec.draft_step_s == 0.0 and spec.accept == 0.7
+    assert spec.tokens_per_cycle == pytest.approx(1.7, rel=1e-12)
+    assert row.tokens_per_s_per_gpu == pytest.approx(2 * 1.7 / spec.verify_step_s / row.gpus, rel=1e-12)
 
 
 def test_mtp_prices_one_decoder_layer_and_the_head_per_draft():

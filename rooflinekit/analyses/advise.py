@@ -45,8 +45,9 @@ NOTES = [
     "advise: every lever is priced alone against the baseline (--combine prices those that compose together), "
     "by re-profiling the "
     "changed workload with the model built once or by re-placing a restated capture, on the same "
-    "hardware entry; speed-up is tokens/s over the baseline's (for a batch or multi-token lever, "
-    "throughput: each step may take longer)",
+    "hardware entry; speed-up is tokens/s per GPU at the expected step over the baseline's (for a batch or "
+    "multi-token lever, throughput: each step may take longer; a lever on more GPUs, per GPU), the figure "
+    "levers are ranked by in the text, the page and the notebook",
     "binding: the largest of the step's compute, HBM and interconnect time bounds afterwards, or "
     "'capacity' where the step does not fit in memory (memory.fits false: weights, KV cache and "
     "activations per GPU above capacity x fraction)",
@@ -216,8 +217,9 @@ def q_len_lever(w: Workload, n: int, extras: AdviseOptions | None = None) -> Can
     if extras.draft is None and extras.mtp is None:
         return Candidate(name, workload=replace(w, decode_q_len=n),
                          assumption=f"{n} new tokens per sequence per step (speculative decoding or MTP verify), "
-                                    f"causal among themselves; tokens/s counts all {n} as accepted: an upper "
-                                    "bound; the draft is not priced (--draft MODEL or --mtp N prices it)")
+                                    f"causal among themselves; per-token acceptance {extras.accept:g}: tokens per "
+                                    f"cycle (1 - a^{n}) / (1 - a); the draft's steps are not priced (taken as free: "
+                                    "an upper bound; --draft MODEL or --mtp N prices them)")
     return Candidate(name, workload=replace(w, decode_q_len=n),
                      assumption=f"speculative decoding: {n - 1} drafted token(s) per cycle, each a draft step, then "
                                 f"the target verifies {n} tokens per sequence in one step; per-token acceptance "
@@ -337,12 +339,12 @@ def price(name: str, report: Report, base: Report | None, assumption: str, *, vi
     m = report.memory
     fits = m.fits if m is not None else None
     bound = "capacity" if fits is False else time_binding(t.time_compute_s, time_memory, t.time_comm_s)
-    speedup = step_speedup = None
-    if base is not None:
-        base_tps = base.workload.tokens / base.totals.predicted_step_s if base.totals.predicted_step_s else None
-        speedup = tps / base_tps if tps and base_tps else None
-        step_speedup = base.totals.predicted_step_s / step if step else None
     expected, per_gpu, per_user = _expected(report, view)
+    speedup = step_speedup = None
+    if base is not None:  # at the expected step, per GPU: the figures the text ranks by
+        base_step, base_gpu, _ = _expected(base, "eager")
+        speedup = per_gpu / base_gpu if per_gpu and base_gpu else None
+        step_speedup = base_step / expected if base_step and expected else None
     return LeverResult(
         expected_step_s=expected, tokens_per_s_per_gpu=per_gpu, tokens_per_s_per_user=per_user,
         lever=name, predicted_step_s=step, tokens_per_s=tps, speedup=speedup if base else 1.0, binding=bound,
@@ -432,12 +434,12 @@ def _draft(run: _Run, extras: AdviseOptions) -> speculate.Draft:
 
 def _speculative(run: _Run, rows: list[tuple[Candidate, LeverResult]], extras: AdviseOptions) -> list:
     """The multi-token levers priced with the draft (the others as they are)."""
-    if extras.draft is None and not extras.mtp:
-        return rows
     multi = [(c, r) for c, r in rows if c.name.startswith("q_len")]
     if not multi:
         return rows
-    draft = _draft(run, extras)
+    # without a draft, its steps taken as free: the verified tokens still count at the acceptance
+    draft = speculate.Draft("draft not priced", 0.0, 0.0) if extras.draft is None and not extras.mtp \
+        else _draft(run, extras)
     m = run.base.report.memory
     usable = m.usable_bytes if m is not None else None
     return [(c, speculate.priced(r, draft, extras.accept, usable) if (c, r) in multi else r) for c, r in rows]

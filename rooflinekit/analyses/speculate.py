@@ -104,7 +104,8 @@ def priced(row: LeverResult, draft: Draft, accept: float, usable: float | None) 
                             tokens_per_cycle=cycle.tokens_per_cycle, time_per_token_s=cycle.time_per_token_s)
     return replace(row, expected_step_s=cycle.cycle_s, tokens_per_s_per_gpu=per_gpu,
                    tokens_per_s_per_user=cycle.tokens_per_s_per_user, tokens_per_s=tps,
-                   speedup=row.speedup * tps / row.tokens_per_s if row.speedup and row.tokens_per_s else None,
+                   speedup=(row.speedup * per_gpu / row.tokens_per_s_per_gpu
+                            if row.speedup and per_gpu and row.tokens_per_s_per_gpu else None),
                    predicted_step_s=bound.cycle_s,
                    memory_bytes=memory, fits=fits, binding="capacity" if fits is False else row.binding,
                    speculative=info)

@@ -740,8 +740,10 @@ BINDING_COLOURS = {"compute": "#1f77b4", "memory": "#d95f02", "communication": "
 
 def _lever_tip(lv: Any) -> list[list]:
     g = lambda k: getattr(lv, k, None)  # noqa: E731
-    return [item("speed-up (tokens/s)", g("speedup"), "num", "x"), item("step speed-up", g("step_speedup"), "num", "x"),
-            item("predicted step", g("predicted_step_s"), "time"), item("tokens/s", g("tokens_per_s"), "num"),
+    return [item("speed-up (tokens/s per GPU)", g("speedup"), "num", "x"),
+            item("step speed-up", g("step_speedup"), "num", "x"),
+            item("expected step", g("expected_step_s"), "time"), item("step bound", g("predicted_step_s"), "time"),
+            item("tokens/s per GPU", g("tokens_per_s_per_gpu"), "num"),
             item("binds afterwards", g("binding")), item("fits in memory", g("fits"), "bool"),
             item("memory per GPU", g("memory_bytes"), "si", "B"), item("GPUs", g("gpus"), "int"),
             item("batch", g("batch"), "int"), item("compute bound", g("time_compute_s"), "time"),
@@ -756,9 +758,11 @@ def advise_payload(advice: Any) -> dict:
     levers = list(getattr(advice, "levers", []) or [])
     bars = [{"n": lv.lever, "v": lv.speedup, "c": BINDING_COLOURS.get(lv.binding, "#777777"), "k": lv.binding,
              "fits": lv.fits, "tip": _lever_tip(lv)} for lv in levers if lv.speedup]
-    cols = [col("#", "int", hint="rank by speed-up"), col("lever"), col("speed-up", "num", "x", "tokens/s over the baseline's"),
-            col("step speed-up", "num", "x", "the baseline's step time over this one's"),
-            col("predicted step", "time", hint="sum of op bounds"), col("tokens/s", "num"), col("binds"),
+    cols = [col("#", "int", hint="rank by speed-up"), col("lever"),
+            col("speed-up", "num", "x", "tokens/s per GPU at the expected step over the baseline's"),
+            col("step speed-up", "num", "x", "the baseline's expected step over this one's"),
+            col("expected step", "time", hint="each kernel at its achievable fraction"),
+            col("step bound", "time", hint="sum of op bounds"), col("tokens/s per GPU", "num"), col("binds"),
             col("fits", "bool"), col("memory per GPU", "si", "B"), col("GPUs", "int"), col("batch", "int"),
             col("compute time", "time", hint="compute time bound"), col("memory time", "time", hint="HBM time bound"),
             col("communication time", "time", hint="interconnect time bound"), col("assumption"), col("source"),
@@ -766,8 +770,9 @@ def advise_payload(advice: Any) -> dict:
     rows = []
     for rank, lv in [(0, base)] + list(enumerate(levers, 1)):
         changes = ", ".join(f"{k}={v}" for k, v in (getattr(lv, "changes", None) or {}).items())
-        rows.append([rank, lv.lever, lv.speedup, getattr(lv, "step_speedup", None), lv.predicted_step_s,
-                     lv.tokens_per_s, lv.binding, lv.fits, getattr(lv, "memory_bytes", None), getattr(lv, "gpus", None),
+        rows.append([rank, lv.lever, lv.speedup, getattr(lv, "step_speedup", None),
+                     getattr(lv, "expected_step_s", None), lv.predicted_step_s,
+                     getattr(lv, "tokens_per_s_per_gpu", None), lv.binding, lv.fits, getattr(lv, "memory_bytes", None), getattr(lv, "gpus", None),
                      getattr(lv, "batch", None), getattr(lv, "time_compute_s", None),
                      getattr(lv, "time_memory_s", None), getattr(lv, "time_comm_s", None), lv.assumption,
                      getattr(lv, "source", None), changes])
@@ -778,7 +783,9 @@ def advise_payload(advice: Any) -> dict:
         tables.append(table("skipped", "Levers that do not apply", [col("lever"), col("reason"), col("source")],
                             [[x.lever, x.reason, getattr(x, "source", None)] for x in skipped]))
     best = levers[0] if levers else None
-    tiles = [item("baseline step", base.predicted_step_s, "time"), item("baseline tokens/s", base.tokens_per_s, "num"),
+    tiles = [item("baseline expected step", getattr(base, "expected_step_s", None), "time"),
+             item("its bound", base.predicted_step_s, "time"),
+             item("baseline tokens/s per GPU", getattr(base, "tokens_per_s_per_gpu", None), "num"),
              item("binds", base.binding)]
     if best is not None:
         tiles += [item("best lever", best.lever), item("its speed-up", best.speedup, "num", "x")]
@@ -805,7 +812,7 @@ def advise_payload(advice: Any) -> dict:
     return {"kind": "advise", "title": title, "header": {"tiles": tiles, "cards": cards},
             "warnings": list(advice.warnings), "notes": list(advice.notes), "conventions": [],
             "bars": {"bars": bars, "series": "levers", "baseline": base.tokens_per_s,
-                     "label": "speed-up of tokens/s over the baseline (log scale; 1\u00d7 is the baseline)",
+                     "label": "speed-up of tokens/s per GPU at the expected step (log scale; 1\u00d7 is the baseline)",
                      "legend": [[k, c] for k, c in BINDING_COLOURS.items() if any(b["k"] == k for b in bars)]},
             "tables": tables}
 
