@@ -291,8 +291,10 @@ def _header_profile(report: Report) -> dict:
     w, hw, t, model, at = report.workload, report.hardware, report.totals, report.model, report.attention_totals
     m = t.measured
     tiles = [item("intensity", t.intensity, "num", "FLOP/B"), item("bound", f"{t.bound}-bound"),
-             item("bound MFU", t.mfu_bound, "pct"), item("predicted step", t.predicted_step_s, "time"),
-             item("tokens/s", t.tokens_per_s, "num")]
+             item("bound MFU", t.mfu_bound, "pct"), item("expected step", t.expected_step_s, "time"),
+             item("predicted step (bound)", t.predicted_step_s, "time"),
+             item("tokens/s per GPU (expected)", t.tokens_per_s_per_gpu, "num"),
+             item("tokens/s (bound)", t.tokens_per_s, "num")]
     if m:
         tiles += [item("measured step", m.step_time_s, "time"), item("MFU", m.mfu, "pct")]
     mem = getattr(report, "memory", None)
@@ -324,6 +326,7 @@ def _header_profile(report: Report) -> dict:
             item("uncounted ops' bytes", t.uncounted_bytes, "si", "B"),
             item("time bound (whole step)", t.time_bound_s, "time"),
             item("predicted step (sum of op bounds)", t.predicted_step_s, "time"),
+            item("expected step (achievable fractions)", t.expected_step_s, "time"),
             item("model-FLOP MFU bound", t.mfu_bound_model, "pct")]},
     ]
     if report.attention:
