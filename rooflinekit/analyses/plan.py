@@ -234,6 +234,20 @@ class Planner:
     def _variant(self, deployment: Deployment, dtype: str) -> Variant:
         fitter = self.fitter_for(dtype)
         fit_batch = self._fit_batch(deployment)
+        try:
+            return self._built(deployment, dtype, fitter, fit_batch)
+        except FitError as exc:
+            if not fit_batch:
+                raise
+            # the ops differ between batches (a fusion that forms at one batch only): each batch
+            # searched is captured on its own instead of fitted across batches
+            note = (f"{deployment.words(dtype) or 'as run'}: {exc}; priced at the batches searched, each "
+                    "captured on its own (no batch at the memory limit)")
+            if note not in self.notes:
+                self.notes.append(note)
+            return self._built(deployment, dtype, fitter, False)
+
+    def _built(self, deployment: Deployment, dtype: str, fitter: StepFitter, fit_batch: bool) -> Variant:
         decode_shape, prefill_shape, verify_shape = self._shapes(fit_batch)
         decode = fitter.step_model(decode_shape, deployment, self.hw)
         prefill = fitter.step_model(prefill_shape, deployment, self.hw)
@@ -243,6 +257,7 @@ class Planner:
             draft = self.draft_fitter.step_model(decode_shape, replace(deployment), self.hw)
         memory = self._memory(deployment, decode_shape, fitter)
         return Variant(deployment, decode, prefill, *memory, verify=verify, draft=draft, dtype=dtype)
+
 
     def _fit_batch(self, deployment: Deployment) -> bool:
         """Whether counts are fitted in batch: polynomial, or polynomial but for weights that
@@ -518,6 +533,8 @@ class Planner:
             return PlanConfig(**base, fits=False, reject_reason=f"chunk: the prompts arriving need {busy:.0%} of the "
                               f"chunk budget's time")
         wait = wait_quantile(rate / _dp(d), service, 1)
+        if not math.isfinite(wait):
+            return PlanConfig(**base, fits=False, reject_reason="chunk: the prompts arriving fill the chunk budget")
         ttft = steps * ttft_step + wait
         tokens_per_gpu = t.osl * rate / gpus
         return self._finish(PlanConfig(**base, speculative=spec, ttft_s=ttft, tpot_s=tpot, ttft_bound_s=steps * ttft_low,

@@ -48,10 +48,11 @@ def wait_quantile(rate: float, service: float, servers: int, quantile: float = Q
     within (module doc); infinite at or past the servers' capacity."""
     if rate <= 0:
         return 0.0
-    capacity = servers / service
-    if rate >= capacity:
+    load = rate * service
+    if load >= servers:
         return math.inf
-    waits = erlang_c(servers, rate * service)
+    capacity = servers / service
+    waits = erlang_c(servers, load)
     if waits <= 1.0 - quantile:
         return 0.0
     return DETERMINISTIC * math.log(waits / (1.0 - quantile)) / (capacity - rate)
