@@ -49,9 +49,9 @@ def wait_quantile(rate: float, service: float, servers: int, quantile: float = Q
     if rate <= 0:
         return 0.0
     load = rate * service
-    if load >= servers:
-        return math.inf
     capacity = servers / service
+    if load >= servers or rate >= capacity:  # at capacity, either way the rounding falls
+        return math.inf
     waits = erlang_c(servers, load)
     if waits <= 1.0 - quantile:
         return 0.0
