@@ -233,7 +233,10 @@ def layer_plan(model: torch.nn.Module) -> LayerPlan:
 
 @contextmanager
 def skipping(plan: LayerPlan) -> Iterator[None]:
-    """Layers that have an earlier equal layer return its output (of this forward) without running."""
+    """Layers that have an earlier equal layer return its output (of this forward) without running,
+    its hidden states replaced by their own input's (`_passed_through`), so that the next layer that
+    runs reads what the last run layer wrote: the serving view fuses a layer's residual add with the
+    norm of the layer that reads it, which must be a run layer for every run layer."""
     skipped = plan.skipped
     outputs: dict[str, object] = {}
     handles, patched = [], []
@@ -244,10 +247,10 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
         return hook
 
     def stand_in(rep: str, child: str) -> Callable:
-        def forward(*_args, **_kwargs):
+        def forward(*args, **kwargs):
             if rep not in outputs:
                 raise FitError(f"{child} ran before {rep}, the layer it stands for")
-            return outputs[rep]
+            return _passed_through(outputs[rep], args, kwargs)
         return forward
 
     try:
@@ -267,6 +270,21 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
                 del module.forward
         for handle in handles:
             handle.remove()
+
+
+def _passed_through(output: object, args: tuple, kwargs: dict) -> object:
+    """A stand-in layer's output: its representative's `output` with the hidden states (a tensor,
+    or a tuple's first) replaced by the layer's own hidden-state input of the same shape; `output`
+    as it is when there is none."""
+    hidden = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("hidden_states")
+    if not isinstance(hidden, torch.Tensor):
+        return output
+    if isinstance(output, torch.Tensor):
+        return hidden if hidden.shape == output.shape and hidden.dtype == output.dtype else output
+    if type(output) is tuple and output and isinstance(output[0], torch.Tensor) \
+            and output[0].shape == hidden.shape and output[0].dtype == hidden.dtype:
+        return (hidden, *output[1:])
+    return output
 
 
 def windows(sites: list[AttentionSite]) -> tuple[set[int], set[int]]:
