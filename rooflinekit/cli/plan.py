@@ -36,16 +36,18 @@ PLAN_HELP = """Search the deployments of MODEL on --gpus GPUs for the best that 
   rooflinekit plan examples/configs/llama-3.1-70b.json --hardware H800 --gpus 8 \\
       --isl 4096 --osl 1024 --tpot 50ms
 
-Searches tensor, expert and pipeline parallel degrees and replicas within the budget, weight and
-KV cache formats, the batch per instance, the chunked-prefill budget, speculative decoding (with
---mtp or --draft) and aggregated against disaggregated prefill/decode pools. Every candidate is
-priced from step models fitted exactly on a few captures of the model's own code: time to first
-token (TTFT), time per output token (TPOT, the mean over the generation as the context grows from
-ISL to ISL+OSL), end-to-end latency, tokens/s per GPU and per user, memory per GPU. Prints the
-best configuration that meets the targets (highest tokens/s per GPU), the Pareto front of tokens/s
-per GPU against tokens/s per user, and why the others were rejected. With no configuration meeting
-the targets: exit status 0, one line on stderr naming the closest, and `best` null in the JSON.
-Details: docs/plan.md.
+Searches tensor, expert (with data-parallel attention: DEPn) and pipeline parallel degrees and
+replicas within the budget, weight formats (fp8 is W8A8) and KV cache formats, the batch per
+instance up to what fits, the chunked-prefill budget, speculative decoding (with --mtp or --draft)
+and aggregated against disaggregated prefill/decode pools. Every candidate is priced from step
+models fitted exactly on a few captures of the model's own code, each step equal to `profile`'s:
+time to first token (TTFT, p90 with prompts queueing at the arrival rate), time per output token
+(TPOT, the mean over the generation as the context grows from ISL to ISL+OSL), end-to-end latency,
+tokens/s per GPU and per user, memory per GPU. Prints the best configuration that meets the
+targets (highest tokens/s per GPU) with the vLLM, SGLang and TensorRT-LLM commands that start it,
+the Pareto front of tokens/s per GPU against tokens/s per user, and why the others were rejected.
+With no configuration meeting the targets: exit status 0, one line on stderr naming the closest,
+and `best` null in the JSON. Details: docs/plan.md.
 """
 
 PLAN_FORMATS = ("table", "json", "csv", "html")
@@ -125,12 +127,12 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Weight formats to try: bf16, fp16, fp8 (W8A8: fp8 activations at the fp8 peak), "
                    "fp8-weight-only, w8a16 (int8 weight-only), w4a16 (int4 weight-only).")
 @click.option("--kv-dtypes", default="bf16,fp8", show_default=True, help="KV cache formats to try.")
-@click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus].")
+@click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus within a node].")
 @click.option("--pp", "pps", default="1,2,4", show_default=True, help="Pipeline stages to try.")
 @click.option("--mode", "modes", default="aggregated,disaggregated", show_default=True,
               help="Serving modes to try: aggregated, disaggregated.")
 @click.option("--max-batch", type=click.IntRange(1, 65536), default=1024, show_default=True,
-              help="Largest batch per instance tried (powers of two up to it).")
+              help="Largest batch per instance tried (powers of two up to it, and the largest that fits).")
 @click.option("--mtp", type=click.IntRange(1, 16), default=None, metavar="N",
               help="Price speculative decoding with N multi-token-prediction heads (each one decoder layer and "
                    "the output head) beside plain decoding.")
