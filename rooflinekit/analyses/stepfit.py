@@ -2,9 +2,9 @@
 
 The model is built once. A design capture (one forward with the repeated layers skipped,
 rooflinekit.stages.fit.skipping) is taken per design point and per *capture key*: the parts of a
-deployment the capture itself depends on (the KV cache format, which attribution prices; tensor
-and expert degrees only where a module model, such as the MoE expected load, shapes its records
-by them). Every deployment then runs the pipeline's transforms (formats, serving view, parallel
+deployment the capture itself depends on (tensor and expert degrees only where a module model,
+such as the MoE expected load, shapes its records by them; the KV cache format is the format
+transform's, which prices attention's minimum at it). Every deployment then runs the pipeline's transforms (formats, serving view, parallel
 shard) on those captures, which costs milliseconds, and its step model is fitted from them.
 
 A step model is checked once per phase against a full profile at a point the design did not use
@@ -126,8 +126,9 @@ class StepFitter:
     # -- design captures --
 
     def capture_key(self, deployment: Deployment) -> Deployment:
-        """The deployment as the capture sees it (module doc)."""
-        key = Deployment(kv_dtype=deployment.kv_dtype, quantize_embeddings=deployment.quantize_embeddings)
+        """The deployment as the capture sees it (module doc): not its KV cache format, which the
+        format transform applies (cache storages rescaled, attention's minimum asked again at it)."""
+        key = Deployment(quantize_embeddings=deployment.quantize_embeddings)
         if self._module_models is not False:
             key = replace(key, tp=deployment.tp, ep=deployment.ep)
         return key

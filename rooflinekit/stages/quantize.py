@@ -35,7 +35,13 @@ import torch
 from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
 from rooflinekit.core.skips import stand_ins
-from rooflinekit.stages.attribute import AttentionSite, dtype_itemsize, kv_operands
+from rooflinekit.core.specs import AttentionCost
+from rooflinekit.stages.attribute import (
+    AttentionSite,
+    attention_workload,
+    dtype_itemsize,
+    kv_operands,
+)
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.transform import Counted, TransformContext
@@ -408,8 +414,22 @@ class Quantize:
 
     def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
         done = transform(counted.capture, counted.attention, ctx.model, ctx.workload, ctx.deployment)
-        return replace(counted, capture=done.capture, attention=done.attention,
+        rows = done.attention
+        if ctx.deployment.kv_itemsize(ctx.workload.dtype_key) is not None:
+            rows = [_costed_at_format(row, ctx) for row in rows]
+        return replace(counted, capture=done.capture, attention=rows,
                        stored={**counted.stored, **done.stored}).with_notes(*done.notes)
+
+
+def _costed_at_format(row: AttentionSite, ctx: TransformContext) -> AttentionSite:
+    """`row` with its architecture cost asked again at the deployment's cache format (the same
+    question attribution asks; a capture counted without the format, as a planner's design
+    captures are, shared between cache formats, gets the format's minimum here)."""
+    if row.spec is None or row.cost is None:
+        return row
+    aw = attention_workload(ctx.workload, row.dtype, row.causal, ctx.deployment, row.shape)
+    cost, _ = ctx.host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=row.spec, workload=aw)
+    return row if cost is None else replace(row, cost=cost)
 
 
 __all__ = ["Quantize", "Transformed", "applies", "check_hardware", "stored_bytes", "transform", "weight_roles"]
