@@ -119,11 +119,7 @@ class Variant:
 
     def kv_bytes(self, context: int, block: int = 1) -> float:
         """Cache bytes one sequence holds at `context` (paged in blocks of `block` tokens)."""
-        total = self.kv_per_sequence
-        for per_token, window in self.kv_terms:
-            held = min(context, window) if window else context
-            total += per_token * (math.ceil(held / block) * block)
-        return total
+        return _cache_bytes(self.kv_per_sequence, self.kv_terms, context, block)
 
     def memory(self, batch: int, context: int, block: int, chunk: tuple[int, float] = (0, 0.0)) -> float:
         """Bytes one GPU holds at `batch` decode sequences of `context` (`chunk`: the tokens of a
@@ -153,11 +149,17 @@ class Stages:
 
     def kv_bytes(self, k: int, context: int, block: int) -> float:
         """Cache bytes one sequence holds on stage `k` at `context`."""
-        total = self.kv_per_sequence[k]
-        for per_token, window in self.kv_terms[k]:
-            held = min(context, window) if window else context
-            total += per_token * (math.ceil(held / block) * block)
-        return total
+        return _cache_bytes(self.kv_per_sequence[k], self.kv_terms[k], context, block)
+
+
+def _cache_bytes(per_sequence: float, terms: tuple[tuple[float, int | None], ...], context: int, block: int) -> float:
+    """Cache bytes one sequence holds at `context`: its fixed state, and per layer kind its bytes
+    per token x the positions it holds (the context, or its window), rounded up to whole blocks."""
+    total = per_sequence
+    for per_token, window in terms:
+        held = min(context, window) if window else context
+        total += per_token * (math.ceil(held / block) * block)
+    return total
 
 
 def _powers(limit: int) -> list[int]:

@@ -105,18 +105,8 @@ def live_allocations(source: CaptureResult) -> list[tuple[int, int, int, float]]
 
 def activation_peak(cap: CaptureResult) -> float | None:
     """The peak of live bytes the forward allocated, K/V it kept excluded; None when not measured."""
-    allocations = live_allocations(cap)
-    if allocations is None:
-        return None
-    delta = [0.0] * (len(cap.live) + 1)
-    for _, start, end, nbytes in allocations:
-        delta[start] += nbytes
-        delta[end] -= nbytes
-    live = peak = 0.0
-    for d in delta:
-        live += d
-        peak = max(peak, live)
-    return peak
+    steps = _live_steps(cap)
+    return None if steps is None else max(0.0, *steps)
 
 
 def _live_steps(cap: CaptureResult) -> list[float] | None:

@@ -360,10 +360,20 @@ def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share
     count (kept on the decode model): per decode kernel (weight, FLOP time at `start` and its slope,
     byte time and slope, the merged prefill kernel's FLOP and activation-byte times, whether it
     works), and the prefill's own kernels' time and launches per unit of share."""
-    key = ("mixed", id(p), batch, start, layer_share, outside)
+    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside), p,
+                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside))
+
+
+def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
+    """`build()`'s terms kept on `d` under `key` (which names `p` by id: checked to be `p`)."""
     memo = d._memo.get(key)
-    if memo is not None and memo[0] is p:
-        return memo[1]
+    if memo is None or memo[0] is not p:
+        memo = d._memo[key] = (p, build())
+    return memo[1]
+
+
+def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
+                       outside: bool) -> tuple:
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
     table = table_for(d.hw)
@@ -397,9 +407,7 @@ def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share
         frac = table.classes[_class(q, pv, p.phase, table)]
         prefill_time += scale * q.count * _kernel_time(f, b, hw, frac, q.dtype)
         prefill_launch += scale * q.count * launch
-    result = (rows, prefill_time, prefill_launch)
-    d._memo[key] = (p, result)
-    return result
+    return rows, prefill_time, prefill_launch
 
 
 def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
@@ -419,10 +427,12 @@ def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: i
 def _bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
     """mixed_mean_bound's sums: the decode step's FLOPs and bytes at `start` and `start + 1`, and a
     whole prompt's FLOPs and bytes beside them (its merged kernels' weights not read again)."""
-    key = ("bound", id(p), batch, start, layer_share, outside)
-    memo = d._memo.get(key)
-    if memo is not None and memo[0] is p:
-        return memo[1]
+    return _kept(d, ("bound", id(p), batch, start, layer_share, outside), p,
+                 lambda: _build_bound_sums(d, p, batch, start, layer_share, outside))
+
+
+def _build_bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
+                      outside: bool) -> tuple:
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
 
@@ -438,9 +448,7 @@ def _bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share:
         once = g.params if isinstance(g, KernelGroup) and g.key in merged else None
         pf += scale(g) * g.count * pv[g.flops]
         pb += scale(g) * g.count * (pv[g.nbytes] - (pv[once] if once is not None else 0.0))
-    result = (f0, f1, b0, b1, pf, pb)
-    d._memo[key] = (p, result)
-    return result
+    return f0, f1, b0, b1, pf, pb
 
 
 def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
