@@ -36,7 +36,7 @@ import torch
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.heads import split_heads
-from rooflinekit.core.model_facts import cached, fact
+from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
@@ -241,7 +241,7 @@ def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
     - everything else (norms, position embeddings, routers) is replicated.
     """
     shards = shards or {}
-    modules = dict(model.named_modules())
+    modules = cached(model, fact("modules"), lambda: dict(module_tree(model)))
     plan: dict[str, str] = {}
     blocks = _block_sites(modules, attention)
     for block, site in blocks.items():
@@ -478,14 +478,12 @@ def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
     counted under each of its names it accepts once, so each stage that uses it holds it)."""
     stored = stored or {}
     total, seen = 0.0, set()
-    for name, p in model.named_parameters(remove_duplicate=False):
-        key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
+    for name, key, owner, dim, size in cached(model, fact("parameter_sizes"), lambda: _parameter_sizes(model)):
         if key in seen or (only is not None and not only(name)):
             continue
         seen.add(key)
-        owner = name.rpartition(".")[0]
         frac = 1.0
-        if p.dim() == 3 and (par.ep > 1 or par.tp > 1):  # per-expert weights [E, out, in]
+        if dim == 3 and (par.ep > 1 or par.tp > 1):  # per-expert weights [E, out, in]
             frac = 1.0 / par.ep if par.ep > 1 else 1.0 / par.tp
         elif plan is not None:
             style = plan.styles.get(owner)
@@ -493,8 +491,17 @@ def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
                 frac = plan.fractions.get(owner, 1.0 / plan.tp)
             elif style == "rowwise":
                 frac = 1.0 / plan.tp
-        total += stored.get(name, p.numel() * p.element_size()) * frac
+        total += stored.get(name, size) * frac
     return total
+
+
+def _parameter_sizes(model: torch.nn.Module) -> list[tuple[str, tuple, str, int, int]]:
+    """(name, storage key, owner path, dims, bytes) of every parameter name, duplicates included."""
+    out = []
+    for name, p in model.named_parameters(remove_duplicate=False):
+        key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
+        out.append((name, key, name.rpartition(".")[0], p.dim(), p.numel() * p.element_size()))
+    return out
 
 
 @dataclass
@@ -543,7 +550,7 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
                   workload: Workload, host, par: Deployment, stored: dict[str, float] | None = None) -> Planned:
     """Apply planned TP/EP to a single-GPU capture (see the module docstring); `stored` gives the
     quantized bytes of parameters by name (weights_per_gpu)."""
-    modules = dict(model.named_modules())
+    modules = cached(model, fact("modules"), lambda: dict(module_tree(model)))
     attention = {("" if r.module == "(root)" else r.module): r.spec for r in rows if r.spec is not None}
     notes: list[str] = []
     plan = None

@@ -79,11 +79,16 @@ class Layout:
 
     def layer_index(self, path: str) -> int | None:
         """The index of the stack's layer that module `path` lies in (itself included), or None."""
+        try:
+            return self._paths[path]
+        except KeyError:
+            pass
         prefix = f"{self.stack}." if self.stack else ""
-        if not path.startswith(prefix):
-            return None
-        head = path[len(prefix):].split(".", 1)[0]
-        index = self._index.get(f"{prefix}{head}")
+        index = None
+        if path.startswith(prefix):
+            head = path[len(prefix):].split(".", 1)[0]
+            index = self._index.get(f"{prefix}{head}")
+        self._paths[path] = index
         return index
 
     def stage_of_layer(self, index: int) -> int:
@@ -91,6 +96,7 @@ class Layout:
 
     def __post_init__(self):
         self._index = {p: i for i, p in enumerate(self.layers)}
+        self._paths: dict[str, int | None] = {}  # module path -> layer_index, as asked
 
 
 def layout_of(model: torch.nn.Module, pp: int) -> Layout:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
+from typing import TypeVar
 
 from rooflinekit.analyses.pipeline_parallel import (
     boundary_hidden,
@@ -75,6 +76,9 @@ MAX_BATCH = 1024
 #: The largest relative difference between a step model and a full profile that the check accepts
 #: without a warning in the notes.
 CHECK_TOLERANCE = 1e-6
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,21 @@ class Planner:
         self.notes: list[str] = []
         self.variants: dict[tuple[Deployment, str], Variant | str] = {}
         self._stages: dict[tuple[Deployment, str, int], Stages] = {}
+        self._memo: dict[tuple, object] = {}  # figures many candidates share (_kept)
+
+    def _kept(self, key: tuple, compute: Callable[[], T]) -> T:
+        """compute(), once per `key`: a variant's figure at a batch, degree and chunk is shared by
+        the candidates that differ elsewhere (chunk, pools, replicas)."""
+        try:
+            return self._memo[key]  # type: ignore[return-value]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
+
+    @staticmethod
+    def _identity(v: Variant) -> tuple:
+        """What a variant's priced figures depend on: its deployment, formats and which drafting it runs."""
+        return (v.deployment, v.dtype, v.format, v.verify is not None, v.draft is not None)
 
     def fitter_for(self, dtype: str) -> StepFitter:
         """The step fitter of an activation dtype (W8A8 formats run fp8 activations), sharing the
@@ -454,6 +473,9 @@ class Planner:
         """Bytes the fullest GPU of an instance holds (`profile`'s memory section; under PP its
         fullest stage's: the stage's weights and KV cache of the batch, a micro-batch's
         activations)."""
+        return self._kept(("memory", self._identity(v), batch, pp, chunk), lambda: self._memory_of(v, batch, pp, chunk))
+
+    def _memory_of(self, v: Variant, batch: int, pp: int, chunk: tuple[int, float]) -> float:
         t, block = self.targets, self._block()
         if pp <= 1:
             return v.memory(batch, t.isl + t.osl, block, chunk)
@@ -468,6 +490,11 @@ class Planner:
         the generation, with `share` of one prompt's prefill riding along each step (chunked
         prefill), pipeline stages and speculative decoding as the variant has them. The bound is
         the same composition of the steps' bounds, so never above the expected time."""
+        return self._kept(("decode_time", self._identity(v), batch, pp, share),
+                          lambda: self._decode_time_of(v, batch, pp, share))
+
+    def _decode_time_of(self, v: Variant, batch: int, pp: int, share: float
+                        ) -> tuple[float, float, Speculative | None]:
         t = self.targets
         start, stop = t.isl, t.isl + t.osl
         micro = batch // pp
@@ -627,6 +654,9 @@ class Planner:
     def _step(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
         """(expected, bound) of one instance's decode step of `batch` sequences at `context`, as
         `profile --phase decode` (with `--pp`: the steady pipeline's period) gives them."""
+        return self._kept(("step", self._identity(v), batch, pp, context), lambda: self._step_of(v, batch, pp, context))
+
+    def _step_of(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
         if pp <= 1:
             return v.decode.expected(batch, context), v.decode.bound(batch, context)
         micro, st = batch // pp, self.stages(v, pp)
@@ -636,6 +666,9 @@ class Planner:
     def _chunk_peak(self, v: Variant, tokens: int) -> float:
         """The activation peak of a prompt chunk of `tokens` (a prefill of that many tokens after
         the prompt's cached prefix), from its own capture."""
+        return self._kept(("chunk_peak", self._identity(v), tokens), lambda: self._chunk_peak_of(v, tokens))
+
+    def _chunk_peak_of(self, v: Variant, tokens: int) -> float:
         t, fitter = self.targets, self.fitter_for(v.dtype)
         cached = t.isl - t.new_prompt_tokens
         phase, q_len, context = ("decode", tokens, cached) if cached else ("prefill", 1, tokens)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from rooflinekit.core.errors import HardwareError
+from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
 from rooflinekit.core.skips import stand_ins
 from rooflinekit.core.specs import AttentionCost
@@ -116,14 +117,15 @@ class _Roles:
 
 
 def _owner_paths(model: torch.nn.Module, module: object) -> set[str]:
-    return {path for path, m in model.named_modules() if m is module}
+    return {path for path, m in module_tree(model) if m is module}
 
 
 def weight_roles(cap: CaptureResult, model: torch.nn.Module, quantize_embeddings: bool) -> _Roles:
     """Which parameter storages are linear or expert weights (quantized), which are the token
     embedding or the output head (kept unless `quantize_embeddings`), and which the model already
     stores in 8 bits or fewer."""
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params = cached(model, fact("parameters_with_duplicates"),
+                    lambda: dict(model.named_parameters(remove_duplicate=False)))
     product: set[int] = set()
     gathered: set[int] = set()
     for op in cap.ops:
