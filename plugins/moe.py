@@ -116,6 +116,14 @@ def routing_model(module: torch.nn.Module, ep_size: int = 1, tp_size: int = 1) -
 def rooflinekit_module_model(module, path, workload, deployment):
     ep, tp = deployment.ep, deployment.tp
     model = routing_model(module, ep_size=ep, tp_size=tp) or experts_model(module, ep_size=ep, tp_size=tp)
-    if model is not None and model.num_experts % ep:
-        raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts of {path or 'the model'}")
+    if model is None:
+        return None
+    redundant = getattr(deployment, "redundant_experts", 0)
+    if (model.num_experts + redundant) % ep:
+        more = -(model.num_experts + redundant) % ep
+        raise UserError(f"--ep {ep} does not divide the {model.num_experts} experts"
+                        f"{f' and {redundant} redundant copies' if redundant else ''} of {path or 'the model'}: "
+                        f"give --redundant-experts {redundant + more} (whole slots per GPU) or an EP that divides them")
+    model.redundant = redundant
+    model.imbalance = float(getattr(deployment, "ep_imbalance", 1.0))
     return model

@@ -48,6 +48,12 @@ class ExpertsModel(ModuleModel):
     biases: list[tuple[str, int]] = field(default_factory=list)
     ep_size: int = 1
     tp_size: int = 1
+    #: Extra expert copies over the EP group (Deployment.redundant_experts): E + R slots, an
+    #: expert's tokens split evenly between its copies.
+    redundant: int = 0
+    #: The busiest EP rank's tokens over the mean (Deployment.ep_imbalance): its rows and
+    #: all-to-all bytes scale by it.
+    imbalance: float = 1.0
     #: Polynomial counts but the weights, which follow the expected distinct experts (declared on
     #: each record, rooflinekit.stages.modelled.emit's `experts`): step models fit it from few batches.
     scaling: str | None = "expected-experts"
@@ -75,19 +81,25 @@ class ExpertsModel(ModuleModel):
     def account(self, path: str, tokens: int, k: int, hidden: int) -> None:
         """Emit the modelled records for `tokens` tokens routed to `k` experts each."""
         e_total, ep, tp = self.num_experts, self.ep_size, self.tp_size
-        local = e_total / ep
+        redundant = self.redundant if ep > 1 else 0
+        imbalance = self.imbalance if ep > 1 else 1.0
+        local = (e_total + redundant) / ep
         split = tp if ep == 1 else 1  # with EP the experts are spread whole over the GPUs
-        # tokens reaching the experts of this GPU's group, and the rows this GPU computes
+        # tokens reaching the experts of this GPU's group, and the rows this GPU computes (the
+        # busiest rank's: the stated imbalance over the mean)
         group_tokens = tokens * ep if self.dp_tokens else tokens
-        rows = group_tokens * k / ep
-        # uniform routing over all E experts; this GPU holds 1/ep of them, so 1/ep of the hits
-        touched = moe.expected_distinct_experts(group_tokens, k, e_total) / ep
+        rows = group_tokens * k / ep * imbalance
+        # uniform routing over all E experts (and their copies); this GPU holds 1/ep of the slots
+        touched = moe.expected_distinct_experts(group_tokens, k, e_total, redundant) / ep
         isz = self.itemsize
         note = self.assumption + f" (T={group_tokens}, k={k}, E={e_total}: {touched:.1f} experts" + (
-            f" of {local:g} local" if ep > 1 else "") + (f", each split {split} ways" if split > 1 else "") + ")"
-        terms = {"tokens": group_tokens, "k": k, "experts": e_total, "share": 1 / ep}
+            f" of {local:g} local" if ep > 1 else "") + (f", {redundant} redundant copies" if redundant else "") + (
+            f", the busiest rank {imbalance:g}x the mean tokens" if imbalance != 1.0 else "") + (
+            f", each split {split} ways" if split > 1 else "") + ")"
+        terms = {"tokens": group_tokens, "k": k, "experts": e_total, "share": 1 / ep,
+                 **({"redundant": redundant} if redundant else {})}
         if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
+            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
                             module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
         last = len(self.matrices) - 1
         for i, (name, out_f, in_f) in enumerate(self.matrices):
@@ -110,7 +122,7 @@ class ExpertsModel(ModuleModel):
             emit(f"moe.{name}", module=path, dtype=self.dtype, assumption=note, flops=0,
                  bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz, experts=terms)
         if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz,
+            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
                             module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
             rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
         # weighted combine of each token's k expert outputs

@@ -306,9 +306,35 @@ def test_expected_distinct_experts_closed_form_and_edges():
         assert distinct(tokens, 2, 4) == pytest.approx(_distinct_by_enumeration(tokens, 2, 4), rel=1e-12)
 
 
+def _slots_by_enumeration(tokens: int, copies: list[int]) -> float:
+    """Mean distinct expert slots hit when each of `tokens` tokens picks one expert uniformly, then
+    one of that expert's copies uniformly (k = 1): every outcome enumerated with its probability."""
+    slots = [(e, c) for e, n in enumerate(copies) for c in range(n)]
+    chance = {(e, c): 1 / (len(copies) * copies[e]) for e, c in slots}
+    mean = 0.0
+    for pick in itertools.product(slots, repeat=tokens):
+        p = 1.0
+        for slot in pick:
+            p *= chance[slot]
+        mean += p * len(set(pick))
+    return mean
+
+
+def test_redundant_expert_copies_split_their_hits():
+    distinct = moe.expected_distinct_experts
+    # E = 2, one redundant copy: expert 0 in two slots (1/4 of the tokens each), expert 1 in one (1/2)
+    assert distinct(2, 1, 2, 1) == pytest.approx(2 * (1 - (3 / 4) ** 2) + (1 - (1 / 2) ** 2)) == 1.625
+    for tokens, copies in ((1, [2, 1]), (3, [2, 1]), (3, [2, 2, 1]), (2, [3, 2]), (4, [2, 2])):
+        e, r = len(copies), sum(copies) - len(copies)
+        assert distinct(tokens, 1, e, r) == pytest.approx(_slots_by_enumeration(tokens, copies), rel=1e-12)
+    # no copies: the plain formula; every slot hit by many tokens
+    assert distinct(7, 2, 8, 0) == distinct(7, 2, 8)
+    assert distinct(100_000, 8, 256, 32) == pytest.approx(288)
+
+
 def test_the_experts_model_takes_its_touched_count_from_expected_distinct_experts(monkeypatch):
     """One formula: the module model's weight bytes follow the function (here replaced by 3.0)."""
-    monkeypatch.setattr(moe, "expected_distinct_experts", lambda tokens, top_k, num_experts: 3.0)
+    monkeypatch.setattr(moe, "expected_distinct_experts", lambda tokens, top_k, num_experts, redundant=0: 3.0)
     ep, hidden, inter = 4, 256, 128
     options = {"hidden": hidden, "inter": inter, "experts": 16, "top_k": 2}
     report = model_file(MODELS / "experts3d.py", "decode", 4, 8, **options)

@@ -196,6 +196,47 @@ def test_ep_divides_experts_and_adds_two_all_to_alls():
     assert ep4["parallel"]["ep"] == 4 and "per GPU" in ep4["parallel"]["batch_meaning"]
 
 
+def _ep_report(ep: int, **settings) -> dict:
+    workload = Workload("decode", 4, 8, "bf16", "meta", ())
+    return profile(load_source(str(MOE), {}), workload, Deployment("H800", ep=ep, **settings)).report.to_dict()
+
+
+def test_redundant_experts_hold_whole_slots_and_split_their_hits():
+    """16 experts over EP 6 with 2 copies: 18 slots, 3 per GPU; the weights read follow the slots hit."""
+    e, k, t, ep, r = 16, 2, 4, 6, 2
+    report = _ep_report(ep, redundant_experts=r)
+    per_expert = (2 * 128 * 256 + 256 * 128) * 2
+    # slots: 14 experts with one copy, 2 with two; each copy of those gets half their tokens' picks
+    hit = (e - r) * (1 - (1 - k / e) ** (ep * t)) + 2 * r * (1 - (1 - k / (2 * e)) ** (ep * t))
+    assert sum(o["param_bytes"] for o in _moe(report)) == pytest.approx(hit / ep * per_expert)
+    whole = _ep_report(8)
+    held_experts = report["parallel"]["weights_per_gpu"] - (whole["parallel"]["weights_per_gpu"] - e / 8 * per_expert)
+    assert held_experts == pytest.approx((e + r) / ep * per_expert)  # 3 experts' weights per GPU
+
+
+def test_ep_imbalance_scales_the_busiest_ranks_rows_and_all_to_all():
+    even, skewed = _ep_report(4), _ep_report(4, ep_imbalance=1.5)
+    assert sum(o["flops"] for o in _moe(skewed)) == pytest.approx(1.5 * sum(o["flops"] for o in _moe(even)))
+    assert sum(o["param_bytes"] for o in _moe(skewed)) == pytest.approx(sum(o["param_bytes"] for o in _moe(even)))
+
+    def a2a(r):
+        return [o["collective"]["message_bytes"] for o in r["ops"]
+                if o.get("collective", {}).get("collective") == "all_to_all"]
+
+    assert a2a(skewed) == [1.5 * m for m in a2a(even)]
+
+
+def test_expert_parallel_settings_are_checked(invoke):
+    result = invoke("profile", MOE, "--ep", 6)
+    assert result.exit_code == 2 and "give --redundant-experts 2" in result.output
+    result = invoke("profile", MOE, "--ep", 6, "--redundant-experts", 2)
+    assert result.exit_code == 0, result.output
+    result = invoke("profile", MOE, "--ep-imbalance", 0.5, "--ep", 4)
+    assert result.exit_code == 2 and "--ep-imbalance must be a factor from 1" in result.output
+    result = invoke("profile", MOE, "--redundant-experts", 2)
+    assert result.exit_code == 2 and "give --ep above 1 too" in result.output
+
+
 def test_tp_splits_each_expert_and_ep_equal_tp_splits_the_experts():
     one = planned(MOE, batch=4, context=8)
     tp2 = planned(MOE, tp=2, batch=4, context=8)

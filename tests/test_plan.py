@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.plan import PlanOptions, run_plan, wide_eps
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.cli.main import cli
-from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front
+from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front, parse_layout
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
@@ -158,8 +158,49 @@ def test_cli_json_and_a_target_nothing_meets():
         assert key in data["configs"][0]
 
 
+@pytest.mark.parametrize("text, layout", [("TP8", (8, 1)), ("tp 4 ep 4", (4, 4)), ("DEP32", (1, 32)),
+                                          ("EP144", (1, 144)), ("DP16EP16", (1, 16))])
+def test_layouts_read_as_the_labels_write_them(text, layout):
+    assert parse_layout(text) == layout
+
+
+@pytest.mark.parametrize("text", ["TP", "DP8EP16", "TP4EP8", "TP0", "pp2"])
+def test_a_layout_that_is_not_one_is_refused(text):
+    with pytest.raises(ValueError, match="layout|DP = EP|EP equals TP|whole numbers"):
+        parse_layout(text)
+
+
+@given(st.integers(1, 4096), st.sampled_from([None, 4, 8, 72]))
+def test_wide_ep_degrees_fit_the_budget_and_hold_the_pool_beside_a_prefill_pool(gpus, node):
+    eps = wide_eps(gpus, node)
+    assert eps == sorted(set(eps)) and all(1 <= e <= gpus for e in eps)
+    powers = [1 << i for i in range(13) if 1 << i <= gpus]
+    assert set(powers) <= set(eps)
+    for e in set(eps) - set(powers):  # the budget less a power-of-two pool of whole nodes
+        assert node and (gpus - e) in powers and (gpus - e) % node == 0 and e >= node
+    if node == 8 and gpus == 176:
+        assert 144 in eps
+
+
+def test_fixed_pool_layouts_are_the_only_ones_priced():
+    runner = CliRunner()
+    args = ["plan", "examples/configs/mixtral-8x7b.json", "-O", "layers=2", "--gpus", "8", "--isl", "512", "--osl",
+            "128", "--max-batch", "8", "--pp", "1", "--mode", "disaggregated", "--weight-dtypes", "bf16",
+            "--kv-dtypes", "bf16", "--prefill", "TP2EP2", "--no-check", "-f", "json", "-q"]
+    result = runner.invoke(cli, args + ["--decode", "DEP6"])
+    assert result.exit_code == 0, result.output
+    configs = json.loads(result.stdout)["configs"]
+    assert configs
+    for c in configs:
+        assert (c["prefill"]["tp"], c["prefill"]["ep"], c["decode"]["tp"], c["decode"]["ep"]) == (2, 2, 1, 6)
+        assert c["redundant_experts"] == 4 and c["prefill"]["redundant_experts"] == 0  # 12 slots over 6 GPUs
+    result = runner.invoke(cli, args + ["--decode", "DEP16"])
+    assert result.exit_code == 2 and "--decode DEP16 needs 16 GPUs" in result.output
+
+
 @pytest.mark.parametrize("args, words", [
     (["--tpot", "fast"], "--tpot 'fast'"),
+    (["--decode", "TP3EP4"], "--decode: 'TP3EP4'"),
     (["--isl", "-3"], "--isl"),
     (["--weight-dtypes", "fp7"], "--weight-dtypes"),
     (["--accept", "0.5"], "--accept"),

@@ -36,7 +36,8 @@ def _plan(model: str, options: dict, targets: Targets, search: PlanOptions):
 def _deployment(c: PlanConfig) -> Deployment:
     tp, ep = (c.decode.tp, c.decode.ep) if c.decode else (c.tp, c.ep)
     return Deployment(hardware="H800", tp=tp, ep=ep, pp=c.pp, weight_dtype=WEIGHT_FORMATS[c.weight_dtype][0],
-                      kv_dtype=c.kv_dtype, kernels=c.kernels, memory_fraction=0.9)
+                      kv_dtype=c.kv_dtype, kernels=c.kernels, memory_fraction=0.9,
+                      redundant_experts=c.redundant_experts, ep_imbalance=c.ep_imbalance)
 
 
 def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
@@ -114,6 +115,21 @@ def test_sampled_moe_candidates_are_their_profiles():
     picked = _sample(result.configs, 12, "moe")
     assert any(c.ep > 1 for c in picked)
     for c in picked:
+        _check(source, host, targets, c)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_sampled_candidates_with_redundant_experts_are_their_profiles():
+    """EP 3 does not divide Mixtral's 8 experts: the plan holds one redundant copy (9 slots, 3 per
+    GPU), prices the busiest rank at --ep-imbalance 1.25, and each sampled figure is `profile`'s
+    with those settings."""
+    targets = Targets(256, 64)
+    source, result, host = _plan("examples/configs/mixtral-8x7b.json", {"layers": 2}, targets,
+                                 PlanOptions(gpus=3, tps=(1,), eps=(3,), pps=(1,), max_batch=8, ep_imbalance=1.25))
+    wide = [c for c in result.configs if c.ep == 3]
+    assert wide and all(c.redundant_experts == 1 and c.ep_imbalance == 1.25 for c in wide)
+    for c in _sample(wide, 6, "redundant"):
         _check(source, host, targets, c)
 
 

@@ -478,13 +478,13 @@ def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
     counted under each of its names it accepts once, so each stage that uses it holds it)."""
     stored = stored or {}
     total, seen = 0.0, set()
-    for name, key, owner, dim, size in cached(model, fact("parameter_sizes"), lambda: _parameter_sizes(model)):
+    for name, key, owner, dim, experts, size in cached(model, fact("parameter_sizes"), lambda: _parameter_sizes(model)):
         if key in seen or (only is not None and not only(name)):
             continue
         seen.add(key)
         frac = 1.0
-        if dim == 3 and (par.ep > 1 or par.tp > 1):  # per-expert weights [E, out, in]
-            frac = 1.0 / par.ep if par.ep > 1 else 1.0 / par.tp
+        if dim == 3 and (par.ep > 1 or par.tp > 1):  # per-expert weights [E, out, in]: E + R slots over EP
+            frac = (experts + par.redundant_experts) / (experts * par.ep) if par.ep > 1 else 1.0 / par.tp
         elif plan is not None:
             style = plan.styles.get(owner)
             if style in ("colwise", "colwise_gather", "vocab"):
@@ -495,12 +495,14 @@ def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
     return total
 
 
-def _parameter_sizes(model: torch.nn.Module) -> list[tuple[str, tuple, str, int, int]]:
-    """(name, storage key, owner path, dims, bytes) of every parameter name, duplicates included."""
+def _parameter_sizes(model: torch.nn.Module) -> list[tuple[str, tuple, str, int, int, int]]:
+    """(name, storage key, owner path, dims, first dimension, bytes) of every parameter name,
+    duplicates included."""
     out = []
     for name, p in model.named_parameters(remove_duplicate=False):
         key = (p.data_ptr() if p.device.type != "meta" else id(p), tuple(p.shape))
-        out.append((name, key, name.rpartition(".")[0], p.dim(), p.numel() * p.element_size()))
+        out.append((name, key, name.rpartition(".")[0], p.dim(), int(p.shape[0]) if p.dim() else 1,
+                    p.numel() * p.element_size()))
     return out
 
 

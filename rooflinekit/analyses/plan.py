@@ -91,6 +91,14 @@ class PlanOptions:
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8")
     kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     tps: tuple[int, ...] | None = None  # None: powers of two up to the budget
+    #: EP degrees with data-parallel attention (DEPn) for MoE models; None: wide_eps
+    eps: tuple[int, ...] | None = None
+    #: (TP, EP) layouts a disaggregated prefill pool may take; None: any searched
+    prefill_layouts: tuple[tuple[int, int], ...] | None = None
+    #: (TP, EP) layouts a decode instance (aggregated, or a disaggregated decode pool) may take
+    decode_layouts: tuple[tuple[int, int], ...] | None = None
+    #: The busiest EP rank's tokens over the mean (Deployment.ep_imbalance), for every EP layout
+    ep_imbalance: float = 1.0
     pps: tuple[int, ...] = (1, 2, 4)
     modes: tuple[str, ...] = ("aggregated", "disaggregated")
     chunks: tuple[int, ...] = CHUNKS
@@ -164,6 +172,16 @@ def _cache_bytes(per_sequence: float, terms: tuple[tuple[float, int | None], ...
         held = min(context, window) if window else context
         total += per_token * (math.ceil(held / block) * block)
     return total
+
+
+def wide_eps(gpus: int, node: int | None) -> list[int]:
+    """EP degrees a data-parallel-attention layout is searched at: powers of two up to the budget
+    and, where the budget spans nodes, the budget less a power-of-two pool of whole nodes (a decode
+    pool beside a prefill pool: DeepSeek's EP 144 beside EP 32 on 22 nodes)."""
+    out = set(_powers(gpus))
+    if node and gpus > node:
+        out.update(gpus - p for p in _powers(gpus) if p >= node and p % node == 0 and gpus - p >= node)
+    return sorted(out)
 
 
 def _powers(limit: int) -> list[int]:
@@ -290,11 +308,9 @@ class Planner:
         """The decode step model of `config`'s deployment against a full profile at a point its
         design did not use: the note saying how far apart, and whether beyond CHECK_TOLERANCE
         (FitError when the two cannot be compared)."""
-        deployment = Deployment(hardware=self.hw.name, tp=config.decode.tp if config.decode else config.tp,
-                                ep=config.decode.ep if config.decode else config.ep,
-                                weight_dtype=WEIGHT_FORMATS[config.weight_dtype][0],
-                                kv_dtype=config.kv_dtype, kernels=config.kernels,
-                                memory_fraction=self.options.memory_fraction)
+        deployment = self.deployment(config.decode.tp if config.decode else config.tp,
+                                     config.decode.ep if config.decode else config.ep,
+                                     WEIGHT_FORMATS[config.weight_dtype][0], config.kv_dtype)
         v = self.variant(deployment, config.dtype)
         shape = self._shapes(v.decode.batches is None)[0]
         batch = 3 if v.decode.batches is None else v.decode.batches[-1]
@@ -370,19 +386,54 @@ class Planner:
     def deployments(self) -> Iterator[tuple[Deployment, str, str]]:
         """(deployment, activation dtype, format name) of every layout and format searched."""
         o = self.options
+        for tp, ep in self.layouts():
+            for name in o.weight_dtypes:
+                w, act = WEIGHT_FORMATS[name]
+                for kv in o.kv_dtypes:
+                    yield self.deployment(tp, ep, w, kv), act or self.fitter.base.dtype, name
+
+    def deployment(self, tp: int, ep: int, weight_dtype: str | None, kv_dtype: str | None) -> Deployment:
+        """The searched deployment of a layout and formats: an EP that does not divide the experts
+        holds redundant copies up to whole slots per GPU; EP layouts take --ep-imbalance."""
+        o, experts = self.options, self.routed_experts()
+        return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          kernels=o.kernels, memory_fraction=o.memory_fraction,
+                          redundant_experts=-experts % ep if experts and ep > 1 else 0,
+                          ep_imbalance=o.ep_imbalance if ep > 1 else 1.0)
+
+    def layouts(self) -> list[tuple[int, int]]:
+        """(TP, EP) of every instance layout searched: TP degrees (within a node unless asked) with
+        EP 1, or for MoE models EP = TP, and TP 1 with experts over EP GPUs (wide_eps); with
+        --prefill/--decode layouts given, those."""
+        o = self.options
+        if o.prefill_layouts is not None or o.decode_layouts is not None:
+            given = (o.prefill_layouts or ()) + (o.decode_layouts or ())
+            if o.prefill_layouts is None or o.decode_layouts is None:  # the other pool searched freely
+                given = self._free_layouts() + given
+            return list(dict.fromkeys(given))
+        return self._free_layouts()
+
+    def _free_layouts(self) -> list[tuple[int, int]]:
+        o = self.options
         # TP within the scale-up domain (a node) unless asked: TP across nodes is not served
         tps = o.tps or tuple(_powers(min(o.gpus, self.hw.node_gpus or o.gpus)))
         moe = self._moe()
-        wide = [e for e in _powers(o.gpus) if e > 1] if moe else []
+        wide = [e for e in (o.eps or wide_eps(o.gpus, self.hw.node_gpus)) if e > 1] if moe else []
+        out = []
         for tp in tps:
             # experts over the TP group, or (TP 1) data-parallel attention with experts over EP GPUs
             for ep in ((1, tp) if moe and tp > 1 else (1, *wide)):
-                for name in o.weight_dtypes:
-                    w, act = WEIGHT_FORMATS[name]
-                    for kv in o.kv_dtypes:
-                        yield (Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=w, kv_dtype=kv,
-                                          kernels=o.kernels, memory_fraction=o.memory_fraction),
-                               act or self.fitter.base.dtype, name)
+                out.append((tp, ep))
+        return out
+
+    def routed_experts(self) -> int | None:
+        """The routed experts of the model's MoE layers (the most any layer has), None without."""
+        if not hasattr(self, "_routed"):
+            counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
+            found = [int(t["experts"]) for op in counting.raw.capture.ops
+                     if (t := op.attrs.get("expected_experts"))]
+            self._routed = max(found) if found else None
+        return self._routed
 
     def _moe(self) -> bool:
         counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
@@ -541,6 +592,7 @@ class Planner:
         gpus = max(d.tp, d.ep) * pp
         replicas = self.options.gpus // gpus
         base = dict(mode="aggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=replicas, weight_dtype=v.format,
+                    redundant_experts=d.redundant_experts, ep_imbalance=d.ep_imbalance,
                     dtype=v.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=gpus * replicas, chunk=chunk)
         if per_step > chunk:
             return PlanConfig(**base, fits=False, reject_reason=f"chunk: {per_step:.0f} prompt tokens arrive per step, "
@@ -610,9 +662,10 @@ class Planner:
         d = dv.deployment
         prefill_memory = pv.prefill_memory(t.isl, self._block())
         usable = self._usable()
-        prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s)
-        decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot)
+        prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s, pv.deployment.redundant_experts)
+        decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot, d.redundant_experts)
         config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format,
+                            redundant_experts=d.redundant_experts, ep_imbalance=d.ep_imbalance,
                             dtype=dv.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
                             ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
                             ttft_wait_s=wait, rate_per_s=rate,
@@ -749,9 +802,14 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
     o, layers = planner.options, planner.fitter.layers()
     variants = _with_and_without_speculation(variants)
     batches = planner.batches()
+    def allowed(v: Variant, layouts: tuple[tuple[int, int], ...] | None) -> bool:
+        return layouts is None or (v.deployment.tp, v.deployment.ep) in layouts
+
     if "aggregated" in o.modes:
         new = planner.targets.new_prompt_tokens
         for v in variants:
+            if not allowed(v, o.decode_layouts):
+                continue
             g = max(v.deployment.tp, v.deployment.ep)
             for pp in _pps(o, g, layers):
                 for chunk in o.chunks:
@@ -763,10 +821,13 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                             yield planner.aggregated(v, pp, batch, chunk)
     if "disaggregated" in o.modes:
         for dv in variants:
+            if not allowed(dv, o.decode_layouts):
+                continue
             g = max(dv.deployment.tp, dv.deployment.ep)
             formats = (dv.format, dv.deployment.kv_dtype)
             for pv in variants:
-                if pv.verify is not None or (pv.format, pv.deployment.kv_dtype) != formats:
+                if pv.verify is not None or (pv.format, pv.deployment.kv_dtype) != formats \
+                        or not allowed(pv, o.prefill_layouts):
                     continue
                 for pp in _pps(o, g, layers):
                     for batch in _with_limit(batches, planner.batch_limit(dv, pp), dv):
@@ -857,7 +918,9 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
         warnings.append(planner.what_would_fit(variants))
     notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets)
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
-    commands = engine_commands(configs[best], "MODEL") if best is not None else {}
+    if planner.routed_experts():
+        info["routed_experts"] = planner.routed_experts()
+    commands = engine_commands(configs[best], "MODEL", planner.routed_experts()) if best is not None else {}
     return PlanResult(model=info, hardware=planner.hw.name, gpus=options.gpus, targets=targets,
                       candidates=len(configs), configs=configs, pareto=pareto, best=best, closest=closest,
                       closest_miss=miss, notes=notes, warnings=warnings, commands=commands, wall_s=time.perf_counter() - start,

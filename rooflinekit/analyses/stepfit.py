@@ -129,8 +129,9 @@ class StepFitter:
         """The deployment as the capture sees it (module doc): not its KV cache format, which the
         format transform applies (cache storages rescaled, attention's minimum asked again at it)."""
         key = Deployment(quantize_embeddings=deployment.quantize_embeddings)
-        if self._module_models is not False:
-            key = replace(key, tp=deployment.tp, ep=deployment.ep)
+        if self._module_models is not False:  # module models (MoE experts) price the parallel layout
+            key = replace(key, tp=deployment.tp, ep=deployment.ep, redundant_experts=deployment.redundant_experts,
+                          ep_imbalance=deployment.ep_imbalance)
         return key
 
     def raw(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counting:

@@ -20,7 +20,7 @@ from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
-from rooflinekit.core.plan import WEIGHT_FORMATS, Targets
+from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, parse_layout
 from rooflinekit.core.request import KERNELS, KV_BYTES
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.engine_flags import engine_commands
@@ -128,6 +128,19 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
                    "fp8-weight-only, w8a16 (int8 weight-only), w4a16 (int4 weight-only).")
 @click.option("--kv-dtypes", default="bf16,fp8", show_default=True, help="KV cache formats to try.")
 @click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus within a node].")
+@click.option("--ep", "eps", default=None,
+              help="EP degrees to try with data-parallel attention (DEPn: TP 1, experts over n GPUs) for MoE "
+                   "models [default: powers of two up to --gpus and, past a node, --gpus less a power-of-two "
+                   "pool of whole nodes]; an EP that does not divide the experts holds redundant copies.")
+@click.option("--prefill", "prefill_layouts", default=None, metavar="LAYOUTS",
+              help="Fix the layouts a disaggregated prefill pool may take, comma-separated: TP8, TP8EP8, "
+                   "DEP32 (TP 1, experts over 32 GPUs).")
+@click.option("--decode", "decode_layouts", default=None, metavar="LAYOUTS",
+              help="Fix the layouts a decode instance (aggregated, or a disaggregated decode pool) may take, "
+                   "as --prefill.")
+@click.option("--ep-imbalance", type=click.FloatRange(1, 64), default=1.0, show_default=True, metavar="F",
+              help="Tokens the busiest expert-parallel rank receives over the mean (1: uniform routing's "
+                   "expectation): its experts' rows and all-to-all bytes scale by F.")
 @click.option("--pp", "pps", default="1,2,4", show_default=True, help="Pipeline stages to try.")
 @click.option("--mode", "modes", default="aggregated,disaggregated", show_default=True,
               help="Serving modes to try: aggregated, disaggregated.")
@@ -155,8 +168,8 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Print only the serving engines' command lines of configuration INDEX (the JSON's configs "
                    "index; the best's are in every output).")
 @debug_option
-def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, pps,
-             modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
+def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, eps,
+             prefill_layouts, decode_layouts, ep_imbalance, pps, modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
              quiet, commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
@@ -165,6 +178,9 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
                   weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
                   kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
+                  eps=_ints(eps, "--ep") if eps else None, ep_imbalance=ep_imbalance,
+                  prefill_layouts=_layouts(prefill_layouts, "--prefill", gpus) if prefill_layouts else None,
+                  decode_layouts=_layouts(decode_layouts, "--decode", gpus) if decode_layouts else None,
                   modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
                   mtp=mtp or 0, check=not no_check, rate=_rate(rate) if rate is not None else None)
     if accept is not None:
@@ -189,7 +205,8 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
                                 f"{len(result.configs) - 1}")
         chosen = result.configs[commands_of]
         text = "\n".join([f"# {commands_of}: {chosen.label()}",
-                          *commands_lines(engine_commands(chosen, "MODEL"), indent="")[1:]]) + "\n"
+                          *commands_lines(engine_commands(chosen, "MODEL", result.model.get("routed_experts")),
+                                         indent="")[1:]]) + "\n"
         emit(text, output)
         return
     if result.best is None:
@@ -199,6 +216,21 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, w
         plot_plan(result, plot_path)
         if not quiet:
             click.echo(f"wrote {plot_path}", err=True)
+
+
+def _layouts(text: str, option: str, gpus: int) -> tuple[tuple[int, int], ...]:
+    """The (TP, EP) layouts of --prefill/--decode, each within the budget."""
+    out = []
+    for part in text.split(","):
+        try:
+            layout = parse_layout(part)
+        except ValueError as exc:
+            raise WorkloadError(f"{option}: {exc}") from None
+        if max(layout) > gpus:
+            raise WorkloadError(f"{option} {part.strip()} needs {max(layout)} GPUs, more than the {gpus} of --gpus: "
+                                f"give --gpus {max(layout)} or more")
+        out.append(layout)
+    return tuple(dict.fromkeys(out))
 
 
 def _check_budget(gpus: int, tps: tuple[int, ...] | None, pps: tuple[int, ...]) -> None:

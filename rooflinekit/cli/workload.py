@@ -34,7 +34,7 @@ from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, v
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
 DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches", "pp_schedule")
+                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -207,6 +207,13 @@ def parallel_options(f):
     """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel);
     --pp/--micro-batches: pipeline parallelism (`pipeline_options`)."""
     f = pipeline_options(f)
+    f = click.option("--ep-imbalance", default=None, type=float, expose_value=False, callback=_keep, metavar="F",
+                     help="Tokens the busiest expert-parallel rank receives over the mean [default: 1, the "
+                          "uniform expectation]: its experts' rows and all-to-all bytes scale by F.")(f)
+    f = click.option("--redundant-experts", default=None, type=click.IntRange(0), expose_value=False,
+                     callback=_keep, metavar="R",
+                     help="Extra copies of routed experts over the EP group (E + R slots, as DeepSeek's "
+                          "redundant experts): memory per GPU, and an --ep that does not divide E.")(f)
     f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
                      help="Planned expert parallelism: routed experts split over N GPUs (all-to-all "
                           "dispatch/combine; alone, the batch is per GPU).")(f)

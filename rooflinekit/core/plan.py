@@ -3,6 +3,7 @@ configuration, and the search's answer with its Pareto front."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 #: The JSON schema version of a plan result (rooflinekit/schema/plan-1.1.schema.json).
@@ -36,6 +37,7 @@ class Pool:
     instances: int
     batch: int
     step_s: float
+    redundant_experts: int = 0  # extra expert copies over the instance's EP group
 
     @property
     def gpus(self) -> int:
@@ -116,6 +118,10 @@ class PlanConfig:
     decode: Pool | None = None
     pool_ratio: str | None = None
     dtype: str = "bf16"  # activations (fp8 with the W8A8 format)
+    #: Extra expert copies over the (decode) instance's EP group, and the busiest EP rank's
+    #: tokens over the mean it is priced at (Deployment.redundant_experts, ep_imbalance)
+    redundant_experts: int = 0
+    ep_imbalance: float = 1.0
     gpus_idle: int = 0  # GPUs of the budget the configuration leaves unused
 
     def label(self) -> str:
@@ -127,12 +133,33 @@ class PlanConfig:
         else:
             head = (f"agg {_degrees(self.tp, self.ep)}"
                     f"{f' PP {self.pp}' if self.pp > 1 else ''} x{self.replicas}")
-        tail = f", {FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W, {self.kv_dtype} KV, B {self.batch}"
+        tail = f" (+{self.redundant_experts} redundant experts)" if self.redundant_experts else ""
+        tail += f", {FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W, {self.kv_dtype} KV, B {self.batch}"
         if self.chunk:
             tail += f", chunk {self.chunk}"
         if self.speculative:
             tail += f", {self.speculative.draft} k={self.speculative.k}"
         return head + tail
+
+
+def parse_layout(text: str) -> tuple[int, int]:
+    """(TP, EP) of an instance layout as the labels write it: 'TP8', 'TP8EP8', 'DEP32' or
+    'DP32EP32' or 'EP32' (TP 1, data-parallel attention, experts over 32 GPUs); spaces and case
+    ignored. ValueError naming the forms otherwise."""
+    t = "".join(text.split()).upper()
+    m = re.fullmatch(r"TP(\d+)(?:EP(\d+))?|(?:DEP|EP)(\d+)|DP(\d+)EP(\d+)", t)
+    forms = "TP8, TP8EP8, DEP32 (= DP32EP32: TP 1, experts over 32 GPUs)"
+    if not m:
+        raise ValueError(f"{text!r} is not a layout: write {forms}")
+    tp, ep, dep, dp, dep2 = (int(g) if g else None for g in m.groups())
+    if dp is not None and dp != dep2:
+        raise ValueError(f"{text!r}: data-parallel attention runs one replica per expert-parallel GPU (DP = EP)")
+    layout = (tp, ep or 1) if tp is not None else (1, dep or dep2)
+    if min(layout) < 1:
+        raise ValueError(f"{text!r}: degrees are whole numbers >= 1")
+    if layout[0] > 1 and layout[1] > 1 and layout[0] != layout[1]:
+        raise ValueError(f"{text!r}: EP equals TP (experts over the TP group) or TP is 1 (DEP)")
+    return layout
 
 
 def _degrees(tp: int, ep: int) -> str:

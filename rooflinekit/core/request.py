@@ -149,6 +149,13 @@ class Deployment:
     #: engine's micro-batches in flight; "one-batch", one batch filling and draining it.
     pp_schedule: str = "steady"
     replicas: int = 1
+    #: Extra copies of routed experts spread over the EP group (E + R slots; DeepSeek's redundant
+    #: experts): more memory per GPU, an EP degree that does not divide E. Tokens split evenly
+    #: between an expert's copies (rooflinekit.core.experts).
+    redundant_experts: int = 0
+    #: Tokens the busiest expert-parallel rank receives over the mean (1: the uniform expectation):
+    #: its experts' rows and all-to-all bytes scale by it.
+    ep_imbalance: float = 1.0
     #: Stored format of linear and expert weights (None: the activation dtype).
     weight_dtype: str | None = None
     #: Elements per scale of a group-wise weight format (None: the format's default, or none).

@@ -35,7 +35,7 @@ def _dp(tp: int, ep: int) -> int:
     return ep if tp == 1 and ep > 1 else 1
 
 
-def vllm(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
+def vllm(c: PlanConfig, model: str, role: str | None = None, experts: int | None = None) -> list[str]:
     tp, ep, pp, batch = _pool(c, role)
     dp = _dp(tp, ep)
     argv = ["vllm", "serve", model, "--tensor-parallel-size", str(tp)]
@@ -45,6 +45,8 @@ def vllm(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
         argv += ["--data-parallel-size", str(dp)]
     if ep > 1:
         argv += ["--enable-expert-parallel"]
+    if _redundant(c, role):
+        argv += ["--enable-eplb", "--eplb-config", f'{{"num_redundant_experts": {_redundant(c, role)}}}']
     argv += ["--max-num-seqs", str(batch)]
     if c.chunk and role is None:
         argv += ["--enable-chunked-prefill", "--max-num-batched-tokens", str(_step_tokens(c, batch))]
@@ -63,7 +65,7 @@ def vllm(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
     return argv
 
 
-def sglang(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
+def sglang(c: PlanConfig, model: str, role: str | None = None, experts: int | None = None) -> list[str]:
     tp, ep, pp, batch = _pool(c, role)
     dp = _dp(tp, ep)
     argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(tp * dp)]
@@ -71,6 +73,8 @@ def sglang(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
         argv += ["--dp-size", str(dp), "--enable-dp-attention"]
     if ep > 1:
         argv += ["--ep-size", str(ep)]
+    if _redundant(c, role):
+        argv += ["--ep-num-redundant-experts", str(_redundant(c, role))]
     if pp > 1:
         argv += ["--pp-size", str(pp)]
     argv += ["--max-running-requests", str(batch * dp)]
@@ -90,7 +94,7 @@ def sglang(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
     return argv
 
 
-def trtllm(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
+def trtllm(c: PlanConfig, model: str, role: str | None = None, experts: int | None = None) -> list[str]:
     tp, ep, pp, batch = _pool(c, role)
     dp = _dp(tp, ep)
     argv = ["trtllm-serve", model, "--tp_size", str(tp * dp), "--pp_size", str(pp)]
@@ -98,18 +102,21 @@ def trtllm(c: PlanConfig, model: str, role: str | None = None) -> list[str]:
         argv += ["--ep_size", str(ep)]
     argv += ["--max_batch_size", str(batch), "--max_num_tokens", str(_step_tokens(c, batch) if c.chunk else batch),
              "--kv_cache_free_gpu_memory_fraction", "0.9"]
-    options = trtllm_options(c, role)
+    options = trtllm_options(c, role, experts)
     if options:
         argv += ["--extra_llm_api_options", f"extra-{role or 'llm'}.yml"]
     return argv
 
 
-def trtllm_options(c: PlanConfig, role: str | None = None) -> str:
-    """TensorRT-LLM's `--extra_llm_api_options` YAML for `c` (a flow mapping; "" when none)."""
+def trtllm_options(c: PlanConfig, role: str | None = None, experts: int | None = None) -> str:
+    """TensorRT-LLM's `--extra_llm_api_options` YAML for `c` (a flow mapping; "" when none);
+    `experts`: the model's routed experts (its load balancer's slots add the redundant copies)."""
     tp, ep, _, _ = _pool(c, role)
     options = []
     if _dp(tp, ep) > 1:
         options.append("enable_attention_dp: true")
+    if _redundant(c, role) and experts:  # expert slots: the routed experts and their redundant copies
+        options.append(f"moe_config: {{load_balancer: {{num_slots: {experts + _redundant(c, role)}}}}}")
     if c.kv_dtype == "fp8":
         options.append("kv_cache_config: {dtype: fp8}")
     if c.chunk and role is None:
@@ -117,6 +124,15 @@ def trtllm_options(c: PlanConfig, role: str | None = None) -> str:
     if c.speculative and role != "prefill" and c.speculative.draft == "MTP":
         options.append(f"speculative_config: {{decoding_type: MTP, num_nextn_predict_layers: {c.speculative.k}}}")
     return "{" + ", ".join(options) + "}" if options else ""
+
+
+def _redundant(c: PlanConfig, role: str | None) -> int:
+    """Redundant expert copies of the instance a command starts."""
+    if role == "prefill" and c.prefill is not None:
+        return c.prefill.redundant_experts
+    if role == "decode" and c.decode is not None:
+        return c.decode.redundant_experts
+    return c.redundant_experts
 
 
 def _pool(c: PlanConfig, role: str | None) -> tuple[int, int, int, int]:
@@ -131,7 +147,7 @@ def _pool(c: PlanConfig, role: str | None) -> tuple[int, int, int, int]:
 BUILDERS = {"vllm": vllm, "sglang": sglang, "trtllm": trtllm}
 
 
-def engine_commands(c: PlanConfig, model: str) -> dict[str, list[str]]:
+def engine_commands(c: PlanConfig, model: str, experts: int | None = None) -> dict[str, list[str]]:
     """Each engine's shell-quoted command lines for `c`: one per instance kind (aggregated; or the
     prefill pool's, then the decode pool's), each started as many times as the configuration's
     replicas or pool instances say; TensorRT-LLM's extra options file follows its command as
@@ -141,8 +157,8 @@ def engine_commands(c: PlanConfig, model: str) -> dict[str, list[str]]:
     for name, build in BUILDERS.items():
         lines = []
         for role in roles:
-            lines.append(shlex.join(build(c, model, role)))
-            if name == "trtllm" and trtllm_options(c, role):
-                lines.append(f"# extra-{role or 'llm'}.yml: {trtllm_options(c, role)}")
+            lines.append(shlex.join(build(c, model, role, experts)))
+            if name == "trtllm" and trtllm_options(c, role, experts):
+                lines.append(f"# extra-{role or 'llm'}.yml: {trtllm_options(c, role, experts)}")
         out[name] = lines
     return out

@@ -88,9 +88,9 @@ class StepModel:
     per_batch: dict[int, StepModel] = field(default_factory=dict)
     layers: int = 1  # the repeated layers the kernels in layers stand for (for pipeline stages)
     #: Values past the design's polynomials: (poly of the rest, poly of the tokens routed, bytes
-    #: per expert, k, E, share), each rest + bytes x E(1-(1-k/E)^T) x share (an MoE record's
-    #: weights follow the expected distinct experts; rooflinekit.stages.modelled.emit)
-    extras: tuple[tuple[int, int, float, float, float, float], ...] = ()
+    #: per expert, k, E, share, redundant copies), each rest + bytes x E(1-(1-k/E)^T) x share (an
+    #: MoE record's weights follow the expected distinct experts; rooflinekit.stages.modelled.emit)
+    extras: tuple[tuple[int, int, float, float, float, float, int], ...] = ()
     #: Terms of mixed steps kept per (prefill model, batch, start, shares) (mixed_mean)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -102,8 +102,8 @@ class StepModel:
         if values is None:
             values = self.design.values(batch, context)
             if self.extras:
-                values = values + [values[rest] + per * expected_distinct_experts(values[tokens], k, experts) * share
-                                   for rest, tokens, per, k, experts, share in self.extras]
+                values = values + [values[rest] + per * expected_distinct_experts(values[tokens], k, experts, redundant)
+                                   * share for rest, tokens, per, k, experts, share, redundant in self.extras]
             else:
                 values = list(values)
             if len(self._memo) > 20000:
@@ -271,7 +271,7 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
     kernels: Counter = Counter()
     calls: Counter = Counter()
     seen: Counter = Counter()
-    extras: list[tuple[int, int, float, float, float, float]] = []
+    extras: list[tuple[int, int, float, float, float, float, int]] = []
 
     def counts(ops: list[OpRecord]) -> tuple[int, int]:
         """(bytes, parameter bytes) poly indices; an op whose weights follow the expected experts
@@ -280,17 +280,18 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         if not all(terms):
             return (design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
                     design.poly(tuple(o.param_bytes for o in ops)))
-        shared = {(t["k"], t["experts"], t["share"]) for t in terms}
-        touched = [expected_distinct_experts(t["tokens"], t["k"], t["experts"]) * t["share"] for t in terms]
+        shared = {(t["k"], t["experts"], t["share"], t.get("redundant", 0)) for t in terms}
+        touched = [expected_distinct_experts(t["tokens"], t["k"], t["experts"], t.get("redundant", 0)) * t["share"]
+                   for t in terms]
         per = {o.param_bytes / n for o, n in zip(ops, touched, strict=True) if n}
         if len(shared) != 1 or not per or max(per) - min(per) > 1e-9 * max(per):
             raise FitError(f"{ops[0].name}: its experts' terms differ between the design points")
-        k, experts, share = shared.pop()
+        k, experts, share, redundant = shared.pop()
         rest = design.poly(tuple(o.bytes_read + o.bytes_written - o.param_bytes for o in ops))
         tokens = design.poly(tuple(float(t["tokens"]) for t in terms))
         zero = design.poly(tuple(0.0 for _ in ops))
-        extras.append((rest, tokens, max(per), k, experts, share))
-        extras.append((zero, tokens, max(per), k, experts, share))
+        extras.append((rest, tokens, max(per), k, experts, share, redundant))
+        extras.append((zero, tokens, max(per), k, experts, share, redundant))
         return -(len(extras) - 1), -len(extras)
 
     for i, op in enumerate(first.ops):

@@ -196,6 +196,14 @@ def validate_deployment(deployment: Deployment) -> None:
             f"--tp {d.tp} with --ep {d.ep}: only --ep equal to --tp (experts spread over the GPUs that "
             "split attention) or --ep alone (data-parallel attention) is modelled")
     check_micro_batches(d)
+    r = d.redundant_experts
+    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_PARALLEL * 64:
+        raise WorkloadError(f"--redundant-experts must be a whole number from 0, got {r!r}")
+    f = d.ep_imbalance
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f <= 64.0:
+        raise WorkloadError(f"--ep-imbalance must be a factor from 1 (uniform) to 64, got {f!r}")
+    if (r or f != 1.0) and d.ep == 1:
+        raise WorkloadError("--redundant-experts and --ep-imbalance describe expert parallelism: give --ep above 1 too")
     if d.pp_schedule not in SCHEDULES:
         raise WorkloadError(f"unknown pipeline schedule {d.pp_schedule!r}: use one of {', '.join(SCHEDULES)}")
     if d.kernels not in KERNELS:
