@@ -681,6 +681,26 @@ class Planner:
                                          f"{usable / 1e9:.1f} GB usable")
         return self._finish(config, dv, batch, pp)
 
+    def target_batch(self, v: Variant, pp: int, most: int, aggregated: bool) -> int | None:
+        """The largest batch (a multiple of `pp`, at most `most`) whose TPOT meets the target, by
+        bisection (TPOT grows with the batch); None without a TPOT target, a fitted batch, or one."""
+        t = self.targets
+        if t.tpot_s is None or v.decode.batches is not None or most < pp:
+            return None
+
+        def meets(batch: int) -> bool:
+            share = batch / t.osl if aggregated else 0.0  # the prompt tokens arriving per step
+            return self._decode_time(v, batch, pp, share)[0] <= t.tpot_s
+
+        lo, hi = 0, most // pp  # in units of pp
+        if not meets(pp):
+            return None
+        lo = 1
+        while hi > lo:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if meets(mid * pp) else (lo, mid - 1)
+        return lo * pp
+
     def batch_limit(self, v: Variant, pp: int, chunk: tuple[int, float] = (0, 0.0)) -> int | None:
         """The largest batch (a multiple of `pp`) whose memory per GPU fits (`memory` at ISL+OSL
         with `chunk`), or None when none does or capacity is unknown."""
@@ -816,7 +836,8 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                     full = min(chunk, new)
                     tokens = planner.targets.isl - new + full
                     limit = planner.batch_limit(v, pp, (tokens, planner._chunk_peak(v, full)))
-                    for batch in _with_limit(batches, limit, v):
+                    most = min(limit or o.max_batch, o.max_batch, chunk * planner.targets.osl // new)
+                    for batch in _with_limit(batches, limit, v, planner.target_batch(v, pp, most, True)):
                         if batch % pp == 0:
                             yield planner.aggregated(v, pp, batch, chunk)
     if "disaggregated" in o.modes:
@@ -830,7 +851,9 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                         or not allowed(pv, o.prefill_layouts):
                     continue
                 for pp in _pps(o, g, layers):
-                    for batch in _with_limit(batches, planner.batch_limit(dv, pp), dv):
+                    limit = planner.batch_limit(dv, pp)
+                    most = min(limit or o.max_batch, o.max_batch)
+                    for batch in _with_limit(batches, limit, dv, planner.target_batch(dv, pp, most, False)):
                         if batch % pp:
                             continue
                         config = planner.disaggregated(pv, dv, pp, batch)
@@ -844,12 +867,15 @@ def _dp(d: Deployment) -> int:
     return d.ep if d.tp == 1 and d.ep > 1 else 1
 
 
-def _with_limit(batches: tuple[int, ...], limit: int | None, v: Variant) -> tuple[int, ...]:
-    """The searched batches and the largest that fits in memory (where batch is fitted, so any
-    batch can be priced; a step model built per batch prices only the batches it holds)."""
-    if limit is None or limit in batches or v.decode.batches is not None or limit > batches[-1]:
+def _with_limit(batches: tuple[int, ...], limit: int | None, v: Variant, target: int | None = None
+                ) -> tuple[int, ...]:
+    """The searched batches, the largest that fits in memory and the largest whose TPOT meets the
+    target (where batch is fitted, so any batch can be priced; a step model built per batch
+    prices only the batches it holds)."""
+    if v.decode.batches is not None:
         return batches
-    return tuple(sorted((*batches, limit)))
+    extra = {b for b in (limit, target) if b is not None and b <= batches[-1]}
+    return tuple(sorted(set(batches) | extra))
 
 
 def _preference(c: PlanConfig) -> tuple:

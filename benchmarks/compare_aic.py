@@ -1,0 +1,330 @@
+"""`rooflinekit plan` beside NVIDIA's AIConfigurator on twelve planning questions.
+
+AIConfigurator (pip `aiconfigurator`, Apache-2.0) prices TensorRT-LLM configurations from a bundled
+database of kernels measured on each GPU, and searches aggregated against disaggregated serving
+for TTFT / TPOT targets, as `rooflinekit plan` does from the model's own code and a roofline with
+achievable fractions. For each question (dense, MoE, MLA; H100 SXM and H200 SXM; fp8 weights and
+KV cache, as engines serve on Hopper):
+
+- each tool's best configuration (layout, batch, TTFT, TPOT, output tokens/s per GPU);
+- each tool's figures for the other's best (rooflinekit prices AIConfigurator's layout and batch;
+  AIConfigurator's `cli estimate` prices rooflinekit's);
+- the steps underneath, where the two differ: one decode step of AIConfigurator's decode layout
+  and batch (its static-batch TPOT, the mean over the generation, against rooflinekit's mean over
+  the same contexts) and one prefill of a prompt (batch 1), with AIConfigurator's per-op times.
+
+AIConfigurator is not a rooflinekit dependency: with `--aic-python PYTHON` (an interpreter with
+`aiconfigurator` installed) the script asks it (benchmarks/aic_peer.py: its searches, then its
+estimates of rooflinekit's answers) and keeps the answers in benchmarks/compare_aic_peer.json;
+without, it reads that file. Writes benchmarks/compare_aic.json and the table between the markers
+in docs/plan.md.
+
+    python benchmarks/compare_aic.py [--aic-python /tmp/aic/bin/python] [--only q1 q9]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from rooflinekit.analyses.plan import CHUNKS, Planner, PlanOptions, run_plan
+from rooflinekit.core.plan import PlanConfig, Targets
+from rooflinekit.core.plugins import get_host
+from rooflinekit.stages.workload import load_source
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER = Path(__file__).with_name("compare_aic_peer.json")
+OUT = Path(__file__).with_name("compare_aic.json")
+DOC = ROOT / "docs/plan.md"
+BEGIN, END = "<!-- aic-comparison -->", "<!-- /aic-comparison -->"
+SYSTEMS = {"h100_sxm": "H100 SXM5", "h200_sxm": "H200 SXM"}
+#: The checkpoints' fp8 formats as AIConfigurator reads them from config.json (it takes no format
+#: flags in its search): per-tensor dynamic fp8 for the dense and Mixtral models (its GEMM "fp8",
+#: fp8 KV cache), DeepSeek-V3's own 128x128 blocks ("fp8_block", fp8 KV cache).
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+FP8_BLOCK = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+#: (id, model config, AIConfigurator system, GPUs, ISL, OSL, TTFT ms, TPOT ms)
+QUESTIONS = (
+    ("q1", "llama-3.1-8b", "h100_sxm", 8, 4096, 1024, 2000, 20),
+    ("q2", "llama-3.1-8b", "h200_sxm", 8, 1024, 1024, 1000, 10),
+    ("q3", "llama-3.1-70b", "h100_sxm", 8, 4096, 1024, 2000, 50),
+    ("q4", "llama-3.1-70b", "h200_sxm", 8, 4096, 1024, 2000, 50),
+    ("q5", "llama-3.1-70b", "h200_sxm", 16, 2048, 512, 1000, 30),
+    ("q6", "qwen2.5-14b", "h100_sxm", 8, 4096, 1024, 2000, 30),
+    ("q7", "mixtral-8x7b", "h100_sxm", 8, 4096, 1024, 2000, 50),
+    ("q8", "mixtral-8x7b", "h200_sxm", 8, 1024, 1024, 1000, 20),
+    ("q9", "deepseek-v3", "h200_sxm", 8, 4096, 1024, 3000, 50),
+    ("q10", "deepseek-v3", "h200_sxm", 16, 4096, 1024, 3000, 50),
+    ("q11", "deepseek-v3", "h100_sxm", 16, 2048, 1024, 3000, 50),
+    ("q12", "deepseek-v3", "h200_sxm", 32, 4096, 1024, 3000, 50),
+)
+#: Above this relative difference a figure is explained in docs/plan.md.
+EXPLAIN = 0.15
+
+
+# -- AIConfigurator's side ------------------------------------------------------------------------
+
+
+def model_dir(tmp: Path, name: str) -> str:
+    """A directory holding the example config with the checkpoint's fp8 format, as AIConfigurator reads it."""
+    config = json.loads((ROOT / "examples/configs" / f"{name}.json").read_text())
+    config["quantization_config"] = FP8_BLOCK if name.startswith("deepseek") else FP8
+    out = tmp / name
+    out.mkdir(exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+def ask(python: str, requests: list[dict]) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(requests, f)
+    run = subprocess.run([python, str(Path(__file__).with_name("aic_peer.py")), f.name], capture_output=True,
+                         text=True, check=False)
+    if run.returncode:
+        sys.exit(f"compare_aic: AIConfigurator failed:\n{run.stderr[-2000:]}")
+    return json.loads(run.stdout)
+
+
+def aic_layout(side: dict) -> dict:
+    """An AIConfigurator row's parallel sizes as `cli estimate` keyword arguments."""
+    out = {"tp_size": int(side["tp"]), "pp_size": int(side["pp"]), "attention_dp_size": int(side["dp"])}
+    if side.get("moe_ep") not in (None, "", 0):
+        out.update(moe_tp_size=int(side["moe_tp"]), moe_ep_size=int(side["moe_ep"]))
+    return out
+
+
+def our_layout_args(c: PlanConfig, moe: bool, role: str | None = None) -> dict:
+    """rooflinekit's instance as `cli estimate` arguments (DEPn: attention DP n, experts over EP n)."""
+    tp, ep = (c.prefill.tp, c.prefill.ep) if role == "prefill" else (c.decode.tp, c.decode.ep) if role else (c.tp, c.ep)
+    dep = tp == 1 and ep > 1
+    out = {"tp_size": tp, "pp_size": c.pp if role != "prefill" else 1, "attention_dp_size": ep if dep else 1}
+    if moe:
+        out.update(moe_tp_size=1 if dep or ep == tp else tp, moe_ep_size=ep)
+    return out
+
+
+# -- rooflinekit's side ---------------------------------------------------------------------------
+
+
+def options(q: tuple, **more) -> PlanOptions:
+    _, _, system, gpus, *_ = q
+    return PlanOptions(gpus=gpus, hardware=SYSTEMS[system], weight_dtypes=("fp8",), kv_dtypes=("fp8",), check=False,
+                       **more)
+
+
+def targets(q: tuple) -> Targets:
+    *_, isl, osl, ttft, tpot = q
+    return Targets(isl, osl, ttft_s=ttft / 1e3, tpot_s=tpot / 1e3)
+
+
+def ours_layout(side: dict, moe: bool) -> tuple[int, int]:
+    """AIConfigurator's instance in rooflinekit's layouts: attention DP n is DEPn (experts over EP n,
+    where AIConfigurator may split them by MoE TP instead), else TP with experts over the TP group."""
+    tp, dp = int(side["tp"]), int(side["dp"])
+    if dp > 1:
+        return 1, dp * tp
+    return tp, tp if moe else 1
+
+
+def price_aic_best(q: tuple, row: dict, moe: bool, disaggregated: bool) -> PlanConfig | None:
+    """rooflinekit's figures for AIConfigurator's best: its layout(s) and batch, rooflinekit's chunk
+    (the best of those searched) and pool split."""
+    host = get_host()
+    if disaggregated:
+        p_layout, d_layout = ours_layout(row["prefill"], moe), ours_layout(row["decode"], moe)
+        opts = options(q, prefill_layouts=(p_layout,), decode_layouts=(d_layout,), modes=("disaggregated",))
+    else:
+        d_layout = ours_layout(row, moe)
+        opts = options(q, decode_layouts=(d_layout,), modes=("aggregated",))
+    planner = Planner(load_source(str(ROOT / "examples/configs" / f"{q[1]}.json"), {}, host), targets(q), opts,
+                      host=host)
+    dv = planner.variant(planner.deployment(*d_layout, "fp8", "fp8"), "fp8")
+    if isinstance(dv, str):
+        return None
+    dv = replace(dv, format="fp8")
+    side = row["decode"] if disaggregated else row
+    batch, pp = int(side["bs"]), int(side["pp"])
+    if disaggregated:
+        pv = replace(planner.variant(planner.deployment(*p_layout, "fp8", "fp8"), "fp8"), format="fp8")
+        return planner.disaggregated(pv, dv, pp, batch)
+    priced = [planner.aggregated(dv, pp, batch, chunk) for chunk in CHUNKS]
+    return max(priced, key=lambda c: (c.meets_slo, c.tokens_per_s_per_gpu or 0.0))
+
+
+def steps(q: tuple, decode: tuple[int, int], batch: int, prefill: tuple[int, int]) -> dict:
+    """rooflinekit's mean decode step over the generation at `batch` and one prefill of a prompt."""
+    host = get_host()
+    planner = Planner(load_source(str(ROOT / "examples/configs" / f"{q[1]}.json"), {}, host), targets(q),
+                      options(q), host=host)
+    t = planner.targets
+    dv = planner.variant(planner.deployment(*decode, "fp8", "fp8"), "fp8")
+    pv = planner.variant(planner.deployment(*prefill, "fp8", "fp8"), "fp8")
+    return {"decode_s": dv.decode.mean_expected(batch, t.isl, t.isl + t.osl),
+            "prefill_s": pv.prefill.expected(1, pv.prefill.design.contexts[0])}
+
+
+def label(c: PlanConfig | None) -> str:
+    if c is None:
+        return "none"
+    return c.label().split(", fp8")[0] + f", B {c.batch}"
+
+
+def aic_label(row: dict | None, disaggregated: bool) -> str:
+    if not row:
+        return "none"
+    if disaggregated:
+        p, d = row["prefill"], row["decode"]
+        return f"disagg {p['workers']}x {p['parallel']} : {d['workers']}x {d['parallel']} B {d['bs']}"
+    return f"agg {row['parallel']} B {row['bs']}"
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aic-python", help="an interpreter with aiconfigurator installed: ask it again")
+    parser.add_argument("--only", nargs="*", help="question ids")
+    args = parser.parse_args()
+    questions = [q for q in QUESTIONS if not args.only or q[0] in args.only]
+    peer = json.loads(PEER.read_text()) if PEER.exists() else {}
+    tmp = Path(tempfile.mkdtemp(prefix="compare_aic_"))
+    if args.aic_python:
+        reqs = [{"id": f"{q[0]}/search", "kind": "search", "model_path": model_dir(tmp, q[1]), "system": q[2],
+                 "gpus": q[3], "isl": q[4], "osl": q[5], "ttft_ms": q[6], "tpot_ms": q[7]} for q in questions]
+        peer.update(ask(args.aic_python, reqs))
+    ours: dict[str, dict] = {}
+    estimates = []
+    for q in questions:
+        qid, name = q[0], q[1]
+        moe = name.startswith(("mixtral", "deepseek"))
+        t0 = time.perf_counter()
+        result = run_plan(load_source(str(ROOT / "examples/configs" / f"{name}.json"), {}), targets(q), options(q),
+                          host=get_host())
+        best = result.best_config
+        found = peer.get(f"{qid}/search", {})
+        mode = "disaggregated" if found.get("chosen") == "disagg" else "aggregated"
+        aic_best = found.get(mode)
+        cross = price_aic_best(q, aic_best, moe, mode == "disaggregated") if aic_best else None
+        entry = {"seconds": time.perf_counter() - t0, "best": asdict(best) if best else None,
+                 "best_label": label(best), "for_aic_best": asdict(cross) if cross else None}
+        if aic_best:
+            dside = aic_best["decode"] if mode == "disaggregated" else aic_best
+            pside = aic_best["prefill"] if mode == "disaggregated" else aic_best
+            decode, prefill = ours_layout(dside, moe), ours_layout(pside, moe)
+            entry["steps"] = steps(q, decode, int(dside["bs"]), prefill)
+            entry["steps"].update(decode_layout=decode, decode_batch=int(dside["bs"]), prefill_layout=prefill)
+            common = {"model_path": model_dir(tmp, name), "system": q[2], "isl": q[4], "osl": q[5]}
+            estimates += [
+                {"id": f"{qid}/decode-step", "kind": "estimate", "mode": "static_gen", "batch_size": int(dside["bs"]),
+                 **aic_layout(dside), **common},
+                {"id": f"{qid}/prefill-step", "kind": "estimate", "mode": "static_ctx", "batch_size": 1,
+                 **aic_layout(pside), **common},
+            ]
+        if best:
+            common = {"model_path": model_dir(tmp, name), "system": q[2], "isl": q[4], "osl": q[5]}
+            if best.mode == "disaggregated":
+                p, d = our_layout_args(best, moe, "prefill"), our_layout_args(best, moe, "decode")
+                layout = {**{f"prefill_{k}": v for k, v in p.items()}, **{f"decode_{k}": v for k, v in d.items()},
+                          "prefill_batch_size": 1, "decode_batch_size": best.batch,
+                          "prefill_num_workers": best.prefill.instances, "decode_num_workers": best.decode.instances}
+                estimates.append({"id": f"{qid}/our-best", "kind": "estimate", "mode": "disagg", **layout, **common})
+            else:
+                estimates.append({"id": f"{qid}/our-best", "kind": "estimate", "mode": "agg", "batch_size": best.batch,
+                                  "ctx_tokens": best.chunk, **our_layout_args(best, moe), **common})
+        ours[qid] = entry
+        print(f"compare_aic: {qid} {name}: rooflinekit {entry['best_label']} "
+              f"({best.tokens_per_s_per_gpu if best else 0:,.0f} tok/s/GPU, {entry['seconds']:.0f} s); "
+              f"AIConfigurator {aic_label(aic_best, mode == 'disaggregated')}", file=sys.stderr)
+    if args.aic_python:
+        peer.update(ask(args.aic_python, estimates))
+        PEER.write_text(json.dumps(peer, indent=1, default=str) + "\n")
+    rows = [compare(q, ours[q[0]], peer) for q in questions]
+    OUT.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    table = render(rows)
+    print(table)
+    text = DOC.read_text()
+    if BEGIN in text and END in text and not args.only:
+        head, rest = text.split(BEGIN, 1)
+        DOC.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
+
+
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
+def compare(q: tuple, ours: dict, peer: dict) -> dict:
+    qid = q[0]
+    found = peer.get(f"{qid}/search", {})
+    mode = "disaggregated" if found.get("chosen") == "disagg" else "aggregated"
+    aic_best = found.get(mode)
+    best, cross = ours.get("best"), ours.get("for_aic_best")
+    estimate = peer.get(f"{qid}/our-best", {})
+    dec, pre = peer.get(f"{qid}/decode-step", {}), peer.get(f"{qid}/prefill-step", {})
+    s = ours.get("steps", {})
+    row = {
+        "id": qid, "model": q[1], "system": q[2], "gpus": q[3], "isl": q[4], "osl": q[5], "ttft_ms": q[6],
+        "tpot_ms": q[7],
+        "aic_best": aic_label(aic_best, mode == "disaggregated"),
+        "aic_best_tps": aic_best and aic_best.get("tokens/s/gpu_cluster"),
+        "aic_best_ttft_ms": aic_best and aic_best.get("ttft"), "aic_best_tpot_ms": aic_best and aic_best.get("tpot"),
+        "ours_for_aic_best_tps": cross and cross["tokens_per_s_per_gpu"],
+        "ours_for_aic_best_tpot_ms": cross and cross["tpot_s"] and cross["tpot_s"] * 1e3,
+        "ours_for_aic_best_ttft_ms": cross and cross["ttft_s"] and cross["ttft_s"] * 1e3,
+        "ours_best": ours.get("best_label"), "ours_best_tps": best and best["tokens_per_s_per_gpu"],
+        "ours_best_ttft_ms": best and best["ttft_s"] * 1e3, "ours_best_tpot_ms": best and best["tpot_s"] * 1e3,
+        "aic_for_ours_tps": estimate.get("tokens/s/gpu"), "aic_for_ours_tpot_ms": estimate.get("tpot"),
+        "aic_for_ours_ttft_ms": estimate.get("ttft"), "aic_for_ours_error": estimate.get("error"),
+        "decode_step": s and {"layout": s["decode_layout"], "batch": s["decode_batch"], "ours_ms": s["decode_s"] * 1e3,
+                              "aic_ms": dec.get("tpot"), "aic_ops": (dec.get("per_ops") or {})},
+        "prefill_step": s and {"layout": s["prefill_layout"], "ours_ms": s["prefill_s"] * 1e3, "aic_ms": pre.get("ttft"),
+                               "aic_ops": (pre.get("per_ops") or {})},
+        "seconds": ours.get("seconds"),
+    }
+    row["best_ratio"] = _ratio(row["ours_best_tps"], row["aic_best_tps"])
+    row["same_config_ratio"] = _ratio(row["ours_for_aic_best_tps"], row["aic_best_tps"])
+    row["our_config_ratio"] = _ratio(row["ours_best_tps"], row["aic_for_ours_tps"])
+    if s:
+        row["decode_step_ratio"] = _ratio(row["decode_step"]["ours_ms"], row["decode_step"]["aic_ms"])
+        row["prefill_step_ratio"] = _ratio(row["prefill_step"]["ours_ms"], row["prefill_step"]["aic_ms"])
+    return row
+
+
+def _n(v, fmt=",.0f"):
+    return "n/a" if v is None else format(v, fmt)
+
+
+def render(rows: list[dict]) -> str:
+    lines = ["| q | model, GPUs, ISL/OSL, TTFT/TPOT | AIConfigurator's best | tok/s/GPU (AIC / ours) | rooflinekit's best | "
+             "tok/s/GPU (ours / AIC) | decode step ms (ours / AIC) | prefill ms (ours / AIC) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        d, p = r.get("decode_step") or {}, r.get("prefill_step") or {}
+        lines.append(
+            f"| {r['id']} | {r['model']} {r['system']} x{r['gpus']}, {r['isl']}/{r['osl']}, {r['ttft_ms']}/{r['tpot_ms']} ms | "
+            f"{r['aic_best']} | {_n(r['aic_best_tps'])} / {_n(r['ours_for_aic_best_tps'])} | {r['ours_best']} | "
+            f"{_n(r['ours_best_tps'])} / {_n(r['aic_for_ours_tps'])} | "
+            f"{_n(d.get('ours_ms'), '.1f')} / {_n(d.get('aic_ms'), '.1f')} (B {d.get('batch', '')}) | "
+            f"{_n(p.get('ours_ms'), '.0f')} / {_n(p.get('aic_ms'), '.0f')} |")
+    ratios = [(k, [r[k] for r in rows if r.get(k)]) for k in ("best_ratio", "same_config_ratio", "our_config_ratio",
+                                                              "decode_step_ratio", "prefill_step_ratio")]
+    lines += ["", "| rooflinekit / AIConfigurator | median | min | max |", "|---|---|---|---|"]
+    words = {"best_ratio": "best against best (tok/s/GPU)", "same_config_ratio": "AIConfigurator's best, both priced",
+             "our_config_ratio": "rooflinekit's best, both priced", "decode_step_ratio": "decode step (mean TPOT, static batch)",
+             "prefill_step_ratio": "prefill of one prompt"}
+    for key, values in ratios:
+        if values:
+            values = sorted(values)
+            lines.append(f"| {words[key]} | {values[len(values) // 2]:.2f} | {values[0]:.2f} | {values[-1]:.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
