@@ -84,9 +84,17 @@ def estimate(req: dict) -> dict:
     args = {k: v for k, v in req.items() if k not in ("id", "kind", "model_path", "system")}
     r = cli_estimate(req["model_path"], req["system"], backend_name="trtllm", **args)
     raw = r.raw if isinstance(r.raw, dict) else {}
-    return {"ttft": r.ttft, "tpot": r.tpot, "tokens/s/gpu": _number(raw.get("tokens/s/gpu")),
-            "tokens/s/user": _number(raw.get("tokens/s/user")), "memory": _number(raw.get("memory")),
-            "per_ops": r.per_ops_data if isinstance(r.per_ops_data, dict) else None}
+    out = {"ttft": r.ttft, "tpot": r.tpot, "tokens/s/gpu": _number(raw.get("tokens/s/gpu")),
+           "tokens/s/user": _number(raw.get("tokens/s/user")), "memory": _number(raw.get("memory")),
+           "per_ops": r.per_ops_data if isinstance(r.per_ops_data, dict) else None}
+    summary = r.summary
+    if summary is not None and req.get("mode") in ("static_gen", "static_ctx"):
+        # static modes: each op's time summed over the generation (ms), or the prefill's
+        steps = max(1, int(req["osl"]) - 1) if req["mode"] == "static_gen" else 1
+        found = summary.get_generation_latency_dict() if req["mode"] == "static_gen" else \
+            summary.get_context_latency_dict()
+        out["ops_ms"] = {k: v / steps for k, v in dict(found or {}).items()}
+    return out
 
 
 def main() -> None:

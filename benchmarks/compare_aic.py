@@ -36,7 +36,11 @@ from pathlib import Path
 from rooflinekit.analyses.plan import CHUNKS, Planner, PlanOptions, run_plan
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
+from rooflinekit.stages.expected import MATMUL_OPS
 from rooflinekit.stages.workload import load_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import step_parts  # noqa: E402  (one step split by part: shared with deepseek_layout.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = Path(__file__).with_name("compare_aic_peer.json")
@@ -159,15 +163,57 @@ def price_aic_best(q: tuple, row: dict, moe: bool, disaggregated: bool) -> PlanC
 
 
 def steps(q: tuple, decode: tuple[int, int], batch: int, prefill: tuple[int, int]) -> dict:
-    """rooflinekit's mean decode step over the generation at `batch` and one prefill of a prompt."""
+    """rooflinekit's mean decode step over the generation at `batch` and one prefill of a prompt,
+    each also split into the parts AIConfigurator names (PARTS: the decode step at the mean context,
+    where its attention, affine in the context, takes its mean)."""
     host = get_host()
     planner = Planner(load_source(str(ROOT / "examples/configs" / f"{q[1]}.json"), {}, host), targets(q),
                       options(q), host=host)
     t = planner.targets
     dv = planner.variant(planner.deployment(*decode, "fp8", "fp8"), "fp8")
     pv = planner.variant(planner.deployment(*prefill, "fp8", "fp8"), "fp8")
+    fitter = planner.fitter_for(dv.dtype)
+    middle = replace(fitter.base, phase="decode", batch=batch, context=t.isl + (t.osl - 1) // 2, decode_q_len=1)
+    shape = planner._shapes(True)[1]
+    prompt = fitter._workload(shape, 1, shape.contexts[0])
     return {"decode_s": dv.decode.mean_expected(batch, t.isl, t.isl + t.osl),
-            "prefill_s": pv.prefill.expected(1, pv.prefill.design.contexts[0])}
+            "prefill_s": pv.prefill.expected(1, pv.prefill.design.contexts[0]),
+            "decode_parts": _merged(step_parts.parts(planner, dv, middle, part_of)),
+            "prefill_parts": _merged(step_parts.parts(planner, pv, prompt, part_of))}
+
+
+#: The parts both tools' step breakdowns can be put in.
+PARTS = ("attention", "experts", "GEMMs", "other")
+
+
+def part_of(op, in_attention: bool) -> str:
+    """rooflinekit's op records in PARTS: the experts with their all-to-all (AIConfigurator's
+    dispatch), other products, the rest (norms, element-wise, embedding, all-reduce, launches)."""
+    if op.kind == "collective" or op.attrs.get("collective"):
+        return "experts" if op.attrs.get("collective") == "all_to_all" else "other"
+    if in_attention:
+        return "attention"
+    if op.name.startswith("moe."):
+        return "experts"
+    return "GEMMs" if op.name in MATMUL_OPS or (op.kind == "modelled" and op.flops and op.param_bytes) else "other"
+
+
+def _merged(found: dict[str, float]) -> dict[str, float]:
+    out = dict.fromkeys(PARTS, 0.0)
+    for key, value in found.items():
+        if key != "step":
+            out[key if key in out else "other"] += value
+    return {k: v * 1e3 for k, v in out.items()}
+
+
+def aic_parts(ops_ms: dict[str, float]) -> dict[str, float]:
+    """AIConfigurator's per-op times (ms) in PARTS."""
+    out = dict.fromkeys(PARTS, 0.0)
+    for name, ms in ops_ms.items():
+        key = ("attention" if "attention" in name else "experts" if "moe" in name
+               else "GEMMs" if name.endswith("_gemm") else "other")
+        out[key] += ms
+    return out
 
 
 def label(c: PlanConfig | None) -> str:
@@ -191,15 +237,18 @@ def aic_label(row: dict | None, disaggregated: bool) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aic-python", help="an interpreter with aiconfigurator installed: ask it again")
+    parser.add_argument("--fresh", action="store_true", help="with --aic-python: search again the questions it answered")
     parser.add_argument("--only", nargs="*", help="question ids")
     args = parser.parse_args()
     questions = [q for q in QUESTIONS if not args.only or q[0] in args.only]
     peer = json.loads(PEER.read_text()) if PEER.exists() else {}
     tmp = Path(tempfile.mkdtemp(prefix="compare_aic_"))
-    if args.aic_python:
+    if args.aic_python:  # its searches (kept unless --fresh: they take minutes), then its estimates
         reqs = [{"id": f"{q[0]}/search", "kind": "search", "model_path": model_dir(tmp, q[1]), "system": q[2],
-                 "gpus": q[3], "isl": q[4], "osl": q[5], "ttft_ms": q[6], "tpot_ms": q[7]} for q in questions]
-        peer.update(ask(args.aic_python, reqs))
+                 "gpus": q[3], "isl": q[4], "osl": q[5], "ttft_ms": q[6], "tpot_ms": q[7]} for q in questions
+                if args.fresh or f"{q[0]}/search" not in peer]
+        if reqs:
+            peer.update(ask(args.aic_python, reqs))
     ours: dict[str, dict] = {}
     estimates = []
     for q in questions:
@@ -283,11 +332,17 @@ def compare(q: tuple, ours: dict, peer: dict) -> dict:
         "aic_for_ours_tps": estimate.get("tokens/s/gpu"), "aic_for_ours_tpot_ms": estimate.get("tpot"),
         "aic_for_ours_ttft_ms": estimate.get("ttft"), "aic_for_ours_error": estimate.get("error"),
         "decode_step": s and {"layout": s["decode_layout"], "batch": s["decode_batch"], "ours_ms": s["decode_s"] * 1e3,
-                              "aic_ms": dec.get("tpot"), "aic_ops": (dec.get("per_ops") or {})},
+                              "aic_ms": dec.get("tpot"), "ours_parts": s["decode_parts"],
+                              "aic_parts": aic_parts(dec.get("ops_ms") or {})},
         "prefill_step": s and {"layout": s["prefill_layout"], "ours_ms": s["prefill_s"] * 1e3, "aic_ms": pre.get("ttft"),
-                               "aic_ops": (pre.get("per_ops") or {})},
+                               "ours_parts": s["prefill_parts"], "aic_parts": aic_parts(pre.get("ops_ms") or {})},
         "seconds": ours.get("seconds"),
     }
+    row["ours_best_memory_gib"] = best and best["memory_per_gpu_bytes"] / 2**30
+    row["aic_for_ours_memory_gib"] = estimate.get("memory")
+    if s and aic_best:
+        row["ours_the_peers_way_tps"] = the_peers_way(q, aic_best, mode == "disaggregated", s)
+        row["peers_way_ratio"] = _ratio(row["ours_the_peers_way_tps"], row["aic_best_tps"])
     row["best_ratio"] = _ratio(row["ours_best_tps"], row["aic_best_tps"])
     row["same_config_ratio"] = _ratio(row["ours_for_aic_best_tps"], row["aic_best_tps"])
     row["our_config_ratio"] = _ratio(row["ours_best_tps"], row["aic_for_ours_tps"])
@@ -297,32 +352,80 @@ def compare(q: tuple, ours: dict, peer: dict) -> dict:
     return row
 
 
+#: AIConfigurator 0.12's composition of a disaggregated configuration from its steps (read from its
+#: source, aiconfigurator_core): TPOT = the decode worker's static-batch TPOT x 1.08; requests/s =
+#: min(0.9 x the prefill workers' rate, 0.92 x the decode workers' rate).
+AIC_DECODE_FACTOR, AIC_PREFILL_DERATE, AIC_DECODE_DERATE = 1.08, 0.9, 0.92
+
+
+def the_peers_way(q: tuple, row: dict, disaggregated: bool, s: dict) -> float:
+    """Output tokens/s per GPU of AIConfigurator's best from rooflinekit's own steps composed as
+    AIConfigurator composes its steps: aggregated, each decode step plus its share of a prompt's
+    prefill priced apart (batch / OSL prompts per step, no kernel shared); disaggregated, its
+    derating and TPOT factor with its worker counts."""
+    osl = q[5]
+    decode_s, prefill_s = s["decode_s"], s["prefill_s"]
+    if disaggregated:
+        p, d = row["prefill"], row["decode"]
+        gp, gd = (int(x["tp"]) * int(x["pp"]) * int(x["dp"]) for x in (p, d))
+        rate_p = int(p["workers"]) * int(p["dp"]) / prefill_s * AIC_PREFILL_DERATE
+        rate_d = int(d["workers"]) * int(d["dp"]) * int(d["bs"]) / (osl * decode_s * AIC_DECODE_FACTOR) * AIC_DECODE_DERATE
+        return min(rate_p, rate_d) * osl / (int(p["workers"]) * gp + int(d["workers"]) * gd)
+    batch, dp, gpus = int(row["bs"]), int(row["dp"]), int(row["tp"]) * int(row["pp"]) * int(row["dp"])
+    tpot = decode_s + batch / osl * prefill_s
+    return batch * dp / (tpot * gpus)
+
+
 def _n(v, fmt=",.0f"):
     return "n/a" if v is None else format(v, fmt)
 
 
+def _aic(r: dict, key: str, fmt: str = ",.0f") -> str:
+    """AIConfigurator's figure for rooflinekit's best, or why it has none."""
+    if r.get(key) is None and r.get("aic_for_ours_error"):
+        return "OOM" if "OOM" in r["aic_for_ours_error"] else "error"
+    return _n(r.get(key), fmt)
+
+
 def render(rows: list[dict]) -> str:
     lines = ["| q | model, GPUs, ISL/OSL, TTFT/TPOT | AIConfigurator's best | tok/s/GPU (AIC / ours) | rooflinekit's best | "
-             "tok/s/GPU (ours / AIC) | decode step ms (ours / AIC) | prefill ms (ours / AIC) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "tok/s/GPU (ours / AIC) | GiB/GPU (ours / AIC) | decode step ms (ours / AIC) | prefill ms (ours / AIC) | "
+             "AIC's best, our steps composed AIC's way |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d, p = r.get("decode_step") or {}, r.get("prefill_step") or {}
         lines.append(
             f"| {r['id']} | {r['model']} {r['system']} x{r['gpus']}, {r['isl']}/{r['osl']}, {r['ttft_ms']}/{r['tpot_ms']} ms | "
             f"{r['aic_best']} | {_n(r['aic_best_tps'])} / {_n(r['ours_for_aic_best_tps'])} | {r['ours_best']} | "
-            f"{_n(r['ours_best_tps'])} / {_n(r['aic_for_ours_tps'])} | "
+            f"{_n(r['ours_best_tps'])} / {_aic(r, 'aic_for_ours_tps')} | "
+            f"{_n(r.get('ours_best_memory_gib'), '.1f')} / {_aic(r, 'aic_for_ours_memory_gib', '.1f')} | "
             f"{_n(d.get('ours_ms'), '.1f')} / {_n(d.get('aic_ms'), '.1f')} (B {d.get('batch', '')}) | "
-            f"{_n(p.get('ours_ms'), '.0f')} / {_n(p.get('aic_ms'), '.0f')} |")
+            f"{_n(p.get('ours_ms'), '.0f')} / {_n(p.get('aic_ms'), '.0f')} | "
+            f"{_n(r.get('ours_the_peers_way_tps'))} ({_n(r.get('peers_way_ratio'), '.2f')}) |")
     ratios = [(k, [r[k] for r in rows if r.get(k)]) for k in ("best_ratio", "same_config_ratio", "our_config_ratio",
-                                                              "decode_step_ratio", "prefill_step_ratio")]
+                                                              "decode_step_ratio", "prefill_step_ratio",
+                                                              "peers_way_ratio")]
     lines += ["", "| rooflinekit / AIConfigurator | median | min | max |", "|---|---|---|---|"]
     words = {"best_ratio": "best against best (tok/s/GPU)", "same_config_ratio": "AIConfigurator's best, both priced",
              "our_config_ratio": "rooflinekit's best, both priced", "decode_step_ratio": "decode step (mean TPOT, static batch)",
-             "prefill_step_ratio": "prefill of one prompt"}
+             "prefill_step_ratio": "prefill of one prompt",
+             "peers_way_ratio": "AIConfigurator's best, rooflinekit's steps composed AIConfigurator's way"}
     for key, values in ratios:
         if values:
             values = sorted(values)
             lines.append(f"| {words[key]} | {values[len(values) // 2]:.2f} | {values[0]:.2f} | {values[-1]:.2f} |")
+    lines += ["", "Where the steps differ, by part (ms; rooflinekit / AIConfigurator; experts include their "
+              "all-to-all, other holds norms, element-wise kernels, all-reduces and launches):", "",
+              "| q | step | " + " | ".join(PARTS) + " | whole step |", "|---|---|" + "---|" * (len(PARTS) + 1)]
+    for r in rows:
+        for name in ("decode_step", "prefill_step"):
+            st = r.get(name) or {}
+            if not st or not st.get("aic_parts") or not any(st["aic_parts"].values()):
+                continue
+            cells = [f"{st['ours_parts'][k]:.2f} / {st['aic_parts'][k]:.2f}" for k in PARTS]
+            what = f"decode B {st['batch']}" if name == "decode_step" else "prefill"
+            lines.append(f"| {r['id']} | {what} | " + " | ".join(cells) +
+                         f" | {st['ours_ms']:.2f} / {st['aic_ms']:.2f} |")
     return "\n".join(lines)
 
 

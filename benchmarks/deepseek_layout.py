@@ -41,10 +41,10 @@ from pathlib import Path
 from rooflinekit.analyses.plan import Planner, PlanOptions, run_plan
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
-from rooflinekit.stages import collectives
-from rooflinekit.stages.expected import expected_step
-from rooflinekit.stages.place import comm_expected, communication
 from rooflinekit.stages.workload import load_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import step_parts  # noqa: E402  (one step split by part: shared with compare_aic.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "examples/configs/deepseek-v3.json"
@@ -89,32 +89,19 @@ def batch_at(p: Planner, v, rate: float) -> tuple[float, float]:
     return lo + (target - t_lo) / (t_hi - t_lo), target
 
 
+PARTS = ("attention", "routed experts", "other kernels", "all-to-all", "other collectives", "launches")
+
+
+def part_of(op, in_attention: bool) -> str:
+    if op.kind == "collective" or op.attrs.get("collective"):
+        return "all-to-all" if op.attrs.get("collective") == "all_to_all" else "other collectives"
+    return "attention" if in_attention else "routed experts" if op.name.startswith("moe.") else "other kernels"
+
+
 def parts(p: Planner, v, workload) -> dict[str, float]:
-    """The expected step of `workload` split by part, from the full capture's own records."""
-    fitter = p.fitter_for(v.dtype)
-    counted = fitter.transformed(workload, v.deployment, skip=False)
-    ops, hw = counted.capture.ops, p.hw
-    attention = {i for site in counted.attention for i in site.op_indices}
-    comm = communication(ops, hw)
-    expected = expected_step(ops, attention, hw, workload.phase, *comm_expected(comm))
-    out = dict.fromkeys(("attention", "routed experts", "other kernels", "all-to-all", "other collectives",
-                         "launches"), 0.0)
-    for i, (op, t) in enumerate(zip(ops, expected.op_times, strict=True)):
-        if op.kind == "collective" or op.attrs.get("collective"):
-            key = "all-to-all" if op.attrs.get("collective") == "all_to_all" else "other collectives"
-            out[key] += collectives.call_expected(op.attrs, hw)[0]
-            continue
-        if not t:
-            continue
-        launch = expected.launch_s / expected.kernels
-        out["launches"] += launch
-        key = "attention" if i in attention else "routed experts" if op.name.startswith("moe.") else "other kernels"
-        out[key] += t - launch
-    total = sum(out.values())
-    if abs(total - expected.step_s) > 1e-9 * expected.step_s:
-        sys.exit(f"deepseek_layout: the parts ({total}) do not add up to the expected step ({expected.step_s})")
-    out["step"] = expected.step_s
-    return out
+    """The expected step of `workload` split by part (benchmarks/step_parts.py)."""
+    found = step_parts.parts(p, v, workload, part_of)
+    return {**dict.fromkeys(PARTS, 0.0), **found}
 
 
 def main() -> None:

@@ -119,3 +119,20 @@ def test_expected_is_never_below_the_bound(ops, phase):
     bound = max(flops / hw.peak("bf16"), nbytes / hw.memory_bandwidth)
     per_op = sum(max(r.flops / hw.peak("bf16"), r.bytes / hw.memory_bandwidth) for r in records)
     assert e.step_s >= per_op * (1 - 1e-12) >= bound * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_a_gemm_costs_no_less_with_more_rows_across_the_class_boundary(dtype):
+    """A linear of K x N weights at M rows, M = 1 .. 4 x small_gemm_max_rows: each kernel's expected
+    time never falls as M grows (a 129-row decode GEMM was 17% cheaper than a 128-row one)."""
+    from rooflinekit.stages.expected import classify, kernel_time, load_table
+
+    table, hw = load_table(), hardware_db().get("H200 SXM")
+    k, n, size = 8192, 8192, 1 if dtype == "fp8" else 2
+    last = 0.0
+    for m in range(1, 4 * table.small_gemm_max_rows + 1):
+        cls = classify("aten.mm", "aten", False, False, m, "decode", table)
+        t = kernel_time(2 * m * k * n, (k * n + m * k + m * n) * size, hw.peak(dtype), hw.memory_bandwidth,
+                        table.classes[cls], dtype)
+        assert t >= last, (m, cls, t, last)
+        last = t

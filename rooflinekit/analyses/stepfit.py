@@ -100,6 +100,7 @@ class StepFitter:
     _plan: LayerPlan | None = None
     _raw: dict = field(default_factory=dict)
     _transformed: dict = field(default_factory=dict)
+    _layouts: dict = field(default_factory=dict)
     _module_models: bool | None = None
     on_capture: Callable[[], None] | None = None
     #: A fitter of the same model at the dtype the model runs in, whose captures an fp8 fitter
@@ -237,8 +238,10 @@ class StepFitter:
         return replace(first, batches=tuple(per), per_batch=per)
 
     def layout(self, pp: int) -> Layout:
-        """The stages `profile --pp` cuts the model into."""
-        return layout_of(self.model(), pp)
+        """The stages `profile --pp` cuts the model into (found once per degree)."""
+        if pp not in self._layouts:
+            self._layouts[pp] = layout_of(self.model(), pp)
+        return self._layouts[pp]
 
     def _fitted(self, shape: Shape, batches: tuple[int, ...], deployment: Deployment,
                 hw: HardwareSpec, stage: tuple[Layout, int] | None = None) -> StepModel:
