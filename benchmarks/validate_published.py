@@ -273,7 +273,12 @@ def run_row(row: dict, kernels: str) -> dict:
 
 
 def fingerprint(row: dict, kernels: str, version: str, has_expected: bool) -> str:
-    text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected}, sort_keys=True)
+    """What a row's result depends on: the row, the view, the tool and its table of achievable fractions."""
+    from rooflinekit.stages.expected import TABLE_FILE
+
+    table = hashlib.sha256(TABLE_FILE.read_bytes()).hexdigest()[:16]
+    text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected,
+                       "efficiency": table}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
