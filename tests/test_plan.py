@@ -182,6 +182,7 @@ def test_wide_ep_degrees_fit_the_budget_and_hold_the_pool_beside_a_prefill_pool(
         assert 144 in eps
 
 
+@pytest.mark.hf
 def test_fixed_pool_layouts_are_the_only_ones_priced():
     runner = CliRunner()
     args = ["plan", "examples/configs/mixtral-8x7b.json", "-O", "layers=2", "--gpus", "8", "--isl", "512", "--osl",
