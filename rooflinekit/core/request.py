@@ -223,7 +223,10 @@ class Deployment:
         if self.tp > 1:
             parts.append(f"TP {self.tp}")
         if self.ep > 1:
-            parts.append(f"EP {self.ep}")
+            parts.append(f"EP {self.ep}" + (f" (+{self.redundant_experts} redundant experts)"
+                                            if self.redundant_experts else "")
+                         + (f" (busiest rank {self.ep_imbalance:g}x the mean tokens)"
+                            if self.ep_imbalance != 1.0 else ""))
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" ({self.micro_batches} micro-batches)"
                                            if self.micro_batches is not None else "")
