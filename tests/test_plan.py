@@ -34,6 +34,15 @@ def test_max_linear_sum_is_the_sum_of_the_larger_term(a, b, c, d, n):
     assert max_linear_sum(a, b, c, d, n) == pytest.approx(brute, rel=1e-9, abs=1e-6)
 
 
+@given(st.floats(-1e3, 1e3), st.floats(-10, 10), st.floats(-1e3, 1e3), st.floats(-10, 10), st.integers(1, 60),
+       st.floats(0, 1e3))
+@settings(max_examples=300, deadline=None)
+def test_max_linear_sum_with_a_floor_is_the_sum_of_the_largest_term(a, b, c, d, n, floor):
+    """The bound over contexts: the larger of two lines (compute, memory) or the collectives' floor."""
+    brute = sum(max(a + b * i, c + d * i, floor) for i in range(n))
+    assert max_linear_sum(a, b, c, d, n, floor) == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
 @given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100)), min_size=1, max_size=30))
 def test_pareto_front_is_every_undominated_point_and_monotone(points):
     front = pareto_front(points)

@@ -196,7 +196,9 @@ FLOP_CONVENTIONS = {
     "tensor is written once and not read",
 }
 TIME_CONVENTIONS = {
-    "time_bound_s": "max(flops/peak, bytes/bandwidth) over the whole step (perfect overlap)",
+    "time_bound_s": "max(flops/peak, bytes/bandwidth, time_comm_s) over the whole step: compute, HBM and the "
+    "collectives (one after another on the GPU's links) each overlapped perfectly with the others, so no "
+    "schedule runs faster",
     "predicted_step_s": "sum over ops of each op's own time bound (ops run one after another; "
     "a collective's is the link's latency floor plus its wire bytes over the link bandwidth)",
     "time_compute_s": "flops / peak", "time_memory_s": "bytes / bandwidth (HBM)",
@@ -338,8 +340,10 @@ def _totals(walk: _OpWalk, at: AttentionTotals, flops_model: float, hardware: Ha
     peak = hardware.peak_flops
     predicted = total.time_ops_s
     time_compute, time_memory = total.flops / peak, total.bytes / hw.memory_bandwidth
+    fields = _fields(whole)
+    fields["time_bound_s"] = max(whole.time_bound_s, comm.time_s)  # every resource overlapped
     return Totals(
-        **_fields(whole),
+        **fields,
         flops_executed=total.flops,
         flops_model=flops_model,
         predicted_step_s=predicted,

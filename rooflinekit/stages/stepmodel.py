@@ -165,12 +165,14 @@ class StepModel:
         return max(times, key=times.get)
 
     def bound(self, batch: int, context: int) -> float:
-        """The step's time bound at (batch, context) (`totals.time_bound_s`)."""
+        """The step's time bound at (batch, context) (`totals.time_bound_s`): its FLOPs at peak,
+        its bytes at bandwidth or its collectives' bounds, whichever is largest."""
         m = self._at(batch)
         values = m._values(batch, context)
         flops = sum(k.count * values[k.flops] for k in m.kernels) + sum(c.count * values[c.flops] for c in m.calls)
         nbytes = sum(k.count * values[k.nbytes] for k in m.kernels) + sum(c.count * values[c.nbytes] for c in m.calls)
-        return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth)
+        comm = sum(c.count * m._call(c, values[c.message])[1] for c in m.calls)
+        return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth, comm)
 
     def stage_bound(self, batch: int, context: int) -> float:
         """The time bound of a pipeline stage's micro-batch at (batch, context), as `profile --pp`
@@ -226,7 +228,37 @@ def _class(k: KernelGroup, values: list[float], phase: str, table: EfficiencyTab
     return classify(k.name, k.kind, k.attention, modelled_gemm, rows, phase, table)
 
 
-def max_linear_sum(a: float, b: float, c: float, d: float, n: int) -> float:
+def max_linear_sum(a: float, b: float, c: float, d: float, n: int, floor: float = -math.inf) -> float:
+    """sum over i = 0..n-1 of max(a + b*i, c + d*i, floor), exactly: the larger line (two linear
+    terms cross at most once), raised to `floor` where both lie below it (a run of whole i)."""
+    total = _two_lines(a, b, c, d, n)
+    if floor == -math.inf or n <= 0:
+        return total
+    # where both lines are below the floor: i < (floor - a) / b for a rising line, and so on
+    lo, hi = 0, n
+    for p, q in ((a, b), (c, d)):
+        if q == 0.0:
+            if p >= floor:
+                hi = lo
+            continue
+        at = (floor - p) / q  # where p + q*i == floor (clamped: a slope a hair from 0 puts it far away)
+        at = min(max(at, -1.0), n + 1.0) if math.isfinite(at) else (n + 1.0 if at > 0 else -1.0)
+        if q > 0:
+            hi = min(hi, math.ceil(at))  # p + q*i < floor  <=>  i < at
+        else:
+            lo = max(lo, math.floor(at) + 1)  # p + q*i < floor  <=>  i > at
+    lo, hi = max(lo, 0), min(hi, n)
+    while hi > lo and max(a + b * (hi - 1), c + d * (hi - 1)) >= floor:  # rounding at the ends
+        hi -= 1
+    while hi > lo and max(a + b * lo, c + d * lo) >= floor:
+        lo += 1
+    if hi <= lo:
+        return total
+    below = _two_lines(a + b * lo, b, c + d * lo, d, hi - lo)
+    return total - below + floor * (hi - lo)
+
+
+def _two_lines(a: float, b: float, c: float, d: float, n: int) -> float:
     """sum over i = 0..n-1 of max(a + b*i, c + d*i), exactly (two linear terms cross at most once)."""
 
     def series(p: float, q: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi) of p + q*i
@@ -414,15 +446,18 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
 def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
                      layer_share: float = 1.0, outside: bool = True) -> float:
     """The exact mean over contexts start <= S < stop of the time bound of the mixed step that
-    `mixed_mean` prices: the step's FLOPs at peak or its bytes at bandwidth, whichever is larger,
-    with the same kernels, shares and weights read once (so it is never above `mixed_mean`)."""
+    `mixed_mean` prices: the step's FLOPs at peak, its bytes at bandwidth or its collectives'
+    bounds (constant in the context), whichever is largest, with the same kernels, shares and
+    weights read once (so it is never above `mixed_mean`)."""
     d = decode._at(batch)
     p = prefill._at(1)
     f0, f1, b0, b1, pf, pb = _bound_sums(d, p, batch, start, layer_share, outside)
     n = max(1, stop - start)
     f0, f1, b0, b1 = f0 + share * pf, f1 + share * pf, b0 + share * pb, b1 + share * pb
     compute, traffic = decode.hw.peak(decode.dtype), decode.hw.memory_bandwidth
-    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n) / n
+    comm = _mixed_calls(d, p, d._values(batch, start), p._values(1, p.design.contexts[0]), share, layer_share,
+                        outside, which=1) if d.calls or (share and p.calls) else 0.0
+    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n, comm) / n
 
 
 def _bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
@@ -453,7 +488,7 @@ def _build_bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_
 
 
 def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
-                 outside: bool) -> float:
+                 outside: bool, which: int = 0) -> float:
     """One mixed step's collectives: each decode call's message plus `share` of the prefill's call
     of the same kind and place (matched by kind, group size, count and layer), else its own."""
     spare = {}
@@ -466,10 +501,10 @@ def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], s
             continue
         twins = spare.get((c.collective, c.group_size, c.count, c.in_layers))
         message = v0[c.message] + (share * pv[twins.pop(0).message] if twins and share else 0.0)
-        total += scale * c.count * d._call(c, message)[0]
+        total += scale * c.count * d._call(c, message)[which]
     if share:
         for rest in spare.values():
             for c in rest:
                 scale = layer_share if c.in_layers else (1.0 if outside else 0.0)
-                total += scale * c.count * p._call(c, share * pv[c.message])[0]
+                total += scale * c.count * p._call(c, share * pv[c.message])[which]
     return total
