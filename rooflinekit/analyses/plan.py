@@ -942,7 +942,7 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
                                  f"({exc})")
     if not any(c.fits for c in configs):
         warnings.append(planner.what_would_fit(variants))
-    notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets)
+    notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets, planner.routed_experts() is not None)
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
     if planner.routed_experts():
         info["routed_experts"] = planner.routed_experts()
@@ -953,7 +953,7 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
                       captures=planner.captures)
 
 
-def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:
+def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> list[str]:
     notes = [
         "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
         "fraction of its class (docs/accounting.md, Expected time)" if options.kernels == "serving" else
@@ -975,6 +975,12 @@ def _assumptions(options: PlanOptions, targets: Targets) -> list[str]:
     if targets.prefix_hit:
         notes.append(f"prefix cache: {targets.prefix_hit:.0%} of each prompt found cached; the rest prefilled as "
                      "one multi-token step after it")
+    if moe:
+        notes.append("expert parallelism: routing uniform over the experts, the busiest rank "
+                     + (f"{options.ep_imbalance:g}x the mean tokens (--ep-imbalance)" if options.ep_imbalance != 1.0
+                        else "at the mean (--ep-imbalance 1)")
+                     + "; an EP degree that does not divide the experts holds redundant copies up to whole slots "
+                       "per GPU, each expert's tokens split evenly between its copies")
     return notes
 
 
