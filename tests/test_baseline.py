@@ -15,6 +15,10 @@ Changes so far, each regenerated for the keys it touched:
   and memory.max_batch where it has a bound; comm.expected_time_s (new); under TP/EP comm.time_s,
   totals.predicted_step_s and fused.predicted_step_s grow by the link's latency floor per call.
   FLOPs and bytes unchanged.
+- bounds that are bounds (issue 34, item 1): totals.time_bound_s is the largest of compute, HBM and
+  the collectives' time; it moved only where the collectives outlast both (GPT-2 prefill at TP 2:
+  27.3 us -> 77.8 us, its all-reduces). The Llama-2 configs' TP 2 cases, missing from the file,
+  were recorded with it.
 
 The transformers configs' counts are how one transformers release writes those models (which ops
 its code runs, what its cache and masks execute): the file records that release (`_recorded_with`).
