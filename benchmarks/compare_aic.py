@@ -233,6 +233,166 @@ def aic_label(row: dict | None, disaggregated: bool) -> str:
     return f"agg {row['parallel']} B {row['bs']}"
 
 
+# -- single steps (--steps) -----------------------------------------------------------------------
+
+#: (model, system, format, (TP, EP), phase, batch, ISL): decode steps are the mean over a static
+#: batch's generation (ISL 4096, OSL 1024 unless ISL says otherwise), prefill steps one prompt.
+#: Format "fp8": fp8 GEMMs and KV cache (DeepSeek-V3: its 128x128 blocks); "bf16": all bf16.
+STEPS = (
+    ("llama-3.1-8b", "h100_sxm", "fp8", (1, 1), "decode", 1, 4096),
+    ("llama-3.1-8b", "h100_sxm", "fp8", (1, 1), "decode", 64, 4096),
+    ("llama-3.1-8b", "h100_sxm", "fp8", (1, 1), "decode", 256, 4096),
+    ("llama-3.1-8b", "h100_sxm", "bf16", (1, 1), "decode", 64, 4096),
+    ("llama-3.1-8b", "h100_sxm", "fp8", (1, 1), "prefill", 1, 4096),
+    ("llama-3.1-8b", "h100_sxm", "bf16", (1, 1), "prefill", 1, 1024),
+    ("llama-3.1-8b", "h200_sxm", "fp8", (1, 1), "decode", 8, 4096),
+    ("llama-3.1-8b", "h200_sxm", "fp8", (1, 1), "decode", 512, 1024),
+    ("llama-3.1-8b", "h200_sxm", "fp8", (2, 1), "decode", 128, 4096),
+    ("llama-3.1-8b", "h200_sxm", "fp8", (1, 1), "prefill", 1, 1024),
+    ("llama-3.1-70b", "h100_sxm", "fp8", (2, 1), "decode", 1, 4096),
+    ("llama-3.1-70b", "h100_sxm", "fp8", (2, 1), "decode", 64, 4096),
+    ("llama-3.1-70b", "h100_sxm", "fp8", (4, 1), "decode", 256, 4096),
+    ("llama-3.1-70b", "h100_sxm", "bf16", (4, 1), "decode", 64, 4096),
+    ("llama-3.1-70b", "h100_sxm", "fp8", (2, 1), "prefill", 1, 4096),
+    ("llama-3.1-70b", "h100_sxm", "bf16", (4, 1), "prefill", 1, 2048),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (1, 1), "decode", 32, 4096),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (1, 1), "decode", 128, 4096),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (8, 1), "decode", 1, 4096),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (8, 1), "decode", 256, 4096),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (1, 1), "prefill", 1, 4096),
+    ("llama-3.1-70b", "h200_sxm", "fp8", (8, 1), "prefill", 1, 1024),
+    ("qwen2.5-14b", "h100_sxm", "fp8", (1, 1), "decode", 16, 4096),
+    ("qwen2.5-14b", "h100_sxm", "fp8", (1, 1), "decode", 128, 4096),
+    ("qwen2.5-14b", "h100_sxm", "bf16", (2, 1), "decode", 64, 4096),
+    ("qwen2.5-14b", "h100_sxm", "fp8", (1, 1), "prefill", 1, 4096),
+    ("mixtral-8x7b", "h100_sxm", "fp8", (2, 2), "decode", 1, 4096),
+    ("mixtral-8x7b", "h100_sxm", "fp8", (2, 2), "decode", 64, 4096),
+    ("mixtral-8x7b", "h100_sxm", "fp8", (1, 4), "decode", 32, 4096),
+    ("mixtral-8x7b", "h100_sxm", "fp8", (2, 2), "prefill", 1, 4096),
+    ("mixtral-8x7b", "h200_sxm", "fp8", (1, 8), "decode", 64, 4096),
+    ("mixtral-8x7b", "h200_sxm", "fp8", (1, 8), "decode", 256, 1024),
+    ("mixtral-8x7b", "h200_sxm", "fp8", (8, 8), "decode", 8, 4096),
+    ("mixtral-8x7b", "h200_sxm", "fp8", (8, 8), "prefill", 1, 4096),
+    ("deepseek-v3", "h200_sxm", "fp8", (1, 8), "decode", 1, 4096),
+    ("deepseek-v3", "h200_sxm", "fp8", (1, 8), "decode", 16, 4096),
+    ("deepseek-v3", "h200_sxm", "fp8", (1, 8), "decode", 64, 4096),
+    ("deepseek-v3", "h200_sxm", "fp8", (1, 8), "decode", 128, 2048),
+    ("deepseek-v3", "h200_sxm", "fp8", (1, 16), "decode", 32, 4096),
+    ("deepseek-v3", "h100_sxm", "fp8", (1, 16), "decode", 8, 4096),
+    ("deepseek-v3", "h100_sxm", "fp8", (1, 16), "decode", 32, 2048),
+    ("deepseek-v3", "h100_sxm", "fp8", (1, 16), "decode", 64, 4096),
+)
+STEPS_BEGIN, STEPS_END = "<!-- aic-steps -->", "<!-- /aic-steps -->"
+STEPS_OUT = Path(__file__).with_name("compare_aic_steps.json")
+VALIDATION = ROOT / "docs/validation.md"
+
+
+def step_id(step: tuple) -> str:
+    model, system, fmt, (tp, ep), phase, batch, isl = step
+    layout = f"DEP{ep}" if tp == 1 and ep > 1 else f"TP{tp}" + (f"EP{ep}" if ep > 1 else "")
+    return f"{model}/{system}/{fmt}/{layout}/{phase}/B{batch}/{isl}"
+
+
+def step_model_dir(tmp: Path, name: str, fmt: str) -> str:
+    if fmt == "fp8":
+        return model_dir(tmp, name)
+    out = tmp / f"{name}-bf16"
+    out.mkdir(exist_ok=True)
+    (out / "config.json").write_text((ROOT / "examples/configs" / f"{name}.json").read_text())
+    return str(out)
+
+
+def step_request(tmp: Path, step: tuple) -> dict:
+    model, system, fmt, (tp, ep), phase, batch, isl = step
+    dep = tp == 1 and ep > 1
+    layout = {"tp_size": tp, "attention_dp_size": ep if dep else 1}
+    if ep > 1:
+        layout.update(moe_tp_size=1, moe_ep_size=ep)
+    return {"id": f"step/{step_id(step)}", "kind": "estimate", "model_path": step_model_dir(tmp, model, fmt),
+            "system": system, "mode": "static_gen" if phase == "decode" else "static_ctx", "batch_size": batch,
+            "isl": isl, "osl": 1024 if phase == "decode" else 2, **layout}
+
+
+def our_step(step: tuple) -> dict:
+    """rooflinekit's figure for one step, and its parts (PARTS, ms)."""
+    model, system, fmt, (tp, ep), phase, batch, isl = step
+    osl = 1024
+    host = get_host()
+    opts = PlanOptions(gpus=max(tp, ep), hardware=SYSTEMS[system], weight_dtypes=(fmt,), kv_dtypes=(fmt,),
+                       check=False, dtype=fmt if fmt == "fp8" else "bf16")
+    planner = Planner(load_source(str(ROOT / "examples/configs" / f"{model}.json"), {}, host),
+                      Targets(isl, osl), opts, host=host)
+    v = planner.variant(planner.deployment(tp, ep, fmt, fmt), "fp8" if fmt == "fp8" else "bf16")
+    if isinstance(v, str):
+        return {"error": v}
+    fitter = planner.fitter_for(v.dtype)
+    if phase == "decode":
+        seconds = v.decode.mean_expected(batch, isl, isl + osl)
+        workload = replace(fitter.base, phase="decode", batch=batch, context=isl + (osl - 1) // 2, decode_q_len=1)
+    else:
+        seconds = v.prefill.expected(1, isl)
+        workload = replace(fitter.base, phase="prefill", batch=1, context=isl, decode_q_len=1)
+    return {"ms": seconds * 1e3, "parts": _merged(step_parts.parts(planner, v, workload, part_of))}
+
+
+def run_steps(aic_python: str | None) -> None:
+    peer = json.loads(PEER.read_text()) if PEER.exists() else {}
+    tmp = Path(tempfile.mkdtemp(prefix="compare_aic_steps_"))
+    if aic_python:
+        missing = [step_request(tmp, s) for s in STEPS if f"step/{step_id(s)}" not in peer]
+        if missing:
+            peer.update(ask(aic_python, missing))
+            PEER.write_text(json.dumps(peer, indent=1, default=str) + "\n")
+    rows = []
+    for step in STEPS:
+        ours = our_step(step)
+        theirs = peer.get(f"step/{step_id(step)}", {})
+        aic_ms = theirs.get("tpot") if step[4] == "decode" else theirs.get("ttft")
+        rows.append({"id": step_id(step), "ours_ms": ours.get("ms"), "aic_ms": aic_ms or None,
+                     "ours_parts": ours.get("parts"), "aic_parts": aic_parts(theirs.get("ops_ms") or {}),
+                     "error": ours.get("error") or theirs.get("error")})
+        print(f"compare_aic: {rows[-1]['id']}: {rows[-1]['ours_ms']} / {aic_ms}", file=sys.stderr)
+    STEPS_OUT.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    table = render_steps(rows)
+    print(table)
+    text = VALIDATION.read_text()
+    if STEPS_BEGIN in text and STEPS_END in text:
+        head, rest = text.split(STEPS_BEGIN, 1)
+        VALIDATION.write_text(head + STEPS_BEGIN + "\n" + table + "\n" + STEPS_END + rest.split(STEPS_END, 1)[1])
+
+
+def render_steps(rows: list[dict]) -> str:
+    lines = ["| step (model / GPU / format / layout / phase / batch / ISL) | ms (ours / AIC) | ratio | "
+             + " | ".join(f"{p} (ours / AIC)" for p in PARTS) + " |", "|---|---|---|" + "---|" * len(PARTS)]
+    by_part: dict[str, list[float]] = {p: [] for p in PARTS}
+    ratios: dict[str, list[float]] = {"decode": [], "prefill": []}
+    for r in rows:
+        if r.get("error") or not r.get("aic_ms") or not r.get("ours_ms"):
+            lines.append(f"| {r['id']} | n/a ({(r.get('error') or 'no figure')[:80]}) | | " + " | " * len(PARTS))
+            continue
+        ratio = r["ours_ms"] / r["aic_ms"]
+        ratios["decode" if "/decode/" in r["id"] else "prefill"].append(ratio)
+        cells = []
+        for p in PARTS:
+            o, a = r["ours_parts"][p], r["aic_parts"][p]
+            cells.append(f"{o:.2f} / {a:.2f}")
+            if o > 0 and a > 0:
+                by_part[p].append(o / a)
+        flag = " **" if abs(ratio - 1) > EXPLAIN else ""
+        lines.append(f"| {r['id']} | {r['ours_ms']:.2f} / {r['aic_ms']:.2f} | {ratio:.2f}{flag} | " + " | ".join(cells) + " |")
+
+    def med(values: list[float]) -> str:
+        values = sorted(values)
+        return f"{values[len(values) // 2]:.2f} ({values[0]:.2f}-{values[-1]:.2f}, {len(values)} steps)" if values else "n/a"
+
+    lines += ["", "| rooflinekit / AIConfigurator | median (range, steps) |", "|---|---|"]
+    for k, v in ratios.items():
+        lines.append(f"| whole {k} step | {med(v)} |")
+    for p, v in by_part.items():
+        lines.append(f"| {p} | {med(v)} |")
+    return "\n".join(lines)
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -242,7 +402,12 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="with --aic-python: search again the questions it answered")
     parser.add_argument("--only", nargs="*", help="question ids")
     parser.add_argument("--render", action="store_true", help="only write the table again from compare_aic.json")
+    parser.add_argument("--steps", action="store_true",
+                        help="single steps instead of questions: STEPS against AIConfigurator's static estimates, "
+                             "written to docs/validation.md")
     args = parser.parse_args()
+    if args.steps:
+        return run_steps(args.aic_python)
     if args.render:
         rows = json.loads(OUT.read_text())
         peer = json.loads(PEER.read_text())

@@ -377,6 +377,17 @@ def config_words(row: dict) -> str:
     return ", ".join(w)
 
 
+#: Sections of the page other scripts write (benchmarks/compare_aic.py --steps), kept as they are.
+KEPT = ("<!-- aic-steps-section -->", "<!-- /aic-steps-section -->")
+
+
+def _kept_sections(doc: Path) -> str:
+    text = doc.read_text() if doc.exists() else ""
+    if KEPT[0] not in text or KEPT[1] not in text:
+        return ""
+    return "\n" + KEPT[0] + text.split(KEPT[0], 1)[1].split(KEPT[1], 1)[0] + KEPT[1] + "\n"
+
+
 def render_doc(rows: list[dict], results: dict) -> str:
     meta, s = results["meta"], summarize(rows, results)
     out = ["# Validation against published measurements", "",
@@ -525,7 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         known = {r["id"] for r in rows}
         results["rows"] = {k: v for k, v in results["rows"].items() if k in known}
         write_json(results_path, results)
-    Path(args.doc).write_text(render_doc(rows, results))
+    doc = Path(args.doc)
+    doc.write_text(render_doc(rows, results) + _kept_sections(doc))
     s = summarize(rows, results)
     print(f"rows faster than the bound: {', '.join(s['beat_bound']) or 'none'}")
     if s["expected_rows"]:
