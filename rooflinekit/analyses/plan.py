@@ -687,15 +687,22 @@ class Planner:
         t = self.targets
         if t.tpot_s is None or v.decode.batches is not None or most < pp:
             return None
+        # the largest batch up to --max-batch, found once per variant, degree and mode (the
+        # chunks' caps only lower it: TPOT grows with the batch)
+        found = self._kept(("target batch", self._identity(v), pp, aggregated),
+                           lambda: self._largest_meeting(v, pp, self.options.max_batch, aggregated))
+        return None if found is None else min(found, most - most % pp)
+
+    def _largest_meeting(self, v: Variant, pp: int, most: int, aggregated: bool) -> int | None:
+        t = self.targets
 
         def meets(batch: int) -> bool:
             share = batch / t.osl if aggregated else 0.0  # the prompt tokens arriving per step
             return self._decode_time(v, batch, pp, share)[0] <= t.tpot_s
 
-        lo, hi = 0, most // pp  # in units of pp
-        if not meets(pp):
+        if most < pp or not meets(pp):
             return None
-        lo = 1
+        lo, hi = 1, most // pp  # in units of pp
         while hi > lo:
             mid = (lo + hi + 1) // 2
             lo, hi = (mid, hi) if meets(mid * pp) else (lo, mid - 1)

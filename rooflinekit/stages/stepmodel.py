@@ -122,8 +122,12 @@ class StepModel:
     def expected(self, batch: int, context: int, *, layer_share: float = 1.0, outside: bool = True) -> float:
         """The expected step at (batch, context) (`totals.expected_step_s`); `layer_share` of the
         layers' kernels and calls, the rest only with `outside` (one pipeline stage's share)."""
-        m = self._at(batch)
-        return m._priced(m._values(batch, context), layer_share, outside)
+        key = ("expected", batch, context, layer_share, outside)
+        found = self._memo.get(key)
+        if found is None:
+            m = self._at(batch)
+            found = self._memo[key] = m._priced(m._values(batch, context), layer_share, outside)
+        return found
 
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
         table = table_for(self.hw)
@@ -155,6 +159,9 @@ class StepModel:
     def binding(self, batch: int, context: int) -> str:
         """What binds the step at (batch, context): compute, memory or communication, by the
         largest of the whole step's FLOPs at peak, bytes at bandwidth, collectives' expected time."""
+        key = ("binding", batch, context)
+        if key in self._memo:
+            return self._memo[key]
         m = self._at(batch)
         values = m._values(batch, context)
         flops = sum(k.count * values[k.flops] for k in m.kernels)
@@ -162,17 +169,22 @@ class StepModel:
         comm = sum(c.count * m._call(c, values[c.message])[0] for c in m.calls)
         times = {"compute": flops / self.hw.peak(self.dtype), "memory": nbytes / self.hw.memory_bandwidth,
                  "communication": comm}
-        return max(times, key=times.get)
+        found = self._memo[key] = max(times, key=times.get)
+        return found
 
     def bound(self, batch: int, context: int) -> float:
         """The step's time bound at (batch, context) (`totals.time_bound_s`): its FLOPs at peak,
         its bytes at bandwidth or its collectives' bounds, whichever is largest."""
+        key = ("bound", batch, context)
+        if key in self._memo:
+            return self._memo[key]
         m = self._at(batch)
         values = m._values(batch, context)
         flops = sum(k.count * values[k.flops] for k in m.kernels) + sum(c.count * values[c.flops] for c in m.calls)
         nbytes = sum(k.count * values[k.nbytes] for k in m.kernels) + sum(c.count * values[c.nbytes] for c in m.calls)
         comm = sum(c.count * m._call(c, values[c.message])[1] for c in m.calls)
-        return max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth, comm)
+        found = self._memo[key] = max(flops / self.hw.peak(self.dtype), nbytes / self.hw.memory_bandwidth, comm)
+        return found
 
     def stage_bound(self, batch: int, context: int) -> float:
         """The time bound of a pipeline stage's micro-batch at (batch, context), as `profile --pp`
