@@ -41,6 +41,7 @@ from rooflinekit.stages.workload import load_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_parts  # noqa: E402  (one step split by part: shared with deepseek_layout.py)
+from doc_table import put_between  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER = Path(__file__).with_name("compare_aic_peer.json")
@@ -355,10 +356,7 @@ def run_steps(aic_python: str | None) -> None:
     STEPS_OUT.write_text(json.dumps(rows, indent=1, default=str) + "\n")
     table = render_steps(rows)
     print(table)
-    text = VALIDATION.read_text()
-    if STEPS_BEGIN in text and STEPS_END in text:
-        head, rest = text.split(STEPS_BEGIN, 1)
-        VALIDATION.write_text(head + STEPS_BEGIN + "\n" + table + "\n" + STEPS_END + rest.split(STEPS_END, 1)[1])
+    put_between(VALIDATION, STEPS_BEGIN, STEPS_END, table)
 
 
 def render_steps(rows: list[dict]) -> str:
@@ -481,10 +479,8 @@ def write(rows: list[dict], docs: bool) -> None:
     """Print the table, and put it between the markers in docs/plan.md."""
     table = render(rows)
     print(table)
-    text = DOC.read_text()
-    if docs and BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        DOC.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
+    if docs:
+        put_between(DOC, BEGIN, END, table)
 
 
 def _ratio(a, b):

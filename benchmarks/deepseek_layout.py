@@ -45,6 +45,7 @@ from rooflinekit.stages.workload import load_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_parts  # noqa: E402  (one step split by part: shared with compare_aic.py)
+from doc_table import put_between  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "examples/configs/deepseek-v3.json"
@@ -147,10 +148,7 @@ def main() -> None:
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     table = render(data)
     print(table)
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        DOC.write_text(head + BEGIN + "\n" + table + "\n" + END + rest.split(END, 1)[1])
+    put_between(DOC, BEGIN, END, table)
 
 
 def render(data: dict) -> str:

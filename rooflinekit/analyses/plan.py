@@ -428,12 +428,12 @@ class Planner:
 
     def routed_experts(self) -> int | None:
         """The routed experts of the model's MoE layers (the most any layer has), None without."""
-        if not hasattr(self, "_routed"):
+        def count() -> int | None:
             counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
-            found = [int(t["experts"]) for op in counting.raw.capture.ops
-                     if (t := op.attrs.get("expected_experts"))]
-            self._routed = max(found) if found else None
-        return self._routed
+            found = [int(t["experts"]) for op in counting.raw.capture.ops if (t := op.attrs.get("expected_experts"))]
+            return max(found) if found else None
+
+        return self._kept(("routed experts",), count)
 
     def _moe(self) -> bool:
         counting = self.fitter.raw(replace(self.fitter.base, batch=1), Deployment())
