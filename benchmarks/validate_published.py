@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWS_PATH = ROOT / "benchmarks" / "published.toml"
 RESULTS_PATH = ROOT / "benchmarks" / "published_results.json"
 DOC_PATH = ROOT / "docs" / "validation.md"
+SPREAD_PATH = ROOT / "rooflinekit" / "stages" / "spread.toml"
 #: The probe that tells whether the serving view prices anything differently (cheap: 2 layers).
 PROBE = ("examples/configs/llama-2-7b.json", {"layers": 2})
 RESULTS_SCHEMA = 1
@@ -331,6 +332,96 @@ def summarize(rows: list[dict], results: dict) -> dict:
     }
 
 
+def row_class(x: dict) -> str:
+    """A scored row's step class (rooflinekit.stages.spread): the step carrying most of its bound."""
+    from rooflinekit.stages.spread import step_class
+
+    comm = 1.0 if x["binding"] == "communication" else x["comm_share"]
+    return step_class("prefill" if x["prefill_share"] >= 0.5 else "decode", comm)
+
+
+def deciles(values: list[float]) -> tuple[float, float, float]:
+    """(p10, p50, p90) by linear interpolation between order statistics."""
+    q = statistics.quantiles(values, n=10, method="inclusive")
+    return q[0], statistics.median(values), q[8]
+
+
+def residuals(results: dict) -> dict[str, list[tuple[str, float]]]:
+    """class -> [(row id, measured / expected)] over the scored rows, and "all" pooled."""
+    out: dict[str, list[tuple[str, float]]] = {"all": []}
+    for x in results["rows"].values():
+        if "error" in x or x["bound_only"] or not x.get("expected_over_measured"):
+            continue
+        pair = (x["id"], 1.0 / x["expected_over_measured"])
+        out.setdefault(row_class(x), []).append(pair)
+        out["all"].append(pair)
+    return out
+
+
+def left_out_coverage(pairs: list[tuple[str, float]]) -> float | None:
+    """The share of rows inside the p10-p90 of the other rows of their class (leave one out)."""
+    if len(pairs) < 3:
+        return None
+    inside = 0
+    for i, (_, r) in enumerate(pairs):
+        low, _, high = deciles([v for j, (_, v) in enumerate(pairs) if j != i])
+        inside += low <= r <= high
+    return inside / len(pairs)
+
+
+def spread_section(results: dict) -> list[str]:
+    """The page's account of the expected time's p10-p90 (rooflinekit.stages.spread)."""
+    from rooflinekit.stages.spread import COMM_SHARE, MIN_ROWS
+
+    out = ["", "## The spread of the expected time", "",
+           "Every expected time carries a p10-p90 range: the expected figure times the 10th and 90th",
+           "percentiles of measured / expected over the scored rows above of its step class (a row's class is",
+           "the step carrying most of its bound: prefill, decode, or communication-heavy where collectives",
+           f"bind or take {COMM_SHARE:.0%} of the step). A class with fewer than {MIN_ROWS} rows borrows all rows'",
+           "percentiles. `python benchmarks/validate_published.py --spread` writes them to",
+           "`rooflinekit/stages/spread.toml`, which `profile` (totals.expected_low_s / expected_high_s) and",
+           "`plan` (ttft_p10_s ... tpot_p90_s; `--targets-at p90`) read. Coverage is measured leaving each row",
+           "out: the share of a class's rows inside the p10-p90 of its other rows (in-sample it would be 80%",
+           "by construction). The median above 1 is the expected time's optimism, kept as it is: nothing is",
+           "fitted on these rows.", "",
+           "| class | rows | p10 | p50 | p90 | rows inside the others' p10-p90 |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, pairs in sorted(residuals(results).items()):
+        if len(pairs) < 2:
+            out.append(f"| {name} | {len(pairs)} | - | - | - | - (too few rows: uses all) |")
+            continue
+        low, mid, high = deciles([r for _, r in pairs])
+        cov = left_out_coverage(pairs)
+        thin = " (too few rows: uses all)" if len(pairs) < MIN_ROWS else ""
+        out.append(f"| {name} | {len(pairs)} | {low:.2f} | {mid:.2f} | {high:.2f} | "
+                   f"{'-' if cov is None else f'{cov:.0%}'}{thin} |")
+    return out
+
+
+def spread_toml(results: dict) -> str:
+    """The committed table of rooflinekit.stages.spread, from the results file."""
+    from rooflinekit.stages.expected import TABLE_FILE
+
+    table = hashlib.sha256(TABLE_FILE.read_bytes()).hexdigest()[:16]
+    out = ["# The spread of the expected time: p10 / p50 / p90 of measured / expected per step class over",
+           "# the scored rows of docs/validation.md. Written by benchmarks/validate_published.py --spread",
+           "# from benchmarks/published_results.json; do not edit (rooflinekit.stages.spread reads it).",
+           f'efficiency_table = "{table}"  # sha256[:16] of efficiency.toml the rows were priced with',
+           'statistic = "measured / expected; p10 and p90 by linear interpolation between order statistics"',
+           'coverage = "leave-one-out: the share of a class\'s rows inside the p10-p90 of its other rows"', ""]
+    for name, pairs in sorted(residuals(results).items()):
+        out.append(f"[class.{name}]")
+        out.append(f"rows = {len(pairs)}")
+        if len(pairs) >= 2:
+            low, mid, high = deciles([r for _, r in pairs])
+            out += [f"p10 = {low:.4f}", f"p50 = {mid:.4f}", f"p90 = {high:.4f}"]
+        cov = left_out_coverage(pairs)
+        if cov is not None:
+            out.append(f"coverage_left_out = {cov:.4f}")
+        out.append("ids = [" + ", ".join(f'"{i}"' for i, _ in pairs) + "]")
+        out.append("")
+    return "\n".join(out)
+
+
 def _fmt_s(x: float | None) -> str:
     if x is None:
         return "not yet"
@@ -453,6 +544,7 @@ def render_doc(rows: list[dict], results: dict) -> str:
         for i in s["loosest_rows"]:
             x = res[i]
             out.append(f"- `{i}`: bound at {x['bound_over_measured']:.0%} of the measured time; {_limits(x)}.")
+    out += spread_section(results)
     out += ["", "## Rows", "",
             "| id | engine | hardware | model | configuration | measured | measured time | bound | bound / measured | expected | expected / measured |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -495,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="rerun rows whose results are up to date")
     ap.add_argument("--only", nargs="*", default=None, help="run only these row ids")
     ap.add_argument("--docs-only", action="store_true", help="rewrite docs/validation.md from the results file")
+    ap.add_argument("--spread", action="store_true",
+                    help=f"also rewrite {SPREAD_PATH.relative_to(ROOT)} (the expected time's p10-p90) from the results")
     ap.add_argument("--kernels", choices=("auto", "as-written", "serving"), default="auto",
                     help="the kernels view (auto: serving once the tool prices it, else as-written)")
     ap.add_argument("--rows", default=str(ROWS_PATH))
@@ -536,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
         known = {r["id"] for r in rows}
         results["rows"] = {k: v for k, v in results["rows"].items() if k in known}
         write_json(results_path, results)
+    if args.spread:
+        SPREAD_PATH.write_text(spread_toml(results))
+        print(f"wrote {SPREAD_PATH.relative_to(ROOT)}")
     doc = Path(args.doc)
     doc.write_text(render_doc(rows, results) + _kept_sections(doc))
     s = summarize(rows, results)

@@ -54,6 +54,7 @@ from rooflinekit.stages.pipeline_parallel import (
     steady_step,
 )
 from rooflinekit.stages.roofline import place_on
+from rooflinekit.stages.spread import load_spreads
 from rooflinekit.stages.workload import torch_dtype
 
 ASSUMPTIONS = (
@@ -380,8 +381,9 @@ def pipelined_totals(report: Report, workload: Workload, section: dict, step_bou
     words = [f"under --pp: expected_step_s is the pipelined step over the stages' expected micro-batch times "
              f"(parallel.pp.step); tokens_per_s_per_gpu divides by {gpus} GPUs (TP group x {section['pp']['degree']} "
              "stages)"]
+    low, high = (None, None) if t.expected_class is None else load_spreads()[t.expected_class].range(step_expected)
     return replace(t, time_bound_s=step_bound, expected_step_s=step_expected, tokens_per_s_per_gpu=per_gpu,
-                   tokens_per_s_per_user=per_user, time_conventions=times,
+                   tokens_per_s_per_user=per_user, time_conventions=times, expected_low_s=low, expected_high_s=high,
                    expected_conventions=list(t.expected_conventions or []) + words)
 
 

@@ -45,6 +45,7 @@ from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.core.errors import UserError, WorkloadError
 from rooflinekit.core.plan import (
     FORMAT_ORDER,
+    TARGETS_AT,
     WEIGHT_FORMATS,
     PlanConfig,
     PlanResult,
@@ -64,6 +65,7 @@ from rooflinekit.stages.memory import PeakInBatch, activation_peak
 from rooflinekit.stages.pipeline_parallel import steady_step
 from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
+from rooflinekit.stages.spread import Spread, load_spreads
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
 from rooflinekit.stages.workload import ModelSource, load_source, torch_dtype
 
@@ -109,6 +111,8 @@ class PlanOptions:
     memory_fraction: float = 0.9
     rate: float | None = None  # requests/s over the budget (None: the highest each candidate sustains)
     check: bool = True
+    #: The Python API's `Targets.at` (the CLI's --targets-at): "expected" or "p90".
+    targets_at: str = "expected"
     dtype: str = "bf16"  # the activation dtype (the Python API's; the CLI passes --dtype to run_plan)
 
 
@@ -220,6 +224,21 @@ class Planner:
         except KeyError:
             value = self._memo[key] = compute()
             return value
+
+    @staticmethod
+    def spreads(mode: str) -> tuple[Spread, Spread]:
+        """The spreads of a candidate's (TTFT, TPOT): mixed steps aggregated; prefill and decode
+        steps disaggregated (rooflinekit.stages.spread)."""
+        table = load_spreads()
+        return (table["mixed"], table["mixed"]) if mode == "aggregated" else (table["prefill"], table["decode"])
+
+    def margin(self, mode: str) -> tuple[float, float]:
+        """What (TTFT, TPOT) are multiplied by before the targets are checked: their p90 / expected
+        ratios with `Targets.at` "p90", else 1."""
+        if self.targets.at != "p90":
+            return 1.0, 1.0
+        ttft, tpot = self.spreads(mode)
+        return ttft.high, tpot.high
 
     @staticmethod
     def _identity(v: Variant) -> tuple:
@@ -653,7 +672,8 @@ class Planner:
         else:
             rate = 0.0
             if t.ttft_s is not None:
-                rate = min(max_rate(t.ttft_s - prefill_s - transfer, prefill_s, servers), n_d * rate_d)
+                target = t.ttft_s / self.margin("disaggregated")[0]  # met at p90 with --targets-at p90
+                rate = min(max_rate(target - prefill_s - transfer, prefill_s, servers), n_d * rate_d)
             if not rate:  # no target, or none met: priced where the queue still drains (the target rejects)
                 rate = min(MAX_UTILISATION * n_p * rate_p, n_d * rate_d)
         wait = wait_quantile(rate, prefill_s, servers)
@@ -698,7 +718,9 @@ class Planner:
 
         def meets(batch: int) -> bool:
             share = batch / t.osl if aggregated else 0.0  # the prompt tokens arriving per step
-            return self._decode_time(v, batch, pp, share)[0] <= t.tpot_s
+            return self._decode_time(v, batch, pp, share)[0] * margin <= t.tpot_s
+
+        margin = self.margin("aggregated" if aggregated else "disaggregated")[1]
 
         if most < pp or not meets(pp):
             return None
@@ -765,16 +787,36 @@ class Planner:
         fits = usable is None or memory <= usable
         context = t.isl + t.osl // 2
         step, low = self._step(v, batch, pp, context)
-        config = replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
-                         step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus)
+        config = with_spread(replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits,
+                                     step_context=context, step_s=step, step_bound_s=low,
+                                     gpus_idle=self.options.gpus - config.gpus))
+        ttft, tpot = target_figures(config, t)
+        at = " (p90)" if t.at == "p90" else ""
         reason = None
         if not fits:
             reason = f"memory: {memory / 1e9:.1f} GB per GPU, {usable / 1e9:.1f} GB usable"
-        elif t.ttft_s is not None and config.ttft_s > t.ttft_s:
-            reason = f"target: TTFT {config.ttft_s * 1e3:.0f} ms > {t.ttft_s * 1e3:.0f} ms"
-        elif t.tpot_s is not None and config.tpot_s > t.tpot_s:
-            reason = f"target: TPOT {config.tpot_s * 1e3:.1f} ms > {t.tpot_s * 1e3:.1f} ms"
+        elif t.ttft_s is not None and ttft > t.ttft_s:
+            reason = f"target: TTFT{at} {ttft * 1e3:.0f} ms > {t.ttft_s * 1e3:.0f} ms"
+        elif t.tpot_s is not None and tpot > t.tpot_s:
+            reason = f"target: TPOT{at} {tpot * 1e3:.1f} ms > {t.tpot_s * 1e3:.1f} ms"
         return replace(config, meets_slo=reason is None, reject_reason=reason)
+
+
+def with_spread(config: PlanConfig) -> PlanConfig:
+    """The configuration with the p10-p90 ranges of its TTFT and TPOT (Planner.spreads)."""
+    ttft, tpot = Planner.spreads(config.mode)
+    (t10, t90), (p10, p90) = ttft.range(config.ttft_s or 0.0), tpot.range(config.tpot_s or 0.0)
+    return replace(config, ttft_p10_s=t10 if config.ttft_s is not None else None,
+                   ttft_p90_s=t90 if config.ttft_s is not None else None,
+                   tpot_p10_s=p10 if config.tpot_s is not None else None,
+                   tpot_p90_s=p90 if config.tpot_s is not None else None)
+
+
+def target_figures(config: PlanConfig, targets: Targets) -> tuple[float | None, float | None]:
+    """The (TTFT, TPOT) the targets are checked against: expected, or the p90 ends (Targets.at)."""
+    if targets.at == "p90":
+        return config.ttft_p90_s, config.tpot_p90_s
+    return config.ttft_s, config.tpot_s
 
 
 def _pools(gpus: int, gp: int, gd: int, rate_p: float, rate_d: float, unit: int = 1) -> tuple[int, int]:
@@ -898,11 +940,12 @@ def _closest(configs: list[PlanConfig], targets: Targets) -> tuple[int | None, s
     for i, c in enumerate(configs):
         if not c.fits or c.ttft_s is None:
             continue
-        misses = []
+        misses, (ttft, tpot) = [], target_figures(c, targets)
+        at = " (p90)" if targets.at == "p90" else ""
         if targets.ttft_s is not None:
-            misses.append((c.ttft_s / targets.ttft_s, f"TTFT {c.ttft_s * 1e3:.0f} ms against {targets.ttft_s * 1e3:.0f} ms"))
+            misses.append((ttft / targets.ttft_s, f"TTFT{at} {ttft * 1e3:.0f} ms against {targets.ttft_s * 1e3:.0f} ms"))
         if targets.tpot_s is not None:
-            misses.append((c.tpot_s / targets.tpot_s, f"TPOT {c.tpot_s * 1e3:.1f} ms against {targets.tpot_s * 1e3:.1f} ms"))
+            misses.append((tpot / targets.tpot_s, f"TPOT{at} {tpot * 1e3:.1f} ms against {targets.tpot_s * 1e3:.1f} ms"))
         if not misses:
             continue
         ratio, text = max(misses)
@@ -960,6 +1003,16 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
                       captures=planner.captures)
 
 
+def spread_note(targets: Targets) -> str:
+    """How the p10-p90 ranges are made and which end the targets are met at."""
+    table = load_spreads()
+    where = ("the targets are met at the p90 ends (--targets-at p90)" if targets.at == "p90" else
+             "the targets are met by the expected figures (--targets-at p90 meets them at the p90 ends)")
+    return (f"p10-p90 of TTFT and TPOT: the expected figure times the p10 and p90 of measured/expected over "
+            f"the validation's published rows of its step class (aggregated: {table['mixed'].words()}; "
+            f"disaggregated prefill: {table['prefill'].words()}; decode: {table['decode'].words()}); {where}")
+
+
 def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> list[str]:
     notes = [
         "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
@@ -975,6 +1028,7 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> l
         f"TTFT meets the target (without one: {MAX_UTILISATION:.0%} of the prefill pool's capacity), never past "
         "the decode pool's",
         "memory per GPU: weights held, the KV cache of the batch at ISL+OSL, the activation peak",
+        spread_note(targets),
     ]
     if options.mtp or options.draft:
         notes.append(f"speculative decoding: acceptance rate {options.accept:g} per drafted token, "
@@ -1010,15 +1064,18 @@ def plan(model: str, *, isl: int = 4096, osl: int = 1024, ttft: float | None = N
     """What `rooflinekit plan MODEL` does, as a typed `PlanResult`: `model` is a model file, a
     transformers config or `hf:TYPE` (`options` its -O options); `ttft`/`tpot` are targets in
     seconds; `search` is the search (PlanOptions: GPUs, hardware, formats, degrees, modes,
-    batches, --mtp, --accept, a draft model's path or source, the activation dtype)."""
+    batches, --mtp, --accept, a draft model's path or source, the activation dtype, `targets_at`:
+    "p90" meets the targets at the upper end of each figure's p10-p90 range)."""
     search = search or PlanOptions()
+    if search.targets_at not in TARGETS_AT:
+        raise WorkloadError(f"targets_at={search.targets_at!r}: choose {' or '.join(map(repr, TARGETS_AT))}")
     if not isinstance(model, str) or not model:
         raise WorkloadError(f"model={model!r}: give the path of a model file or config (or hf:TYPE)")
     if not isinstance(prefix_hit, (int, float)) or isinstance(prefix_hit, bool) or not 0 <= prefix_hit < 1:
         raise WorkloadError(f"prefix_hit={prefix_hit!r}: give the cached share of a prompt, 0 <= share < 1")
     targets = Targets(_positive("isl", isl, int), _positive("osl", osl, int),
                       _positive("ttft", ttft, float, allow_none=True), _positive("tpot", tpot, float, allow_none=True),
-                      float(prefix_hit))
+                      float(prefix_hit), search.targets_at)
     host = get_host()
     opts = dict(options or {})
     draft = load_source(search.draft, {}, host) if isinstance(search.draft, str) else search.draft

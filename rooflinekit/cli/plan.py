@@ -20,7 +20,7 @@ from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
-from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, parse_layout
+from rooflinekit.core.plan import TARGETS_AT, WEIGHT_FORMATS, Targets, parse_layout
 from rooflinekit.core.request import KERNELS, KV_BYTES
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.engine_flags import engine_commands
@@ -119,6 +119,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--osl", default="1024", show_default=True, help="Output tokens per request.")
 @click.option("--ttft", default=None, metavar="TIME", help="Target time to first token (e.g. 2s, 800ms).")
 @click.option("--tpot", default=None, metavar="TIME", help="Target time per output token (e.g. 50ms).")
+@click.option("--targets-at", type=click.Choice(TARGETS_AT), default="expected", show_default=True,
+              help="Meet --ttft/--tpot with the expected figures, or with the upper end of their p10-p90 range "
+                   "(from the validation's residuals, docs/accounting.md).")
 @click.option("--prefix-hit", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True,
               help="Share of each prompt found in the prefix cache (not prefilled).")
 @click.option("--kernels", type=click.Choice(KERNELS), default="serving", show_default=True,
@@ -168,11 +171,11 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Print only the serving engines' command lines of configuration INDEX (the JSON's configs "
                    "index; the best's are in every output).")
 @debug_option
-def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, eps,
+def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit, kernels, weight_dtypes, kv_dtypes, tps, eps,
              prefill_layouts, decode_layouts, ep_imbalance, pps, modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
              quiet, commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
-                      _seconds(tpot, "--tpot") if tpot else None, prefix_hit)
+                      _seconds(tpot, "--tpot") if tpot else None, prefix_hit, targets_at)
     fmt = output_format(fmt, output)
     search = dict(gpus=gpus, hardware=hardware, kernels=kernels,
                   weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),

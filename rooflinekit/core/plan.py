@@ -10,6 +10,10 @@ from dataclasses import asdict, dataclass, field
 PLAN_SCHEMA_VERSION = "1.1"
 
 
+#: Where a plan's figures meet the targets (Targets.at).
+TARGETS_AT = ("expected", "p90")
+
+
 @dataclass(frozen=True)
 class Targets:
     """What a request asks of the deployment: its input and output lengths, the share of the
@@ -20,6 +24,9 @@ class Targets:
     ttft_s: float | None = None
     tpot_s: float | None = None
     prefix_hit: float = 0.0
+    #: Where the estimate must meet the targets: "expected" (the expected time itself) or "p90"
+    #: (the upper end of its p10-p90 range, rooflinekit.stages.spread).
+    at: str = "expected"
 
     @property
     def new_prompt_tokens(self) -> int:
@@ -99,6 +106,12 @@ class PlanConfig:
     tokens_per_s_per_user: float | None = None
     ttft_bound_s: float | None = None
     tpot_bound_s: float | None = None
+    #: The p10-p90 range of ttft_s and tpot_s from the validation's residuals of their step class
+    #: (rooflinekit.stages.spread; `Targets.at` "p90" meets the targets at the upper ends)
+    ttft_p10_s: float | None = None
+    ttft_p90_s: float | None = None
+    tpot_p10_s: float | None = None
+    tpot_p90_s: float | None = None
     #: Requests per second the configuration is priced at (over its GPUs), and the p90 wait for a
     #: prefill at that rate (part of ttft_s; rooflinekit.stages.queueing)
     rate_per_s: float | None = None

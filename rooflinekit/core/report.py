@@ -201,6 +201,11 @@ class Totals(Placement):
     #: The step at the rates real kernels reach (rooflinekit.stages.expected): each kernel at its
     #: class's achievable fractions, a launch cost per kernel and the collectives' expected cost.
     expected_step_s: float = 0.0
+    #: The p10-p90 range of expected_step_s from the validation's residuals for its step class
+    #: (rooflinekit.stages.spread; the class and its rows in expected_conventions).
+    expected_low_s: float | None = field(default=None, metadata=OMIT_NONE)
+    expected_high_s: float | None = field(default=None, metadata=OMIT_NONE)
+    expected_class: str | None = field(default=None, metadata=OMIT_NONE)
     #: Tokens per second at expected_step_s, per GPU serving them (the TP group) and per sequence.
     tokens_per_s_per_gpu: float | None = None
     tokens_per_s_per_user: float | None = None

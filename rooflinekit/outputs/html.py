@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rooflinekit.core.report import AttentionRow, Report, SweepPoint, SweepReport
+from rooflinekit.core.units import seconds
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.groups import Group, fold
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
@@ -292,6 +293,8 @@ def _header_profile(report: Report) -> dict:
     m = t.measured
     tiles = [item("intensity", t.intensity, "num", "FLOP/B"), item("bound", f"{t.bound}-bound"),
              item("bound MFU", t.mfu_bound, "pct"), item("expected step", t.expected_step_s, "time"),
+             *([item("expected p10-p90", f"{seconds(t.expected_low_s)} to {seconds(t.expected_high_s)}")]
+               if t.expected_low_s is not None else []),
              item("predicted step (bound)", t.predicted_step_s, "time"),
              item("tokens/s per GPU (expected)", t.tokens_per_s_per_gpu, "num"),
              item("tokens/s (bound)", t.tokens_per_s, "num")]

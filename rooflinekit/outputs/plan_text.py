@@ -29,9 +29,15 @@ def config_line(c: PlanConfig) -> str:
     """One configuration's figures on one line."""
     load = (f" at {c.rate_per_s:.3g} requests/s (p90, {_ms(c.ttft_wait_s)} queued)"
             if c.rate_per_s is not None and c.ttft_wait_s is not None else "")
-    return (f"TTFT {_ms(c.ttft_s)}{load}, TPOT {_ms(c.tpot_s)} (bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
+    return (f"TTFT {_ms(c.ttft_s)}{_range(c.ttft_p10_s, c.ttft_p90_s)}{load}, TPOT {_ms(c.tpot_s)} "
+            f"(p10-p90 {_ms(c.tpot_p10_s)} to {_ms(c.tpot_p90_s)}; bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
             f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {c.tokens_per_s_per_user:,.1f} tok/s/user, "
             f"{_gb(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
+
+
+def _range(low: float | None, high: float | None) -> str:
+    """' (p10-p90 1.2 s to 1.9 s)', '' without a range."""
+    return "" if low is None or high is None else f" (p10-p90 {_ms(low)} to {_ms(high)})"
 
 
 def _wrapped(text: str, indent: str = "  ") -> list[str]:

@@ -95,12 +95,16 @@ def targets_words(plan: PlanResult) -> str:
         parts.append(f"TTFT <= {seconds(t.ttft_s)}")
     if t.tpot_s is not None:
         parts.append(f"TPOT <= {seconds(t.tpot_s)}")
+    if getattr(t, "at", "expected") == "p90" and (t.ttft_s is not None or t.tpot_s is not None):
+        parts.append("met at p90")
     return ", ".join(parts)
 
 
 def figures(c: PlanConfig) -> list[tuple[str, str]]:
     """A configuration's figures as (name, value) pairs: the tooltip's and the card's."""
-    out = [("TTFT", seconds(c.ttft_s)), ("TPOT", seconds(c.tpot_s)), ("end to end", seconds(c.e2e_s)),
+    out = [("TTFT", seconds(c.ttft_s)), ("TPOT", seconds(c.tpot_s)),
+           *([("TPOT p10-p90", f"{seconds(c.tpot_p10_s)} to {seconds(c.tpot_p90_s)}")] if c.tpot_p90_s else []),
+           ("end to end", seconds(c.e2e_s)),
            ("tokens/s per GPU", _rate(c.tokens_per_s_per_gpu)), ("tokens/s per user", _rate(c.tokens_per_s_per_user)),
            ("memory per GPU", f"{_gb(c.memory_per_gpu_bytes)} of {_gb(c.usable_bytes)}"),
            ("binds", c.binding or "-"), ("GPUs", str(c.gpus))]

@@ -112,8 +112,14 @@ def expected_line(t) -> str:
     rates = [f"{si(t.tokens_per_s_per_gpu)} tokens/s per GPU"] if t.tokens_per_s_per_gpu else []
     if t.tokens_per_s_per_user:
         rates.append(f"{si(t.tokens_per_s_per_user)} per user")
-    return (f"expected step {seconds(t.expected_step_s)} (achievable fractions, docs/accounting.md) / bound "
-            f"{seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
+    return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (achievable fractions, "
+            f"docs/accounting.md) / bound {seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
+
+
+def range_words(t) -> str:
+    """', p10-p90 9.8 ms to 20.5 ms' from the totals' spread (docs/accounting.md), '' without one."""
+    low, high = getattr(t, "expected_low_s", None), getattr(t, "expected_high_s", None)
+    return "" if low is None or high is None else f", p10-p90 {seconds(low)} to {seconds(high)}"
 
 
 def parallel_lines(report: Report) -> list[str]:

@@ -44,6 +44,7 @@ from rooflinekit.stages.expected import (
 from rooflinekit.stages.fusion import Fusion, fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on, ridge
+from rooflinekit.stages.spread import spread_for
 from rooflinekit.stages.workload import Workload
 
 
@@ -382,8 +383,12 @@ def with_expected(totals: Totals, expected: Expected, workload: Workload, parall
     words = [f"tokens_per_s_per_gpu: tokens / expected_step_s / {gpus} GPU(s) serving them (under TP the "
              "step's tokens are served by the TP group; under EP alone the batch is per GPU)",
              "tokens_per_s_per_user: q_len accepted tokens per sequence per step / expected_step_s (decode only)"]
+    spread = spread_for(workload.phase, expected.comm_s / expected.step_s if expected.step_s else 0.0)
+    low, high = spread.range(expected.step_s)
+    words.append(f"expected_low_s / expected_high_s ({spread.step_class} step): {spread.words()}")
     return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
-                   tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words)
+                   tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words,
+                   expected_low_s=low, expected_high_s=high, expected_class=spread.step_class)
 
 
 def build_report(
