@@ -24,6 +24,8 @@ COMMANDS = {
              "Search MODEL's deployments on a GPU budget for the best that meets latency targets."),
     "compare": ("rooflinekit.cli.compare", "compare_cmd",
                 "Two profile reports side by side, with A/B ratios."),
+    "trace": ("rooflinekit.cli.trace", "trace_cmd",
+              "The roofline of what a torch.profiler trace ran: busy/idle, classes, achieved rates."),
     "plot": ("rooflinekit.cli.plot", "plot", "Draw a roofline chart from a profile or sweep JSON report."),
     "hardware": ("rooflinekit.cli.hardware", "hardware", "The hardware database: list, show, detect."),
     "calibrate": ("rooflinekit.cli.calibrate", "calibrate_cmd",

@@ -1,0 +1,119 @@
+"""Trace in, report out: read, join, class and count, then sum each step's GPU time and place the
+counted kernels and ops on the hardware's roofline."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rooflinekit.core.errors import UserError
+from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.trace.attribution import Attributed, attribute
+from rooflinekit.trace.classes import NAMES, UNKNOWN
+from rooflinekit.trace.comms import collectives
+from rooflinekit.trace.counts import ShapeCounter
+from rooflinekit.trace.device import describe, match_hardware, traced_device
+from rooflinekit.trace.events import Trace
+from rooflinekit.trace.join import join
+from rooflinekit.trace.reader import read_traces
+from rooflinekit.trace.report import ClassTime, RankReport, StepSummary, TraceReport
+from rooflinekit.trace.rows import collective_rows, grouped, peak_time
+from rooflinekit.trace.timeline import Window, busy_in, windows
+
+US = 1e-6
+
+
+def _check_step(traces: list[Trace], step: int | None) -> None:
+    """A --step that no rank's trace has is one line naming the steps it has."""
+    if step is None:
+        return
+    have = sorted({s.number for t in traces for s in t.steps})
+    if step not in have:
+        listed = ", ".join(map(str, have)) if have else "none (the trace has no ProfilerStep#N events)"
+        raise UserError(f"--step {step}: the trace has no ProfilerStep#{step}; its steps: {listed}")
+
+
+def _summary(window: Window, items: list[Attributed], hw: HardwareSpec) -> StepSummary:
+    """Busy and idle time of one window, its class times and its HFU and MBU."""
+    busy = busy_in(window, [(i.launched.event.ts, i.launched.event.end) for i in items])
+    by_class: dict[str, list[float]] = defaultdict(list)
+    for i in items:
+        by_class[i.klass].append(i.dur)
+    total = sum(i.dur for i in items) or 1.0
+    classes = [ClassTime(k, sum(v) * US, len(v), sum(v) / total)
+               for k, v in sorted(by_class.items(), key=lambda kv: -sum(kv[1]))]
+    flops = sum(i.flops for i in items)
+    nbytes = sum(i.bytes for i in items)
+    busy_s = busy.busy_us * US
+    ideal = peak_time(items, hw)
+    return StepSummary(window.label, window.step, window.span * US, busy_s, busy.idle_us * US,
+                       sum(i.dur for i in items) * US, len(items), flops, nbytes,
+                       ideal / busy_s if busy_s > 0 and flops > 0 else None,
+                       nbytes / (busy_s * hw.memory_bandwidth) if busy_s > 0 and nbytes > 0 else None, classes)
+
+
+def _in_window(items: list[Attributed], window: Window) -> list[Attributed]:
+    return [i for i in items if window.holds(i.launched.event.ts)]
+
+
+def _total_window(chosen: list[Window], items: list[Attributed]) -> Window:
+    """The window over every chosen step (or the whole trace)."""
+    if len(chosen) == 1:
+        return chosen[0]
+    return Window("all steps", min(w.start for w in chosen), max(w.end for w in chosen))
+
+
+def _notes(trace: Trace, items: list[Attributed], kept: list[Attributed]) -> list[str]:
+    """What the summaries leave out, said: events outside the chosen steps, events never joined."""
+    notes = []
+    inside = {id(i) for i in kept}
+    outside = [i for i in items if id(i) not in inside]
+    if outside:
+        notes.append(f"{len(outside)} GPU events ({sum(i.dur for i in outside) * US * 1e3:.3g} ms) start "
+                     "outside the chosen ProfilerStep windows and are left out of the sums")
+    unlaunched = [i for i in kept if i.launched.launch is None]
+    if unlaunched:
+        notes.append(f"{len(unlaunched)} GPU events have no launch in the trace (launched before its CPU "
+                     "side began, or on an untraced thread): classed by kernel name only")
+    return notes
+
+
+def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: ShapeCounter,
+                top: int = 15) -> RankReport:
+    """One rank's report: steps, total, tables and notes."""
+    items = attribute(join(trace), counter)
+    first = min(e.ts for e in trace.gpu)
+    last = max(e.end for e in trace.gpu)
+    chosen = windows(trace.steps, first, last, step)
+    whole = _total_window(chosen, items)
+    kept = [i for i in items if any(w.holds(i.launched.event.ts) for w in chosen)]
+    steps = [_summary(w, _in_window(items, w), hw) for w in chosen]
+    total = steps[0] if len(steps) == 1 else _summary(whole, kept, hw)
+    time = sum(i.dur for i in kept) or 1.0
+    device = traced_device([trace])
+    return RankReport(
+        path=trace.path, rank=trace.rank, device=describe(device) if device else "not recorded",
+        steps=steps if len(steps) > 1 else [], total=total,
+        kernels=grouped(kept, hw, lambda i: i.launched.event.name, top),
+        ops=grouped([i for i in kept if i.status == "counted"], hw, lambda i: i.op.name, top),
+        uncounted=grouped([i for i in kept if i.op is not None and i.status != "counted"
+                           and i.klass != "communication"], hw,
+                          lambda i: i.op.name, top),
+        unplaced=grouped([i for i in kept if i.op is None], hw, lambda i: i.launched.event.name, top),
+        collectives=collective_rows(collectives(kept, trace.world_size)),
+        class_coverage=sum(i.dur for i in kept if i.klass != UNKNOWN) / time,
+        counted_coverage=sum(i.dur for i in kept if i.status == "counted") / time,
+        notes=_notes(trace, items, kept))
+
+
+def analyse(path: str, hardware: str | None = None, step: int | None = None,
+            counter: ShapeCounter | None = None) -> TraceReport:
+    """The report of the trace (or folder of rank traces) at `path` on `hardware` (default: the
+    GPU its deviceProperties name), for step `step` (default: every step and their total)."""
+    traces = read_traces(path)
+    _check_step(traces, step)
+    hw = match_hardware(traces, hardware)
+    counter = counter or ShapeCounter()
+    ranks = [rank_report(t, hw, step, counter) for t in traces if t.gpu]
+    notes = [f"class names: {', '.join(n for n in NAMES)}"]
+    return TraceReport(source=str(path), hardware=hw.name, peaks=dict(hw.peak_flops),
+                       bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes)

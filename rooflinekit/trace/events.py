@@ -1,0 +1,113 @@
+"""The events of a torch.profiler (Kineto) trace as plain dataclasses: what the reader gives the
+join, the classes and the report. Times are microseconds, as the trace records them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: The `cat` of each kind of GPU activity the report reads, and the kind it becomes.
+GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+
+
+@dataclass(frozen=True)
+class CpuOp:
+    """An operator or a user annotation on a CPU thread (`cat` cpu_op or user_annotation)."""
+
+    name: str
+    ts: float
+    dur: float
+    pid: int | str
+    tid: int | str
+    cat: str = "cpu_op"
+    external_id: int | None = None
+    sequence: int | None = None
+    fwd_tid: int | None = None
+    #: The trace's own event (its `args` hold Input Dims, Input type, Concrete Inputs).
+    event: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(frozen=True)
+class RuntimeCall:
+    """A CUDA/HIP runtime or driver call (cudaLaunchKernel, cuLaunchKernel, cudaMemcpyAsync...)."""
+
+    name: str
+    ts: float
+    dur: float
+    pid: int | str
+    tid: int | str
+    correlation: int | None
+
+
+@dataclass(frozen=True)
+class GpuEvent:
+    """A kernel, memcpy or memset as it ran on a device stream."""
+
+    kind: str
+    name: str
+    ts: float
+    dur: float
+    device: int
+    stream: int
+    correlation: int | None
+    #: Launch figures where recorded: grid, block, registers per thread, shared memory, bytes.
+    args: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One end of a CPU-to-GPU flow arrow (`ph` s or f, `cat` ac2g or async_cpu_to_gpu)."""
+
+    id: int
+    phase: str
+    pid: int | str
+    tid: int | str
+    ts: float
+
+
+@dataclass(frozen=True)
+class Step:
+    """A `ProfilerStep#N` window on the CPU clock."""
+
+    number: int
+    ts: float
+    dur: float
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What `deviceProperties` says of one GPU."""
+
+    id: int
+    name: str
+    total_memory: int | None = None
+    compute: tuple[int, int] | None = None
+    sms: int | None = None
+
+
+@dataclass
+class Trace:
+    """One rank's trace: its events by kind, its steps and the devices it names."""
+
+    path: str
+    rank: int | None = None
+    world_size: int | None = None
+    devices: list[DeviceInfo] = field(default_factory=list)
+    ops: list[CpuOp] = field(default_factory=list)
+    runtime: list[RuntimeCall] = field(default_factory=list)
+    gpu: list[GpuEvent] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)
+    #: Events of other kinds the report does not read (CUPTI profiler ranges...), counted by `cat`.
+    other: dict[str, int] = field(default_factory=dict)
