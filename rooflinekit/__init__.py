@@ -14,6 +14,8 @@ the command line's start stay light:
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 from rooflinekit.core.errors import RooflineError, UserError
 from rooflinekit.core.version import SCHEMA_VERSION, __version__
@@ -31,7 +33,27 @@ _LAZY = {
     "Report": ("rooflinekit.outputs.render", "ViewedReport"),
 }
 
-__all__ = ["SCHEMA_VERSION", "RooflineError", "UserError", "__version__", *_LAZY]
+__all__ = ["SCHEMA_VERSION", "RooflineError", "UserError", "__version__", "trace", *_LAZY]
+
+
+class _CallableTrace(types.ModuleType):
+    """The `rooflinekit.trace` subpackage, callable as the API's `rooflinekit.trace(path, ...)`."""
+
+    def __call__(self, path, hardware=None, step=None):
+        return importlib.import_module("rooflinekit.api").trace(path, hardware=hardware, step=step)
+
+
+class _Package(types.ModuleType):
+    """rooflinekit's own module type: the `trace` subpackage, once imported, is made callable."""
+
+    def __setattr__(self, name, value):
+        if name == "trace" and isinstance(value, types.ModuleType):
+            value.__class__ = _CallableTrace
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+import rooflinekit.trace  # noqa: E402,F401  (a docstring only: `rooflinekit.trace(path)` is the API)
 
 
 def __getattr__(name: str):

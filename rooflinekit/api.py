@@ -55,6 +55,8 @@ from rooflinekit.stages.workload import (
     validate,
     validate_levers,
 )
+from rooflinekit.trace.analyse import analyse as analyse_trace
+from rooflinekit.trace.report import TraceReport
 
 __all__ = ["Capture", "advise", "capture", "profile", "profile_file", "sweep"]
 
@@ -516,3 +518,9 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     deployed = asked.deployed()
     validate_levers(workload, deployed)
     return ViewedAdvice.of(run_advise(source, workload, deployed, host=host, extras=extras))
+
+
+def trace(path: str, hardware: str | None = None, step: int | None = None) -> TraceReport:
+    """The roofline of what a torch.profiler trace ran (a file or a folder of rank files), the
+    report `rooflinekit trace` prints: `report.to_dict()` is its JSON (docs/trace.md)."""
+    return analyse_trace(str(path), hardware, step)
