@@ -174,3 +174,50 @@ def test_each_source_keeps_its_own_empty_layers():
                       "fixed": [True, True, False, True]}
     outside = _cache(build(plain, workload).inputs)
     assert [layer.is_initialized for layer in outside.layers] == [True, True, True, True]
+
+
+# -- a capture recounted at another layout (rooflinekit.analyses.profile.recounted) --
+
+MIXTRAL = ("examples/configs/mixtral-8x7b.json", {"layers": 2})
+
+
+def _counting(deployment, workload):
+    from rooflinekit.analyses.profile import count
+    from rooflinekit.core.plugins import get_host
+
+    host = get_host()
+    source = load_source(MIXTRAL[0], MIXTRAL[1], host)
+    return source, host, count(source, workload, deployment, host, transforms=False)
+
+
+@pytest.mark.parametrize("base, other", [((1, 4), (1, 8)), ((2, 2), (4, 4)), ((1, 4), (1, 6))])
+def test_a_recounted_capture_is_the_capture_at_that_layout(base, other):
+    """Data-parallel attention with experts over 4 GPUs, recounted at 8 (or 6, with redundant
+    experts), and TP = EP 2 at 4: every record as a capture at the other layout writes it."""
+    from rooflinekit.analyses.profile import recounted
+    from rooflinekit.core.request import Deployment
+
+    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MIXTRAL[1].items())))
+    redundant = -8 % other[1] if other[1] > 1 else 0
+    source, host, counting = _counting(Deployment(tp=base[0], ep=base[1]), workload)
+    target = Deployment(tp=other[0], ep=other[1], redundant_experts=redundant, ep_imbalance=1.25)
+    again = recounted(counting, source, workload, target, host)
+    _, _, fresh = _counting(target, workload)
+    assert again is not None
+    got, want = again.raw.capture.ops, fresh.raw.capture.ops
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert (a.name, a.module, a.flops, a.bytes_read, a.bytes_written, a.param_bytes, a.shapes, a.attrs) == (
+            b.name, b.module, b.flops, b.bytes_read, b.bytes_written, b.param_bytes, b.shapes, b.attrs)
+    assert again.notes == fresh.notes
+    assert [s.op_indices for s in again.raw.attention] == [s.op_indices for s in fresh.raw.attention]
+
+
+def test_a_layout_whose_models_emit_other_records_is_captured():
+    """One GPU emits no collective; experts over 4 GPUs emit all-to-alls: no recount."""
+    from rooflinekit.analyses.profile import recounted
+    from rooflinekit.core.request import Deployment
+
+    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MIXTRAL[1].items())))
+    source, host, counting = _counting(Deployment(), workload)
+    assert counting.calls and recounted(counting, source, workload, Deployment(tp=1, ep=4), host) is None

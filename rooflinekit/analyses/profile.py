@@ -36,13 +36,13 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.version import model_library, untested_notes
 from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.capture import CaptureResult, capture
+from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
 from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warnings
-from rooflinekit.stages.modelled import module_models
+from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
 from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.restate import OptionRestatements
 from rooflinekit.stages.serving import Serving, views_of
@@ -112,6 +112,9 @@ class Counting:
     #: Makes the inputs anew as the counted forward got them (measured mode: every timed forward
     #: starts from the state the counted one did, a cache the forward wrote or grew made again).
     fresh_inputs: Callable[[], object] | None = None
+    #: Each modelled module's call, and the module models in place by path (recounted).
+    calls: list[ModelCall] = field(default_factory=list)
+    modelled: dict[str, type] = field(default_factory=dict)
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -146,26 +149,28 @@ def transforms_for(lever: Transform | LegacyTransform | None) -> tuple[Transform
 
 def count(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
           lever: Transform | LegacyTransform | None = None,
-          on_stage: Callable[[str], None] | None = None) -> Counting:
+          on_stage: Callable[[str], None] | None = None, transforms: bool = True) -> Counting:
     """Build, capture one forward, attribute attention, and run the transforms (a mixed step:
-    `count_mixed`)."""
+    `count_mixed`); `transforms` False leaves `counted` the raw capture (a caller that runs its own)."""
     if workload.mixed:
         return count_mixed(source, workload, deployment, host, lever=lever, on_stage=on_stage)
     built = build(source, workload)
     if on_stage:
         on_stage("built")
-    counting = counted_forward(built, source, workload, deployment, host, lever)
+    counting = counted_forward(built, source, workload, deployment, host, lever, transforms)
     if on_stage:
         on_stage("captured")
     return counting
 
 
 def counted_forward(built: Built, source: ModelSource, workload: Workload, deployment: Deployment,
-                    host: PluginHost, lever: Transform | LegacyTransform | None = None) -> Counting:
+                    host: PluginHost, lever: Transform | LegacyTransform | None = None,
+                    transforms: bool = True) -> Counting:
     """A built model's forward on its inputs captured, attention attributed, the transforms run."""
+    calls: list[ModelCall] = []
 
     def forward():
-        with in_effect(workload), module_models(built.model, workload, host, deployment) as patched, \
+        with in_effect(workload), module_models(built.model, workload, host, deployment, calls) as patched, \
                 counted_apart(built.inputs) as lazy:  # a cache transformers fills in the step: apart
             return capture(built.model, built.inputs, formula_book(host)), list(patched), lazy.note()
 
@@ -173,10 +178,32 @@ def counted_forward(built: Built, source: ModelSource, workload: Workload, deplo
     rows = attribute_attention(cap, built.model, workload, host, deployment)
     ctx = TransformContext(workload, deployment, built.model, host)
     raw = Counted(cap, rows)
-    counted = run_transforms(raw, transforms_for(lever), ctx)
+    counted = run_transforms(raw, transforms_for(lever), ctx) if transforms else raw
     notes = list(source.notes) + [m.assumption_note for m in models] + ([lazy_note] if lazy_note else [])
     return Counting(built.model, built.inputs, counted, models, notes, raw=raw,
-                    fresh_inputs=lambda: inputs_for(source, workload))
+                    fresh_inputs=lambda: inputs_for(source, workload), calls=calls,
+                    modelled=modelled_paths(answers_for(built.model, workload, host, deployment)))
+
+
+def recounted(counting: Counting, source: ModelSource, workload: Workload, deployment: Deployment,
+              host: PluginHost) -> Counting | None:
+    """`counting` (a capture with module models, before its transforms) at another deployment
+    without running the forward again: each modelled module's model is asked at `deployment` and
+    its records replace the ones it emitted (the rest of a forward does not depend on the layout).
+    None where the deployment models other modules, or its models emit other records."""
+    answers = answers_for(counting.model, workload, host, deployment)
+    if not counting.calls or counting.raw is None or modelled_paths(answers) != counting.modelled:
+        return None
+    cap = counting.raw.capture
+    ops = rerun(cap.ops, counting.calls, answers, Recorder(formula_book(host), {}))
+    if ops is None:
+        return None
+    cap = replace(cap, ops=ops)
+    raw = Counted(cap, attribute_attention(cap, counting.model, workload, host, deployment))
+    models = [a for _, _, a, _ in answers if a is not None]
+    used = [m for i, m in enumerate(models) if not any(type(u) is type(m) for u in models[:i])]
+    notes = list(source.notes) + [m.assumption_note for m in used]
+    return replace(counting, counted=raw, raw=raw, models=used, notes=notes)
 
 
 def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,

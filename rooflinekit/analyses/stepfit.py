@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from rooflinekit.analyses.pipeline_parallel import Layout, layout_of, op_stages
-from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, count, profile
+from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, count, profile, recounted
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
@@ -102,6 +102,9 @@ class StepFitter:
     _transformed: dict = field(default_factory=dict)
     _layouts: dict = field(default_factory=dict)
     _module_models: bool | None = None
+    #: Captures with module models, by (workload, skip): another layout's is recounted from one.
+    _bases: dict = field(default_factory=dict)
+    recounts: int = 0
     on_capture: Callable[[], None] | None = None
     #: A fitter of the same model at the dtype the model runs in, whose captures an fp8 fitter
     #: reuses (an fp8 workload runs in bf16 and is transformed) when the KV format is given.
@@ -142,16 +145,36 @@ class StepFitter:
             return self.runs_as.raw(replace(workload, dtype=self.runs_as.base.dtype), deployment, skip)
         key = (workload, self.capture_key(deployment), skip)
         if key not in self._raw:
-            with using(self._facts), (skipping(self._plan) if skip else nullcontext()):
-                counting = count(self.built, workload, key[1], self.host)
-            self.captures += 1
-            if self.on_capture:
-                self.on_capture()
+            counting = self._recounted(workload, key[1], skip)
+            if counting is None:
+                counting = self._captured(workload, key[1], skip)
             if self._module_models is None:
                 self._module_models = bool(counting.models)
                 key = (workload, self.capture_key(deployment), skip)
             self._raw[key] = counting
         return self._raw[key]
+
+    def _captured(self, workload: Workload, key: Deployment, skip: bool) -> Counting:
+        """One forward captured (its transforms are run per deployment by `transformed`)."""
+        with using(self._facts), (skipping(self._plan) if skip else nullcontext()):
+            counting = count(self.built, workload, key, self.host, transforms=False)
+        self.captures += 1
+        if self.on_capture:
+            self.on_capture()
+        if counting.calls:
+            self._bases.setdefault((workload, skip), []).append(counting)
+        return counting
+
+    def _recounted(self, workload: Workload, key: Deployment, skip: bool) -> Counting | None:
+        """A capture of the same workload at another layout with its module models asked again at
+        `key` (profile.recounted: MoE experts under another TP/EP), where one fits."""
+        for base in self._bases.get((workload, skip), ()):
+            with using(self._facts):
+                counting = recounted(base, self.source, workload, key, self.host)
+            if counting is not None:
+                self.recounts += 1
+                return counting
+        return None
 
     def transformed(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counted:
         """The design capture at `workload` through the deployment's transforms (kept: a pipeline's

@@ -7,10 +7,11 @@ OpRecords (kind "modelled") carrying the assumption they rest on.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,6 +22,7 @@ from rooflinekit.core.specs import ModuleModel
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
+from rooflinekit.stages.capture.forward import active
 
 
 @contextmanager
@@ -99,17 +101,42 @@ def _answers(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
                 for path, module in module_tree(model)]
 
 
+@dataclass(frozen=True)
+class ModelCall:
+    """One call of a modelled module in a capture: its inputs and the records its model emitted
+    (indices into the capture's ops), so another deployment's model can be asked again without
+    running the model's forward (rerun)."""
+
+    path: str
+    module: torch.nn.Module
+    args: tuple
+    kwargs: dict
+    records: range
+
+
+def answers_for(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
+    """(path, module, ModuleModel or None, plugin) per module, asked once per model, workload
+    less its batch and context, and deployment (a sweep's points share them; model_facts)."""
+    key = (*fact("module_models"), id(host), replace(workload, batch=0, context=0), deployment)
+    return cached(model, key, lambda: _answers(model, workload, host, deployment))
+
+
+def modelled_paths(answers: list[tuple]) -> dict[str, type]:
+    """path -> the type of the module model in place there."""
+    return {path: type(answer) for path, _, answer, _ in answers if answer is not None}
+
+
 @contextmanager
-def module_models(model: torch.nn.Module, workload, host, deployment=None) -> Iterator[list[ModuleModel]]:
+def module_models(model: torch.nn.Module, workload, host, deployment=None,
+                  calls: list[ModelCall] | None = None) -> Iterator[list[ModuleModel]]:
     """Patch the forward of every module a plugin models (asked with the workload and the
-    deployment, `rooflinekit.core.request`); restore them afterwards."""
+    deployment, `rooflinekit.core.request`); restore them afterwards. With `calls`, each modelled
+    call is appended to it (ModelCall)."""
     deployment = deployment or Deployment()
     patched: list[tuple[torch.nn.Module, object, bool]] = []
     used: list[ModuleModel] = []
     try:
-        # asked once per model and workload less its batch and context in a sweep (model_facts)
-        key = (*fact("module_models"), id(host), replace(workload, batch=0, context=0), deployment)
-        answers = cached(model, key, lambda: _answers(model, workload, host, deployment))
+        answers = answers_for(model, workload, host, deployment)
         for path, module, answer, plugin in answers:
             if answer is None:
                 continue
@@ -124,6 +151,8 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
                 first = len(rec.ops) if rec is not None else 0
                 try:
                     output = _m.forward(_mod, _path, args, kwargs)
+                    if calls is not None and rec is not None:
+                        calls.append(ModelCall(_path, _mod, args, dict(kwargs), range(first, len(rec.ops))))
                     return _linked(rec, first, (*args, *kwargs.values()), output)
                 except (UserError, KeyboardInterrupt):
                     raise
@@ -144,6 +173,36 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None) -> It
                 module.forward = previous
             else:
                 del module.forward
+
+
+#: The fields of a modelled record another deployment's model may change (the rest, the links to
+#: the block's input and output and its place, stay the capture's).
+RERUN_FIELDS = ("flops", "bytes_read", "bytes_written", "param_bytes", "dtype", "counted", "shapes", "attrs")
+
+
+def rerun(ops: list[OpRecord], calls: list[ModelCall], answers: list[tuple], recorder) -> list[OpRecord] | None:
+    """`ops` with each call's records as `answers`' models emit them (`recorder` a fresh Recorder to
+    emit into), or None where a call's model emits records of other names or kinds (a collective
+    only under expert parallelism): that deployment needs its own capture."""
+    models = {path: answer for path, _, answer, _ in answers if answer is not None}
+    out = list(ops)
+    for call in calls:
+        recorder.ops.clear()
+        recorder.stack[:] = [(id(call.module), call.path)]
+        _RUNNING.append(f"{type(models[call.path]).__name__}")
+        try:
+            with active(recorder):
+                models[call.path].forward(call.module, call.path, call.args, call.kwargs)
+        finally:
+            _RUNNING.pop()
+        fresh = recorder.ops
+        if len(fresh) != len(call.records) or any(
+                (a.name, a.kind) != (ops[i].name, ops[i].kind) for a, i in zip(fresh, call.records, strict=True)):
+            return None
+        for a, i in zip(fresh, call.records, strict=True):
+            out[i] = copy.copy(ops[i])
+            out[i].__dict__.update({f: getattr(a, f) for f in RERUN_FIELDS})
+    return out
 
 
 def _tensors(values) -> list[torch.Tensor]:
