@@ -19,7 +19,14 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from rooflinekit.analyses.pipeline_parallel import Layout, layout_of, op_stages
-from rooflinekit.analyses.profile import TRANSFORMS, Counting, ReportOptions, count, profile, recounted
+from rooflinekit.analyses.profile import (
+    TRANSFORMS,
+    Counting,
+    ReportOptions,
+    count,
+    profile,
+    recounted,
+)
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
