@@ -56,6 +56,7 @@ from rooflinekit.core.plan import (
 )
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.revise import revised
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
@@ -787,7 +788,7 @@ class Planner:
         fits = usable is None or memory <= usable
         context = t.isl + t.osl // 2
         step, low = self._step(v, batch, pp, context)
-        config = with_spread(replace(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits,
+        config = with_spread(revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits,
                                      step_context=context, step_s=step, step_bound_s=low,
                                      gpus_idle=self.options.gpus - config.gpus))
         ttft, tpot = target_figures(config, t)
@@ -799,14 +800,14 @@ class Planner:
             reason = f"target: TTFT{at} {ttft * 1e3:.0f} ms > {t.ttft_s * 1e3:.0f} ms"
         elif t.tpot_s is not None and tpot > t.tpot_s:
             reason = f"target: TPOT{at} {tpot * 1e3:.1f} ms > {t.tpot_s * 1e3:.1f} ms"
-        return replace(config, meets_slo=reason is None, reject_reason=reason)
+        return revised(config, meets_slo=reason is None, reject_reason=reason)
 
 
 def with_spread(config: PlanConfig) -> PlanConfig:
     """The configuration with the p10-p90 ranges of its TTFT and TPOT (Planner.spreads)."""
     ttft, tpot = Planner.spreads(config.mode)
     (t10, t90), (p10, p90) = ttft.range(config.ttft_s or 0.0), tpot.range(config.tpot_s or 0.0)
-    return replace(config, ttft_p10_s=t10 if config.ttft_s is not None else None,
+    return revised(config, ttft_p10_s=t10 if config.ttft_s is not None else None,
                    ttft_p90_s=t90 if config.ttft_s is not None else None,
                    tpot_p10_s=p10 if config.tpot_s is not None else None,
                    tpot_p90_s=p90 if config.tpot_s is not None else None)

@@ -25,6 +25,7 @@ unless they declare `scaling = "polynomial"` (rooflinekit.stages.modelled.Module
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
@@ -32,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
-from math import lcm
+from math import gcd, lcm
 
 import torch
 
@@ -107,6 +108,10 @@ class Design:
         self.points = [(b, s) for s in self.contexts for b in self.batches]
         self.exponents = [(i, j) for j in range(len(self.contexts)) for i in range(len(self.batches))]
         self._inverse = _inverse([[Fraction(b ** i * s ** j) for i, j in self.exponents] for b, s in self.points])
+        # the inverse as integers over one denominator: whole-number samples (most counts) are
+        # fitted in integer arithmetic, the same polynomial as the fractions give
+        self._scale = lcm(*(x.denominator for row in self._inverse for x in row))
+        self._whole_inverse = [[int(x * self._scale) for x in row] for row in self._inverse]
         self._polys: dict[tuple[float, ...], int] = {}
         self.polys: list[Poly] = []
         self._last: tuple[tuple[int, int, int], list[float]] | None = None
@@ -117,7 +122,13 @@ class Design:
     def poly(self, samples: tuple[float, ...]) -> int:
         """The index in `polys` of the polynomial through `samples` (one per point, in `points` order)."""
         index = self._polys.get(samples)
-        if index is None:
+        if index is None and all(isinstance(v, (int, float)) and math.isfinite(v) and v == int(v) for v in samples):
+            ys = [int(v) for v in samples]
+            numerators = tuple(sum(a * y for a, y in zip(row, ys, strict=True) if y) for row in self._whole_inverse)
+            common = gcd(*numerators, self._scale)
+            index = self._polys[samples] = len(self.polys)
+            self.polys.append(Poly(tuple(n // common for n in numerators), self._scale // common))
+        elif index is None:
             try:
                 ys = [Fraction(v) for v in samples]
             except (ValueError, OverflowError, TypeError):

@@ -105,13 +105,45 @@ def _answers(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
 class ModelCall:
     """One call of a modelled module in a capture: its inputs and the records its model emitted
     (indices into the capture's ops), so another deployment's model can be asked again without
-    running the model's forward (rerun)."""
+    running the model's forward (rerun). Tensors are kept as their shape and dtype, never held:
+    holding them would keep them alive past their last use and change the activation peak."""
 
     path: str
     module: torch.nn.Module
     args: tuple
     kwargs: dict
     records: range
+
+    @classmethod
+    def of(cls, path: str, module: torch.nn.Module, args: tuple, kwargs: dict, records: range) -> ModelCall:
+        return cls(path, module, tuple(_described(a) for a in args),
+                   {k: _described(v) for k, v in kwargs.items()}, records)
+
+    def inputs(self) -> tuple[tuple, dict]:
+        """The call's arguments, each tensor an empty one on the meta device of its shape and dtype."""
+        return (tuple(_made(a) for a in self.args), {k: _made(v) for k, v in self.kwargs.items()})
+
+
+@dataclass(frozen=True)
+class _TensorLike:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _described(value):
+    if isinstance(value, torch.Tensor):
+        return _TensorLike(tuple(value.shape), value.dtype)
+    if type(value) in (list, tuple):
+        return type(value)(_described(v) for v in value)
+    return value
+
+
+def _made(value):
+    if isinstance(value, _TensorLike):
+        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+    if type(value) in (list, tuple):
+        return type(value)(_made(v) for v in value)
+    return value
 
 
 def answers_for(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
@@ -152,7 +184,7 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None,
                 try:
                     output = _m.forward(_mod, _path, args, kwargs)
                     if calls is not None and rec is not None:
-                        calls.append(ModelCall(_path, _mod, args, dict(kwargs), range(first, len(rec.ops))))
+                        calls.append(ModelCall.of(_path, _mod, args, kwargs, range(first, len(rec.ops))))
                     return _linked(rec, first, (*args, *kwargs.values()), output)
                 except (UserError, KeyboardInterrupt):
                     raise
@@ -191,8 +223,9 @@ def rerun(ops: list[OpRecord], calls: list[ModelCall], answers: list[tuple], rec
         recorder.stack[:] = [(id(call.module), call.path)]
         _RUNNING.append(f"{type(models[call.path]).__name__}")
         try:
+            args, kwargs = call.inputs()
             with active(recorder):
-                models[call.path].forward(call.module, call.path, call.args, call.kwargs)
+                models[call.path].forward(call.module, call.path, args, kwargs)
         finally:
             _RUNNING.pop()
         fresh = recorder.ops

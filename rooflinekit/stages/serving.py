@@ -34,6 +34,7 @@ from rooflinekit.core.heads import split_heads
 from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import ViewGap, Views
 from rooflinekit.core.request import Workload
+from rooflinekit.core.revise import revised
 from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec
 from rooflinekit.stages.attribute import (
     AttentionSite,
@@ -231,7 +232,7 @@ def _fused(ops: list[OpRecord], params: set[int]) -> tuple[list[OpRecord], dict[
         members = op.attrs.get("fused_from") if op.name.startswith("serving.") and op.kind == "op" else None
         for old in members or (op.index,):
             index[old] = len(out)
-        out.append(replace(op, index=len(out)))
+        out.append(revised(op, index=len(out)))
     return out, index
 
 

@@ -18,6 +18,7 @@ import torch
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.revise import revised
 from rooflinekit.stages.attribute import AttentionSite
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 
@@ -152,11 +153,11 @@ def rebuild_ops(ops: list[OpRecord], drop: set[int], inserts: dict[int, list[OpR
     for op in ops:
         for record in inserts.get(op.index, ()):
             at[id(record)] = len(out)
-            out.append(replace(record, index=len(out)))
+            out.append(revised(record, index=len(out)))
         if op.index in drop:
             continue
         index[op.index] = len(out)
-        out.append(replace(op, index=len(out)))
+        out.append(revised(op, index=len(out)))
     return out, index, at
 
 
