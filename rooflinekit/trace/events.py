@@ -1,5 +1,6 @@
-"""The events of a torch.profiler (Kineto) trace as plain dataclasses: what the reader gives the
-join, the classes and the report. Times are microseconds, as the trace records them."""
+"""The events of a torch.profiler (Kineto) trace as slotted dataclasses: what the reader gives the
+join, the classes and the report, only the fields they read, so that a trace of millions of events
+fits in less memory than its file. Times are microseconds, as the trace records them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CpuOp:
     """An operator or a user annotation on a CPU thread (`cat` cpu_op or user_annotation)."""
 
@@ -22,15 +23,21 @@ class CpuOp:
     external_id: int | None = None
     sequence: int | None = None
     fwd_tid: int | None = None
-    #: The trace's own event (its `args` hold Input Dims, Input type, Concrete Inputs).
-    event: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The args the analysis reads (Input Dims, Input type, Concrete Inputs, the collectives' message
+    #: sizes, module paths), one dict shared by every op that recorded the same ones.
+    args: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def end(self) -> float:
         return self.ts + self.dur
 
+    @property
+    def event(self) -> dict:
+        """The op as a trace event ({name, cat, args}), what the shape counter reads."""
+        return {"name": self.name, "cat": self.cat, "args": self.args}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, slots=True)
 class RuntimeCall:
     """A CUDA/HIP runtime or driver call (cudaLaunchKernel, cuLaunchKernel, cudaMemcpyAsync...)."""
 
@@ -42,7 +49,7 @@ class RuntimeCall:
     correlation: int | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuEvent:
     """A kernel, memcpy or memset as it ran on a device stream."""
 
@@ -53,15 +60,13 @@ class GpuEvent:
     device: int
     stream: int
     correlation: int | None
-    #: Launch figures where recorded: grid, block, registers per thread, shared memory, bytes.
-    args: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def end(self) -> float:
         return self.ts + self.dur
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Flow:
     """One end of a CPU-to-GPU flow arrow (`ph` s or f, `cat` ac2g or async_cpu_to_gpu)."""
 
@@ -72,7 +77,7 @@ class Flow:
     ts: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """A `ProfilerStep#N` window on the CPU clock."""
 
@@ -85,7 +90,7 @@ class Step:
         return self.ts + self.dur
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DeviceInfo:
     """What `deviceProperties` says of one GPU."""
 
@@ -111,3 +116,5 @@ class Trace:
     flows: list[Flow] = field(default_factory=list)
     #: Events of other kinds the report does not read (CUPTI profiler ranges...), counted by `cat`.
     other: dict[str, int] = field(default_factory=dict)
+    #: The trace's `schemaVersion` (None when it records none).
+    schema: int | None = None

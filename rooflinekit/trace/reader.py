@@ -1,9 +1,10 @@
 """Read torch.profiler (Kineto/Chrome) trace files, gzip or not, one file or a folder of rank files,
-into `Trace`s; bad input is one `TraceError` line.
+into compact `Trace`s; bad input is one `TraceError` line.
 
-The whole file is parsed at once with the standard json module: the 33 MB V100 training trace loads
-in about a second, and an incremental parser (ijson) would add a dependency to save memory only on
-traces far larger than torch.profiler usually writes.
+A file is streamed (`rooflinekit.trace.stream`): each event is filed as it is decoded, keeping only
+the fields the analysis reads, names interned and equal args shared, and flow arrows in arrays
+until the join is known to need them, so that reading holds less than half the file's size.
+`load_json` and `parse` read a file whole, the reference the streamed read is tested against.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import json
 import os
 import re
 import zlib
+from array import array
+from collections.abc import Callable
 from pathlib import Path
 
-from rooflinekit.core.errors import RooflineError
 from rooflinekit.trace.events import (
     GPU_KINDS,
     CpuOp,
@@ -26,6 +28,9 @@ from rooflinekit.trace.events import (
     Step,
     Trace,
 )
+from rooflinekit.trace.stream import TraceError, read_document
+
+__all__ = ["TraceError", "load_json", "parse", "read_trace", "read_traces", "trace_files"]
 
 #: File names a folder of rank traces holds.
 TRACE_SUFFIXES = (".json", ".json.gz")
@@ -33,11 +38,12 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 FLOW_CATS = ("ac2g", "async_cpu_to_gpu")
 CPU_CATS = ("cpu_op", "user_annotation")
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+#: The args of a CPU op the analysis reads (shapes, scalars, collectives' sizes, module paths).
+KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "In msg nelems", "Out msg nelems", "dtype",
+             "Group size", "Collective name", "Module Hierarchy", "Call stack")
+#: The Kineto `schemaVersion`s this reader knows.
+KNOWN_SCHEMAS = (1,)
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
-
-
-class TraceError(RooflineError):
-    """A trace file that cannot be read: missing, empty, truncated, not JSON or not a trace."""
 
 
 def trace_files(path: str) -> list[Path]:
@@ -102,10 +108,10 @@ def _int(value) -> int | None:
     return None
 
 
-def _devices(doc: dict) -> list[DeviceInfo]:
+def _devices(header: dict) -> list[DeviceInfo]:
     """deviceProperties as DeviceInfo (an empty list when the trace records none)."""
     out = []
-    for d in doc.get("deviceProperties") or []:
+    for d in header.get("deviceProperties") or []:
         if not isinstance(d, dict):
             continue
         major, minor = _int(d.get("computeMajor")), _int(d.get("computeMinor"))
@@ -116,54 +122,137 @@ def _devices(doc: dict) -> list[DeviceInfo]:
     return out
 
 
-def _cpu(e: dict, args: dict) -> CpuOp:
-    return CpuOp(name=str(e.get("name", "")), ts=float(e["ts"]), dur=float(e.get("dur", 0)), pid=e.get("pid"),
-                 tid=e.get("tid"), cat=e.get("cat", ""), external_id=_int(args.get("External id")),
-                 sequence=_int(args.get("Sequence number")), fwd_tid=_int(args.get("Fwd thread id")), event=e)
+class Flows:
+    """Flow arrow ends in arrays (id, phase, thread, time): 21 bytes each, not an object."""
+
+    def __init__(self) -> None:
+        self.ids, self.ts, self.phases, self.threads = array("q"), array("d"), bytearray(), array("i")
+        self.thread_names: dict = {}
+
+    def add(self, e: dict) -> None:
+        fid = _int(e.get("id"))
+        if fid is None or not -(1 << 63) <= fid < (1 << 63):
+            return
+        self.ids.append(fid)
+        self.ts.append(float(e["ts"]))
+        self.phases.append(ord(e["ph"]))
+        self.threads.append(self.thread_names.setdefault(e.get("tid"), len(self.thread_names)))
+
+    def needed(self, trace: Trace) -> list[Flow]:
+        """The flows the join can use: all when a runtime call lacks a correlation id, else the
+        ends at a GPU event whose correlation no runtime call has."""
+        threads = list(self.thread_names)
+        every = any(c.correlation is None for c in trace.runtime)
+        known = {c.correlation for c in trace.runtime}
+        lost = {(str(e.stream), e.ts) for e in trace.gpu if e.correlation not in known}
+        out = []
+        for fid, ts, phase, thread in zip(self.ids, self.ts, self.phases, self.threads, strict=True):
+            tid = threads[thread]
+            if every or (phase == ord("f") and (str(tid), ts) in lost):
+                out.append(Flow(fid, chr(phase), None, tid, ts))
+        return out
 
 
-def _gpu(e: dict, args: dict) -> GpuEvent:
-    device = _int(args.get("device"))
-    stream = _int(args.get("stream"))
-    return GpuEvent(kind=GPU_KINDS[e["cat"]], name=str(e.get("name", "")), ts=float(e["ts"]),
-                    dur=float(e.get("dur", 0)), device=device if device is not None else (_int(e.get("pid")) or 0),
-                    stream=stream if stream is not None else (_int(e.get("tid")) or 0),
-                    correlation=_int(args.get("correlation")), args=args)
+class Builder:
+    """A Trace filled one event at a time: names interned, equal args shared, flows in arrays."""
 
+    def __init__(self, path: str):
+        self.trace = Trace(path=path)
+        self.flows = Flows()
+        self.args: dict[str, dict] = {}
+        self.names: dict[str, str] = {}
+        self.other = self.trace.other
 
-def _add(trace: Trace, e: dict) -> None:
-    """File one event under its kind (others counted by `cat`)."""
-    cat, ph = e.get("cat"), e.get("ph")
-    if not isinstance(e.get("ts"), (int, float)) or isinstance(e.get("ts"), bool):
-        return
-    args = e.get("args") if isinstance(e.get("args"), dict) else {}
-    if ph == "X" and cat in GPU_KINDS:
-        trace.gpu.append(_gpu(e, args))
-    elif ph == "X" and cat in CPU_CATS:
-        op = _cpu(e, args)
+    def _name(self, e: dict) -> str:
+        name = e.get("name", "")
+        name = name if isinstance(name, str) else str(name)
+        return self.names.setdefault(name, name)
+
+    def _shared_args(self, args: dict) -> dict:
+        """The kept args, one dict for every op that recorded the same ones."""
+        kept = {k: args[k] for k in KEPT_ARGS if k in args}
+        if not kept:
+            return {}
+        return self.args.setdefault(repr(kept), kept)
+
+    def _cpu(self, e: dict, args: dict) -> None:
+        t = self.trace
+        op = CpuOp(self._name(e), float(e["ts"]), float(e.get("dur", 0)), e.get("pid"), e.get("tid"),
+                   e.get("cat", ""), _int(args.get("External id")), _int(args.get("Sequence number")),
+                   _int(args.get("Fwd thread id")), self._shared_args(args))
         step = _STEP.match(op.name)
         if step:
-            trace.steps.append(Step(int(step.group(1)), op.ts, op.dur))
-        trace.ops.append(op)
-    elif ph == "X" and cat in RUNTIME_CATS:
-        trace.runtime.append(RuntimeCall(str(e.get("name", "")), float(e["ts"]), float(e.get("dur", 0)),
-                                         e.get("pid"), e.get("tid"), _int(args.get("correlation"))))
-    elif ph in ("s", "f") and cat in FLOW_CATS and _int(e.get("id")) is not None:
-        trace.flows.append(Flow(_int(e.get("id")), ph, e.get("pid"), e.get("tid"), float(e["ts"])))
-    elif ph == "X" and isinstance(cat, str):
-        trace.other[cat] = trace.other.get(cat, 0) + 1
+            t.steps.append(Step(int(step.group(1)), op.ts, op.dur))
+        t.ops.append(op)
+
+    def _gpu(self, e: dict, args: dict) -> None:
+        device, stream = _int(args.get("device")), _int(args.get("stream"))
+        self.trace.gpu.append(GpuEvent(
+            GPU_KINDS[e["cat"]], self._name(e), float(e["ts"]), float(e.get("dur", 0)),
+            device if device is not None else (_int(e.get("pid")) or 0),
+            stream if stream is not None else (_int(e.get("tid")) or 0), _int(args.get("correlation"))))
+
+    def add(self, e) -> None:
+        """File one event under its kind (others counted by `cat`)."""
+        if not isinstance(e, dict):
+            return
+        cat, ph, ts = e.get("cat"), e.get("ph"), e.get("ts")
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+            return
+        args = e.get("args")
+        args = args if isinstance(args, dict) else {}
+        if ph == "X" and cat in GPU_KINDS:
+            self._gpu(e, args)
+        elif ph == "X" and cat in CPU_CATS:
+            self._cpu(e, args)
+        elif ph == "X" and cat in RUNTIME_CATS:
+            self.trace.runtime.append(RuntimeCall(self._name(e), float(ts), float(e.get("dur", 0)),
+                                                  e.get("pid"), e.get("tid"), _int(args.get("correlation"))))
+        elif ph in ("s", "f") and cat in FLOW_CATS:
+            self.flows.add(e)
+        elif ph == "X" and isinstance(cat, str):
+            self.other[cat] = self.other.get(cat, 0) + 1
+
+    def done(self, header: dict) -> Trace:
+        """The trace, with what the top-level members say (rank, world size, devices, schema)."""
+        t = self.trace
+        info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+        t.rank, t.world_size = _int(info.get("rank")), _int(info.get("world_size"))
+        t.devices = _devices(header)
+        t.schema = _int(header.get("schemaVersion"))
+        t.flows = self.flows.needed(t)
+        t.steps.sort(key=lambda s: s.ts)
+        self.flows, self.args, self.names = Flows(), {}, {}
+        return t
+
+
+def _check_schema(header: dict, path) -> None:
+    """A schemaVersion this reader does not know is one line (its events may mean other things)."""
+    version = header.get("schemaVersion")
+    if version is not None and _int(version) not in KNOWN_SCHEMAS:
+        known = ", ".join(map(str, KNOWN_SCHEMAS))
+        raise TraceError(f"{path}: Kineto schemaVersion {version!r} is not one this reader knows ({known}); "
+                         "report it with the torch version that wrote the trace")
 
 
 def parse(doc: dict, path: str) -> Trace:
-    """One trace document's events as a `Trace`."""
-    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
-    trace = Trace(path=path, rank=_int(info.get("rank")), world_size=_int(info.get("world_size")),
-                  devices=_devices(doc))
+    """One whole trace document's events as a `Trace` (the reference for `read_trace`)."""
+    _check_schema(doc, path)
+    builder = Builder(path)
     for e in doc["traceEvents"]:
-        if isinstance(e, dict):
-            _add(trace, e)
-    trace.steps.sort(key=lambda s: s.ts)
-    return trace
+        builder.add(e)
+    return builder.done(doc)
+
+
+def read_trace(path: Path, progress: Callable[[int], None] | None = None) -> Trace:
+    """One trace file, streamed; `progress` gets the file bytes read so far."""
+    builder = Builder(str(path))
+    header, saw = read_document(path, builder.add, progress)
+    if not saw:
+        raise TraceError(f"{path}: not a torch.profiler trace (no traceEvents list); record one with "
+                         "torch.profiler.profile(...).export_chrome_trace(PATH)")
+    _check_schema(header, path)
+    return builder.done(header)
 
 
 def no_gpu_events(trace: Trace) -> str:
@@ -174,10 +263,20 @@ def no_gpu_events(trace: Trace) -> str:
             "with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
 
 
-def read_traces(path: str) -> list[Trace]:
-    """Every rank trace `path` names, each parsed; TraceError when none holds a GPU event."""
-    traces = [parse(load_json(f), str(f)) for f in trace_files(os.fspath(path))]
+def check_gpu(traces: list[Trace], path) -> None:
+    """TraceError when none of the traces holds a GPU event."""
     if not any(t.gpu for t in traces):
         raise TraceError(no_gpu_events(traces[0]) if len(traces) == 1 else
                          f"{path}: none of its {len(traces)} trace files holds a GPU kernel, memcpy or memset")
+
+
+def read_traces(path: str, whole: bool = False, progress: Callable[[int], None] | None = None) -> list[Trace]:
+    """Every rank trace `path` names, each streamed (or parsed whole: `whole`); TraceError when
+    none holds a GPU event."""
+    files = trace_files(os.fspath(path))
+    if whole:
+        traces = [parse(load_json(f), str(f)) for f in files]
+    else:
+        traces = [read_trace(f, progress) for f in files]
+    check_gpu(traces, path)
     return traces
