@@ -118,3 +118,5 @@ class Trace:
     other: dict[str, int] = field(default_factory=dict)
     #: The trace's `schemaVersion` (None when it records none).
     schema: int | None = None
+    #: `nn.Module: Class_N` python_function events (with_stack=True): module calls, for the roll-up.
+    modules: list[CpuOp] = field(default_factory=list)

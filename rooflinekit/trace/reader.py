@@ -43,6 +43,8 @@ KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "In msg nelems", "Ou
              "Group size", "Collective name", "Module Hierarchy", "Call stack")
 #: The Kineto `schemaVersion`s this reader knows.
 KNOWN_SCHEMAS = (1,)
+#: python_function events of module calls (with_stack=True), kept for the module roll-up.
+MODULE_PREFIX = "nn.Module: "
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 
 
@@ -210,6 +212,9 @@ class Builder:
                                                   e.get("pid"), e.get("tid"), _int(args.get("correlation"))))
         elif ph in ("s", "f") and cat in FLOW_CATS:
             self.flows.add(e)
+        elif ph == "X" and cat == "python_function" and self._name(e).startswith(MODULE_PREFIX):
+            self.trace.modules.append(CpuOp(self._name(e), float(ts), float(e.get("dur", 0)), e.get("pid"),
+                                            e.get("tid"), cat))
         elif ph == "X" and isinstance(cat, str):
             self.other[cat] = self.other.get(cat, 0) + 1
 
@@ -270,13 +275,15 @@ def check_gpu(traces: list[Trace], path) -> None:
                          f"{path}: none of its {len(traces)} trace files holds a GPU kernel, memcpy or memset")
 
 
-def read_traces(path: str, whole: bool = False, progress: Callable[[int], None] | None = None) -> list[Trace]:
+def read_traces(path: str, whole: bool = False, progress: Callable[[int], None] | None = None,
+                cpu: bool = False) -> list[Trace]:
     """Every rank trace `path` names, each streamed (or parsed whole: `whole`); TraceError when
-    none holds a GPU event."""
+    none holds a GPU event (`cpu`: the caller checks, a CPU-only trace being one it reads)."""
     files = trace_files(os.fspath(path))
     if whole:
         traces = [parse(load_json(f), str(f)) for f in files]
     else:
         traces = [read_trace(f, progress) for f in files]
-    check_gpu(traces, path)
+    if not cpu:
+        check_gpu(traces, path)
     return traces
