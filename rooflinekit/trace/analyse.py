@@ -11,11 +11,13 @@ from rooflinekit.trace.attribution import Attributed, attribute
 from rooflinekit.trace.classes import NAMES, UNKNOWN
 from rooflinekit.trace.comms import collectives
 from rooflinekit.trace.counts import ShapeCounter
+from rooflinekit.trace.cpu import cpu_launched
 from rooflinekit.trace.device import describe, match_hardware, traced_device
 from rooflinekit.trace.events import Trace
 from rooflinekit.trace.join import join
-from rooflinekit.trace.reader import read_traces
+from rooflinekit.trace.reader import check_gpu, read_traces
 from rooflinekit.trace.report import ClassTime, RankReport, StepSummary, TraceReport
+from rooflinekit.trace.rollup import NO_HIERARCHY, ModuleIndex, module_rows, phase_rows
 from rooflinekit.trace.rows import collective_rows, grouped, peak_time
 from rooflinekit.trace.timeline import Window, busy_in, windows
 
@@ -70,19 +72,36 @@ def _notes(trace: Trace, items: list[Attributed], kept: list[Attributed]) -> lis
     if outside:
         notes.append(f"{len(outside)} GPU events ({sum(i.dur for i in outside) * US * 1e3:.3g} ms) start "
                      "outside the chosen ProfilerStep windows and are left out of the sums")
-    unlaunched = [i for i in kept if i.launched.launch is None]
+    unlaunched = [i for i in kept if i.launched.launch is None and i.launched.via != "cpu"]
     if unlaunched:
         notes.append(f"{len(unlaunched)} GPU events have no launch in the trace (launched before its CPU "
                      "side began, or on an untraced thread): classed by kernel name only")
     return notes
 
 
+def is_cpu_trace(trace: Trace) -> bool:
+    """A trace recorded without a GPU and with shapes: CPU ops with Input Dims, and no GPU event,
+    runtime call or GPU named (one without shapes has nothing to count: refused as before)."""
+    if trace.gpu or trace.runtime or trace.devices:
+        return False
+    return any("Input Dims" in (op.event.get("args") or {}) for op in trace.ops)
+
+
+def _rollups(trace: Trace, kept: list[Attributed], hw: HardwareSpec, model, top: int) -> dict:
+    """The phase and module rows of a rank, and the line saying when there is no hierarchy."""
+    index = ModuleIndex.of(trace, model)
+    return {"phases": phase_rows(kept, hw),
+            "modules": module_rows(kept, hw, index, top=top) if index.paths else [],
+            "notes": [] if index.paths else [NO_HIERARCHY]}
+
+
 def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: ShapeCounter,
-                top: int = 15) -> RankReport:
-    """One rank's report: steps, total, tables and notes."""
-    items = attribute(join(trace), counter)
-    first = min(e.ts for e in trace.gpu)
-    last = max(e.end for e in trace.gpu)
+                top: int = 15, model=None) -> RankReport:
+    """One rank's report: steps, total, tables and notes (a CPU trace's ops timed as its kernels)."""
+    cpu = not trace.gpu
+    items = attribute(cpu_launched(trace, counter) if cpu else join(trace), counter)
+    first = min(i.launched.event.ts for i in items)
+    last = max(i.launched.event.end for i in items)
     chosen = windows(trace.steps, first, last, step)
     whole = _total_window(chosen, items)
     kept = [i for i in items if any(w.holds(i.launched.event.ts) for w in chosen)]
@@ -90,6 +109,7 @@ def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: Shape
     total = steps[0] if len(steps) == 1 else _summary(whole, kept, hw)
     time = sum(i.dur for i in kept) or 1.0
     device = traced_device([trace])
+    rollups = _rollups(trace, kept, hw, model, top)
     return RankReport(
         path=trace.path, rank=trace.rank, device=describe(device) if device else "not recorded",
         steps=steps if len(steps) > 1 else [], total=total,
@@ -102,18 +122,28 @@ def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: Shape
         collectives=collective_rows(collectives(kept, trace.world_size)),
         class_coverage=sum(i.dur for i in kept if i.klass != UNKNOWN) / time,
         counted_coverage=sum(i.dur for i in kept if i.status == "counted") / time,
-        notes=_notes(trace, items, kept))
+        notes=_notes(trace, items, kept) + rollups["notes"],
+        timing="cpu" if cpu else "gpu", phases=rollups["phases"], modules=rollups["modules"])
+
+
+def read_analysable(path: str) -> list[Trace]:
+    """The rank traces at `path`: those with GPU events, or a CPU-only trace (its ops as kernels)."""
+    traces = read_traces(path, cpu=True)
+    if not any(t.gpu for t in traces) and not all(is_cpu_trace(t) for t in traces):
+        check_gpu(traces, path)
+    return traces
 
 
 def analyse(path: str, hardware: str | None = None, step: int | None = None,
-            counter: ShapeCounter | None = None) -> TraceReport:
+            counter: ShapeCounter | None = None, model=None) -> TraceReport:
     """The report of the trace (or folder of rank traces) at `path` on `hardware` (default: the
-    GPU its deviceProperties name), for step `step` (default: every step and their total)."""
-    traces = read_traces(path)
+    GPU its deviceProperties name), for step `step` (default: every step and their total);
+    `model` (the nn.Module the trace ran) names the module rows by its attribute paths."""
+    traces = read_analysable(path)
     _check_step(traces, step)
     hw = match_hardware(traces, hardware)
     counter = counter or ShapeCounter()
-    ranks = [rank_report(t, hw, step, counter) for t in traces if t.gpu]
+    ranks = [rank_report(t, hw, step, counter, model=model) for t in traces if t.gpu or is_cpu_trace(t)]
     notes = [f"class names: {', '.join(n for n in NAMES)}"]
     return TraceReport(source=str(path), hardware=hw.name, peaks=dict(hw.peak_flops),
                        bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes)

@@ -9,6 +9,7 @@ import re
 
 from rooflinekit.core.units import seconds, share, si
 from rooflinekit.outputs.tables import Column, table, wrap
+from rooflinekit.trace.cpu import CPU_TIMING
 from rooflinekit.trace.report import RankReport, Row, StepSummary, TraceReport
 
 _TYPES = {"float", "double", "int", "long", "unsigned", "char", "bool", "short", "Half", "BFloat16", "true",
@@ -73,7 +74,7 @@ RATE_COLUMNS = [Column("n"), Column("time"), Column("FLOP/s", drop=3), Column("%
 
 def rank_sections(rank: RankReport, width: int | None, markdown: bool) -> list[str]:
     """One rank's tables: steps, classes, kernels, ops, collectives, and what was not counted."""
-    out: list[str] = []
+    out: list[str] = [wrap(CPU_TIMING, width)] if rank.timing == "cpu" else []
     steps = rank.steps + [rank.total] if rank.steps else [rank.total]
     _put(out, "GPU time per step (busy: some stream runs a kernel, memcpy or memset)", STEP_COLUMNS,
          [_step_row(s) for s in steps], width, markdown)
@@ -85,6 +86,11 @@ def rank_sections(rank: RankReport, width: int | None, markdown: bool) -> list[s
          [[short_kernel(r.name), r.klass] + _rate_cells(r) for r in rank.kernels], width, markdown)
     _put(out, "Top counted ops", [Column("op", "left"), Column("class", "left", drop=4)] + RATE_COLUMNS,
          [[r.name, r.klass] + _rate_cells(r) for r in rank.ops], width, markdown)
+    _put(out, "Time by phase (forward, backward, optimizer)", [Column("phase", "left")] + RATE_COLUMNS,
+         [[r.name] + _rate_cells(r) for r in rank.phases], width, markdown)
+    _put(out, "Time by module (ops rolled up to their module path, two levels below the top)",
+         [Column("module", "left")] + RATE_COLUMNS, [[r.name] + _rate_cells(r) for r in rank.modules],
+         width, markdown)
     _put(out, "Collectives (bus bandwidth by nccl-tests' convention)",
          [Column("collective", "left"), Column("group"), Column("calls"), Column("time"), Column("bytes"),
           Column("algbw"), Column("busbw"), Column("sizes from", "left", drop=1)],

@@ -108,6 +108,12 @@ class RankReport:
     #: Share of GPU time whose work was counted from recorded shapes.
     counted_coverage: float
     notes: list[str] = field(default_factory=list)
+    #: "gpu": kernels' GPU time; "cpu": a CPU-only trace, each leaf op's CPU time standing for a kernel.
+    timing: str = "gpu"
+    #: Time, counted work and rates per phase: forward, backward, optimizer.
+    phases: list[Row] = field(default_factory=list)
+    #: The same per module path (two levels below the top-level module); empty without a hierarchy.
+    modules: list[Row] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
