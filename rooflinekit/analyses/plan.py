@@ -207,6 +207,10 @@ class Planner:
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
         self.hw: HardwareSpec = self.db.get(options.hardware)
+        if targets.at == "p90" and self.own_table:
+            raise UserError(f"--targets-at p90: the p10-p90 ranges are the committed efficiency table's residuals, "
+                            f"and '{self.hw.name}' prices with its own (calibrated, or an efficiency source): use "
+                            "--targets-at expected")
         self.progress = progress or (lambda _msg: None)
         base = Workload("decode", 1, targets.isl, dtype, "meta", model_options)
         self.fitter = StepFitter(source, base, self.host, self.db)
@@ -232,6 +236,12 @@ class Planner:
         steps disaggregated (rooflinekit.stages.spread)."""
         table = load_spreads()
         return (table["mixed"], table["mixed"]) if mode == "aggregated" else (table["prefill"], table["decode"])
+
+    @property
+    def own_table(self) -> bool:
+        """Whether the hardware entry prices with its own efficiency source (or its calibrated
+        ceilings): the validation's residuals, and so the p10-p90 ranges, are the committed table's."""
+        return bool(self.hw.efficiency) or self.hw.calibrated
 
     def margin(self, mode: str) -> tuple[float, float]:
         """What (TTFT, TPOT) are multiplied by before the targets are checked: their p90 / expected
@@ -788,9 +798,10 @@ class Planner:
         fits = usable is None or memory <= usable
         context = t.isl + t.osl // 2
         step, low = self._step(v, batch, pp, context)
-        config = with_spread(revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits,
-                                     step_context=context, step_s=step, step_bound_s=low,
-                                     gpus_idle=self.options.gpus - config.gpus))
+        config = revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
+                         step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus)
+        if not self.own_table:
+            config = with_spread(config)
         ttft, tpot = target_figures(config, t)
         at = " (p90)" if t.at == "p90" else ""
         reason = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import click
 from tabulate import tabulate
@@ -20,8 +21,18 @@ from rooflinekit.analyses.calibrate import (
 )
 from rooflinekit.cli.base import Command
 from rooflinekit.cli.options import check_destination, check_stdout, debug_option
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.files import write_atomic
 from rooflinekit.core.units import si
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.trace.calibrate import (
+    calibrate_steps,
+    efficiency_toml,
+    held_out_check,
+    read_steps,
+    trace_lines,
+    trace_summary,
+)
 
 
 @click.command("calibrate", cls=Command)
@@ -35,12 +46,30 @@ from rooflinekit.stages.hardware import hardware_db
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
               help="Matmul dtypes to measure (repeatable; default fp32, bf16, fp16, and tf32 on CUDA).")
 @click.option("--format", "-f", "fmt", type=click.Choice(["table", "json"]), default="table")
+@click.option("--trace", "trace_path", default=None, metavar="TRACE",
+              help="Calibrate from a torch.profiler trace of your own GPU run instead of measuring this machine: "
+                   "the achieved fractions per kernel class and shape, written as an efficiency source (-o).")
+@click.option("--steps", default=None, metavar="N,N,...",
+              help="With --trace: the profiler steps to calibrate from [default: every step but the last]; the "
+                   "other steps check the result.")
+@click.option("--hardware", "-H", default=None,
+              help="With --trace: the hardware entry the trace ran on [default: the GPU its deviceProperties name].")
 @debug_option
-def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, debug):
+def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, trace_path, steps, hardware, debug):
     """Measure achievable memory bandwidth (large copies, read + write bytes) and matmul
     throughput per dtype, and save them as a hardware entry (calibrated = true) that
-    `profile --hardware NAME` and `--compare-hardware NAME` accept."""
+    `profile --hardware NAME` and `--compare-hardware NAME` accept. With --trace, read them from
+    a torch.profiler trace instead (docs/trace.md, "Calibrating from a trace")."""
 
+    if trace_path is not None:
+        given = [o for o, v in (("--device", device), ("--name", name), ("--size-mb", size_mb),
+                                ("--dtype", dtypes)) if v]
+        if given:
+            raise UserError(f"{given[0]} measures this machine; with --trace nothing is measured here: drop it")
+        from_trace(trace_path, steps, hardware, output, fmt)
+        return
+    if steps or hardware:
+        raise UserError(f"{'--steps' if steps else '--hardware'} goes with --trace TRACE")
     check_size_mb(size_mb)
     check_stdout()
     if output:
@@ -77,3 +106,29 @@ def calibrate_cmd(device, output, name, size_mb, dtypes, fmt, debug):
                         disable_numparse=True))
     click.echo(f"wrote {path}")
     click.echo(f"use it with: rooflinekit profile MODEL --hardware {shlex.quote(hardware_argument(name, path))}")
+
+
+def _step_list(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        steps = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"--steps {text!r}: give profiler step numbers, comma-separated (e.g. 3,4,5)") from None
+    if not steps:
+        raise UserError(f"--steps {text!r}: give at least one profiler step number")
+    return steps
+
+
+def from_trace(trace_path: str, steps: str | None, hardware: str | None, output: str | None, fmt: str) -> None:
+    """`calibrate --trace`: the efficiency source from some steps, checked on the others."""
+    output = output or f"{Path(trace_path).name.split('.')[0]}.efficiency.toml"
+    check_destination(output, [("the trace", trace_path)])
+    read = read_steps(trace_path, hardware)
+    cal = calibrate_steps(read, _step_list(steps), held_out=1)
+    write_atomic(output, efficiency_toml(cal))
+    checks, others = held_out_check(cal, output, read)
+    if fmt == "json":
+        click.echo(json.dumps(trace_summary(cal, output, checks, others), indent=2))
+        return
+    click.echo("\n".join(trace_lines(cal, output, checks, others)))

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
+from rooflinekit.core.errors import UserError
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 
@@ -80,7 +81,7 @@ class EfficiencyTable:
 
 def _fraction(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{TABLE_FILE.name}: {where} must be a fraction in (0, 1], not {value!r}")
+        raise ValueError(f"{where} must be a fraction in (0, 1], not {value!r}")
     return float(value)
 
 
@@ -88,7 +89,16 @@ def _fraction(value: object, where: str) -> float:
 def load_table(path: str | None = None) -> EfficiencyTable:
     """The table of achievable fractions (default: the committed `efficiency.toml`)."""
     file = Path(path) if path else TABLE_FILE
-    data = tomllib.loads(file.read_text())
+    try:
+        return _parsed(tomllib.loads(file.read_text()), file)
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise UserError(f"efficiency source {file}: {what} (rooflinekit calibrate --trace writes a valid one; "
+                        "docs/accounting.md, Expected time)") from None
+
+
+def _parsed(data: dict, file: Path) -> EfficiencyTable:
+    """The table from a parsed efficiency source (KeyError, ValueError where it is not one)."""
     classes, sources = {}, {}
     for name in CLASSES:
         entry = data["classes"][name]
@@ -105,8 +115,11 @@ def load_table(path: str | None = None) -> EfficiencyTable:
 
 
 def table_for(hw: HardwareSpec) -> EfficiencyTable:
-    """The table an entry is priced with: a calibrated entry's measured ceilings are achievable
-    (every fraction 1); any other entry takes the committed table."""
+    """The table an entry is priced with: its own efficiency source where it names one; a
+    calibrated entry's measured ceilings are achievable (every fraction 1); any other entry takes
+    the committed table."""
+    if hw.efficiency:
+        return load_table(hw.efficiency)
     table = load_table()
     if not hw.calibrated:
         return table
@@ -233,8 +246,11 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str) -> list[st
             extra = "".join(f", {v:g} for {k}" for k, v in f.compute_by_dtype.items())
             lines.append(f"{name}: {f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
                          f"({table.sources.get(name + '.compute', '')}; {table.sources.get(name + '.bandwidth', '')})")
-        lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "
-                     "docs/accounting.md, Expected time)")
+        if Path(table.path) == TABLE_FILE:
+            lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "
+                         "docs/accounting.md, Expected time)")
+        else:
+            lines.append(f"fractions from the hardware entry's efficiency source {table.path} (its sources above)")
     lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
                  "(memory-bound) GEMM; fused attention and the products inside attention layers are "
                  f"{phase} attention; other ops are element-wise / copy")

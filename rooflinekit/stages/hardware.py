@@ -65,6 +65,9 @@ class HardwareSpec:
     sources: dict[str, str] = field(default_factory=dict)
     path: str = ""
     calibrated: bool = False
+    #: An efficiency source the expected time prices this part with instead of the committed table
+    #: (`rooflinekit calibrate --trace` writes one; the entry's `efficiency` key, relative to it).
+    efficiency: str = ""
 
     def peak(self, dtype_key: str) -> float:
         """Dense peak for a dtype key, or the nearest one the entry lists (see `peak_key`)."""
@@ -112,6 +115,7 @@ class HardwareSpec:
             "scale_out_latency": self.scale_out_latency,
             "verified": self.verified,
             "calibrated": self.calibrated,
+            **({"efficiency": self.efficiency} if self.efficiency else {}),
             "sources": dict(self.sources),
             "path": self.path,
         }
@@ -282,7 +286,21 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
         sources={str(k): v for k, v in sources.items()},
         path=str(path),
         calibrated=_flag(data, "calibrated", path, False),
+        efficiency=_efficiency(data, path),
     )
+
+
+def _efficiency(data: dict, path) -> str:
+    """The entry's efficiency source (a path relative to the entry's file), checked to exist."""
+    value = data.get("efficiency")
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise HardwareFileError(f"{path}: efficiency must be the path of an efficiency source (.toml)")
+    source = Path(path).parent / value if path else Path(value)
+    if not source.is_file():
+        raise HardwareFileError(f"{path}: efficiency {value!r}: no such file ({source})")
+    return str(source)
 
 
 def _declared_names(data: dict, path: Path) -> frozenset[str]:

@@ -376,13 +376,21 @@ def comm_expected(comm: Communication) -> tuple[float, str]:
     return comm.time_s, "at the bound's communication time (comm.time_s): no expected cost per call known"
 
 
-def with_expected(totals: Totals, expected: Expected, workload: Workload, parallel: dict | None) -> Totals:
-    """The totals with the expected step, tokens/s per GPU and per user at it, and its conventions."""
+def with_expected(totals: Totals, expected: Expected, workload: Workload, parallel: dict | None,
+                  own_table: bool = False) -> Totals:
+    """The totals with the expected step, tokens/s per GPU and per user at it, and its conventions;
+    the p10-p90 range where the step is priced with the committed table (`own_table`: a hardware
+    entry's own efficiency source, whose residuals nobody measured: no range)."""
     gpus = serving_gpus(parallel)
     per_gpu, per_user = throughput(workload.tokens, workload.q_len, workload.phase, expected.step_s, gpus)
     words = [f"tokens_per_s_per_gpu: tokens / expected_step_s / {gpus} GPU(s) serving them (under TP the "
              "step's tokens are served by the TP group; under EP alone the batch is per GPU)",
              "tokens_per_s_per_user: q_len accepted tokens per sequence per step / expected_step_s (decode only)"]
+    if own_table:
+        words.append("expected_low_s / expected_high_s: not given: the step is priced with the hardware entry's own "
+                     "efficiency source, and the validation's residuals are the committed table's")
+        return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
+                       tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words)
     spread = spread_for(workload.phase, expected.comm_s / expected.step_s if expected.step_s else 0.0)
     low, high = spread.range(expected.step_s)
     words.append(f"expected_low_s / expected_high_s ({spread.step_class} step): {spread.words()}")
@@ -420,7 +428,7 @@ def build_report(
         fused = replace(fused, expected_step_s=expected.comm_s + fused_expected(
             expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase))
     totals = with_expected(_totals(walk, at, flops_model, hardware, hw, workload, comm, fused), expected, workload,
-                           view.parallel)
+                           view.parallel, own_table=bool(hw.efficiency) or hw.calibrated)
     info = dict(view.model_info or {})
     return Report(
         workload=WorkloadInfo(**workload.to_dict()),
