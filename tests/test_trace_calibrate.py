@@ -20,7 +20,13 @@ from rooflinekit.cli.main import cli
 from rooflinekit.core.errors import UserError
 from rooflinekit.stages.expected import load_table, table_for
 from rooflinekit.stages.hardware import HardwareFileError, hardware_db, load_file
-from rooflinekit.trace.calibrate import calibrate_steps, efficiency_toml, held_out_check, load_shapes, read_steps
+from rooflinekit.trace.calibrate import (
+    calibrate_steps,
+    efficiency_toml,
+    held_out_check,
+    load_shapes,
+    read_steps,
+)
 from tests.conftest import ROOT
 
 TRACES = ROOT / "tests" / "data" / "traces"
