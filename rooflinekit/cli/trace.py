@@ -7,16 +7,21 @@ import click
 from rooflinekit.cli.base import Command
 from rooflinekit.cli.options import (
     check_destination,
+    check_not_input,
     debug_option,
     emit,
     format_option,
     output_format,
     wide_option,
 )
+from rooflinekit.outputs.plot import check_target, write_chart
 from rooflinekit.trace.analyse import analyse
 from rooflinekit.trace.render import render
+from rooflinekit.trace.views import top_rows, trace_chart, trace_html
 
-FORMATS = ("table", "json", "csv", "markdown")
+FORMATS = ("table", "json", "csv", "markdown", "html")
+#: Rows of each kernel and op table in the text, Markdown, CSV and JSON reports.
+TOP = 15
 
 
 @click.command("trace", cls=Command)
@@ -26,9 +31,11 @@ FORMATS = ("table", "json", "csv", "markdown")
 @click.option("--step", type=int, default=None, help="Only ProfilerStep#N [default: every step and their total].")
 @format_option(FORMATS)
 @click.option("--output", "-o", default=None, help="Write the report to this file (atomically).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png|.svg",
+              help="Also draw the roofline chart: each kernel at its achieved FLOP/s, sized by its GPU time.")
 @wide_option
 @debug_option
-def trace_cmd(trace_path, hardware, step, fmt, output, wide, debug):
+def trace_cmd(trace_path, hardware, step, fmt, output, plot_path, wide, debug):
     """The roofline of what a torch.profiler trace ran: busy and idle GPU time per step, time by
     kernel class, each kernel's and op's achieved FLOP/s and bandwidth from recorded shapes, HFU and
     MBU, collectives' bus bandwidth. TRACE is a .json or .json.gz trace, or a folder of rank traces."""
@@ -37,5 +44,13 @@ def trace_cmd(trace_path, hardware, step, fmt, output, wide, debug):
     if hardware and hardware.endswith(".toml"):
         inputs.append(("the hardware file", hardware))
     check_destination(output, inputs)
-    report = analyse(trace_path, hardware, step)
-    emit(render(report, fmt, None if wide else 100), output)
+    if plot_path:
+        check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
+        check_target(plot_path)
+    # the page and the chart draw every kernel; the other formats list the first rows
+    report = analyse(trace_path, hardware, step, top=None if fmt == "html" or plot_path else TOP)
+    text = trace_html(report) if fmt == "html" else render(top_rows(report, TOP), fmt, None if wide else 100)
+    emit(text, output)
+    if plot_path:
+        write_chart(trace_chart(report), plot_path)
+        click.echo(f"wrote {plot_path}", err=True)

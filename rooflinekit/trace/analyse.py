@@ -135,15 +135,16 @@ def read_analysable(path: str) -> list[Trace]:
 
 
 def analyse(path: str, hardware: str | None = None, step: int | None = None,
-            counter: ShapeCounter | None = None, model=None) -> TraceReport:
+            counter: ShapeCounter | None = None, model=None, top: int | None = 15) -> TraceReport:
     """The report of the trace (or folder of rank traces) at `path` on `hardware` (default: the
     GPU its deviceProperties name), for step `step` (default: every step and their total);
-    `model` (the nn.Module the trace ran) names the module rows by its attribute paths."""
+    `model` (the nn.Module the trace ran) names the module rows by its attribute paths; `top`
+    rows of each kernel and op table (None: every row, as the HTML page and the chart draw them)."""
     traces = read_analysable(path)
     _check_step(traces, step)
     hw = match_hardware(traces, hardware)
     counter = counter or ShapeCounter()
-    ranks = [rank_report(t, hw, step, counter, model=model) for t in traces if t.gpu or is_cpu_trace(t)]
+    ranks = [rank_report(t, hw, step, counter, top, model=model) for t in traces if t.gpu or is_cpu_trace(t)]
     notes = [f"class names: {', '.join(n for n in NAMES)}"]
     return TraceReport(source=str(path), hardware=hw.name, peaks=dict(hw.peak_flops),
                        bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes)

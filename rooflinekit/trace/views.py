@@ -5,6 +5,7 @@ under the roofs of every dtype the hardware entry lists."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from rooflinekit.outputs.html import (
@@ -22,6 +23,8 @@ from rooflinekit.outputs.html import (
 from rooflinekit.outputs.plot import Chart, Series
 from rooflinekit.trace.report import RankReport, Row, StepSummary, TraceReport
 
+#: Kernel names without counted FLOPs the page names under the chart (the rest are counted).
+OMITTED_SHOWN = 20
 #: Roof colours per dtype, the report's main dtype solid.
 _ROOF_COLOURS = {"fp32": "#444444", "tf32": "#7a5195", "bf16": "#1f77b4", "fp16": "#2ca02c", "fp8": "#d62728"}
 
@@ -65,6 +68,8 @@ def _kernel_points(rank: RankReport, sid: str, label: str) -> dict:
         r = row.rates
         p = point(short_name(row.name, 64), r.intensity, r.flops_per_s, _tip(row), share=r.time_s / total, achieved=r.flops_per_s)
         (drawn.append(p) if p else omitted.append(short_name(row.name, 64)))
+    if len(omitted) > OMITTED_SHOWN:
+        omitted = omitted[:OMITTED_SHOWN] + [f"and {len(omitted) - OMITTED_SHOWN} more (the tables list them)"]
     return series(sid, label, drawn, omitted, SeriesView(style="modules", sized=True,
                                                          hint="each kernel name, sized by its GPU time"))
 
@@ -159,10 +164,19 @@ def trace_chart(report: TraceReport) -> Chart:
     for rank in report.ranks:
         total = rank.total.kernel_time_s or 1.0
         rows = [r for r in rank.kernels if r.rates.intensity and r.rates.flops_per_s]
-        skipped += [short_name(r.name) for r in rank.kernels if r not in rows]
+        skipped += [r for r in rank.kernels if r not in rows]
         out.append(Series(f"rank {rank.rank}" if len(report.ranks) > 1 else "kernels", "op",
                           [(r.rates.intensity, short_name(r.name, 32)) for r in rows],
                           shares=[r.rates.time_s / total for r in rows], achieved=[r.rates.flops_per_s for r in rows],
                           labelled=8))
-    return Chart(f"{Path(report.source).name}: kernels on {report.hardware}", hw, out, skipped=skipped,
-                 notes=["each kernel name at its counted FLOPs over its measured time, sized by GPU time"])
+    notes = ["each kernel name at its counted FLOPs over its measured time, sized by GPU time"]
+    if skipped:
+        notes.append(f"{len(skipped)} kernel names without counted FLOPs ({sum(r.rates.time_s for r in skipped) * 1e3:.3g} "
+                     "ms) are not drawn: the report's tables list them")
+    return Chart(f"{Path(report.source).name}: kernels on {report.hardware}", hw, out, notes=notes)
+
+
+def top_rows(report: TraceReport, n: int) -> TraceReport:
+    """The report with the first `n` rows of each rank's kernel and op tables (most time first)."""
+    return replace(report, ranks=[replace(r, kernels=r.kernels[:n], ops=r.ops[:n], uncounted=r.uncounted[:n],
+                                          unplaced=r.unplaced[:n]) for r in report.ranks])
