@@ -4,6 +4,7 @@ fits in less memory than its file. Times are microseconds, as the trace records 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 #: The `cat` of each kind of GPU activity the report reads, and the kind it becomes.
@@ -103,15 +104,16 @@ class DeviceInfo:
 
 @dataclass
 class Trace:
-    """One rank's trace: its events by kind, its steps and the devices it names."""
+    """One rank's trace: its events by kind (lists, or the reader's column tables, which make each
+    event when read), its steps and the devices it names."""
 
     path: str
     rank: int | None = None
     world_size: int | None = None
     devices: list[DeviceInfo] = field(default_factory=list)
-    ops: list[CpuOp] = field(default_factory=list)
-    runtime: list[RuntimeCall] = field(default_factory=list)
-    gpu: list[GpuEvent] = field(default_factory=list)
+    ops: Sequence[CpuOp] = field(default_factory=list)
+    runtime: Sequence[RuntimeCall] = field(default_factory=list)
+    gpu: Sequence[GpuEvent] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
     #: Events of other kinds the report does not read (CUPTI profiler ranges...), counted by `cat`.

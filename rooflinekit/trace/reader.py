@@ -1,9 +1,10 @@
 """Read torch.profiler (Kineto/Chrome) trace files, gzip or not, one file or a folder of rank files,
 into compact `Trace`s; bad input is one `TraceError` line.
 
-A file is streamed (`rooflinekit.trace.stream`): each event is filed as it is decoded, keeping only
-the fields the analysis reads, names interned and equal args shared, and flow arrows in arrays
-until the join is known to need them, so that reading holds less than half the file's size.
+A file is streamed (`rooflinekit.trace.stream`): each event is filed as it is decoded into columns
+(`rooflinekit.trace.table`), keeping only the fields the analysis reads, names interned and equal
+args shared, and flow arrows in arrays until the join is known to need them, so that reading holds
+a fraction of the file's size.
 `load_json` and `parse` read a file whole, the reference the streamed read is tested against.
 """
 
@@ -29,6 +30,7 @@ from rooflinekit.trace.events import (
     Trace,
 )
 from rooflinekit.trace.stream import TraceError, read_document
+from rooflinekit.trace.table import EventTable
 
 __all__ = ["TraceError", "load_json", "parse", "read_trace", "read_traces", "trace_files"]
 
@@ -159,7 +161,8 @@ class Builder:
     """A Trace filled one event at a time: names interned, equal args shared, flows in arrays."""
 
     def __init__(self, path: str):
-        self.trace = Trace(path=path)
+        self.trace = Trace(path=path, ops=EventTable(CpuOp, "oddoooqqqo"), runtime=EventTable(RuntimeCall, "oddooq"),
+                           gpu=EventTable(GpuEvent, "ooddqqq"))
         self.flows = Flows()
         self.args: dict[str, dict] = {}
         self.names: dict[str, str] = {}
@@ -179,20 +182,19 @@ class Builder:
 
     def _cpu(self, e: dict, args: dict) -> None:
         t = self.trace
-        op = CpuOp(self._name(e), float(e["ts"]), float(e.get("dur", 0)), e.get("pid"), e.get("tid"),
-                   e.get("cat", ""), _int(args.get("External id")), _int(args.get("Sequence number")),
-                   _int(args.get("Fwd thread id")), self._shared_args(args))
-        step = _STEP.match(op.name)
+        name, ts, dur = self._name(e), float(e["ts"]), float(e.get("dur", 0))
+        t.ops.append(name, ts, dur, e.get("pid"), e.get("tid"), e.get("cat", ""), _int(args.get("External id")),
+                     _int(args.get("Sequence number")), _int(args.get("Fwd thread id")), self._shared_args(args))
+        step = _STEP.match(name)
         if step:
-            t.steps.append(Step(int(step.group(1)), op.ts, op.dur))
-        t.ops.append(op)
+            t.steps.append(Step(int(step.group(1)), ts, dur))
 
     def _gpu(self, e: dict, args: dict) -> None:
         device, stream = _int(args.get("device")), _int(args.get("stream"))
-        self.trace.gpu.append(GpuEvent(
+        self.trace.gpu.append(
             GPU_KINDS[e["cat"]], self._name(e), float(e["ts"]), float(e.get("dur", 0)),
             device if device is not None else (_int(e.get("pid")) or 0),
-            stream if stream is not None else (_int(e.get("tid")) or 0), _int(args.get("correlation"))))
+            stream if stream is not None else (_int(e.get("tid")) or 0), _int(args.get("correlation")))
 
     def add(self, e) -> None:
         """File one event under its kind (others counted by `cat`)."""
@@ -208,8 +210,8 @@ class Builder:
         elif ph == "X" and cat in CPU_CATS:
             self._cpu(e, args)
         elif ph == "X" and cat in RUNTIME_CATS:
-            self.trace.runtime.append(RuntimeCall(self._name(e), float(ts), float(e.get("dur", 0)),
-                                                  e.get("pid"), e.get("tid"), _int(args.get("correlation"))))
+            self.trace.runtime.append(self._name(e), float(ts), float(e.get("dur", 0)), e.get("pid"), e.get("tid"),
+                                      _int(args.get("correlation")))
         elif ph in ("s", "f") and cat in FLOW_CATS:
             self.flows.add(e)
         elif ph == "X" and cat == "python_function" and self._name(e).startswith(MODULE_PREFIX):
