@@ -38,9 +38,9 @@ def nested_paths(ranges: Iterable[CpuOp]) -> list[tuple[CpuOp, tuple[str, ...]]]
     return out
 
 
-def _innermost(ops: list[CpuOp], ranges: list[tuple[CpuOp, tuple[str, ...]]]) -> dict[int, tuple[str, ...]]:
-    """For each op (by id) of one thread, the path of the innermost range holding its start."""
-    out: dict[int, tuple[str, ...]] = {}
+def _innermost(ops: list[CpuOp], ranges: list[tuple[CpuOp, tuple[str, ...]]]) -> dict[CpuOp, tuple[str, ...]]:
+    """For each op of one thread, the path of the innermost range holding its start."""
+    out: dict[CpuOp, tuple[str, ...]] = {}
     stack: list[tuple[CpuOp, tuple[str, ...]]] = []
     i = 0
     for op in sorted(ops, key=lambda o: o.ts):
@@ -50,12 +50,12 @@ def _innermost(ops: list[CpuOp], ranges: list[tuple[CpuOp, tuple[str, ...]]]) ->
         while stack and stack[-1][0].end < op.ts:
             stack.pop()
         if stack:
-            out[id(op)] = stack[-1][1]
+            out[op] = stack[-1][1]
     return out
 
 
-def op_paths(trace: Trace) -> dict[int, tuple[str, ...]]:
-    """Each CPU op (by id) that ran inside a module range: the module path, top-level module first."""
+def op_paths(trace: Trace) -> dict[CpuOp, tuple[str, ...]]:
+    """Each CPU op that ran inside a module range: the module path, top-level module first."""
     ranges: dict[tuple, list[CpuOp]] = defaultdict(list)
     for r in module_ranges(trace):
         ranges[_thread(r)].append(r)
@@ -63,27 +63,27 @@ def op_paths(trace: Trace) -> dict[int, tuple[str, ...]]:
     for op in trace.ops:
         if not op.name.startswith(MODULE_PREFIX) and _thread(op) in ranges:
             ops[_thread(op)].append(op)
-    out: dict[int, tuple[str, ...]] = {}
+    out: dict[CpuOp, tuple[str, ...]] = {}
     for thread, thread_ops in ops.items():
         out.update(_innermost(thread_ops, nested_paths(ranges[thread])))
     return out
 
 
-def backward_paths(trace: Trace, paths: dict[int, tuple[str, ...]]) -> dict[int, tuple[str, ...]]:
-    """Backward ops (by id) given the path of the forward op whose sequence number they carry."""
-    forward: dict[int, tuple[str, ...]] = {}
+def backward_paths(trace: Trace, paths: dict[CpuOp, tuple[str, ...]]) -> dict[CpuOp, tuple[str, ...]]:
+    """Backward ops given the path of the forward op whose sequence number they carry."""
+    forward: dict[CpuOp, tuple[str, ...]] = {}
     for op in trace.ops:
-        if op.sequence is not None and id(op) in paths and not op.fwd_tid:
-            forward.setdefault(op.sequence, paths[id(op)])
-    return {id(op): forward[op.sequence] for op in trace.ops
-            if op.fwd_tid and op.sequence in forward and id(op) not in paths}
+        if op.sequence is not None and op in paths and not op.fwd_tid:
+            forward.setdefault(op.sequence, paths[op])
+    return {op: forward[op.sequence] for op in trace.ops
+            if op.fwd_tid and op.sequence in forward and op not in paths}
 
 
-def hierarchy_paths(trace: Trace) -> dict[int, tuple[str, ...]]:
-    """Ops (by id) whose "Module Hierarchy" argument (TorchScript models) names their module."""
-    out: dict[int, tuple[str, ...]] = {}
+def hierarchy_paths(trace: Trace) -> dict[CpuOp, tuple[str, ...]]:
+    """Ops whose "Module Hierarchy" argument (TorchScript models) names their module."""
+    out: dict[CpuOp, tuple[str, ...]] = {}
     for op in trace.ops:
         text = (op.event.get("args") or {}).get("Module Hierarchy")
         if isinstance(text, str) and text:
-            out[id(op)] = tuple(part.split("(")[0] for part in text.split("::") if part)
+            out[op] = tuple(part.split("(")[0] for part in text.split("::") if part)
     return out

@@ -43,7 +43,7 @@ def phase_of(item: Attributed) -> str:
 class ModuleIndex:
     """Each CPU op's recorded module path, and the model's names for the paths when given."""
 
-    paths: dict[int, Path]
+    paths: dict[CpuOp, Path]
     names: dict[Path, str] | None = None
 
     @classmethod
@@ -58,7 +58,7 @@ class ModuleIndex:
         """The recorded path of the op an event is charged to (else of the innermost op around it)."""
         ops: list[CpuOp] = [item.op] if item.op is not None else []
         ops += [op for op in item.launched.ops if op is not item.op]
-        return next((self.paths[id(op)] for op in ops if id(op) in self.paths), None)
+        return next((self.paths[op] for op in ops if op in self.paths), None)
 
     def row(self, item: Attributed, depth: int | None) -> str:
         """The module row of an event: its path cut to `depth` levels below the top-level module."""
