@@ -132,9 +132,11 @@ def _events(src: _Source, on_event: Callable[[Any], None]) -> None:
             src.pos = start
             event = src.value()
         else:
-            src.pos = end
+            src.pos = space(buf, end).end()
         on_event(event)
-        if src.expect(",]", "Expecting ',' delimiter") == "]":
+        if src.buf[src.pos:src.pos + 1] == ",":
+            src.pos += 1
+        elif src.expect(",]", "Expecting ',' delimiter") == "]":
             return
 
 

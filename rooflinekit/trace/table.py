@@ -24,8 +24,12 @@ class Interned:
         self.index: dict = {}
 
     def add(self, value: Any) -> int:
-        key = value if getattr(value, "__hash__", None) is not None else ("id", id(value))
-        k = self.index.get(key)
+        key = value
+        try:
+            k = self.index.get(key)
+        except TypeError:
+            key = ("id", id(value))
+            k = self.index.get(key)
         if k is None:
             k = self.index[key] = len(self.values)
             self.values.append(value)
@@ -64,6 +68,18 @@ class EventTable(Sequence[T], Generic[T]):
             self.columns = [array(c.typecode) for c in self.columns]
             self.interned = [None] * len(self.kinds)
         return self._made
+
+    def field(self, k: int) -> Iterator[Any]:
+        """Field `k` of every event, in order, without making the events."""
+        if self._made is not None:
+            key = list(self.make.__dataclass_fields__)[k]
+            return (getattr(e, key) for e in self._made)
+        kind, interned = self.kinds[k], self.interned[k]
+        if kind == "o":
+            return (interned.values[v] for v in self.columns[k])
+        if kind == "q":
+            return (None if v == NONE else v for v in self.columns[k])
+        return iter(self.columns[k])
 
     def __len__(self) -> int:
         return len(self._made) if self._made is not None else len(self.columns[0])
