@@ -16,6 +16,8 @@ from rooflinekit.cli.options import (
 )
 from rooflinekit.outputs.plot import check_target, write_chart
 from rooflinekit.trace.analyse import analyse
+from rooflinekit.trace.ranks import analyse_ranks
+from rooflinekit.trace.reader import trace_files
 from rooflinekit.trace.render import render
 from rooflinekit.trace.views import top_rows, trace_chart, trace_html
 
@@ -48,7 +50,11 @@ def trace_cmd(trace_path, hardware, step, fmt, output, plot_path, wide, debug):
         check_not_input(plot_path, inputs + [("the --output file", output)], "--plot")
         check_target(plot_path)
     # the page and the chart draw every kernel; the other formats list the first rows
-    report = analyse(trace_path, hardware, step, top=None if fmt == "html" or plot_path else TOP)
+    top = None if fmt == "html" or plot_path else TOP
+    if len(trace_files(trace_path)) > 1:  # a folder of rank files: read by worker processes, compared
+        report = analyse_ranks(trace_path, hardware, step, top)
+    else:
+        report = analyse(trace_path, hardware, step, top=top)
     text = trace_html(report) if fmt == "html" else render(top_rows(report, TOP), fmt, None if wide else 100)
     emit(text, output)
     if plot_path:

@@ -10,6 +10,7 @@ import re
 from rooflinekit.core.units import seconds, share, si
 from rooflinekit.outputs.tables import Column, table, wrap
 from rooflinekit.trace.cpu import CPU_TIMING
+from rooflinekit.trace.render_ranks import FULL_RANKS, render_across
 from rooflinekit.trace.report import RankReport, Row, StepSummary, TraceReport
 
 _TYPES = {"float", "double", "int", "long", "unsigned", "char", "bool", "short", "Half", "BFloat16", "true",
@@ -140,8 +141,13 @@ def render_text(report: TraceReport, width: int | None = 100, markdown: bool = F
     out = _header(report, width)
     if markdown:
         out = ["# Trace roofline", ""] + [f"- {line}" for line in out]
+    if report.across is not None:
+        out += render_across(report.across, width, markdown)
     if len(report.ranks) > 1:
         out += _side_by_side(report, width, markdown)
+    if report.across is not None and len(report.ranks) > FULL_RANKS:
+        out.append(wrap(f"\n(each rank's own tables: in the JSON report, -f json; {len(report.ranks)} ranks)", width))
+        return "\n".join(out).rstrip() + "\n"
     for rank in report.ranks:
         if len(report.ranks) > 1:
             out.append(_heading(f"rank {rank.rank}: {rank.path}", markdown))

@@ -117,6 +117,55 @@ class RankReport:
 
 
 @dataclass(frozen=True)
+class RankStep:
+    """One rank's ProfilerStep: its span and how much of it some stream was busy."""
+
+    rank: str
+    step: int
+    span_s: float
+    busy_s: float
+    idle_s: float
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The slowest rank of one step, against the median rank."""
+
+    step: int
+    ranks: int
+    median_s: float
+    slowest_rank: str
+    slowest_s: float
+    #: (slowest - median) / median.
+    over_median: float
+    fastest_s: float
+
+
+@dataclass(frozen=True)
+class SlowCall:
+    """One collective call (the Nth of its name on every rank) at its slowest rank."""
+
+    collective: str
+    call: int
+    rank: str
+    time_s: float
+    median_s: float
+    ranks: int
+
+
+@dataclass(frozen=True)
+class AcrossRanks:
+    """The ranks compared: per-rank steps, each step's straggler, the slowest collective calls."""
+
+    ranks: int
+    workers: int
+    steps: list[RankStep]
+    stragglers: list[Straggler]
+    slowest_calls: list[SlowCall]
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class TraceReport:
     """The roofline of what a torch.profiler trace ran, one RankReport per rank file."""
 
@@ -127,6 +176,8 @@ class TraceReport:
     ranks: list[RankReport]
     step: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: A folder of rank files compared across ranks (rooflinekit.trace.ranks).
+    across: AcrossRanks | None = None
 
     def to_dict(self) -> dict:
         """The JSON report: every field, with the schema version and the report kind first."""
