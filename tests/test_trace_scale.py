@@ -17,7 +17,9 @@ from rooflinekit.cli.main import cli
 from rooflinekit.trace import analyse as analyse_module
 from rooflinekit.trace import stream
 from rooflinekit.trace.analyse import analyse
+from rooflinekit.trace.ranks import analyse_ranks
 from rooflinekit.trace.reader import TraceError, read_traces
+from rooflinekit.trace.render import render
 
 DATA = Path(__file__).parent / "data" / "traces"
 HARDWARE = {"sampled_ranks": "A100 SXM 40GB", "mi250_minitoy_train.json.gz": "MI250 GCD"}
@@ -90,3 +92,50 @@ def test_bad_json_is_one_line_when_streamed(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_traces(str(path))
+
+
+STEP_1 = [100, 102, 98, 100, 130, 101]  # us, ranks 0-5: rank 4 straggles
+STEP_2 = [200, 200, 260, 200, 200, 200]  # rank 2 straggles
+SLOW_REDUCE = (3, 1, 70)  # rank 3's second all-reduce (step 2) takes 70 us, every other one 20
+
+
+def rank_doc(rank: int) -> dict:
+    """Two steps; in each a 40 us GEMM at +5 us and an all-reduce at +50 us, on two streams."""
+    events, start = [], 0.0
+    for number, spans in ((1, STEP_1), (2, STEP_2)):
+        span = spans[rank]
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": span})
+        reduce_us = SLOW_REDUCE[2] if (rank, number - 1) == SLOW_REDUCE[:2] else 20
+        for name, at, dur, lane in (("volta_sgemm_128x64_nn", 5, 40, 7),
+                                      ("ncclKernel_AllReduce_RING_LL_Sum_float", 50, reduce_us, 20)):
+            events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": lane, "ts": start + at,
+                           "dur": dur, "args": {"device": 0, "stream": lane}})
+        start += span
+    return {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": 6}, "traceEvents": events}
+
+
+def test_a_folder_of_ranks_is_compared_across_ranks(tmp_path):
+    for rank in range(6):
+        (tmp_path / f"rank-{rank}.json.gz").write_bytes(gzip.compress(json.dumps(rank_doc(rank)).encode()))
+    report = analyse_ranks(str(tmp_path), "H100 SXM5", workers=2)
+    a = report.across
+    assert (a.ranks, a.workers, len(report.ranks), len(a.steps)) == (6, 2, 6, 12)
+    first, second = a.stragglers
+    # by hand: step 1's spans sorted 98 100 100 101 102 130: median 100.5, rank 4 slowest
+    assert (first.slowest_rank, first.median_s, first.slowest_s, first.fastest_s) == \
+        ("rank 4", pytest.approx(100.5e-6), pytest.approx(130e-6), pytest.approx(98e-6))
+    assert first.over_median == pytest.approx(29.5 / 100.5)
+    assert (second.slowest_rank, second.median_s, second.over_median) == \
+        ("rank 2", pytest.approx(200e-6), pytest.approx(0.3))
+    slow = a.slowest_calls[0]
+    assert (slow.collective, slow.call, slow.rank, slow.ranks) == ("all_reduce", 1, "rank 3", 6)
+    assert (slow.time_s, slow.median_s) == (pytest.approx(70e-6), pytest.approx(20e-6))
+    # rank 3, step 2: busy = GEMM 40 + all-reduce 70 (no overlap), idle = 200 - 110
+    row = next(s for s in a.steps if (s.rank, s.step) == ("rank 3", 2))
+    assert (row.busy_s, row.idle_s) == (pytest.approx(110e-6), pytest.approx(90e-6))
+    data = report.to_dict()["across"]
+    assert data["stragglers"][1]["slowest_rank"] == "rank 2" and data["slowest_calls"][0]["call"] == 1
+    text = render(report, "table", 100)
+    assert "Across 6 ranks: the straggler of each step" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
