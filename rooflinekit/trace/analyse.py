@@ -38,10 +38,13 @@ def _summary(window: Window, items: list[Attributed], hw: HardwareSpec) -> StepS
     """Busy and idle time of one window, its class times and its HFU and MBU."""
     busy = busy_in(window, [(i.launched.event.ts, i.launched.event.end) for i in items])
     by_class: dict[str, list[float]] = defaultdict(list)
+    work: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for i in items:
         by_class[i.klass].append(i.dur)
+        work[i.klass][0] += i.flops
+        work[i.klass][1] += i.bytes
     total = sum(i.dur for i in items) or 1.0
-    classes = [ClassTime(k, sum(v) * US, len(v), sum(v) / total)
+    classes = [ClassTime(k, sum(v) * US, len(v), sum(v) / total, *work[k])
                for k, v in sorted(by_class.items(), key=lambda kv: -sum(kv[1]))]
     flops = sum(i.flops for i in items)
     nbytes = sum(i.bytes for i in items)

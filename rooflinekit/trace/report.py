@@ -38,6 +38,9 @@ class ClassTime:
     time_s: float
     events: int
     share: float
+    #: The class's counted FLOPs and bytes (from recorded shapes; 0 where nothing was counted).
+    flops: float = 0.0
+    bytes: float = 0.0
 
 
 @dataclass(frozen=True)
