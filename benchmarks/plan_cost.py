@@ -25,7 +25,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.workload import load_source
 
 QUESTIONS = (("examples/configs/llama-3.1-70b.json", 8), ("examples/configs/mixtral-8x7b.json", 8),
-             ("examples/configs/deepseek-v3.json", 256))
+             ("examples/configs/mixtral-8x7b.json", 16), ("examples/configs/deepseek-v3.json", 256))
 
 
 def deployment_of(c: PlanConfig) -> tuple:
@@ -51,7 +51,7 @@ def question(model: str, gpus: int) -> None:
     print(f"{model}, {gpus} x H800, ISL 4096, OSL 1024, TPOT <= 50 ms")
     print(f"  one profile (serving view, decode B 64, TP 8): {one:.2f} s")
     print(f"  plan: {result.candidates:,} configurations over {distinct:,} deployments in {search:.1f} s "
-          f"({result.captures} captures), {result.candidates / search:,.0f} configurations/s; "
+          f"({result.captures} captures, {result.recounts} recounted), {result.candidates / search:,.0f} configurations/s; "
           f"{search / one:.1f} x one profile")
     print(f"  best: {best.label() if best else None}")
 

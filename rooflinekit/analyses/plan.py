@@ -1012,7 +1012,7 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
     return PlanResult(model=info, hardware=planner.hw.name, gpus=options.gpus, targets=targets,
                       candidates=len(configs), configs=configs, pareto=pareto, best=best, closest=closest,
                       closest_miss=miss, notes=notes, warnings=warnings, commands=commands, wall_s=time.perf_counter() - start,
-                      captures=planner.captures)
+                      captures=planner.captures, recounts=sum(f.recounts for f in planner.fitters.values()))
 
 
 def spread_note(targets: Targets) -> str:

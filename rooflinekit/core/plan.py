@@ -201,6 +201,9 @@ class PlanResult:
     warnings: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     captures: int = 0
+    #: Design captures made from another layout's by asking its module models again (MoE experts
+    #: under another TP/EP: rooflinekit.analyses.profile.recounted), not by a forward
+    recounts: int = 0
     #: The best configuration as serving engines' command lines (rooflinekit.outputs.engine_flags),
     #: MODEL standing for the checkpoint
     commands: dict[str, list[str]] = field(default_factory=dict)

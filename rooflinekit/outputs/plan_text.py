@@ -25,6 +25,12 @@ def _gb(nbytes: float | None) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
 
 
+def _captures(result) -> str:
+    """'9 captures', '25 captures, 56 recounted'."""
+    recounted = getattr(result, "recounts", 0)
+    return f"{result.captures} captures" + (f", {recounted} recounted" if recounted else "")
+
+
 def config_line(c: PlanConfig) -> str:
     """One configuration's figures on one line."""
     load = (f" at {c.rate_per_s:.3g} requests/s (p90, {_ms(c.ttft_wait_s)} queued)"
@@ -106,7 +112,7 @@ def plan_to_text(result: PlanResult) -> str:
     fits = sum(c.fits for c in result.configs)
     meets = sum(c.meets_slo for c in result.configs)
     lines = [f"plan: {name} on {result.gpus} x {result.hardware}", f"request: {targets_words(result)}",
-             f"priced {result.candidates:,} configurations in {result.wall_s:.1f} s ({result.captures} captures); "
+             f"priced {result.candidates:,} configurations in {result.wall_s:.1f} s ({_captures(result)}); "
              f"{fits:,} fit in memory, {meets:,} meet the targets", ""]
     best = result.best_config
     if best is not None:

@@ -26,7 +26,6 @@ from rooflinekit.stages.expected import classify, gemm_rows, kernel_time, load_t
 from rooflinekit.trace.classes import UNKNOWN, class_of_op
 from rooflinekit.trace.report import TRACE_SCHEMA_VERSION
 
-
 #: The text's width.
 WIDTH = 100
 
