@@ -3,10 +3,16 @@ Times are seconds, rates per second, as in every other rooflinekit report."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rooflinekit.core import codec
 
 #: The JSON trace report's schema version (bumped when its shape changes).
 TRACE_SCHEMA_VERSION = "1.0"
+#: The shipped JSON Schema of the trace report, generated from these dataclasses (write_trace_schema).
+TRACE_SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema" / f"trace-{TRACE_SCHEMA_VERSION}.schema.json"
 
 
 @dataclass(frozen=True)
@@ -185,3 +191,14 @@ class TraceReport:
     def to_dict(self) -> dict:
         """The JSON report: every field, with the schema version and the report kind first."""
         return {"schema_version": TRACE_SCHEMA_VERSION, "kind": "trace", **asdict(self)}
+
+
+def trace_schema() -> dict:
+    """The JSON Schema of a trace report, from the dataclasses."""
+    return codec.json_schema(TraceReport, "trace", TRACE_SCHEMA_VERSION)
+
+
+def write_trace_schema() -> Path:
+    """Regenerate the shipped schema file (after changing a trace report dataclass)."""
+    TRACE_SCHEMA_FILE.write_text(json.dumps(trace_schema(), indent=1) + "\n")
+    return TRACE_SCHEMA_FILE
