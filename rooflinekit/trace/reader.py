@@ -14,6 +14,7 @@ import gzip
 import json
 import os
 import re
+import sys
 import zlib
 from array import array
 from collections.abc import Callable
@@ -43,6 +44,8 @@ RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 #: The args of a CPU op the analysis reads (shapes, scalars, collectives' sizes, module paths).
 KEPT_ARGS = ("Input Dims", "Input type", "Concrete Inputs", "In msg nelems", "Out msg nelems", "dtype",
              "Group size", "Collective name", "Module Hierarchy", "Call stack")
+#: Files at least this large (bytes on disk) read with a progress bar on a terminal's stderr.
+PROGRESS_BYTES = 64 << 20
 #: The Kineto `schemaVersion`s this reader knows.
 KNOWN_SCHEMAS = (1,)
 #: python_function events of module calls (with_stack=True), kept for the module roll-up.
@@ -260,10 +263,38 @@ def parse(doc: dict, path: str) -> Trace:
     return builder.done(doc)
 
 
+class Progress:
+    """A one-line progress bar on stderr for a long read (a terminal only; a file of at least
+    PROGRESS_BYTES), redrawn at each percent, cleared at the end."""
+
+    def __init__(self, path: Path):
+        self.path, self.total, self.shown = path, max(1, path.stat().st_size), -1
+        self.on = self.total >= PROGRESS_BYTES and sys.stderr.isatty()
+
+    def __call__(self, done: int) -> None:
+        percent = 100 * done // self.total
+        if self.on and percent != self.shown:
+            self.shown = percent
+            bar = "#" * (percent // 4)
+            sys.stderr.write(f"\rreading {self.path.name} [{bar:<25}] {percent:3d}% of {self.total / 1e6:,.0f} MB")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.on and self.shown >= 0:
+            sys.stderr.write("\r" + " " * 79 + "\r")
+            sys.stderr.flush()
+
+
 def read_trace(path: Path, progress: Callable[[int], None] | None = None) -> Trace:
-    """One trace file, streamed; `progress` gets the file bytes read so far."""
+    """One trace file, streamed; `progress` gets the file bytes read so far (default: a progress
+    bar on stderr when it is a terminal and the file is large)."""
     builder = Builder(str(path))
-    header, saw = read_document(path, builder.add, progress)
+    bar = Progress(path) if progress is None and path.exists() else None
+    try:
+        header, saw = read_document(path, builder.add, progress or bar)
+    finally:
+        if bar is not None:
+            bar.close()
     if not saw:
         raise TraceError(f"{path}: not a torch.profiler trace (no traceEvents list); record one with "
                          "torch.profiler.profile(...).export_chrome_trace(PATH)")
