@@ -57,6 +57,7 @@ from rooflinekit.stages.workload import (
 )
 from rooflinekit.trace.analyse import analyse as analyse_trace
 from rooflinekit.trace.report import TraceReport
+from rooflinekit.trace.views import ViewedTrace
 
 __all__ = ["Capture", "advise", "capture", "profile", "profile_file", "sweep"]
 
@@ -523,4 +524,4 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
 def trace(path: str, hardware: str | None = None, step: int | None = None) -> TraceReport:
     """The roofline of what a torch.profiler trace ran (a file or a folder of rank files), the
     report `rooflinekit trace` prints: `report.to_dict()` is its JSON (docs/trace.md)."""
-    return analyse_trace(str(path), hardware, step)
+    return ViewedTrace.of(analyse_trace(str(path), hardware, step))

@@ -63,3 +63,14 @@ def test_short_names_drop_templates_and_parameters():
                       "(int, at::detail::Array<char*, 3>)") == "vectorized_elementwise_kernel"
     assert short_name("Memcpy DtoD (Device -> Device)") == "Memcpy DtoD"
     assert short_name("volta_sgemm_128x64_nn") == "volta_sgemm_128x64_nn"
+
+
+def test_the_api_returns_the_report_with_its_notebook_view():
+    import rooflinekit
+
+    report = rooflinekit.trace(str(TRACE))
+    assert repr(report).startswith("<rooflinekit trace v100_training_steps_1012_1013.json.gz on V100 SXM2 16GB")
+    assert str(report).startswith("trace: ") and max(len(line) for line in str(report).splitlines()) <= 100
+    html = report._repr_html_()
+    assert "<svg" in html and "GPU time per step" in html and "volta_sgemm" in html
+    assert report.to_dict()["kind"] == "trace"

@@ -67,6 +67,12 @@ def _wrap(title: str, parts: list[str]) -> str:
             f'margin:2px 0 6px 0">{_e(title)}</div>' + "".join(parts) + "</div>")
 
 
+def notebook_view(title: str, parts: list[str], notes: list[str] = (), warnings: list[str] = ()) -> str:
+    """A notebook view of a report this module does not know (a trace's): its title, its parts
+    (html_table, roofline_svg), then its notes and warnings."""
+    return _wrap(title, [*parts, _notes(list(notes), list(warnings))])
+
+
 # -- one line --------------------------------------------------------------------------------------
 
 

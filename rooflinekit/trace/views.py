@@ -5,9 +5,10 @@ under the roofs of every dtype the hardware entry lists."""
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from rooflinekit.core.units import seconds, share, si
 from rooflinekit.outputs.html import (
     PLAIN_TABLE,
     SeriesView,
@@ -20,7 +21,10 @@ from rooflinekit.outputs.html import (
     series,
     table,
 )
+from rooflinekit.outputs.notebook import html_table, notebook_view
 from rooflinekit.outputs.plot import Chart, Series
+from rooflinekit.outputs.roofline_svg import Point, roofline_svg
+from rooflinekit.trace.render import render
 from rooflinekit.trace.report import RankReport, Row, StepSummary, TraceReport
 
 #: Kernel names without counted FLOPs the page names under the chart (the rest are counted).
@@ -180,3 +184,53 @@ def top_rows(report: TraceReport, n: int) -> TraceReport:
     """The report with the first `n` rows of each rank's kernel and op tables (most time first)."""
     return replace(report, ranks=[replace(r, kernels=r.kernels[:n], ops=r.ops[:n], uncounted=r.uncounted[:n],
                                           unplaced=r.unplaced[:n]) for r in report.ranks])
+
+
+def _svg_points(rank: RankReport) -> list[Point]:
+    total = rank.total.kernel_time_s or 1.0
+    return [Point(r.rates.intensity, r.rates.flops_per_s, "point",
+                  f"{short_name(r.name)}: {si(r.rates.flops_per_s, 'FLOP/s')}, {seconds(r.rates.time_s)}",
+                  2.5 + 12 * (r.rates.time_s / total) ** 0.5)
+            for r in rank.kernels if r.rates.intensity and r.rates.flops_per_s]
+
+
+def notebook_html(report: TraceReport, rows: int = 15) -> str:
+    """The notebook view: the first rank's kernels on the roofline, its steps, classes and top kernels."""
+    rank, main = report.ranks[0], _main_dtype(report)
+    steps = rank.steps or [rank.total]
+    parts = [roofline_svg(_svg_points(rank), report.peaks.get(main, max(report.peaks.values())), report.bandwidth,
+                          main, f"Kernels of {Path(report.source).name} on {report.hardware}"),
+             html_table("GPU time per step", [("window", False), ("busy", True), ("idle", True), ("HFU", True),
+                                              ("MBU", True)],
+                        [[s.label, seconds(s.busy_s), seconds(s.idle_s), share(s.hfu), share(s.mbu)] for s in steps]),
+             html_table("GPU time by kernel class", [("class", False), ("time", True), ("share", True)],
+                        [[c.klass, seconds(c.time_s), share(c.share)] for c in rank.total.by_class]),
+             html_table(f"Kernels (the first {rows} by time)",
+                        [("kernel", False), ("class", False), ("time", True), ("achieved", True), ("of peak", True),
+                         ("of HBM", True)],
+                        [[short_name(r.name), r.klass, seconds(r.rates.time_s), si(r.rates.flops_per_s, "FLOP/s")
+                          if r.rates.flops_per_s else "-", share(r.rates.peak_fraction),
+                          share(r.rates.bandwidth_fraction)] for r in rank.kernels[:rows]])]
+    title = f"trace {Path(report.source).name} on {report.hardware}: {len(report.ranks)} rank(s)"
+    return notebook_view(title, parts, list(report.notes) + list(rank.notes))
+
+
+@dataclass(frozen=True)
+class ViewedTrace(TraceReport):
+    """The trace report the Python API returns: its fields, with a one-line repr, the text as str,
+    and the notebook view."""
+
+    def __repr__(self) -> str:
+        t = self.ranks[0].total if self.ranks else None
+        busy = f", busy {seconds(t.busy_s)} of {seconds(t.span_s)}, HFU {share(t.hfu)}" if t else ""
+        return f"<rooflinekit trace {Path(self.source).name} on {self.hardware}: {len(self.ranks)} rank(s){busy}>"
+
+    def __str__(self) -> str:
+        return render(top_rows(self, 15), "table", 100)
+
+    def _repr_html_(self) -> str:
+        return notebook_html(self)
+
+    @classmethod
+    def of(cls, report: TraceReport) -> ViewedTrace:
+        return cls(**{f.name: getattr(report, f.name) for f in fields(report)})
