@@ -19,6 +19,12 @@ from rooflinekit.core.errors import OutputError, ReportFileError
 from rooflinekit.outputs.html import compare_html
 from rooflinekit.outputs.render import FORMATS
 from rooflinekit.outputs.report_io import load_report
+from rooflinekit.trace.compare import (
+    compare_trace,
+    load_trace_report,
+    render_trace_compare,
+    to_json,
+)
 
 COMPARE_TAKES = "compare takes two profile reports (written by `rooflinekit profile -f json`)"
 
@@ -57,12 +63,6 @@ def _kind(path: str) -> str | None:
 
 def _trace_compare(report_a: str, report_b: str, fmt: str) -> str:
     """A profile report beside a trace report (either order), class by class."""
-    from rooflinekit.trace.compare import (
-        compare_trace,
-        load_trace_report,
-        render_trace_compare,
-        to_json,
-    )
 
     if fmt not in ("table", "json"):
         raise OutputError(f"compare of a profile and a trace writes table or json, not {fmt}")

@@ -27,10 +27,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
-from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
+
+if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
+    from rooflinekit.stages.capture.records import OpRecord
 
 if sys.version_info >= (3, 11):
     import tomllib
