@@ -10,6 +10,8 @@ from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.trace.attribution import Attributed, attribute
 from rooflinekit.trace.classes import NAMES, UNKNOWN
 from rooflinekit.trace.comms import collectives
+from rooflinekit.trace.counters import NOTE as COUNTER_NOTE
+from rooflinekit.trace.counters import counter_rows
 from rooflinekit.trace.counts import ShapeCounter
 from rooflinekit.trace.cpu import cpu_launched
 from rooflinekit.trace.device import describe, match_hardware, traced_device
@@ -100,7 +102,10 @@ def _rollups(trace: Trace, kept: list[Attributed], hw: HardwareSpec, model, top:
 
 def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: ShapeCounter,
                 top: int = 15, model=None) -> RankReport:
-    """One rank's report: steps, total, tables and notes (a CPU trace's ops timed as its kernels)."""
+    """One rank's report: steps, total, tables and notes (a CPU trace's ops timed as its kernels;
+    a trace of CUPTI counter ranges alone, its counters)."""
+    if not trace.gpu and trace.ranges:
+        return counters_only(trace, top)
     cpu = not trace.gpu
     items = attribute(cpu_launched(trace, counter) if cpu else join(trace), counter)
     first = min(i.launched.event.ts for i in items)
@@ -125,14 +130,29 @@ def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: Shape
         collectives=collective_rows(collectives(kept, trace.world_size)),
         class_coverage=sum(i.dur for i in kept if i.klass != UNKNOWN) / time,
         counted_coverage=sum(i.dur for i in kept if i.status == "counted") / time,
-        notes=_notes(trace, items, kept) + rollups["notes"],
-        timing="cpu" if cpu else "gpu", phases=rollups["phases"], modules=rollups["modules"])
+        notes=_notes(trace, items, kept) + rollups["notes"] + ([COUNTER_NOTE] if trace.ranges else []),
+        timing="cpu" if cpu else "gpu", phases=rollups["phases"], modules=rollups["modules"],
+        counters=counter_rows(trace.ranges, kept, top))
+
+
+def counters_only(trace: Trace, top: int | None) -> RankReport:
+    """A trace recorded with the CUPTI profiler and no kernel activity: no GPU time to report, the
+    counters' FLOPs per kernel (a range's duration is the replay's, not a time of the run)."""
+    empty = StepSummary("trace", None, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, None, None)
+    device = traced_device([trace])
+    return RankReport(
+        path=trace.path, rank=trace.rank, device=describe(device) if device else "not recorded", steps=[],
+        total=empty, kernels=[], ops=[], uncounted=[], unplaced=[], collectives=[], class_coverage=0.0,
+        counted_coverage=0.0, timing="counters", counters=counter_rows(trace.ranges, [], top),
+        notes=[f"the trace holds {len(trace.ranges)} CUPTI profiler ranges and no kernel activity: no GPU time, "
+               "busy or idle time to report (record with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
+               "for them); the counters' FLOPs per kernel are below", COUNTER_NOTE])
 
 
 def read_analysable(path: str) -> list[Trace]:
     """The rank traces at `path`: those with GPU events, or a CPU-only trace (its ops as kernels)."""
     traces = read_traces(path, cpu=True)
-    if not any(t.gpu for t in traces) and not all(is_cpu_trace(t) for t in traces):
+    if not any(t.gpu or t.ranges for t in traces) and not all(is_cpu_trace(t) for t in traces):
         check_gpu(traces, path)
     return traces
 
@@ -147,7 +167,8 @@ def analyse(path: str, hardware: str | None = None, step: int | None = None,
     _check_step(traces, step)
     hw = match_hardware(traces, hardware)
     counter = counter or ShapeCounter()
-    ranks = [rank_report(t, hw, step, counter, top, model=model) for t in traces if t.gpu or is_cpu_trace(t)]
+    ranks = [rank_report(t, hw, step, counter, top, model=model) for t in traces
+             if t.gpu or t.ranges or is_cpu_trace(t)]
     notes = [f"class names: {', '.join(n for n in NAMES)}"]
     return TraceReport(source=str(path), hardware=hw.name, peaks=dict(hw.peak_flops),
                        bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes)

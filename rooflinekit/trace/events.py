@@ -102,6 +102,17 @@ class DeviceInfo:
     sms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class CounterRange:
+    """A CUPTI profiler range (`cat` cuda_profiler_range): one kernel replayed under hardware
+    counters, and the counters' values (instructions executed by operation and precision)."""
+
+    name: str
+    ts: float
+    dur: float
+    counters: dict = field(default_factory=dict, compare=False, repr=False)
+
+
 @dataclass
 class Trace:
     """One rank's trace: its events by kind (lists, or the reader's column tables, which make each
@@ -122,3 +133,5 @@ class Trace:
     schema: int | None = None
     #: `nn.Module: Class_N` python_function events (with_stack=True): module calls, for the roll-up.
     modules: list[CpuOp] = field(default_factory=list)
+    #: CUPTI profiler ranges with their counters (rooflinekit.trace.counters).
+    ranges: list[CounterRange] = field(default_factory=list)

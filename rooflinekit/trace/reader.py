@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rooflinekit.trace.events import (
     GPU_KINDS,
+    CounterRange,
     CpuOp,
     DeviceInfo,
     Flow,
@@ -229,6 +230,10 @@ class Builder:
         elif ph == "X" and cat == "python_function" and self._name(e).startswith(MODULE_PREFIX):
             self.trace.modules.append(CpuOp(self._name(e), float(ts), float(e.get("dur", 0)), e.get("pid"),
                                             e.get("tid"), cat))
+        elif ph == "X" and cat == "cuda_profiler_range":
+            counters = {k: v for k, v in args.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            self.trace.ranges.append(CounterRange(self._name(e), float(ts), float(e.get("dur", 0)), counters))
+            self.other[cat] = self.other.get(cat, 0) + 1
         elif ph == "X" and isinstance(cat, str):
             self.other[cat] = self.other.get(cat, 0) + 1
 

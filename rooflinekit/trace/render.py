@@ -73,8 +73,21 @@ RATE_COLUMNS = [Column("n"), Column("time"), Column("FLOP/s", drop=3), Column("%
                 Column("% BW"), Column("dtype", drop=1), Column("bound", "left")]
 
 
+def counter_section(rank: RankReport, width: int | None, markdown: bool) -> list[str]:
+    """The CUPTI counter ranges' FLOPs per kernel name, beside the counted FLOPs (docs/trace.md)."""
+    out: list[str] = []
+    _put(out, "CUPTI counters: FLOPs each kernel executed (add + mul + 2 x fma; tensor-core work not included)",
+         [Column("kernel", "left"), Column("ranges"), Column("fp64"), Column("fp32"), Column("fp16"),
+          Column("counted")],
+         [[short_kernel(c.name), str(c.ranges), si(c.fp64), si(c.fp32), si(c.fp16),
+           "-" if c.counted is None else si(c.counted)] for c in rank.counters], width, markdown)
+    return out
+
+
 def rank_sections(rank: RankReport, width: int | None, markdown: bool) -> list[str]:
     """One rank's tables: steps, classes, kernels, ops, collectives, and what was not counted."""
+    if rank.timing == "counters":
+        return counter_section(rank, width, markdown) + [""] + [wrap(f"note: {n}", width) for n in rank.notes]
     out: list[str] = [wrap(CPU_TIMING, width)] if rank.timing == "cpu" else []
     steps = rank.steps + [rank.total] if rank.steps else [rank.total]
     _put(out, "GPU time per step (busy: some stream runs a kernel, memcpy or memset)", STEP_COLUMNS,
@@ -97,6 +110,8 @@ def rank_sections(rank: RankReport, width: int | None, markdown: bool) -> list[s
           Column("algbw"), Column("busbw"), Column("sizes from", "left", drop=1)],
          [[c.collective, str(c.group or "-"), str(c.calls), seconds(c.time_s), si(c.bytes, "B"), si(c.algbw, "B/s"),
            si(c.busbw, "B/s"), c.source] for c in rank.collectives], width, markdown)
+    if rank.counters:
+        out += counter_section(rank, width, markdown)
     _put(out, "Uncounted ops (kernel time without FLOPs/bytes)",
          [Column("op", "left"), Column("status", "left"), Column("n"), Column("time"), Column("why", "left", drop=1)],
          [[r.name, r.status, str(r.events), seconds(r.rates.time_s), r.reason[:60]] for r in rank.uncounted],

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rooflinekit.core import codec
+from rooflinekit.trace.counters import CounterRow
 
 #: The JSON trace report's schema version (bumped when its shape changes).
 TRACE_SCHEMA_VERSION = "1.0"
@@ -123,6 +124,8 @@ class RankReport:
     phases: list[Row] = field(default_factory=list)
     #: The same per module path (two levels below the top-level module); empty without a hierarchy.
     modules: list[Row] = field(default_factory=list)
+    #: CUPTI counter ranges per kernel name: measured FLOPs beside the counted ones.
+    counters: list[CounterRow] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,18 @@ def _rows_table(tid: str, title: str, rows: list[Row], first: str) -> dict:
     return table(tid, title, cols, body, TableView(sort=(3, "desc")))
 
 
+def _counters_table(rank: RankReport, tag: str) -> dict:
+    cols = [col("kernel"), col("ranges", "int"), col("fp64", "si", "FLOP"), col("fp32", "si", "FLOP"),
+            col("fp16", "si", "FLOP"), col("counted from shapes", "si", "FLOP")]
+    return table(f"counters{tag}", "CUPTI counters: FLOPs each kernel executed (add + mul + 2 x fma; tensor-core "
+                 "work not included)", cols,
+                 [[short_name(c.name, 64), c.ranges, c.fp64, c.fp32, c.fp16, c.counted] for c in rank.counters],
+                 TableView(sort=(3, "desc")))
+
+
 def _tables(rank: RankReport, tag: str) -> list[dict]:
+    if rank.timing == "counters":  # CUPTI ranges and no kernel activity: nothing but the counters
+        return [_counters_table(rank, tag)]
     out = []
     if rank.steps:
         cols = [col("window"), col("span", "time"), col("busy", "time"), col("idle", "time"), col("HFU", "pct"),
@@ -128,6 +139,8 @@ def _tables(rank: RankReport, tag: str) -> list[dict]:
         out.append(table(f"comm{tag}", "Collectives (bus bandwidth by nccl-tests' convention)", cols,
                          [[c.collective, c.group, c.calls, c.time_s, c.bytes, c.algbw, c.busbw, c.source]
                           for c in rank.collectives], TableView(sort=(3, "desc"))))
+    if rank.counters:
+        out.append(_counters_table(rank, tag))
     for tid, title, rows in ((f"uncounted{tag}", "Uncounted ops (kernel time without FLOPs or bytes)", rank.uncounted),
                              (f"unplaced{tag}", "Unplaced kernels (no launching aten op)", rank.unplaced)):
         if rows:
