@@ -47,3 +47,12 @@ def test_the_command_runs_and_says_what_the_counters_miss():
     assert "CUPTI counters" in result.output and "tensor-core" in result.output
     assert "no kernel activity" in result.output
     assert max(len(line) for line in result.output.splitlines()) <= 100
+
+
+def test_a_trace_without_shapes_says_what_to_record_and_still_times_the_classes():
+    result = CliRunner().invoke(cli, ["trace", str(ROOT / "tests" / "data" / "traces" /
+                                                   "v100_no_shapes_steps_101_102.json.gz")])
+    assert result.exit_code == 0, result.output
+    assert "record_shapes=True" in result.output and "GPU time by kernel class" in result.output
+    (rank,) = analyse(str(ROOT / "tests" / "data" / "traces" / "v100_no_shapes_steps_101_102.json.gz")).ranks
+    assert rank.counted_coverage == 0 and sum(c.time_s for c in rank.total.by_class) > 0

@@ -69,6 +69,11 @@ def _total_window(chosen: list[Window], items: list[Attributed]) -> Window:
     return Window("all steps", min(w.start for w in chosen), max(w.end for w in chosen))
 
 
+#: The note of a trace recorded without input shapes.
+NO_SHAPES = ("the trace records no input shapes, so no op's FLOPs or bytes can be counted: record it with "
+             "torch.profiler.profile(..., record_shapes=True); the kernel times by class stand")
+
+
 def _notes(trace: Trace, items: list[Attributed], kept: list[Attributed]) -> list[str]:
     """What the summaries leave out, said: events outside the chosen steps, events never joined."""
     notes = []
@@ -81,6 +86,8 @@ def _notes(trace: Trace, items: list[Attributed], kept: list[Attributed]) -> lis
     if unlaunched:
         notes.append(f"{len(unlaunched)} GPU events have no launch in the trace (launched before its CPU "
                      "side began, or on an untraced thread): classed by kernel name only")
+    if trace.ops and not any("Input Dims" in (op.args or {}) for op in trace.ops):
+        notes.insert(0, NO_SHAPES)
     return notes
 
 
