@@ -17,6 +17,7 @@ from rooflinekit.trace.cpu import cpu_launched
 from rooflinekit.trace.device import describe, match_hardware, traced_device
 from rooflinekit.trace.events import Trace
 from rooflinekit.trace.join import join
+from rooflinekit.trace.predicted import Prediction, matched
 from rooflinekit.trace.reader import check_gpu, read_traces
 from rooflinekit.trace.report import ClassTime, RankReport, StepSummary, TraceReport
 from rooflinekit.trace.rollup import NO_HIERARCHY, ModuleIndex, module_rows, phase_rows
@@ -36,8 +37,10 @@ def _check_step(traces: list[Trace], step: int | None) -> None:
         raise UserError(f"--step {step}: the trace has no ProfilerStep#{step}; its steps: {listed}")
 
 
-def _summary(window: Window, items: list[Attributed], hw: HardwareSpec) -> StepSummary:
-    """Busy and idle time of one window, its class times and its HFU and MBU."""
+def _summary(window: Window, items: list[Attributed], hw: HardwareSpec, model_flops: tuple[float, str] | None = None,
+             steps: int = 1) -> StepSummary:
+    """Busy and idle time of one window, its class times, its HFU and MBU, and with the model's
+    FLOPs per step and their dtype (`model_flops`, over `steps` steps) its MFU."""
     busy = busy_in(window, [(i.launched.event.ts, i.launched.event.end) for i in items])
     by_class: dict[str, list[float]] = defaultdict(list)
     work: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -52,10 +55,13 @@ def _summary(window: Window, items: list[Attributed], hw: HardwareSpec) -> StepS
     nbytes = sum(i.bytes for i in items)
     busy_s = busy.busy_us * US
     ideal = peak_time(items, hw)
+    mfu = (model_flops[0] * steps / (busy_s * hw.peak(model_flops[1]))
+           if model_flops is not None and busy_s > 0 else None)
     return StepSummary(window.label, window.step, window.span * US, busy_s, busy.idle_us * US,
                        sum(i.dur for i in items) * US, len(items), flops, nbytes,
                        ideal / busy_s if busy_s > 0 and flops > 0 else None,
-                       nbytes / (busy_s * hw.memory_bandwidth) if busy_s > 0 and nbytes > 0 else None, classes)
+                       nbytes / (busy_s * hw.memory_bandwidth) if busy_s > 0 and nbytes > 0 else None, classes,
+                       mfu)
 
 
 def _in_window(items: list[Attributed], window: Window) -> list[Attributed]:
@@ -107,10 +113,30 @@ def _rollups(trace: Trace, kept: list[Attributed], hw: HardwareSpec, model, top:
             "notes": [] if index.paths else [NO_HIERARCHY]}
 
 
+def _predicted(items: list[Attributed], chosen: list[Window], prediction: Prediction | None
+               ) -> tuple[list[Attributed], list[str]]:
+    """Each step's kernels without a launching op matched to the profile's predicted kernels."""
+    if prediction is None:
+        return items, []
+    out, inside = [], set()
+    notes = [f"--profile {prediction.source}: MFU = its model FLOPs per step ({prediction.model_flops:.4g}) over "
+             f"(busy time x the {prediction.dtype} peak); kernels no aten op launched take its predicted kernels' "
+             "work, in order within each class; the profile must be of the same model, step and deployment (not "
+             "checked)"]
+    for w in chosen:
+        part = _in_window(items, w)
+        found, said = matched(part, prediction, w.label)
+        out += found
+        notes += said
+        inside |= {id(i) for i in part}
+    return out + [i for i in items if id(i) not in inside], notes
+
+
 def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: ShapeCounter,
-                top: int = 15, model=None) -> RankReport:
+                top: int = 15, model=None, prediction: Prediction | None = None) -> RankReport:
     """One rank's report: steps, total, tables and notes (a CPU trace's ops timed as its kernels;
-    a trace of CUPTI counter ranges alone, its counters)."""
+    a trace of CUPTI counter ranges alone, its counters; with a profile's `prediction`, MFU and the
+    unplaced kernels' predicted work)."""
     if not trace.gpu and trace.ranges:
         return counters_only(trace, top)
     cpu = not trace.gpu
@@ -118,10 +144,12 @@ def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: Shape
     first = min(i.launched.event.ts for i in items)
     last = max(i.launched.event.end for i in items)
     chosen = windows(trace.steps, first, last, step)
+    items, predicted_notes = _predicted(items, chosen, prediction)
     whole = _total_window(chosen, items)
     kept = [i for i in items if any(w.holds(i.launched.event.ts) for w in chosen)]
-    steps = [_summary(w, _in_window(items, w), hw) for w in chosen]
-    total = steps[0] if len(steps) == 1 else _summary(whole, kept, hw)
+    flops = (prediction.model_flops, prediction.dtype) if prediction is not None else None
+    steps = [_summary(w, _in_window(items, w), hw, flops) for w in chosen]
+    total = steps[0] if len(steps) == 1 else _summary(whole, kept, hw, flops, len(chosen))
     time = sum(i.dur for i in kept) or 1.0
     device = traced_device([trace])
     rollups = _rollups(trace, kept, hw, model, top)
@@ -137,7 +165,8 @@ def rank_report(trace: Trace, hw: HardwareSpec, step: int | None, counter: Shape
         collectives=collective_rows(collectives(kept, trace.world_size)),
         class_coverage=sum(i.dur for i in kept if i.klass != UNKNOWN) / time,
         counted_coverage=sum(i.dur for i in kept if i.status == "counted") / time,
-        notes=_notes(trace, items, kept) + rollups["notes"] + ([COUNTER_NOTE] if trace.ranges else []),
+        notes=_notes(trace, items, kept) + rollups["notes"] + ([COUNTER_NOTE] if trace.ranges else [])
+        + predicted_notes,
         timing="cpu" if cpu else "gpu", phases=rollups["phases"], modules=rollups["modules"],
         counters=counter_rows(trace.ranges, kept, top))
 
@@ -165,17 +194,21 @@ def read_analysable(path: str) -> list[Trace]:
 
 
 def analyse(path: str, hardware: str | None = None, step: int | None = None,
-            counter: ShapeCounter | None = None, model=None, top: int | None = 15) -> TraceReport:
+            counter: ShapeCounter | None = None, model=None, top: int | None = 15,
+            prediction: Prediction | None = None) -> TraceReport:
     """The report of the trace (or folder of rank traces) at `path` on `hardware` (default: the
     GPU its deviceProperties name), for step `step` (default: every step and their total);
     `model` (the nn.Module the trace ran) names the module rows by its attribute paths; `top`
-    rows of each kernel and op table (None: every row, as the HTML page and the chart draw them)."""
+    rows of each kernel and op table (None: every row, as the HTML page and the chart draw them);
+    `prediction` (a profile report of the same model and step: rooflinekit.trace.predicted) gives
+    each step its MFU and the kernels no aten op launched their predicted work."""
     traces = read_analysable(path)
     _check_step(traces, step)
     hw = match_hardware(traces, hardware)
     counter = counter or ShapeCounter()
-    ranks = [rank_report(t, hw, step, counter, top, model=model) for t in traces
+    ranks = [rank_report(t, hw, step, counter, top, model=model, prediction=prediction) for t in traces
              if t.gpu or t.ranges or is_cpu_trace(t)]
     notes = [f"class names: {', '.join(n for n in NAMES)}"]
     return TraceReport(source=str(path), hardware=hw.name, peaks=dict(hw.peak_flops),
-                       bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes)
+                       bandwidth=hw.memory_bandwidth, ranks=ranks, step=step, notes=notes,
+                       profile=prediction.source if prediction is not None else None)

@@ -22,6 +22,7 @@ from rooflinekit.trace.counts import ShapeCounter
 from rooflinekit.trace.device import match_hardware
 from rooflinekit.trace.events import Trace
 from rooflinekit.trace.join import join
+from rooflinekit.trace.predicted import Prediction
 from rooflinekit.trace.reader import TraceError, read_trace, trace_files
 from rooflinekit.trace.report import (
     AcrossRanks,
@@ -67,7 +68,8 @@ def _calls(trace: Trace) -> list[tuple[str, int, float]]:
     return out
 
 
-def rank_result(path: str, hardware: str | None, step: int | None, top: int | None) -> RankResult:
+def rank_result(path: str, hardware: str | None, step: int | None, top: int | None,
+                prediction: Prediction | None = None) -> RankResult:
     """One rank file read and analysed (what a worker runs)."""
     trace = read_trace(Path(path))
     have = sorted({s.number for s in trace.steps})
@@ -76,7 +78,7 @@ def rank_result(path: str, hardware: str | None, step: int | None, top: int | No
     if step is not None and step not in have:
         return RankResult(path, trace.rank, steps=have, skipped=f"no ProfilerStep#{step}")
     hw = match_hardware([trace], hardware)
-    report = rank_report(trace, hw, step, ShapeCounter(), top)
+    report = rank_report(trace, hw, step, ShapeCounter(), top, prediction=prediction)
     return RankResult(path, trace.rank, hw.name, dict(hw.peak_flops), hw.memory_bandwidth, report,
                       _calls(trace), have)
 
@@ -128,9 +130,9 @@ def worker_count(files: int) -> int:
 
 
 def _run(files: list[Path], hardware: str | None, step: int | None, top: int | None,
-         workers: int) -> list[RankResult]:
+         workers: int, prediction: Prediction | None = None) -> list[RankResult]:
     """Every file's RankResult, in file order: in this process for one worker, else in a pool."""
-    args = [(str(f), hardware, step, top) for f in files]
+    args = [(str(f), hardware, step, top, prediction) for f in files]
     if workers <= 1:
         return [rank_result(*a) for a in args]
     context = multiprocessing.get_context("spawn")  # no fork of a process holding torch's threads
@@ -152,12 +154,13 @@ def _check(results: list[RankResult], path: str, step: int | None) -> list[RankR
 
 
 def analyse_ranks(path: str, hardware: str | None = None, step: int | None = None, top: int | None = 15,
-                  workers: int | None = None) -> TraceReport:
+                  prediction: Prediction | None = None, workers: int | None = None) -> TraceReport:
     """The report of a folder of rank traces, each read by a worker process, with the ranks
-    compared (`TraceReport.across`); `workers` defaults to one per core, at most one per file."""
+    compared (`TraceReport.across`); `workers` defaults to one per core, at most one per file;
+    `prediction` as rooflinekit.trace.analyse.analyse takes it."""
     files = trace_files(os.fspath(path))
     workers = workers or worker_count(len(files))
-    results = _run(files, hardware, step, top, workers)
+    results = _run(files, hardware, step, top, workers, prediction)
     done = _check(results, str(path), step)
     first = done[0]
     notes = [f"class names: {', '.join(NAMES)}"]
@@ -165,4 +168,5 @@ def analyse_ranks(path: str, hardware: str | None = None, step: int | None = Non
     if other:
         notes.append(f"ranks' deviceProperties name other GPUs too ({', '.join(other)}): figures use {first.hardware}")
     return TraceReport(source=str(path), hardware=first.hardware, peaks=first.peaks, bandwidth=first.bandwidth,
-                       ranks=[r.report for r in done], step=step, notes=notes, across=across(results, workers))
+                       ranks=[r.report for r in done], step=step, notes=notes, across=across(results, workers),
+                       profile=prediction.source if prediction is not None else None)

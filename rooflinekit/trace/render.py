@@ -90,8 +90,10 @@ def rank_sections(rank: RankReport, width: int | None, markdown: bool) -> list[s
         return counter_section(rank, width, markdown) + [""] + [wrap(f"note: {n}", width) for n in rank.notes]
     out: list[str] = [wrap(CPU_TIMING, width)] if rank.timing == "cpu" else []
     steps = rank.steps + [rank.total] if rank.steps else [rank.total]
-    _put(out, "GPU time per step (busy: some stream runs a kernel, memcpy or memset)", STEP_COLUMNS,
-         [_step_row(s) for s in steps], width, markdown)
+    mfu = any(s.mfu is not None for s in steps)  # with --profile: the model's FLOPs over busy time
+    _put(out, "GPU time per step (busy: some stream runs a kernel, memcpy or memset)",
+         STEP_COLUMNS + ([Column("MFU")] if mfu else []),
+         [_step_row(s) + ([_pct(s.mfu)] if mfu else []) for s in steps], width, markdown)
     _put(out, f"GPU time by kernel class ({rank.total.label})",
          [Column("class", "left"), Column("time"), Column("share"), Column("events")],
          [[c.klass, seconds(c.time_s), _pct(c.share), str(c.events)] for c in rank.total.by_class], width, markdown)

@@ -97,6 +97,8 @@ class StepSummary:
     #: Counted bytes over (busy time x HBM bandwidth): memory bandwidth utilisation.
     mbu: float | None
     by_class: list[ClassTime] = field(default_factory=list)
+    #: The model's FLOPs (a profile report's, `trace --profile`) over (busy time x its dtype's peak).
+    mfu: float | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,8 @@ class TraceReport:
     ranks: list[RankReport]
     step: int | None = None
     notes: list[str] = field(default_factory=list)
+    #: The profile report whose model FLOPs and predicted kernels the trace was given (--profile).
+    profile: str | None = None
     #: A folder of rank files compared across ranks (rooflinekit.trace.ranks).
     across: AcrossRanks | None = None
 

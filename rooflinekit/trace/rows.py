@@ -14,6 +14,9 @@ from rooflinekit.trace.comms import Collective
 from rooflinekit.trace.report import CollectiveRow, Rates, Row
 
 US = 1e-6
+#: Statuses whose events carry work: counted from the launching op's shapes, or a profile's
+#: predicted kernel (trace --profile).
+WORKED = frozenset({"counted", "predicted"})
 #: Kernels that run fp32 matmuls on TF32 tensor cores (cuBLAS/CUTLASS sm80+ names).
 TF32_KERNEL = re.compile(r"s1688|s16816|tf32|xf32", re.IGNORECASE)
 
@@ -35,7 +38,7 @@ def peak_time(items: list[Attributed], hw: HardwareSpec) -> float:
 def rates_of(items: list[Attributed], hw: HardwareSpec) -> Rates:
     """The items' counted work over their summed GPU time, placed at their main dtype's roofline."""
     whole = sum(i.dur for i in items) * US
-    time = sum(i.dur for i in items if i.status == "counted") * US
+    time = sum(i.dur for i in items if i.status in WORKED) * US
     flops, nbytes = sum(i.flops for i in items), sum(i.bytes for i in items)
     if time <= 0 or (flops <= 0 and nbytes <= 0):
         return Rates(whole)
