@@ -22,7 +22,7 @@ from rooflinekit.stages.memory import ScaledPeak
 from rooflinekit.stages.workload import ModelSource, Workload, build, load_source
 from rooflinekit_plugins.hf import skipped_cache_layers
 from rooflinekit_plugins.hf.cache import CACHE_PARAMS
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 
 def _cache(inputs: dict):
@@ -178,7 +178,8 @@ def test_each_source_keeps_its_own_empty_layers():
 
 # -- a capture recounted at another layout (rooflinekit.analyses.profile.recounted) --
 
-MIXTRAL = ("examples/configs/mixtral-8x7b.json", {"layers": 2})
+#: A MoE model file (no transformers release needed) whose experts a module model prices per layout.
+MOE = (str(ROOT / "tests" / "models" / "experts3d.py"), {})
 
 
 def _counting(deployment, workload):
@@ -186,7 +187,7 @@ def _counting(deployment, workload):
     from rooflinekit.core.plugins import get_host
 
     host = get_host()
-    source = load_source(MIXTRAL[0], MIXTRAL[1], host)
+    source = load_source(MOE[0], MOE[1], host)
     return source, host, count(source, workload, deployment, host, transforms=False)
 
 
@@ -197,8 +198,8 @@ def test_a_recounted_capture_is_the_capture_at_that_layout(base, other):
     from rooflinekit.analyses.profile import recounted
     from rooflinekit.core.request import Deployment
 
-    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MIXTRAL[1].items())))
-    redundant = -8 % other[1] if other[1] > 1 else 0
+    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MOE[1].items())))
+    redundant = -16 % other[1] if other[1] > 1 else 0  # experts3d has 16 experts
     source, host, counting = _counting(Deployment(tp=base[0], ep=base[1]), workload)
     target = Deployment(tp=other[0], ep=other[1], redundant_experts=redundant, ep_imbalance=1.25)
     again = recounted(counting, source, workload, target, host)
@@ -218,6 +219,6 @@ def test_a_layout_whose_models_emit_other_records_is_captured():
     from rooflinekit.analyses.profile import recounted
     from rooflinekit.core.request import Deployment
 
-    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MIXTRAL[1].items())))
+    workload = Workload("decode", 8, 256, "bf16", "meta", tuple(sorted(MOE[1].items())))
     source, host, counting = _counting(Deployment(), workload)
     assert counting.calls and recounted(counting, source, workload, Deployment(tp=1, ep=4), host) is None

@@ -2,7 +2,8 @@
 class by kernel class. A CPU trace recorded here of the example GQA model's prefill against
 `profile` of the same model and workload: the gemm and attention classes hold the same FLOPs on
 both sides (two counts of one forward: the capture's and the recorded shapes'), and each class's
-measured time is the trace's."""
+measured time is the trace's. Where torch's CPU SDPA runs its math decomposition (older torch),
+the attention products are gemm kernels over every query-key pair, and the test says so."""
 
 from __future__ import annotations
 
@@ -46,11 +47,16 @@ def test_classes_hold_the_same_flops_on_both_sides(reports):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     classes = {c["klass"]: c for c in data["classes"]}
-    for klass in ("gemm", "attention"):
-        c = classes[klass]
-        assert c["flops_predicted"] == c["flops_counted"] > 0
     gemm = sum(op.flops for op in report.ops if op.name == "aten.mm")
     assert classes["gemm"]["flops_predicted"] == gemm
+    sdpa = classes["attention"]["flops_predicted"]
+    if classes["attention"]["flops_counted"]:
+        for klass in ("gemm", "attention"):
+            c = classes[klass]
+            assert c["flops_predicted"] == c["flops_counted"] > 0
+    else:  # torch's CPU SDPA ran its math decomposition: its bmm (every pair) are gemm kernels
+        every_pair = 2 * (2 * 2 * 4 * 16 * 16 * 16) * 2  # Q K^T and P V, B 2, 4 heads, 16 tokens, 2 layers
+        assert classes["gemm"]["flops_counted"] == gemm + every_pair and every_pair > sdpa > 0
     trace = json.loads(trace_json.read_text())
     by_class = {c["klass"]: c["time_s"] for c in trace["ranks"][0]["total"]["by_class"]}
     for klass, seconds in by_class.items():

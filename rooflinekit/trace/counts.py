@@ -82,9 +82,10 @@ REQUIRED_VALUES = frozenset({
 #: Ops that only read a value to the host (aten.item's work is aten._local_scalar_dense, free).
 _HOST_READS = {"aten.item"}
 
-#: Backend convolutions (no meta kernel in every build): run as the aten.convolution they compute.
+#: Backend convolutions, and aten._convolution (no meta kernel in every build or torch release):
+#: run as the aten.convolution they compute.
 BACKEND_CONVOLUTIONS = {"aten.cudnn_convolution", "aten.cudnn_convolution_transpose", "aten.mkldnn_convolution",
-                        "aten.miopen_convolution", "aten.miopen_convolution_transpose"}
+                        "aten.miopen_convolution", "aten.miopen_convolution_transpose", "aten._convolution"}
 
 #: Recorded "Input type"s that are no tensor dtype.
 _LIST_TYPES = {"TensorList": "tensors", "GenericList": "tensors", "ScalarList": "list", "Scalar": "scalar",
@@ -448,9 +449,10 @@ def as_convolution(overload, args: list, kwargs: dict) -> list:
     """A backend convolution's arguments as aten.convolution takes them."""
     given = dict(zip([a.name for a in overload._schema.arguments], args, strict=False)) | kwargs
     stride = list(given["stride"])
-    transposed = overload._schema.name.endswith("_transpose")
-    return [given["self"], given["weight"], given.get("bias"), stride, given["padding"], given["dilation"],
-            transposed, given.get("output_padding", [0] * len(stride)), given["groups"]]
+    transposed = given.get("transposed", overload._schema.name.endswith("_transpose"))
+    return [given["self"] if "self" in given else given["input"], given["weight"], given.get("bias"), stride,
+            given["padding"], given["dilation"], transposed, given.get("output_padding", [0] * len(stride)),
+            given["groups"]]
 
 
 def _source(record: OpRecord, book: FormulaBook) -> str:
