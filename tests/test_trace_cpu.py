@@ -12,6 +12,7 @@ it saw and dedupes storages within one call; those have no FLOPs and their bytes
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 
 import pytest
@@ -30,6 +31,10 @@ from tests.conftest import EXAMPLES
 OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128,
            "vocab": 100}
 WORKLOAD = Workload("prefill", 2, 16, "fp32", "cpu", tuple(sorted(OPTIONS.items())))
+#: torch's Python tracer (with_stack=True, which records the nn.Module events the module roll-up
+#: reads) crashes the process on torch 2.6 under Python 3.13; there the trace is recorded without
+#: stacks and the report must say that it has no module hierarchy.
+STACKS = not (sys.version_info >= (3, 13) and tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 7))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def both(tmp_path_factory):
     counted = rooflinekit_profile(source, WORKLOAD, Deployment("H800")).report
     built = build(source, WORKLOAD)
     path = tmp_path_factory.mktemp("cpu") / "trace.json"
-    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True,
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=STACKS,
                                   with_modules=True) as prof:
         built.model(**built.inputs)
     prof.export_chrome_trace(str(path))
@@ -58,7 +63,7 @@ def test_a_cpu_trace_is_analysed_and_says_so(both):
     (rank,) = report.ranks
     assert rank.timing == "cpu"
     assert CPU_TIMING in render(report, "table")
-    assert NO_HIERARCHY not in rank.notes
+    assert (NO_HIERARCHY not in rank.notes) if STACKS else (NO_HIERARCHY in rank.notes and not rank.modules)
     assert [r.name for r in rank.phases] == ["forward"]
 
 
@@ -92,6 +97,9 @@ def test_matmul_and_attention_flops_equal_profiles(both):
 
 def test_module_flops_equal_profiles_module_rows(both):
     counted, report, _ = both
+    if not STACKS:  # no nn.Module events recorded (STACKS): the report says so (test above), no rows
+        assert report.ranks[0].modules == []
+        return
     ours = _flops_by(report.ranks[0].modules)
     theirs = {m.name: m.flops for m in counted.modules}
     shared = set(ours) & set(theirs)
@@ -109,5 +117,8 @@ def test_module_flops_equal_profiles_module_rows(both):
 
 def test_without_the_model_modules_keep_their_recorded_names(both):
     _, _, path = both
+    if not STACKS:
+        assert analyse(str(path), "H800").ranks[0].modules == []
+        return
     names = {r.name for r in analyse(str(path), "H800").ranks[0].modules}
     assert "DecoderLayer_0.GQAAttention_0" in names and "Linear_14" in names
