@@ -557,9 +557,10 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
     notes: list[str] = []
     plan = None
     if par.tp > 1:
-        # the plan depends on the model, the layers' architectures and the deployment, not on the
-        # step's batch or context: computed once per model while its facts are cached (a sweep, a plan)
-        key = (*fact("tp_plan"), id(host), par, replace(workload, batch=0, context=0, decode_q_len=1),
+        # the plan depends on the model, the layers' architectures and the layout (tp, ep: the hook
+        # documents it so), not on the step's batch or context nor the formats: computed once per
+        # model and layout while its facts are cached (a sweep, a plan)
+        key = (*fact("tp_plan"), id(host), par.tp, par.ep, replace(workload, batch=0, context=0, decode_q_len=1),
                repr(sorted(attention.items())))
         plan, planned_notes = cached(model, key, lambda: _tp_plan(model, modules, attention, workload, host, par))
         notes = list(planned_notes)

@@ -520,7 +520,8 @@ class Planner:
         ops = counted.capture.ops
         modules = module_stages(ops, op_stages(ops, layout))
         held = SimpleNamespace(counted=counted, model=fitter.model())
-        weights = stage_weights(held, layout, modules, replace(d, pp=pp))
+        with fitter.facts():
+            weights = stage_weights(held, layout, modules, replace(d, pp=pp))
         terms: list[dict] = [{} for _ in range(pp)]
         per_sequence = [0.0] * pp
         for site in counted.attention:

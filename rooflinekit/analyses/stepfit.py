@@ -126,6 +126,12 @@ class StepFitter:
             self._plan = boundary_plan(layer_plan(self._model))
         return self._model
 
+    def facts(self):
+        """A block in which the model's unchanging facts (module tree, parameter sizes, TP plan)
+        are answered from this fitter's cache (rooflinekit.core.model_facts.using)."""
+        self.model()
+        return using(self._facts)
+
     @property
     def built(self) -> ModelSource:
         return replace(self.source, build_model=_always(self.model()))

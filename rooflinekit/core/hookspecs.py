@@ -248,7 +248,9 @@ def rooflinekit_tp_plan(
 
     :param model: the torch.nn.Module as built (single-GPU shapes).
     :param workload: the `Workload` (what runs).
-    :param deployment: the `Deployment`: ``deployment.tp`` and ``deployment.ep`` are the sizes.
+    :param deployment: the `Deployment`: ``deployment.tp`` and ``deployment.ep`` are the sizes. The
+        answer is kept per model, workload shape and (tp, ep) and reused for the other formats of
+        that layout (a sweep, a plan), so it must not depend on the other fields.
     :param attention: dict of attention-site module path -> `AttentionSpec` (single-GPU heads),
         as the attention plugins recognised them in the unsplit capture.
     :param shards: dict of the same paths -> `AttentionShard`: how each layer splits N ways, as

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import torch
 
@@ -300,11 +301,25 @@ def _rows(rows: list[AttentionSite], by_index: dict[int, OpRecord], params: set[
 def _standing_names(name: str) -> list[str]:
     """The names of the same parameter in the skipped layers a run layer stands for
     (rooflinekit.core.skips.stand_ins; empty outside design captures)."""
+    skipped = stand_ins()
+    if not skipped:
+        return []
+    by_rep = _by_representative(tuple(skipped.items()))
     out = []
-    for child, rep in stand_ins().items():
-        if name.startswith(rep + "."):
-            out.append(child + name[len(rep):])
+    path = name
+    while "." in path:  # each enclosing module path of the parameter, innermost first
+        path = path.rpartition(".")[0]
+        out.extend(child + name[len(path):] for child in by_rep.get(path, ()))
     return out
+
+
+@lru_cache(maxsize=8)
+def _by_representative(pairs: tuple[tuple[str, str], ...]) -> dict[str, tuple[str, ...]]:
+    """representative path -> the skipped layers' paths it stands for."""
+    out: dict[str, list[str]] = {}
+    for child, rep in pairs:
+        out.setdefault(rep, []).append(child)
+    return {rep: tuple(children) for rep, children in out.items()}
 
 
 def _count(n: float) -> str:

@@ -133,14 +133,13 @@ class StepModel:
         table = table_for(self.hw)
         launch = table.launch_s(self.phase)
         total = 0.0
-        for k in self.kernels:
+        for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
                 continue
             f, b = values[k.flops], values[k.nbytes]
             if f <= 0 and b <= 0:
                 continue
-            frac = self._fractions(k, values, table)
             total += share * k.count * (_kernel_time(f, b, self.hw, frac, k.dtype) + launch)
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
@@ -151,10 +150,34 @@ class StepModel:
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
 
+    def _classes(self, values: list[float], table: EfficiencyTable) -> list[Fractions]:
+        """Each kernel's class fractions at `values`: what `_fractions` gives, from rules worked
+        out once per model (a kernel's class depends on its values only through a product's rows,
+        or for a modelled record through whether it has FLOPs and weights)."""
+        key = ("rules", id(table))
+        rules = self._memo.get(key)
+        if rules is None or rules[0] is not table:
+            rules = self._memo[key] = (table, [_rule(k, self.phase, table) for k in self.kernels])
+        classes, most = table.classes, table.small_gemm_max_rows
+        small, large = classes["gemm_small"], classes["gemm_large"]
+        out = []
+        for k, rule in zip(self.kernels, rules[1], strict=True):
+            if rule.__class__ is int:
+                out.append(small if values[rule] <= most else large)
+            elif rule is None:
+                out.append(classes[_class(k, values, self.phase, table)])
+            else:
+                out.append(classes[rule])
+        return out
+
     def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
-        """(expected, bound) seconds of one call."""
-        a = collectives.attrs(c.collective, c.group_size, message, "step model")
-        return collectives.call_expected(a, self.hw)[0], collectives.call_bound(a, self.hw)
+        """(expected, bound) seconds of one call (kept per kind, group and message)."""
+        key = ("call", c.collective, c.group_size, message)
+        found = self._memo.get(key)
+        if found is None:
+            a = collectives.attrs(c.collective, c.group_size, message, "step model")
+            found = self._memo[key] = (collectives.call_expected(a, self.hw)[0], collectives.call_bound(a, self.hw))
+        return found
 
     def binding(self, batch: int, context: int) -> str:
         """What binds the step at (batch, context): compute, memory or communication, by the
@@ -216,10 +239,9 @@ class StepModel:
         launch = table.launch_s(self.phase)
         n = stop - start
         total = 0.0
-        for k in m.kernels:
+        for k, frac in zip(m.kernels, m._classes(v0, table), strict=True):
             f0, b0 = v0[k.flops], v0[k.nbytes]
             df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
-            frac = m._fractions(k, v0, table)
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
             traffic = frac.bandwidth * self.hw.memory_bandwidth
             summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
@@ -232,6 +254,19 @@ class StepModel:
 
 def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
     return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)), nbytes / (frac.bandwidth * hw.memory_bandwidth))
+
+
+def _rule(k: KernelGroup, phase: str, table: EfficiencyTable) -> str | int | None:
+    """How a kernel's class follows from its values: a class name (fixed), the poly index of its
+    rows (a product: small or large by them), or None (a modelled record: `_class` each time)."""
+    if k.kind == "modelled":
+        return None
+    fixed = classify(k.name, k.kind, k.attention, False, 1, phase, table)
+    if fixed in ("gemm_small", "gemm_large"):
+        if k.rows is not None:
+            return k.rows
+        return classify(k.name, k.kind, k.attention, False, None, phase, table)
+    return fixed
 
 
 def _class(k: KernelGroup, values: list[float], phase: str, table: EfficiencyTable) -> str:
@@ -387,8 +422,19 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     launch = table_for(decode.hw).launch_s(decode.phase)
     n = max(1, stop - start)
     total = 0.0
+    tail = (n - 1) * n / 2  # sum of i over 0..n-1
     for weight, a, da, c, dc, pa, pc, work in rows:
-        summed = max_linear_sum(a + share * pa, da, c + share * pc, dc, n)
+        # max_linear_sum(a + share * pa, da, c + share * pc, dc, n), inlined (the search's inner loop)
+        a += share * pa
+        c += share * pc
+        if da == dc:
+            summed = (a if a > c else c) * n + da * tail
+        else:
+            cross = (c - a) / (da - dc)
+            split = 0 if cross <= 0 else n if cross >= n else math.ceil(cross)
+            lo, lq, hi, hq = (a, da, c, dc) if da < dc else (c, dc, a, da)  # below the crossing: the smaller slope
+            summed = (lo * split + lq * (split - 1) * split / 2 if split > 0 else 0.0) + \
+                     (hi * (n - split) + hq * (split + n - 1) * (n - split) / 2 if n > split else 0.0)
         if work or (share and (pa > 0 or pc > 0)):
             summed += launch * n
         total += weight * summed
@@ -426,13 +472,17 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
     hw = d.hw
     merged = {k.key: k for k in p.kernels}
     rows = []
-    for k in d.kernels:
+    rates: dict[tuple[int, str], tuple[float, float]] = {}
+    # the decode kernel's class, as `profile --mix` classes a merged record
+    for k, frac in zip(d.kernels, d._classes(v0, table), strict=True):
         scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
         if not scale:
             continue
-        frac = d._fractions(k, v0, table)  # the decode kernel's class, as `profile --mix` classes a merged record
-        compute = frac.compute_for(k.dtype) * hw.peak(k.dtype)
-        traffic = frac.bandwidth * hw.memory_bandwidth
+        rate = rates.get((id(frac), k.dtype))
+        if rate is None:
+            rate = rates[(id(frac), k.dtype)] = (frac.compute_for(k.dtype) * hw.peak(k.dtype),
+                                                  frac.bandwidth * hw.memory_bandwidth)
+        compute, traffic = rate
         f0, b0 = v0[k.flops], v0[k.nbytes]
         df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
         q = merged.get(k.key)
@@ -442,14 +492,13 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
                      f0 > 0 or b0 > 0 or df > 0 or db > 0))
     used = {k.key for k in d.kernels}
     prefill_time = prefill_launch = 0.0
-    for q in p.kernels:
+    for q, frac in zip(p.kernels, p._classes(pv, table), strict=True):
         scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
         if q.key in used or not scale:
             continue
         f, b = pv[q.flops], pv[q.nbytes]
         if f <= 0 and b <= 0:
             continue
-        frac = table.classes[_class(q, pv, p.phase, table)]
         prefill_time += scale * q.count * _kernel_time(f, b, hw, frac, q.dtype)
         prefill_launch += scale * q.count * launch
     return rows, prefill_time, prefill_launch
