@@ -324,26 +324,50 @@ class AllReduce(torch.nn.Module):
         return torch.ops._c10d_functional.wait_tensor(y) * 2
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="needs torch.distributed with gloo")
-def test_timed_run_times_collectives_and_leaves_their_waits_out():
+def timed_collectives_checked() -> None:
+    """The checks of the test below, in a process of their own (it prints CHECKED when they hold)."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    model = AllReduce()
+    x = (torch.randn(4, 64),)
+    cap = capture(model, x)
+    names = ["aten.mm", "_c10d_functional.all_reduce", "aten.mul"]  # wait_tensor moves nothing
+    assert [op.name for op in cap.ops] == names and cap.ops[1].kind == "collective"
+    with torch.no_grad(), timed_recording(model) as rec:
+        model(*x)
+    assert [op.name for op in rec.ops] == names
+    with torch.no_grad():
+        m = measure(model, x, cap.ops, device="cpu", warmup=1, repeats=2)
+    assert m.unmatched == [] and all(m.op_time_s[i] > 0 for i in range(3))
+    print(CHECKED, flush=True)
+    dist.destroy_process_group()
+
+
+CHECKED = "timed collectives checked"
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                    reason="needs torch.distributed with gloo")
+def test_timed_run_times_collectives_and_leaves_their_waits_out():
+    """Run in a child process: on torch 2.6 a gloo process group's destructor can deadlock under
+    CPU load (seen in ~ProcessGroupGloo), which would hang the suite; the checks are done once the
+    child prints CHECKED, and a child stuck in that teardown afterwards is killed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = subprocess.Popen([sys.executable, "-c", "from tests.test_measure import timed_collectives_checked as f; f()"],
+                             cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
     try:
-        model = AllReduce()
-        x = (torch.randn(4, 64),)
-        cap = capture(model, x)
-        names = ["aten.mm", "_c10d_functional.all_reduce", "aten.mul"]  # wait_tensor moves nothing
-        assert [op.name for op in cap.ops] == names and cap.ops[1].kind == "collective"
-        with torch.no_grad(), timed_recording(model) as rec:
-            model(*x)
-        assert [op.name for op in rec.ops] == names
-        with torch.no_grad():
-            m = measure(model, x, cap.ops, device="cpu", warmup=1, repeats=2)
-        assert m.unmatched == [] and all(m.op_time_s[i] > 0 for i in range(3))
-    finally:
-        dist.destroy_process_group()
+        out, err = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        assert CHECKED in out, f"the child neither finished nor passed its checks: {err[-2000:]}"
+        return
+    assert child.returncode == 0 and CHECKED in out, err[-2000:]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
