@@ -9,8 +9,10 @@ quantile q is
 
     wait_q = max(0, ln(C(c, a) / (1 - q)) / (c / S - rate)) / 2,  a = rate x S,
 
-within about 15% of a simulated M/D/c queue at the utilisations a plan runs at (tests/test_queueing.py
-holds it to a simulation). Time to first token at quantile q = wait_q + the prompt's own service.
+Time to first token at quantile q = wait_q + the prompt's own service. Against a simulated M/D/c
+queue (tests/test_queueing.py) the p90 wait is 0.80-1.06 of the simulation's from 1 to 64 servers
+at 60-95% load, lowest where the servers are many and the wait short (64 servers at 90%: 0.089 of
+a service against 0.110); the time to first token, which the plan checks, is within 7% of it.
 """
 
 from __future__ import annotations
