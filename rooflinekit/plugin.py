@@ -91,6 +91,7 @@ _LAZY = {
     **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.parallel"),
     "dtype_key": "rooflinekit.stages.hardware",
+    "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",
     "load_model_file": "rooflinekit.stages.workload",
 }

@@ -169,7 +169,7 @@ def test_plugins_command_shows_what_each_plugin_provides(invoke):
     assert listed.exit_code == 0, listed.output
     provides = {p["name"]: p["provides"] for p in json.loads(listed.stdout)["plugins"]}
     assert provides["mha"] == ["mha"] and provides["gqa"] == ["gqa", "mqa"] and provides["mla"] == ["mla"]
-    assert provides["hardware_db"] == ["hardware entries"]
+    assert provides["hardware_db"] == ["hardware entries", "efficiency sources: published, a file"]
     assert provides["modelfile"] == ["model files"] and provides["hf"] == ["transformers configs"]
     table = invoke("plugins")
     assert table.exit_code == 0, table.output

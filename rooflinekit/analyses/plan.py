@@ -60,6 +60,7 @@ from rooflinekit.core.revise import revised
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
+from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
@@ -115,6 +116,8 @@ class PlanOptions:
     #: The Python API's `Targets.at` (the CLI's --targets-at): "expected" or "p90".
     targets_at: str = "expected"
     dtype: str = "bf16"  # the activation dtype (the Python API's; the CLI passes --dtype to run_plan)
+    #: The expected time's efficiency source (Deployment.efficiency; --efficiency)
+    efficiency: str | None = None
 
 
 @dataclass
@@ -206,7 +209,7 @@ class Planner:
         self.targets, self.options = targets, options
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
-        self.hw: HardwareSpec = self.db.get(options.hardware)
+        self.hw: HardwareSpec = with_efficiency(self.db.get(options.hardware), options.efficiency, self.host)
         if targets.at == "p90" and self.own_table:
             raise UserError(f"--targets-at p90: the p10-p90 ranges are the committed efficiency table's residuals, "
                             f"and '{self.hw.name}' prices with its own (calibrated, or an efficiency source): use "
@@ -427,6 +430,7 @@ class Planner:
         holds redundant copies up to whole slots per GPU; EP layouts take --ep-imbalance."""
         o, experts = self.options, self.routed_experts()
         return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                          efficiency=o.efficiency,
                           kernels=o.kernels, memory_fraction=o.memory_fraction,
                           redundant_experts=-experts % ep if experts and ep > 1 else 0,
                           ep_imbalance=o.ep_imbalance if ep > 1 else 1.0)
@@ -1043,6 +1047,9 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> l
         "memory per GPU: weights held, the KV cache of the batch at ISL+OSL, the activation peak",
         spread_note(targets),
     ]
+    if options.efficiency:
+        notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
+                     "a profile's expected_conventions)")
     if options.mtp or options.draft:
         notes.append(f"speculative decoding: acceptance rate {options.accept:g} per drafted token, "
                      "E = (1 - a^(k+1)) / (1 - a) tokens per verify step")

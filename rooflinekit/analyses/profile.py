@@ -38,6 +38,7 @@ from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
+from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
@@ -310,12 +311,14 @@ def measured(counting: Counting, workload: Workload, deployment: Deployment, hos
 
 
 def resolve_hardware(deployment: Deployment, db: HardwareDB) -> tuple[HardwareSpec, str | None]:
-    """The deployment's hardware entry ("auto": the local GPU's, else the default) and the note
-    saying how "auto" was resolved."""
+    """The deployment's hardware entry ("auto": the local GPU's, else the default), with its
+    efficiency source where the deployment names one, and the note saying how "auto" was resolved."""
     name = deployment.hardware or DEFAULT_HARDWARE
     if name == "auto":
-        return auto_hardware(db, DEFAULT_HARDWARE)
-    return db.get(name), None
+        hw, note = auto_hardware(db, DEFAULT_HARDWARE)
+    else:
+        hw, note = db.get(name), None
+    return with_efficiency(hw, deployment.efficiency), note
 
 
 def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options: ReportOptions) -> bool:

@@ -42,6 +42,7 @@ from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
+from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point
@@ -280,9 +281,10 @@ class Profiler:
         """The hardware entry the profiles are placed on."""
         if self._hw is None:
             if (self.deployment.hardware or "auto") == "auto":
-                self._hw = auto_hardware(self.db, DEFAULT_HARDWARE)[0]
+                hw = auto_hardware(self.db, DEFAULT_HARDWARE)[0]
             else:
-                self._hw = self.db.get(self.deployment.hardware)
+                hw = self.db.get(self.deployment.hardware)
+            self._hw = with_efficiency(hw, self.deployment.efficiency)
         return self._hw
 
     def fit(self, batches: list[int], contexts: list[int], *, top_batch: int | None = None) -> None:

@@ -34,7 +34,12 @@ from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, v
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
 DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance")
+                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency")
+#: --efficiency's help (profile, sweep, advise and plan).
+EFFICIENCY_HELP = ("The expected time's achievable fractions per kernel class: published (the committed table "
+                   "from public kernel measurements), the path of an efficiency file (`rooflinekit calibrate "
+                   "--trace` writes one), or a name a plugin provides [default: the hardware entry's own, else "
+                   "published].")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -69,6 +74,8 @@ def lever_options(f):
                      help="as-written: the model's code as it runs; serving: what a serving engine runs "
                           "(FlashAttention/FlashMLA/paged attention, merged and fused kernels). Default "
                           "as-written (advise: serving). See docs/accounting.md, Serving view."),
+        click.option("--efficiency", default=None, metavar="SOURCE", expose_value=False, callback=_keep,
+                     help=EFFICIENCY_HELP),
     ]
     for opt in reversed(opts):
         f = opt(f)

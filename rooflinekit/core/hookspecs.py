@@ -198,6 +198,24 @@ def rooflinekit_hardware_dirs() -> list[Path] | None:
 
 
 @hookspec(firstresult=True)
+def rooflinekit_efficiency_source(source: str, hardware: Any) -> str | None:
+    """firstresult: stops at the first non-None answer.
+
+    The efficiency source named by `--efficiency SOURCE` (the expected time's achievable
+    fractions per kernel class: rooflinekit.stages.expected). The built-in answer knows
+    ``published`` (the committed table, from public kernel measurements) and the path of an
+    efficiency file such as `rooflinekit calibrate --trace` writes; a plugin adds a named source
+    (a vendor's measured database, a team's own calibration) by answering its name.
+
+    :param source: the name or path as given.
+    :param hardware: the hardware entry the source will price (`rooflinekit.stages.hardware.HardwareSpec`:
+        its name, aliases and peaks; a source may answer per GPU).
+    :return: the path of an efficiency file in the layout of ``rooflinekit/stages/efficiency.toml``
+        (every fraction with its source), or None if this plugin does not know `source`.
+    """
+
+
+@hookspec(firstresult=True)
 def rooflinekit_workload_loader(path: str, options: dict[str, Any]) -> ModelSource | None:
     """firstresult: stops at the first non-None answer.
 

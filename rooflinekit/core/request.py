@@ -168,6 +168,9 @@ class Deployment:
     memory_fraction: float = DEFAULT_FRACTION
     #: Tokens per block of the serving view's paged KV cache (vLLM's default block size).
     kv_block_size: int = 16
+    #: The expected time's efficiency source (`--efficiency`: "published", an efficiency file, a
+    #: plugin's name); None: the hardware entry's own, else the committed table.
+    efficiency: str | None = None
 
     @property
     def parallel(self) -> bool:
@@ -246,6 +249,8 @@ class Deployment:
             parts.append(f"{self.kernels} kernels")
         if self.memory_fraction != DEFAULT_FRACTION:
             parts.append(f"memory fraction {self.memory_fraction:g}")
+        if self.efficiency:
+            parts.append(f"efficiency {self.efficiency}")
         return ", ".join(parts)
 
     def to_dict(self) -> dict:

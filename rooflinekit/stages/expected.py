@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.stages.hardware import HardwareSpec
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
@@ -42,6 +43,8 @@ else:  # pragma: no cover - Python 3.10
 
 #: The committed table of achievable fractions (docs/accounting.md, "Expected time").
 TABLE_FILE = Path(__file__).resolve().with_name("efficiency.toml")
+#: The committed table as plugins name it (`--efficiency published`).
+PUBLISHED_EFFICIENCY = TABLE_FILE
 CLASSES = ("gemm_large", "gemm_small", "attention_decode", "attention_prefill", "elementwise")
 #: Matrix-product ops: one GEMM kernel each.
 MATMUL_OPS = frozenset({
@@ -115,6 +118,24 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
     return EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
                            launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
                            sources=sources, path=str(file))
+
+
+def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
+    """`hw` priced with the efficiency source `source` (`--efficiency`; None or "": the entry's own,
+    its `efficiency` key, else the committed table). The plugins' rooflinekit_efficiency_source
+    answers name the file (built in: `published`, a path); it is read here, so a bad file or an
+    unknown name stops with one line."""
+    if not source:
+        return hw
+    host = host or get_host()
+    path, _ = host.call_first("rooflinekit_efficiency_source", expect=str, source=source, hardware=hw)
+    if path is None:
+        raise UserError(f"--efficiency {source!r}: no such efficiency source (give published, the path of an "
+                        "efficiency file such as `rooflinekit calibrate --trace` writes, or a name a plugin "
+                        "provides: `rooflinekit plugins`)")
+    load_table(str(path))  # a UserError naming the file where it is not one
+    own = "" if Path(path).resolve() == TABLE_FILE else str(path)
+    return replace(hw, efficiency=own)
 
 
 def table_for(hw: HardwareSpec) -> EfficiencyTable:

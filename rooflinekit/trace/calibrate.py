@@ -13,6 +13,7 @@ committed table's value and says so.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -342,6 +343,6 @@ def trace_lines(cal: TraceCalibration, output: str, checks: list[ClassCheck], ot
     else:
         lines += ["", "check: not made (every step of the trace was used; leave some out with --steps)"]
     lines += ["", f"wrote {output}",
-              f"use it: a hardware entry beside it naming it (efficiency = \"{Path(output).name}\") prices the",
-              "expected time of `rooflinekit profile MODEL -H ENTRY.toml` with it (docs/trace.md)"]
+              f"use it: --efficiency {shlex.quote(Path(output).name)} on profile, sweep, advise or plan "
+              "(docs/trace.md)"]
     return lines

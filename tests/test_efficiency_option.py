@@ -1,0 +1,169 @@
+"""--efficiency SOURCE: the expected time priced with a named efficiency source on every command.
+
+The sources are written here from the committed table (rooflinekit/stages/efficiency.toml): one
+with the launch costs set to zero ("flat") and one with every fraction also halved ("halved").
+Without collectives a step's expected time is the sum of max(FLOPs / (fraction x peak), bytes /
+(fraction x bandwidth)) over its kernels, so halving every fraction doubles it exactly: the
+"halved" step is twice the "flat" one, whichever route names the source (the option, the Python
+API, a hardware entry's own `efficiency` key, a plugin's source name, the planner).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.cli.main import cli
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.plan import Targets
+from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.expected import TABLE_FILE, load_table, with_efficiency
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import load_source
+from tests.conftest import EXAMPLES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+GQA = str(EXAMPLES / "llama_gqa.py")
+OPTIONS = {"layers": 2}
+FAST = ReportOptions(detail=False, measure=False)
+PREFILL = Workload("prefill", 2, 512, "bf16")
+
+
+def _source_text(halve: bool) -> str:
+    """The committed table with launches zeroed and, with `halve`, every fraction halved."""
+    text = TABLE_FILE.read_text()
+    text = re.sub(r"^(decode_s|prefill_s) = .*$", r"\1 = 0.0", text, flags=re.M)
+    if halve:
+        def half(m: re.Match) -> str:
+            return f"{m.group(1)} = {float(m.group(2)) / 2!r}"
+        text = re.sub(r"^(compute(?:_\w+)?|bandwidth) = ([0-9.eE+-]+)$", half, text, flags=re.M)
+    return text
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("efficiency")
+    flat, halved = folder / "flat.toml", folder / "halved.toml"
+    flat.write_text(_source_text(False))
+    halved.write_text(_source_text(True))
+    table, half = load_table(str(flat)), load_table(str(halved))
+    for name, fractions in table.classes.items():  # the files are what the test says they are
+        assert half.classes[name].compute == fractions.compute / 2
+        assert half.classes[name].bandwidth == fractions.bandwidth / 2
+    assert table.launch_decode_s == table.launch_prefill_s == 0.0
+    return flat, halved
+
+
+def _step(source: str | None, hardware: str = "H800", kernels: str = "as-written", workload: Workload = PREFILL,
+          **deployment) -> float:
+    host = get_host()
+    report = profile(load_source(GQA, OPTIONS, host), workload,
+                     Deployment(hardware, kernels=kernels, efficiency=source, **deployment), options=FAST,
+                     host=host).report
+    return report.totals.expected_step_s
+
+
+def test_halving_every_fraction_doubles_the_step(sources):
+    flat, halved = sources
+    assert _step(str(halved)) == pytest.approx(2 * _step(str(flat)), rel=1e-12)
+    decode = Workload("decode", 4, 2048, "bf16")
+    assert _step(str(halved), kernels="serving", workload=decode) == pytest.approx(
+        2 * _step(str(flat), kernels="serving", workload=decode), rel=1e-12)
+
+
+def test_published_is_the_committed_table(sources):
+    assert _step("published") == _step(None)
+    assert with_efficiency(hardware_db().get("H800"), "published").efficiency == ""
+
+
+def test_a_hardware_entry_naming_the_file_prices_as_the_option(sources, tmp_path):
+    flat, halved = sources
+    datasheet = hardware_db().get("H800")
+    text = open(datasheet.path).read()
+    text = re.sub(r'^name = .*$', 'name = "H800 halved"', text, count=1, flags=re.M)
+    text = re.sub(r'^aliases = .*$', 'aliases = []', text, count=1, flags=re.M)
+    entry = tmp_path / "h800-halved.toml"
+    entry.write_text(f'efficiency = "{halved}"\n' + text)
+    assert tomllib.loads(entry.read_text())["efficiency"] == str(halved)
+    by_entry = _step(None, hardware=str(entry))
+    assert by_entry == pytest.approx(_step(str(halved)), rel=1e-12)
+    # --efficiency published on such an entry sets its own source aside
+    assert _step("published", hardware=str(entry)) == pytest.approx(_step(None), rel=1e-12)
+
+
+class _Halved:
+    """A third party's named source."""
+
+    def __init__(self, path):
+        self.path = path
+
+    @hookimpl
+    def rooflinekit_efficiency_source(self, source, hardware):
+        return str(self.path) if source == "team-halved" and hardware.name.startswith("H800") else None
+
+
+def test_a_plugin_adds_a_named_source(sources):
+    flat, halved = sources
+    host = PluginHost()
+    host.register(_Halved(halved), "halved-source")
+    hw = with_efficiency(hardware_db(host).get("H800"), "team-halved", host)
+    assert hw.efficiency == str(halved)
+    with pytest.raises(Exception, match="no such efficiency source"):
+        with_efficiency(hardware_db(host).get("H100"), "team-halved", host)
+
+
+def test_the_cli_takes_it_and_names_it(sources):
+    flat, halved = sources
+    runner = CliRunner()
+    base = ["profile", GQA, "-O", "layers=2", "-H", "H800", "--phase", "prefill", "--batch", "2", "--context", "512",
+            "-f", "json"]
+    out = {}
+    for name, path in (("flat", flat), ("halved", halved)):
+        result = runner.invoke(cli, base + ["--efficiency", str(path)])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        out[name] = report["totals"]["expected_step_s"]
+        assert report["deployment"]["efficiency"] == str(path)
+        assert any(str(path) in line for line in report["totals"]["expected_conventions"])
+    assert out["halved"] == pytest.approx(2 * out["flat"], rel=1e-12)
+    text = runner.invoke(cli, base[:-2] + ["--efficiency", str(halved)])
+    assert f"efficiency {halved}" in text.output
+
+
+@pytest.mark.parametrize("value, words", [("nope", "--efficiency 'nope': no such efficiency source"),
+                                          ("README.md", "efficiency source README.md")])
+def test_a_source_that_is_not_one_is_refused_in_one_line(value, words):
+    result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "--efficiency", value])
+    assert result.exit_code != 0
+    assert words in result.output and "Traceback" not in result.output
+
+
+def test_the_planner_prices_with_the_source_and_agrees_with_profile(sources):
+    flat, halved = sources
+    host = get_host()
+    source = load_source(GQA, OPTIONS, host)
+    targets = Targets(256, 64, tpot_s=0.05)
+    search = dict(gpus=2, tps=(1,), pps=(1,), max_batch=8, weight_dtypes=("bf16",), kv_dtypes=("bf16",))  # no collectives
+    flat_plan = run_plan(source, targets, PlanOptions(**search, efficiency=str(flat)), host=host)
+    half_plan = run_plan(source, targets, PlanOptions(**search, efficiency=str(halved)), host=host)
+    assert any(str(halved) in n for n in half_plan.notes)
+    pairs = [(a, b) for a, b in zip(flat_plan.configs, half_plan.configs, strict=True) if a.step_s is not None]
+    assert pairs
+    for a, b in pairs:
+        assert a.label() == b.label()
+        assert b.step_s == pytest.approx(2 * a.step_s, rel=1e-9), b.label()
+        again = profile(source, Workload("decode", b.batch, b.step_context, b.dtype),
+                        Deployment("H800", tp=b.tp, kernels=b.kernels, efficiency=str(halved), memory_fraction=0.9),
+                        options=FAST, host=host).report.totals.expected_step_s
+        assert b.step_s == pytest.approx(again, rel=1e-6), b.label()
