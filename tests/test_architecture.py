@@ -162,7 +162,8 @@ def test_plugins_declare_what_they_provide():
     host = PluginHost()
     provides = {i.name: i.provides for i in host.infos}
     assert provides["mha"] == ["mha"] and provides["gqa"] == ["gqa", "mqa"] and provides["mla"] == ["mla"]
-    assert provides["hardware_db"] == ["hardware entries"] and provides["modelfile"] == ["model files"]
+    assert provides["hardware_db"] == ["hardware entries", "efficiency sources: published, a file"]
+    assert provides["modelfile"] == ["model files"]
 
 
 def test_mla_fields_travel_in_extra_and_the_plugin_is_the_recogniser():
