@@ -167,3 +167,24 @@ def test_the_planner_prices_with_the_source_and_agrees_with_profile(sources):
                         Deployment("H800", tp=b.tp, kernels=b.kernels, efficiency=str(halved), memory_fraction=0.9),
                         options=FAST, host=host).report.totals.expected_step_s
         assert b.step_s == pytest.approx(again, rel=1e-6), b.label()
+
+
+def test_sweep_and_advise_take_it_from_the_api_as_from_the_cli(sources):
+    import rooflinekit
+
+    flat, halved = sources
+    points = {}
+    for name, path in (("flat", flat), ("halved", halved)):
+        result = rooflinekit.sweep(GQA, batches=[1, 4], contexts=[512], hardware="H800", options=OPTIONS,
+                                   critical=False, efficiency=str(path))
+        points[name] = [p.expected_step_s for p in result.points]
+        cli_result = CliRunner().invoke(cli, ["sweep", GQA, "-O", "layers=2", "-H", "H800", "-b", "1,4", "-s", "512",
+                                              "--no-critical", "--efficiency", str(path), "-f", "json"])
+        assert cli_result.exit_code == 0, cli_result.output
+        assert [p["expected_step_s"] for p in json.loads(cli_result.stdout)["points"]] == points[name]
+    assert points["halved"] == pytest.approx([2 * t for t in points["flat"]], rel=1e-12)
+    base = {}
+    for name, path in (("flat", flat), ("halved", halved)):
+        advice = rooflinekit.advise(GQA, batch=2, context=512, hardware="H800", options=OPTIONS, efficiency=str(path))
+        base[name] = advice.to_dict()["baseline"]["expected_step_s"]
+    assert base["halved"] == pytest.approx(2 * base["flat"], rel=1e-12)
