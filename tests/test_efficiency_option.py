@@ -158,6 +158,9 @@ def test_the_planner_prices_with_the_source_and_agrees_with_profile(sources):
     flat_plan = run_plan(source, targets, PlanOptions(**search, efficiency=str(flat)), host=host)
     half_plan = run_plan(source, targets, PlanOptions(**search, efficiency=str(halved)), host=host)
     assert any(str(halved) in n for n in half_plan.notes)
+    assert any(n.startswith("no p10-p90 ranges") for n in half_plan.notes)
+    assert not any(n.startswith("p10-p90") for n in half_plan.notes)
+    assert all(c.tpot_p90_s is None for c in half_plan.configs)
     pairs = [(a, b) for a, b in zip(flat_plan.configs, half_plan.configs, strict=True) if a.step_s is not None]
     assert pairs
     for a, b in pairs:

@@ -1009,7 +1009,8 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
                                  f"({exc})")
     if not any(c.fits for c in configs):
         warnings.append(planner.what_would_fit(variants))
-    notes = planner.notes + [f"not priced: {s}" for s in skipped] + _assumptions(options, targets, planner.routed_experts() is not None)
+    assumed = _assumptions(options, targets, planner.routed_experts() is not None, planner.own_table)
+    notes = planner.notes + [f"not priced: {s}" for s in skipped] + assumed
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
     if planner.routed_experts():
         info["routed_experts"] = planner.routed_experts()
@@ -1030,7 +1031,7 @@ def spread_note(targets: Targets) -> str:
             f"disaggregated prefill: {table['prefill'].words()}; decode: {table['decode'].words()}); {where}")
 
 
-def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> list[str]:
+def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_table: bool = False) -> list[str]:
     notes = [
         "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
         "fraction of its class (docs/accounting.md, Expected time)" if options.kernels == "serving" else
@@ -1045,7 +1046,9 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False) -> l
         f"TTFT meets the target (without one: {MAX_UTILISATION:.0%} of the prefill pool's capacity), never past "
         "the decode pool's",
         "memory per GPU: weights held, the KV cache of the batch at ISL+OSL, the activation peak",
-        spread_note(targets),
+        spread_note(targets) if not own_table else
+        "no p10-p90 ranges: they are the committed efficiency table's residuals, and this plan prices with "
+        "another source (a calibrated entry, its own efficiency source or --efficiency)",
     ]
     if options.efficiency:
         notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
