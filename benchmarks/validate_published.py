@@ -40,6 +40,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -67,7 +68,20 @@ def load_rows(path: Path = ROWS_PATH) -> list[dict]:
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
         raise SystemExit(f"duplicate row ids in {path}: {', '.join(dup)}")
+    undated = [r["id"] for r in rows if not re.fullmatch(r"20\d\d-[01]\d", str(r.get("engine_date", "")))]
+    if undated:
+        raise SystemExit(f"rows without an engine_date (YYYY-MM) in {path}: {', '.join(undated)}")
     return rows
+
+
+def recent(row: dict) -> bool:
+    """Whether the row's engine release is of 2025 or later (the summary by engine year)."""
+    return int(row["engine_date"][:4]) >= 2025
+
+
+def holdout_ids(rows: list[dict]) -> set[str]:
+    """Rows added after the spread was fixed: left out of it, its coverage measured on them."""
+    return {r["id"] for r in rows if r.get("holdout")}
 
 
 def gpus(row: dict) -> int:
@@ -346,11 +360,15 @@ def deciles(values: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(values), q[8]
 
 
-def residuals(results: dict) -> dict[str, list[tuple[str, float]]]:
-    """class -> [(row id, measured / expected)] over the scored rows, and "all" pooled."""
+def residuals(results: dict, leave_out: set[str] = frozenset(), only: set[str] | None = None
+              ) -> dict[str, list[tuple[str, float]]]:
+    """class -> [(row id, measured / expected)] over the scored rows (but `leave_out`; with `only`,
+    those alone), and "all" pooled."""
     out: dict[str, list[tuple[str, float]]] = {"all": []}
     for x in results["rows"].values():
-        if "error" in x or x["bound_only"] or not x.get("expected_over_measured"):
+        if "error" in x or x["bound_only"] or not x.get("expected_over_measured") or x["id"] in leave_out:
+            continue
+        if only is not None and x["id"] not in only:
             continue
         pair = (x["id"], 1.0 / x["expected_over_measured"])
         out.setdefault(row_class(x), []).append(pair)
@@ -369,8 +387,9 @@ def left_out_coverage(pairs: list[tuple[str, float]]) -> float | None:
     return inside / len(pairs)
 
 
-def spread_section(results: dict) -> list[str]:
-    """The page's account of the expected time's p10-p90 (rooflinekit.stages.spread)."""
+def spread_section(results: dict, rows: list[dict]) -> list[str]:
+    """The page's account of the expected time's p10-p90 (rooflinekit.stages.spread), fixed on the
+    rows before the hold-out, and its coverage on the hold-out rows."""
     from rooflinekit.stages.spread import COMM_SHARE, MIN_ROWS
 
     out = ["", "## The spread of the expected time", "",
@@ -385,7 +404,9 @@ def spread_section(results: dict) -> list[str]:
            "by construction). The median above 1 is the expected time's optimism, kept as it is: nothing is",
            "fitted on these rows.", "",
            "| class | rows | p10 | p50 | p90 | rows inside the others' p10-p90 |", "| --- | --- | --- | --- | --- | --- |"]
-    for name, pairs in sorted(residuals(results).items()):
+    held = holdout_ids(rows)
+    fixed = residuals(results, leave_out=held)
+    for name, pairs in sorted(fixed.items()):
         if len(pairs) < 2:
             out.append(f"| {name} | {len(pairs)} | - | - | - | - (too few rows: uses all) |")
             continue
@@ -394,10 +415,51 @@ def spread_section(results: dict) -> list[str]:
         thin = " (too few rows: uses all)" if len(pairs) < MIN_ROWS else ""
         out.append(f"| {name} | {len(pairs)} | {low:.2f} | {mid:.2f} | {high:.2f} | "
                    f"{'-' if cov is None else f'{cov:.0%}'}{thin} |")
+    out += holdout_coverage(results, rows, fixed)
     return out
 
 
-def spread_toml(results: dict) -> str:
+def holdout_coverage(results: dict, rows: list[dict], fixed: dict[str, list[tuple[str, float]]]) -> list[str]:
+    """The share of the hold-out rows whose measured / expected lies in the p10-p90 of their class
+    (fixed on the other rows; a class of fewer than MIN_ROWS rows takes all rows')."""
+    from rooflinekit.stages.spread import MIN_ROWS
+
+    held = residuals(results, only=holdout_ids(rows))
+    pairs = held["all"]
+    if not pairs:
+        return ["", "No hold-out rows yet: the coverage on rows added after the spread was fixed is not measured."]
+    by_id = {i: name for name, ps in held.items() if name != "all" for i, _ in ps}
+    inside, lines = 0, []
+    for i, r in pairs:
+        name = by_id[i]
+        basis = fixed.get(name) if len(fixed.get(name, ())) >= MIN_ROWS else fixed["all"]
+        low, _, high = deciles([v for _, v in basis])
+        ok = low <= r <= high
+        inside += ok
+        lines.append(f"| `{i}` | {name} | {r:.2f} | {low:.2f}-{high:.2f} | {'yes' if ok else 'no'} |")
+    return ["", f"**Coverage on the hold-out rows** (added after the spread was fixed, none of them in it): "
+            f"{inside} of {len(pairs)} ({inside / len(pairs):.0%}) lie inside their class's p10-p90.", "",
+            "| row | class | measured / expected | p10-p90 | inside |", "| --- | --- | --- | --- | --- |", *lines]
+
+
+def year_section(rows: list[dict], results: dict) -> list[str]:
+    """The scored rows by engine release: before 2025, and 2025 or later."""
+    out = ["", "## By engine release", "",
+           "| engines released | rows | scored | median abs(expected / measured - 1) | median expected / measured |",
+           "| --- | --- | --- | --- | --- |"]
+    for label, pick in (("before 2025", lambda r: not recent(r)), ("2025 or later", recent)):
+        group = [r for r in rows if pick(r)]
+        scored = [results["rows"][r["id"]] for r in group if r["id"] in results["rows"]
+                  and "error" not in results["rows"][r["id"]] and not results["rows"][r["id"]]["bound_only"]
+                  and results["rows"][r["id"]].get("expected_over_measured")]
+        ratios = [x["expected_over_measured"] for x in scored]
+        err = f"{statistics.median(abs(v - 1) for v in ratios):.1%}" if ratios else "-"
+        mid = f"{statistics.median(ratios):.2f}" if ratios else "-"
+        out.append(f"| {label} | {len(group)} | {len(scored)} | {err} | {mid} |")
+    return out
+
+
+def spread_toml(results: dict, rows: list[dict]) -> str:
     """The committed table of rooflinekit.stages.spread, from the results file."""
     from rooflinekit.stages.expected import TABLE_FILE
 
@@ -408,7 +470,7 @@ def spread_toml(results: dict) -> str:
            f'efficiency_table = "{table}"  # sha256[:16] of efficiency.toml the rows were priced with',
            'statistic = "measured / expected; p10 and p90 by linear interpolation between order statistics"',
            'coverage = "leave-one-out: the share of a class\'s rows inside the p10-p90 of its other rows"', ""]
-    for name, pairs in sorted(residuals(results).items()):
+    for name, pairs in sorted(residuals(results, leave_out=holdout_ids(rows)).items()):
         out.append(f"[class.{name}]")
         out.append(f"rows = {len(pairs)}")
         if len(pairs) >= 2:
@@ -544,7 +606,8 @@ def render_doc(rows: list[dict], results: dict) -> str:
         for i in s["loosest_rows"]:
             x = res[i]
             out.append(f"- `{i}`: bound at {x['bound_over_measured']:.0%} of the measured time; {_limits(x)}.")
-    out += spread_section(results)
+    out += year_section(rows, results)
+    out += spread_section(results, rows)
     out += ["", "## Rows", "",
             "| id | engine | hardware | model | configuration | measured | measured time | bound | bound / measured | expected | expected / measured |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -631,7 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         results["rows"] = {k: v for k, v in results["rows"].items() if k in known}
         write_json(results_path, results)
     if args.spread:
-        SPREAD_PATH.write_text(spread_toml(results))
+        SPREAD_PATH.write_text(spread_toml(results, rows))
         print(f"wrote {SPREAD_PATH.relative_to(ROOT)}")
     doc = Path(args.doc)
     doc.write_text(render_doc(rows, results) + _kept_sections(doc))
