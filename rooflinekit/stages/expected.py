@@ -138,13 +138,29 @@ def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | Non
     return replace(hw, efficiency=own)
 
 
+def generation_table(generation: str) -> Path:
+    """The committed table of a GPU generation: `efficiency-<generation>.toml` beside the Hopper
+    table (`efficiency.toml`) where one is committed, else the Hopper table."""
+    if generation and generation != "hopper":
+        own = TABLE_FILE.with_name(f"efficiency-{generation}.toml")
+        if own.is_file():
+            return own
+    return TABLE_FILE
+
+
+def committed_tables() -> list[Path]:
+    """Every committed table (the Hopper one first): what a published-row result depends on."""
+    return [TABLE_FILE, *sorted(TABLE_FILE.parent.glob("efficiency-*.toml"))]
+
+
 def table_for(hw: HardwareSpec) -> EfficiencyTable:
     """The table an entry is priced with: its own efficiency source where it names one; a
     calibrated entry's measured ceilings are achievable (every fraction 1); any other entry takes
-    the committed table."""
+    the committed table of its generation (generation_table)."""
     if hw.efficiency:
         return load_table(hw.efficiency)
-    table = load_table()
+    path = generation_table(hw.generation)
+    table = load_table(None if path == TABLE_FILE else str(path))
     if not hw.calibrated:
         return table
     ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
@@ -238,7 +254,7 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     launch_s = kernels * launch
     return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
                     comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts,
-                    conventions=conventions(table, phase, comm_source))
+                    conventions=conventions(table, phase, comm_source, hw.generation))
 
 
 def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,
@@ -254,7 +270,7 @@ def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_ke
     return total
 
 
-def conventions(table: EfficiencyTable, phase: str, comm_source: str) -> list[str]:
+def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation: str = "") -> list[str]:
     """What expected_step_s means and the figures it used, in words (totals.expected_conventions)."""
     lines = [
         "expected_step_s: sum over kernels (one per op record of the report's view) of max(FLOPs / (compute "
@@ -273,8 +289,14 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str) -> list[st
         if Path(table.path) == TABLE_FILE:
             lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "
                          "docs/accounting.md, Expected time)")
+            if generation and generation != "hopper":
+                lines.append(f"no table of {generation} fractions is committed: the Hopper fractions are applied to "
+                             f"this {generation} part as they are")
+        elif Path(table.path).parent == TABLE_FILE.parent:
+            lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on "
+                         f"{generation or 'its generation'}; docs/accounting.md, Expected time)")
         else:
-            lines.append(f"fractions from the hardware entry's efficiency source {table.path} (its sources above)")
+            lines.append(f"fractions from the efficiency source {table.path} (its sources above)")
     lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
                  "(memory-bound) GEMM; fused attention and the products inside attention layers are "
                  f"{phase} attention; other ops are element-wise / copy")

@@ -68,6 +68,9 @@ class HardwareSpec:
     #: An efficiency source the expected time prices this part with instead of the committed table
     #: (`rooflinekit calibrate --trace` writes one; the entry's `efficiency` key, relative to it).
     efficiency: str = ""
+    #: The GPU's architecture generation (GENERATIONS): the expected time takes the committed table
+    #: of that generation where one exists (rooflinekit.stages.expected.table_for).
+    generation: str = ""
 
     def peak(self, dtype_key: str) -> float:
         """Dense peak for a dtype key, or the nearest one the entry lists (see `peak_key`)."""
@@ -116,6 +119,7 @@ class HardwareSpec:
             "verified": self.verified,
             "calibrated": self.calibrated,
             **({"efficiency": self.efficiency} if self.efficiency else {}),
+            **({"generation": self.generation} if self.generation else {}),
             "sources": dict(self.sources),
             "path": self.path,
         }
@@ -287,7 +291,19 @@ def parse_entry(data: dict, path: Path, require_sources: bool = True) -> Hardwar
         path=str(path),
         calibrated=_flag(data, "calibrated", path, False),
         efficiency=_efficiency(data, path),
+        generation=_generation(data, path),
     )
+
+
+#: Architecture generations an entry may name (`generation = "hopper"`).
+GENERATIONS = ("volta", "ampere", "ada", "hopper", "blackwell", "cdna2", "cdna3")
+
+
+def _generation(data: dict, path) -> str:
+    value = _text(data, "generation", path)
+    if value and value not in GENERATIONS:
+        raise HardwareFileError(f"{path}: generation {value!r} is not one of {', '.join(GENERATIONS)}")
+    return value
 
 
 def _efficiency(data: dict, path) -> str:
