@@ -291,9 +291,9 @@ def run_row(row: dict, kernels: str) -> dict:
 
 def fingerprint(row: dict, kernels: str, version: str, has_expected: bool) -> str:
     """What a row's result depends on: the row, the view, the tool and its table of achievable fractions."""
-    from rooflinekit.stages.expected import TABLE_FILE
+    from rooflinekit.stages.expected import tables_digest
 
-    table = hashlib.sha256(TABLE_FILE.read_bytes()).hexdigest()[:16]
+    table = tables_digest()
     text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected,
                        "efficiency": table}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -461,13 +461,13 @@ def year_section(rows: list[dict], results: dict) -> list[str]:
 
 def spread_toml(results: dict, rows: list[dict]) -> str:
     """The committed table of rooflinekit.stages.spread, from the results file."""
-    from rooflinekit.stages.expected import TABLE_FILE
+    from rooflinekit.stages.expected import tables_digest
 
-    table = hashlib.sha256(TABLE_FILE.read_bytes()).hexdigest()[:16]
+    table = tables_digest()
     out = ["# The spread of the expected time: p10 / p50 / p90 of measured / expected per step class over",
            "# the scored rows of docs/validation.md. Written by benchmarks/validate_published.py --spread",
            "# from benchmarks/published_results.json; do not edit (rooflinekit.stages.spread reads it).",
-           f'efficiency_table = "{table}"  # sha256[:16] of efficiency.toml the rows were priced with',
+           f'efficiency_table = "{table}"  # sha256[:16] of the committed efficiency tables the rows were priced with',
            'statistic = "measured / expected; p10 and p90 by linear interpolation between order statistics"',
            'coverage = "leave-one-out: the share of a class\'s rows inside the p10-p90 of its other rows"', ""]
     for name, pairs in sorted(residuals(results, leave_out=holdout_ids(rows)).items()):

@@ -21,6 +21,7 @@ serving view's records where a transform replaced them. Its class decides its fr
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -151,6 +152,15 @@ def generation_table(generation: str) -> Path:
 def committed_tables() -> list[Path]:
     """Every committed table (the Hopper one first): what a published-row result depends on."""
     return [TABLE_FILE, *sorted(TABLE_FILE.parent.glob("efficiency-*.toml"))]
+
+
+def tables_digest() -> str:
+    """sha256[:16] of every committed table (names and contents): what a published-row result and
+    the spread computed from them depend on."""
+    digest = hashlib.sha256()
+    for path in committed_tables():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def table_for(hw: HardwareSpec) -> EfficiencyTable:
