@@ -60,6 +60,7 @@ from rooflinekit.core.revise import revised
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
+from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
@@ -118,6 +119,8 @@ class PlanOptions:
     dtype: str = "bf16"  # the activation dtype (the Python API's; the CLI passes --dtype to run_plan)
     #: The expected time's efficiency source (Deployment.efficiency; --efficiency)
     efficiency: str | None = None
+    #: The serving engine whose host time per step the expected figures add (Deployment.engine; --engine)
+    engine: str | None = None
 
 
 @dataclass
@@ -210,6 +213,7 @@ class Planner:
         self.host = host or get_host()
         self.db = db or hardware_db(self.host)
         self.hw: HardwareSpec = with_efficiency(self.db.get(options.hardware), options.efficiency, self.host)
+        self.engine = engine_cost(options.engine)
         if targets.at == "p90" and self.own_table:
             raise UserError(f"--targets-at p90: the p10-p90 ranges are the committed efficiency table's residuals, "
                             f"and '{self.hw.name}' prices with its own (calibrated, or an efficiency source): use "
@@ -223,6 +227,10 @@ class Planner:
         self.variants: dict[tuple[Deployment, str], Variant | str] = {}
         self._stages: dict[tuple[Deployment, str, int], Stages] = {}
         self._memo: dict[tuple, object] = {}  # figures many candidates share (_kept)
+
+    def host_s(self, sequences: int) -> float:
+        """The engine's host time in one step of `sequences` sequences (0 without --engine)."""
+        return self.engine.host_s(sequences) if self.engine is not None else 0.0
 
     def _kept(self, key: tuple, compute: Callable[[], T]) -> T:
         """compute(), once per `key`: a variant's figure at a batch, degree and chunk is shared by
@@ -599,7 +607,9 @@ class Planner:
                     for m, p in zip(pairs, st.prefill, strict=True)]
             return self._pipelined(v, pp, micro, q_len, lows, ones)
 
+        host = self.host_s(batch)  # once per step (a verify step's cycle pays it once)
         plain, plain_bound = step(v.decode)
+        plain += host
         if v.verify is None:
             return plain, plain_bound, None
         k = self.options.mtp or 1
@@ -613,6 +623,7 @@ class Planner:
                       mixed_mean_bound(v.decode, v.decode, batch, start, stop, 0.0, layer_share=share_of))
             name = "MTP"
         verify, verify_bound = step(v.verify, k + 1)
+        verify += host
         cycle = speculative_cycle(drafts[0], verify, self.options.accept, k)
         low = speculative_cycle(drafts[1], verify_bound, self.options.accept, k)
         return (cycle.time_per_token_s, low.time_per_token_s,
@@ -668,7 +679,7 @@ class Planner:
         gd = max(dv.deployment.tp, dv.deployment.ep) * pp
         if gp + gd > self.options.gpus:
             return None
-        prefill_s = pv.prefill.expected(1, pv.prefill.design.contexts[0])
+        prefill_s = pv.prefill.expected(1, pv.prefill.design.contexts[0]) + self.host_s(1)
         prefill_bound = pv.prefill.bound(1, pv.prefill.design.contexts[0])
         tpot, tpot_bound, spec = self._decode_time(dv, batch, pp, 0.0)
         # balance: prompts prefilled per second against sequences finished per second
@@ -776,10 +787,11 @@ class Planner:
 
     def _step_of(self, v: Variant, batch: int, pp: int, context: int) -> tuple[float, float]:
         if pp <= 1:
-            return v.decode.expected(batch, context), v.decode.bound(batch, context)
+            return v.decode.expected(batch, context) + self.host_s(batch), v.decode.bound(batch, context)
         micro, st = batch // pp, self.stages(v, pp)
-        return self._pipelined(v, pp, micro, 1, [m.stage_bound(micro, context) for m in st.decode],
-                               [m.expected(micro, context) for m in st.decode])
+        expected, bound = self._pipelined(v, pp, micro, 1, [m.stage_bound(micro, context) for m in st.decode],
+                                          [m.expected(micro, context) for m in st.decode])
+        return expected + self.host_s(batch), bound
 
     def _chunk_peak(self, v: Variant, tokens: int) -> float:
         """The activation peak of a prompt chunk of `tokens` (a prefill of that many tokens after
@@ -804,7 +816,8 @@ class Planner:
         context = t.isl + t.osl // 2
         step, low = self._step(v, batch, pp, context)
         config = revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
-                         step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus)
+                         step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus,
+                         engine_host_s=self.host_s(batch) if self.engine is not None else None)
         if not self.own_table:
             config = with_spread(config)
         ttft, tpot = target_figures(config, t)
@@ -1050,6 +1063,9 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_
         "no p10-p90 ranges: they are the committed efficiency table's residuals, and this plan prices with "
         "another source (a calibrated entry, its own efficiency source or --efficiency)",
     ]
+    if options.engine and options.engine != "none":
+        notes.append(f"{engine_cost(options.engine).convention()}; in TPOT, the step and every TTFT step (a "
+                     "disaggregated prefill pays one sequence's)")
     if options.efficiency:
         notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
                      "a profile's expected_conventions)")

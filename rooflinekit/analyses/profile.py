@@ -38,6 +38,7 @@ from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
+from rooflinekit.stages.engine import engine_cost, with_engine
 from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
@@ -385,6 +386,7 @@ def profile(
     report = with_memory(report, counting, hw, deployment)
     report = with_pipeline(report, counting, hw, workload, deployment,  # --pp: the pipelined step
                            lambda micro: count(source, micro, deployment, host, lever=lever))
+    report = with_engine(report, engine_cost(deployment.engine), workload.batch)  # after --pp: once a step
     report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:
         measurement = _guarded("the measured forward", source, workload,

@@ -34,12 +34,17 @@ from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, v
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
 DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency")
+                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency", "engine")
 #: --efficiency's help (profile, sweep, advise and plan).
 EFFICIENCY_HELP = ("The expected time's achievable fractions per kernel class: published (the committed table "
                    "from public kernel measurements), the path of an efficiency file (`rooflinekit calibrate "
                    "--trace` writes one), or a name a plugin provides [default: the hardware entry's own, else "
                    "published].")
+#: --engine's help (profile, sweep, advise and plan).
+ENGINE_HELP = ("The serving engine whose host time per step (scheduling, input preparation, sampling between "
+               "steps) the expected step adds: none, vllm, vllm-v0, sglang, sglang-no-overlap, trtllm, each from a "
+               "published measurement (rooflinekit/stages/engines.toml) [default: none, the kernels alone]. The "
+               "bound never includes it.")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -76,6 +81,7 @@ def lever_options(f):
                           "as-written (advise: serving). See docs/accounting.md, Serving view."),
         click.option("--efficiency", default=None, metavar="SOURCE", expose_value=False, callback=_keep,
                      help=EFFICIENCY_HELP),
+        click.option("--engine", default=None, metavar="NAME", expose_value=False, callback=_keep, help=ENGINE_HELP),
     ]
     for opt in reversed(opts):
         f = opt(f)

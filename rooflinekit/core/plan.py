@@ -121,6 +121,9 @@ class PlanConfig:
     step_context: int | None = None
     step_s: float | None = None
     step_bound_s: float | None = None
+    #: The serving engine's host time in each decode step at `batch` (--engine; part of tpot_s,
+    #: step_s and every step of ttft_s, never of the bounds); None without --engine
+    engine_host_s: float | None = None
     memory_per_gpu_bytes: float | None = None
     usable_bytes: float | None = None
     fits: bool = True

@@ -171,6 +171,9 @@ class Deployment:
     #: The expected time's efficiency source (`--efficiency`: "published", an efficiency file, a
     #: plugin's name); None: the hardware entry's own, else the committed table.
     efficiency: str | None = None
+    #: The serving engine whose host time per step the expected step adds (`--engine`;
+    #: rooflinekit.stages.engine); None: kernels only.
+    engine: str | None = None
 
     @property
     def parallel(self) -> bool:
@@ -251,6 +254,8 @@ class Deployment:
             parts.append(f"memory fraction {self.memory_fraction:g}")
         if self.efficiency:
             parts.append(f"efficiency {self.efficiency}")
+        if self.engine and self.engine != "none":
+            parts.append(f"engine {self.engine}")
         return ", ".join(parts)
 
     def to_dict(self) -> dict:

@@ -295,6 +295,8 @@ def _header_profile(report: Report) -> dict:
              item("bound MFU", t.mfu_bound, "pct"), item("expected step", t.expected_step_s, "time"),
              *([item("expected p10-p90", f"{seconds(t.expected_low_s)} to {seconds(t.expected_high_s)}")]
                if t.expected_low_s is not None else []),
+             *([item("engine host time (in the expected step)", t.engine_host_s, "time")]
+               if t.engine_host_s is not None else []),
              item("predicted step (bound)", t.predicted_step_s, "time"),
              item("tokens/s per GPU (expected)", t.tokens_per_s_per_gpu, "num"),
              item("tokens/s (bound)", t.tokens_per_s, "num")]

@@ -35,8 +35,12 @@ def config_line(c: PlanConfig) -> str:
     """One configuration's figures on one line."""
     load = (f" at {c.rate_per_s:.3g} requests/s (p90, {_ms(c.ttft_wait_s)} queued)"
             if c.rate_per_s is not None and c.ttft_wait_s is not None else "")
+    tpot = [f"p10-p90 {_ms(c.tpot_p10_s)} to {_ms(c.tpot_p90_s)}"] if c.tpot_p10_s is not None else []
+    tpot.append(f"bound {_ms(c.tpot_bound_s)}")
+    if getattr(c, "engine_host_s", None) is not None:
+        tpot.append(f"engine host {_ms(c.engine_host_s)} a step")
     return (f"TTFT {_ms(c.ttft_s)}{_range(c.ttft_p10_s, c.ttft_p90_s)}{load}, TPOT {_ms(c.tpot_s)} "
-            f"(p10-p90 {_ms(c.tpot_p10_s)} to {_ms(c.tpot_p90_s)}; bound {_ms(c.tpot_bound_s)}), e2e {_ms(c.e2e_s)}, "
+            f"({'; '.join(tpot)}), e2e {_ms(c.e2e_s)}, "
             f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {c.tokens_per_s_per_user:,.1f} tok/s/user, "
             f"{_gb(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
 

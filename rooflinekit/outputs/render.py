@@ -112,7 +112,9 @@ def expected_line(t) -> str:
     rates = [f"{si(t.tokens_per_s_per_gpu)} tokens/s per GPU"] if t.tokens_per_s_per_gpu else []
     if t.tokens_per_s_per_user:
         rates.append(f"{si(t.tokens_per_s_per_user)} per user")
-    return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (achievable fractions, "
+    host = getattr(t, "engine_host_s", None)
+    engine = f", engine host {seconds(host)}" if host is not None else ""
+    return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (achievable fractions{engine}, "
             f"docs/accounting.md) / bound {seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
 
 

@@ -50,6 +50,7 @@ from rooflinekit.stages.attribute import (
     reexpanding,
 )
 from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.engine import engine_cost, with_engine
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import Presentation, build_report
@@ -593,6 +594,7 @@ class FittedCapture:
         view = Presentation(depth=depth, detail=not compact, model_info=model_info)
         report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload, view)
         report = replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
+        report = with_engine(report, engine_cost(deployment.engine), workload.batch)
         if compact:
             at = report.attention_totals
             return replace(report, attention_totals=replace(at, layers=len(self.sites),

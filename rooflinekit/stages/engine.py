@@ -1,0 +1,88 @@
+"""The host cost per step of a serving engine (`--engine NAME`): the CPU time between steps that
+leaves the GPU idle, from published measurements of each engine (`engines.toml`, a source per value).
+
+The expected step adds `step_s + sequence_s x sequences` once per step (under pipeline parallelism
+once per pipelined step); the bound never includes it. The default engine, `none`, adds nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.report import Report
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENGINES_FILE = Path(__file__).resolve().with_name("engines.toml")
+
+
+@dataclass(frozen=True)
+class EngineCost:
+    """One engine's host time per step: a constant and a part per sequence in the step."""
+
+    name: str
+    words: str
+    step_s: float
+    sequence_s: float
+    source: str
+
+    def host_s(self, sequences: int) -> float:
+        """Seconds of host time one step of `sequences` sequences adds."""
+        return self.step_s + self.sequence_s * max(0, sequences)
+
+    def convention(self) -> str:
+        """The line a report's expected_conventions gives it."""
+        return (f"engine: {self.name} ({self.words}): host time per step {self.step_s * 1e3:g} ms + "
+                f"{self.sequence_s * 1e6:g} us per sequence, added once per step, not in the bound ({self.source})")
+
+
+@lru_cache(maxsize=1)
+def engines() -> dict[str, EngineCost]:
+    """Every engine the committed table holds, by name."""
+    data = tomllib.loads(ENGINES_FILE.read_text())
+    out = {}
+    for name, entry in data["engine"].items():
+        out[name] = EngineCost(name, str(entry["words"]), float(entry["step_s"]), float(entry["sequence_s"]),
+                               " ".join(str(entry["source"]).split()))
+    return out
+
+
+def engine_cost(name: str | None) -> EngineCost | None:
+    """The engine named by --engine (None or "none": no host time); UserError naming the choices."""
+    if name is None or name == "none":
+        return None
+    found = engines().get(name)
+    if found is None:
+        raise UserError(f"--engine {name!r}: not an engine with a published host cost (choose from "
+                        f"{', '.join(engines())})")
+    return found
+
+
+def with_engine(report: Report, engine: EngineCost | None, sequences: int) -> Report:
+    """The report with the engine's host time of one step of `sequences` sequences added to its
+    expected step (tokens/s and the p10-p90 range scaled with it; the bound unchanged)."""
+    if engine is None:
+        return report
+    t = report.totals
+    host = engine.host_s(sequences)
+    step = t.expected_step_s + host
+    scale = t.expected_step_s / step if step else 1.0
+
+    def scaled(rate: float | None) -> float | None:
+        return None if rate is None else rate * scale
+
+    def stretched(end: float | None) -> float | None:
+        return None if end is None or not t.expected_step_s else end / scale
+
+    totals = replace(t, expected_step_s=step, engine_host_s=host, tokens_per_s_per_gpu=scaled(t.tokens_per_s_per_gpu),
+                     tokens_per_s_per_user=scaled(t.tokens_per_s_per_user), expected_low_s=stretched(t.expected_low_s),
+                     expected_high_s=stretched(t.expected_high_s),
+                     expected_conventions=[*t.expected_conventions, engine.convention()])
+    return replace(report, totals=totals)
