@@ -35,6 +35,7 @@ import validate_published as vp  # noqa: E402  (the rows, their units and deploy
 from rooflinekit.analyses.stepfit import Shape, StepFitter  # noqa: E402
 from rooflinekit.core.plugins import get_host  # noqa: E402
 from rooflinekit.core.request import Workload  # noqa: E402
+from rooflinekit.stages.engine import engine_cost  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
 from rooflinekit.stages.workload import load_source  # noqa: E402
 
@@ -64,18 +65,20 @@ def plan_seconds(row: dict) -> float:
     base = Workload("decode", b, row.get("input_len") or row["context"], dtype=row["dtype"])
     fitter = StepFitter(source, base, host, hardware_db(host))
     m = row["mapping"]
+    cost = engine_cost(row.get("engine_cost"))
+    host = cost.host_s(b) if cost is not None else 0.0  # the engine's host time, once a step
     if m == "decode-step":
         c = row["context"]
-        return _models(fitter, row, "decode", (c, c + 1)).expected(b, c)
+        return _models(fitter, row, "decode", (c, c + 1)).expected(b, c) + host
     isl = row["input_len"]
-    prefill = _models(fitter, row, "prefill", (isl,)).expected(b, isl)
+    prefill = _models(fitter, row, "prefill", (isl,)).expected(b, isl) + host
     if m == "prefill":
         return prefill
     steps = row["output_len"] - 1
     if steps < 1:
         return prefill
     decode = _models(fitter, row, "decode", (isl + 1, isl + row["output_len"] + 1))
-    return prefill + steps * decode.mean_expected(b, isl + 1, isl + row["output_len"])
+    return prefill + steps * (decode.mean_expected(b, isl + 1, isl + row["output_len"]) + host)
 
 
 def run(rows: list[dict]) -> dict:

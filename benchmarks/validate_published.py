@@ -141,6 +141,8 @@ def command(row: dict, phase: str, batch: int, context: int, kernels: str) -> st
         parts.append(f"--ep {row['ep']}")
     if kernels != "as-written":
         parts.append(f"--kernels {kernels}")
+    if row.get("engine_cost"):
+        parts.append(f"--engine {row['engine_cost']}")
     return " ".join(parts)
 
 
@@ -240,7 +242,7 @@ def deployment_of(row: dict, kernels: str):
     *_, Deployment, _ = _api()
     return Deployment(row["hardware"], tp=row.get("tp", 1), ep=row.get("ep", 1),
                       weight_dtype=row.get("weight_dtype"), weight_group_size=row.get("weight_group_size"),
-                      kv_dtype=row.get("kv_dtype"), kernels=kernels)
+                      kv_dtype=row.get("kv_dtype"), kernels=kernels, engine=row.get("engine_cost"))
 
 
 def run_row(row: dict, kernels: str) -> dict:

@@ -92,7 +92,7 @@ def _fraction(value: object, where: str) -> float:
     return float(value)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=16)
 def load_table(path: str | None = None) -> EfficiencyTable:
     """The table of achievable fractions (default: the committed `efficiency.toml`)."""
     file = Path(path) if path else TABLE_FILE
