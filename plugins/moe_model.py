@@ -100,7 +100,8 @@ class ExpertsModel(ModuleModel):
                  **({"redundant": redundant} if redundant else {})}
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
+                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}",
+                            copies=k, experts=e_total + redundant)
         last = len(self.matrices) - 1
         for i, (name, out_f, in_f) in enumerate(self.matrices):
             # tensor parallelism: the last matrix splits its input (rows), the others their output
@@ -123,7 +124,8 @@ class ExpertsModel(ModuleModel):
                  bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz, experts=terms)
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}")
+                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}",
+                            copies=k, experts=e_total + redundant)
             rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
         # weighted combine of each token's k expert outputs
         emit("moe.combine", module=path, dtype=self.dtype, assumption=note, flops=0,

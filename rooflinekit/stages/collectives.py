@@ -28,7 +28,9 @@ PCIe domain). A larger group crosses the scale-out network (InfiniBand, RoCE: ea
 share of its message bound for other nodes, (N - node)/N x M, through the NIC while the rest goes
 on the scale-up links, the slower of the two setting the time; a ring collective's steps cross
 the NIC, so its bytes go at the NIC's rate; every call pays the larger of the two latencies. An
-entry without those fields prices every group as one node's (a note says so).
+entry without those fields prices every group as one node's (a note says so). An expert-parallel
+all-to-all that gives its routing (copies over expert slots) is bounded sending each token once per
+destination node (`per_node_factor`); its expected time sends every copy.
 
 Collective records carry no FLOPs and no HBM bytes: their traffic is on the links, reported in the
 report's `comm` section and in `totals.time_comm_s`, never mixed into `flops`/`bytes`.
@@ -142,9 +144,10 @@ def spans_nodes(group_size: int, hw) -> bool:
     return bool(node and group_size > node and getattr(hw, "scale_out_bandwidth", None))
 
 
-def bytes_time(collective: str, message: float, group_size: int, wire: float, hw) -> float:
+def bytes_time(collective: str, message: float, group_size: int, wire: float, hw, off_node_factor: float = 1.0) -> float:
     """Seconds the bytes of one call take on `hw`'s links: `wire` bytes at the scale-up rate, or,
-    for a group spanning nodes, the scale-out share at the NIC's rate (module docstring)."""
+    for a group spanning nodes, the scale-out share at the NIC's rate (module docstring); an
+    all-to-all's scale-out bytes scaled by `off_node_factor` (per_node_factor)."""
     bw = link_bandwidth(hw.interconnect_bandwidth)
     if not spans_nodes(group_size, hw):
         return wire / bw if bw else 0.0
@@ -152,8 +155,37 @@ def bytes_time(collective: str, message: float, group_size: int, wire: float, hw
     if collective == "all_to_all":
         off_node = message * (group_size - hw.node_gpus) / group_size
         on_node = max(wire - off_node, 0.0)
-        return max(off_node / nic, on_node / bw if bw else 0.0)
+        return max(off_node * off_node_factor / nic, on_node / bw if bw else 0.0)
     return wire / min(nic, bw) if bw else wire / nic
+
+
+def remote_nodes_hit(copies: int, experts: int, nodes: int) -> float:
+    """The expected number of other nodes one token's `copies` picks (distinct, uniform over
+    `experts` slots spread evenly over `nodes` nodes) land on: each other node holds experts/nodes
+    slots and is missed with probability C(experts - experts/nodes, copies) / C(experts, copies)."""
+    if nodes <= 1 or copies <= 0:
+        return 0.0
+    per = experts / nodes
+    miss = 1.0
+    for i in range(min(copies, experts)):
+        miss *= max(experts - per - i, 0.0) / (experts - i)
+    return (nodes - 1) * (1.0 - miss)
+
+
+def per_node_factor(attrs: dict, hw) -> float:
+    """The share of an expert-parallel all-to-all's scale-out bytes left when each token crosses
+    the network once per destination node and is forwarded to its experts over the scale-up links
+    there (DeepEP's normal kernels): the remote nodes a token hits over the copies the even split
+    sends off node, k x (G - 1) / G. 1 where the call gives no routing (copies, experts) or stays
+    within a node. The time bound takes it (no engine moves less); the expected time sends every
+    copy, as the low-latency kernels of decode do."""
+    n, node = int(attrs.get("group_size", 1)), getattr(hw, "node_gpus", None)
+    copies, experts = int(attrs.get("copies", 0) or 0), int(attrs.get("experts", 0) or 0)
+    if attrs.get("collective") != "all_to_all" or not copies or not experts or not spans_nodes(n, hw):
+        return 1.0
+    nodes = n / node
+    sent = copies * (nodes - 1) / nodes
+    return min(1.0, remote_nodes_hit(copies, experts, max(1, round(nodes))) / sent) if sent else 1.0
 
 
 def hop_latency(group_size: int, hw) -> float:
@@ -179,7 +211,7 @@ def call_bound(attrs: dict, hw) -> float:
         return 0.0
     wire = attrs.get("wire_bytes", 0.0)
     return hop_latency(n, hw) + bytes_time(attrs.get("collective", ""), float(attrs.get("message_bytes", 0.0)), n,
-                                           wire, hw)
+                                           wire, hw, per_node_factor(attrs, hw))
 
 
 def call_expected(attrs: dict, hw) -> tuple[float, str]:

@@ -268,8 +268,14 @@ def emit_collective(
     dtype: str = "bf16",
     assumption: str = "",
     shapes: str = "",
+    copies: int = 0,
+    experts: int = 0,
 ) -> OpRecord | None:
     """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
+
+    An expert-parallel all-to-all may give its routing: each token's `copies` (top-k) over
+    `experts` expert slots spread evenly over the group; the time bound then lets a group that
+    spans nodes send each token once per destination node (rooflinekit.stages.collectives).
 
     `message_bytes` follows rooflinekit.stages.collectives' conventions (all-reduce: the buffer; all-to-all:
     this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
@@ -283,6 +289,7 @@ def emit_collective(
             index=0, name=f"comm.{collective}", module=module, flops=0.0, bytes_read=0.0,
             bytes_written=0.0, dtype=dtype, counted=True, kind="collective", shapes=shapes,
             attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
-                                    assumption=assumption),
+                                    assumption=assumption,
+                                    **({"copies": int(copies), "experts": int(experts)} if copies and experts else {})),
         )
     )

@@ -71,6 +71,8 @@ class CallGroup:
     flops: int
     nbytes: int
     in_layers: bool
+    copies: int = 0  # an expert-parallel all-to-all's routing (collectives.per_node_factor)
+    experts: int = 0
 
 
 @dataclass
@@ -172,10 +174,11 @@ class StepModel:
 
     def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
         """(expected, bound) seconds of one call (kept per kind, group and message)."""
-        key = ("call", c.collective, c.group_size, message)
+        key = ("call", c.collective, c.group_size, message, c.copies, c.experts)
         found = self._memo.get(key)
         if found is None:
-            a = collectives.attrs(c.collective, c.group_size, message, "step model")
+            routing = {"copies": c.copies, "experts": c.experts} if c.copies and c.experts else {}
+            a = collectives.attrs(c.collective, c.group_size, message, "step model", **routing)
             found = self._memo[key] = (collectives.call_expected(a, self.hw)[0], collectives.call_bound(a, self.hw))
         return found
 
@@ -383,7 +386,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
             message = design.poly(tuple(float(o.attrs.get("message_bytes", 0.0)) for o in ops))
             calls[CallGroup(1, op.attrs["collective"], int(op.attrs.get("group_size", 1)), message,
                             design.poly(tuple(o.flops for o in ops)),
-                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)), in_layers)] += count
+                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)), in_layers,
+                            int(op.attrs.get("copies", 0) or 0), int(op.attrs.get("experts", 0) or 0))] += count
             continue
         if not launches(op) and not any(launches(o) for o in ops):
             continue
