@@ -607,7 +607,9 @@ class Planner:
                     for m, p in zip(pairs, st.prefill, strict=True)]
             return self._pipelined(v, pp, micro, q_len, lows, ones)
 
-        host = self.host_s(batch)  # once per step (a verify step's cycle pays it once)
+        # once per step (a verify step's cycle pays it once), over its sequences: a mixed step's
+        # prompt chunk is one more, as `profile --mix` counts it
+        host = self.host_s(batch + (1 if share > 0 else 0))
         plain, plain_bound = step(v.decode)
         plain += host
         if v.verify is None:
