@@ -191,3 +191,40 @@ def test_sweep_and_advise_take_it_from_the_api_as_from_the_cli(sources):
         advice = rooflinekit.advise(GQA, batch=2, context=512, hardware="H800", options=OPTIONS, efficiency=str(path))
         base[name] = advice.to_dict()["baseline"]["expected_step_s"]
     assert base["halved"] == pytest.approx(2 * base["flat"], rel=1e-12)
+
+
+def test_a_plugin_source_reaches_profile_through_its_host(sources):
+    flat, halved = sources
+    host = PluginHost()
+    host.register(_Halved(halved), "halved-source")
+    workload = Workload("prefill", 2, 512, "bf16")
+    named = profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", efficiency="team-halved"),
+                    options=FAST, host=host).report.totals.expected_step_s
+    assert named == pytest.approx(_step(str(halved)), rel=1e-12)
+
+
+def test_a_rewritten_source_is_read_again(tmp_path, sources):
+    flat, halved = sources
+    path = tmp_path / "mine.toml"
+    path.write_text(flat.read_text())
+    first = _step(str(path))
+    path.write_text(halved.read_text() + "\n# rewritten\n")
+    assert _step(str(path)) == pytest.approx(2 * first, rel=1e-12)
+
+
+def test_published_on_a_calibrated_entry_and_a_malformed_file_are_refused(tmp_path):
+    import dataclasses
+
+    from rooflinekit.core.errors import UserError
+
+    calibrated = dataclasses.replace(hardware_db().get("H800"), calibrated=True)
+    with pytest.raises(UserError, match="calibrated entry"):
+        with_efficiency(calibrated, "published")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TABLE_FILE.read_text().replace("[classes.gemm_large]\n", "[classes.gemm_large_x]\n", 1)
+                   + "\n[extra]\nclasses = 1\n")
+    bad2 = tmp_path / "bad2.toml"
+    bad2.write_text("version = 1\nsmall_gemm_max_rows = 128\nclasses = [1]\n")
+    for path in (bad, bad2):
+        with pytest.raises(UserError, match=f"efficiency source {path}"):
+            with_efficiency(hardware_db().get("H800"), str(path))

@@ -101,3 +101,24 @@ def test_the_planner_adds_it_to_every_step_and_agrees_with_profile():
                         Deployment("H800", tp=b.tp, pp=b.pp, kernels=b.kernels, memory_fraction=0.9, engine="vllm"),
                         options=FAST, host=host).report.totals.expected_step_s
         assert b.step_s == pytest.approx(again, rel=1e-6), b.label()
+
+
+def test_the_fused_view_and_a_speculative_cycle_pay_the_host_time_once():
+    from rooflinekit.analyses.advise import AdviseOptions, advise
+
+    host = get_host()
+    source = load_source(GQA, OPTIONS, host)
+    workload = Workload("decode", 8, 2048, "bf16")
+    full = ReportOptions(measure=False)
+    plain = profile(source, workload, Deployment("H800"), options=full, host=host).report.totals
+    priced = profile(source, workload, Deployment("H800", engine="vllm-v0"), options=full, host=host).report.totals
+    assert priced.fused.expected_step_s == pytest.approx(plain.fused.expected_step_s + 4e-3, rel=1e-12)
+    cycles = {}
+    for engine in (None, "vllm-v0"):
+        report = advise(source, workload, Deployment("H800", kernels="serving", engine=engine), host=host,
+                        extras=AdviseOptions(mtp=2))
+        cycles[engine] = {lv.lever: lv.speculative for lv in report.levers if lv.speculative is not None}
+    assert cycles[None] and cycles[None].keys() == cycles["vllm-v0"].keys()
+    for lever, cycle in cycles[None].items():
+        other = cycles["vllm-v0"][lever]
+        assert other.draft_step_s == pytest.approx(cycle.draft_step_s, rel=1e-12), lever  # drafts pay no host time

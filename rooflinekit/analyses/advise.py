@@ -427,8 +427,10 @@ def _draft(run: _Run, extras: AdviseOptions) -> speculate.Draft:
     if run.progress:
         run.progress(f"draft {draft.name}")
     run.profiles += 1
-    report = profile(draft, replace(run.workload, decode_q_len=1, options=extras.draft_options), run.deployment,
-                     options=ReportOptions(measure=False), host=run.host, db=run.db).report
+    # the draft's steps run inside the verify's cycle: the engine's host time is the verify step's, once
+    report = profile(draft, replace(run.workload, decode_q_len=1, options=extras.draft_options),
+                     replace(run.deployment, engine=None), options=ReportOptions(measure=False), host=run.host,
+                     db=run.db).report
     return speculate.model_draft(draft.name, report)
 
 

@@ -311,7 +311,8 @@ def measured(counting: Counting, workload: Workload, deployment: Deployment, hos
                            trace=bool(options.trace))
 
 
-def resolve_hardware(deployment: Deployment, db: HardwareDB) -> tuple[HardwareSpec, str | None]:
+def resolve_hardware(deployment: Deployment, db: HardwareDB, host: PluginHost | None = None
+                     ) -> tuple[HardwareSpec, str | None]:
     """The deployment's hardware entry ("auto": the local GPU's, else the default), with its
     efficiency source where the deployment names one, and the note saying how "auto" was resolved."""
     name = deployment.hardware or DEFAULT_HARDWARE
@@ -319,7 +320,7 @@ def resolve_hardware(deployment: Deployment, db: HardwareDB) -> tuple[HardwareSp
         hw, note = auto_hardware(db, DEFAULT_HARDWARE)
     else:
         hw, note = db.get(name), None
-    return with_efficiency(hw, deployment.efficiency), note
+    return with_efficiency(hw, deployment.efficiency, host), note
 
 
 def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options: ReportOptions) -> bool:
@@ -371,12 +372,13 @@ def profile(
     options = options or ReportOptions()
     host = host or get_host()
     db = db or hardware_db(host)
-    hw, auto_note = resolve_hardware(deployment, db)
+    hw, auto_note = resolve_hardware(deployment, db, host)
     measure = _check(workload, deployment, hw, options)
     hardware_warning = None
     if deployment.hardware == "auto" and measure and workload.device.startswith("cpu"):
         # a CPU run belongs on this CPU's calibrated entry; without one, say how to make it
         hw, auto_note, hardware_warning = cpu_hardware(db, hw, workload.device)
+        hw = with_efficiency(hw, deployment.efficiency, host)
     elif measure:  # CPU times on an accelerator's roofs: said in the report and on its chart
         hardware_warning = cpu_on_gpu_warning(workload.device, hw)
     alt_hw = db.get(options.compare_hardware) if options.compare_hardware else None

@@ -284,7 +284,7 @@ class Profiler:
                 hw = auto_hardware(self.db, DEFAULT_HARDWARE)[0]
             else:
                 hw = self.db.get(self.deployment.hardware)
-            self._hw = with_efficiency(hw, self.deployment.efficiency)
+            self._hw = with_efficiency(hw, self.deployment.efficiency, self.host)
         return self._hw
 
     def fit(self, batches: list[int], contexts: list[int], *, top_batch: int | None = None) -> None:

@@ -81,7 +81,11 @@ def with_engine(report: Report, engine: EngineCost | None, sequences: int) -> Re
     def stretched(end: float | None) -> float | None:
         return None if end is None or not t.expected_step_s else end / scale
 
-    totals = replace(t, expected_step_s=step, engine_host_s=host, tokens_per_s_per_gpu=scaled(t.tokens_per_s_per_gpu),
+    fused = t.fused
+    if fused is not None and fused.expected_step_s is not None:  # the fused view's step is a step too
+        fused = replace(fused, expected_step_s=fused.expected_step_s + host)
+    totals = replace(t, expected_step_s=step, engine_host_s=host, fused=fused,
+                     tokens_per_s_per_gpu=scaled(t.tokens_per_s_per_gpu),
                      tokens_per_s_per_user=scaled(t.tokens_per_s_per_user), expected_low_s=stretched(t.expected_low_s),
                      expected_high_s=stretched(t.expected_high_s),
                      expected_conventions=[*t.expected_conventions, engine.convention()])

@@ -92,13 +92,24 @@ def _fraction(value: object, where: str) -> float:
     return float(value)
 
 
-@lru_cache(maxsize=16)
 def load_table(path: str | None = None) -> EfficiencyTable:
-    """The table of achievable fractions (default: the committed `efficiency.toml`)."""
+    """The table of achievable fractions (default: the committed `efficiency.toml`), read again
+    when the file changes (a source rewritten by `calibrate --trace` in the same process)."""
     file = Path(path) if path else TABLE_FILE
     try:
+        stat = file.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        stamp = None
+    return _load_table(str(file), stamp)
+
+
+@lru_cache(maxsize=16)
+def _load_table(path: str, stamp: tuple[int, int] | None) -> EfficiencyTable:
+    file = Path(path)
+    try:
         return _parsed(tomllib.loads(file.read_text()), file)
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
         what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise UserError(f"efficiency source {file}: {what} (rooflinekit calibrate --trace writes a valid one; "
                         "docs/accounting.md, Expected time)") from None
@@ -135,8 +146,12 @@ def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | Non
                         "efficiency file such as `rooflinekit calibrate --trace` writes, or a name a plugin "
                         "provides: `rooflinekit plugins`)")
     load_table(str(path))  # a UserError naming the file where it is not one
-    own = "" if Path(path).resolve() == TABLE_FILE else str(path)
-    return replace(hw, efficiency=own)
+    published = Path(path).resolve() == TABLE_FILE
+    if published and hw.calibrated:
+        raise UserError(f"--efficiency {source}: '{hw.name}' is a calibrated entry, whose measured ceilings are "
+                        "taken as achievable; the published fractions apply to datasheet entries (use the "
+                        "datasheet entry, or --efficiency FILE)")
+    return replace(hw, efficiency="" if published else str(path))
 
 
 def generation_table(generation: str) -> Path:
@@ -173,8 +188,20 @@ def table_for(hw: HardwareSpec) -> EfficiencyTable:
     table = load_table(None if path == TABLE_FILE else str(path))
     if not hw.calibrated:
         return table
-    ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
-    return replace(table, classes=ones, calibrated=True)
+    return _at_ones(table)
+
+
+#: id(table) -> (table, the same at fraction 1): one per loaded table (they are kept by load_table)
+_ONES: dict[int, tuple[EfficiencyTable, EfficiencyTable]] = {}
+
+
+def _at_ones(table: EfficiencyTable) -> EfficiencyTable:
+    """`table` with every fraction 1 (a calibrated entry's measured ceilings), one per table."""
+    kept = _ONES.get(id(table))
+    if kept is None or kept[0] is not table:
+        ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
+        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True))
+    return kept[1]
 
 
 def gemm_rows(name: str, shapes: str) -> int | None:
