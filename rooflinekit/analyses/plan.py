@@ -437,6 +437,8 @@ class Planner:
         """The searched deployment of a layout and formats: an EP that does not divide the experts
         holds redundant copies up to whole slots per GPU; EP layouts take --ep-imbalance."""
         o, experts = self.options, self.routed_experts()
+        # the engine's host time is added by the planner's compositions (host_s), not the step models:
+        # the deployment carries the efficiency source, not the engine
         return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                           efficiency=o.efficiency,
                           kernels=o.kernels, memory_fraction=o.memory_fraction,

@@ -113,6 +113,13 @@ class StepModel:
             self._memo[key] = values
         return values
 
+    def table(self) -> EfficiencyTable:
+        """The efficiency table of `hw`, looked up once per model (pricing's inner loop asks often)."""
+        found = self._memo.get("table")
+        if found is None:
+            found = self._memo["table"] = table_for(self.hw)
+        return found
+
     def _at(self, batch: int) -> StepModel:
         if self.batches is None:
             return self
@@ -132,7 +139,7 @@ class StepModel:
         return found
 
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
-        table = table_for(self.hw)
+        table = self.table()
         launch = table.launch_s(self.phase)
         total = 0.0
         for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
@@ -238,7 +245,7 @@ class StepModel:
             return self.expected(batch, start)
         m = self._at(batch)
         v0, v1 = m._values(batch, start), m._values(batch, start + 1)
-        table = table_for(self.hw)
+        table = self.table()
         launch = table.launch_s(self.phase)
         n = stop - start
         total = 0.0
@@ -423,7 +430,7 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     d = decode._at(batch)
     p = prefill._at(1)
     rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside)
-    launch = table_for(decode.hw).launch_s(decode.phase)
+    launch = decode.table().launch_s(decode.phase)
     n = max(1, stop - start)
     total = 0.0
     tail = (n - 1) * n / 2  # sum of i over 0..n-1
@@ -471,7 +478,7 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
                        outside: bool) -> tuple:
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
-    table = table_for(d.hw)
+    table = d.table()
     launch = table.launch_s(d.phase)
     hw = d.hw
     merged = {k.key: k for k in p.kernels}
