@@ -42,7 +42,7 @@ CONTEXTS = [2 ** i for i in range(9, 19)]  # 512 .. 262144
 POINT = (64, 16384)  # the single profile's point
 IN_PROCESS_TARGET = 2.0
 SHELL_TARGET = 2.5
-CHECKED = ("flops", "bytes", "kv_bytes_executed", "kv_bytes_min", "weight_bytes", "predicted_step_s", "flops_model")
+CHECKED = ("flops", "bytes", "kv_bytes_executed", "kv_bytes_min", "weight_bytes", "predicted_step_s", "flops_model", "expected_step_s")
 
 
 def _workload(phase: str, batch: int, context: int, options: dict) -> Workload:

@@ -28,7 +28,7 @@ CONTEXTS = [64, 200, 512, 1024]
 #: Points the fit evaluates (none is a design point: B=1,3 x S=64,200[,512]; the check is at B=4096).
 SAMPLES = [(8, 512), (3, 1024), (8, 64)]
 ROW_KEYS = ("flops", "flops_model", "bytes", "kv_bytes_executed", "kv_bytes_min", "weight_bytes",
-            "predicted_step_s", "time_bound_s", "uncounted_bytes")
+            "predicted_step_s", "time_bound_s", "uncounted_bytes", "expected_step_s")
 ATTENTION_KEYS = ("flops_model", "flops_executed", "bytes_min", "bytes_executed", "kv_bytes_min",
                   "kv_bytes_executed", "cache_bytes_per_token")
 

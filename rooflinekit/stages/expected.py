@@ -284,10 +284,11 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         t = kernel_time(op.flops, op.bytes_read + op.bytes_written, peak, bandwidth, table.classes[cls], op.dtype)
+        n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
         kernels_s += t
-        kernels += 1
-        counts[cls] += 1
-        times.append(t + launch)
+        kernels += n
+        counts[cls] += n
+        times.append(t + n * launch)
     launch_s = kernels * launch
     return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
                     comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts,

@@ -435,14 +435,20 @@ class FittedCapture:
         self._shape_polys: list | None = None
         self._shape_design = Design(design.batches, design.contexts)
         self.max_difference = self._verify()
+        # compact records: ops of equal counts merged, attention's apart from the rest (its kernels
+        # are priced as attention); _group_of maps a template op to its merged record
+        in_attention = {i for site in sites for i in site.op_indices}
         groups: dict[tuple, list] = {}
+        self._group_of: dict[int, int] = {}
+        self._position = {id(op): k for k, op in enumerate(template.ops)}
         for op, fit in zip(template.ops, self.op_fits, strict=True):
-            key = (op.name, op.dtype, op.kind, op.counted, fit, op.attrs.get("formula_error"))
+            key = (op.name, op.dtype, op.kind, op.counted, fit, op.attrs.get("formula_error"), op.index in in_attention)
             if key in groups:
                 groups[key][1] += 1
             else:
-                groups[key] = [op, 1, fit]
-        self._groups = list(groups.values())
+                groups[key] = [op, 1, fit, len(groups)]
+            self._group_of[op.index] = groups[key][3]
+        self._groups = [entry[:3] for entry in groups.values()]
 
     def _fit_op(self, i: int, op: OpRecord, at_template: tuple[int, ...]) -> _OpFit:
         """An op's counts as polynomials. Bytes read are fitted per storage read, so that a read
@@ -518,12 +524,15 @@ class FittedCapture:
         values = self.design.values(batch, context)
         t = self.template
         if compact:
+            # each merged record keeps its first op's shapes (the group counts alike) and the number
+            # of kernels it stands for (attrs "merged": the expected step's launches)
+            shapes = self._shapes_at(batch, context, [self._position[id(op)] for op, _, _ in self._groups])
             ops = []
-            for i, (op, n, fit) in enumerate(self._groups):
+            for i, ((op, n, fit), shape) in enumerate(zip(self._groups, shapes, strict=True)):
                 f, r, w, p = fit.counts(values)
                 ops.append(OpRecord(index=i, name=op.name, module="", flops=n * f, bytes_read=n * r,
                                     bytes_written=n * w, dtype=op.dtype, counted=op.counted, kind=op.kind,
-                                    param_bytes=n * p, attrs=op.attrs))
+                                    param_bytes=n * p, shapes=shape, attrs={**op.attrs, "merged": n}))
         else:
             shapes = self._shapes_at(batch, context)
             ops = []
@@ -577,6 +586,9 @@ class FittedCapture:
                                bytes_min=n * cost.bytes_min, cache_bytes_per_token=n * cost.cache_bytes_per_token,
                                cache_bytes_per_sequence=n * cost.cache_bytes_per_sequence,
                                flops_alt={k: n * v for k, v in cost.flops_alt.items()})
+            if compact:  # the merged records' indices (capture_at(compact=True))
+                site = replace(site, op_indices=list(dict.fromkeys(self._group_of[i] for i in site.op_indices)),
+                               kv_op_indices=list(dict.fromkeys(self._group_of[i] for i in site.kv_op_indices)))
             out.append(replace(site, cost=cost, causal=causal, **figures,
                                notes=list(notes) + list(site.spec.notes if site.spec else ())))
         return out
@@ -601,9 +613,9 @@ class FittedCapture:
                                                             recognised=sum(s.recognised for s in self.sites)))
         return replace(report, notes=list(notes or []), warnings=list(warnings or []))
 
-    def _shapes_at(self, batch: int, context: int) -> list[str]:
-        """Each op's operand shapes at (batch, context): every dimension fitted like a count ('' where
-        the design captures wrote them differently)."""
+    def _shapes_at(self, batch: int, context: int, positions: list[int] | None = None) -> list[str]:
+        """Each op's operand shapes at (batch, context) (of the ops at `positions` only, where given):
+        every dimension fitted like a count ('' where the design captures wrote them differently)."""
         if self._shape_polys is None:
             self._shape_polys = []
             for i, op in enumerate(self.template.ops):
@@ -617,5 +629,5 @@ class FittedCapture:
                 self._shape_polys.append((skeleton, [self._shape_design.poly(tuple(float(x[j]) for x in dims))
                                                      for j in range(n)]))
         values = self._shape_design.values(batch, context)
-        return ["" if entry is None else entry[0].format(*(round(values[k]) for k in entry[1]))
-                for entry in self._shape_polys]
+        polys = self._shape_polys if positions is None else [self._shape_polys[k] for k in positions]
+        return ["" if entry is None else entry[0].format(*(round(values[k]) for k in entry[1])) for entry in polys]
