@@ -143,6 +143,8 @@ def command(row: dict, phase: str, batch: int, context: int, kernels: str) -> st
         parts.append(f"--kernels {kernels}")
     if row.get("engine_cost"):
         parts.append(f"--engine {row['engine_cost']}")
+    if row.get("overlap"):
+        parts.append(f"--overlap {row['overlap']}")
     return " ".join(parts)
 
 
@@ -242,7 +244,8 @@ def deployment_of(row: dict, kernels: str):
     *_, Deployment, _ = _api()
     return Deployment(row["hardware"], tp=row.get("tp", 1), ep=row.get("ep", 1),
                       weight_dtype=row.get("weight_dtype"), weight_group_size=row.get("weight_group_size"),
-                      kv_dtype=row.get("kv_dtype"), kernels=kernels, engine=row.get("engine_cost"))
+                      kv_dtype=row.get("kv_dtype"), kernels=kernels, engine=row.get("engine_cost"),
+                      overlap=row.get("overlap", "none"))
 
 
 def run_row(row: dict, kernels: str) -> dict:

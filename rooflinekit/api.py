@@ -212,6 +212,7 @@ class Asked:
     deployment: Deployment | None = None
     efficiency: str | None = None  # --efficiency (Deployment.efficiency)
     engine: str | None = None  # --engine (Deployment.engine)
+    overlap: str = "none"  # --overlap (Deployment.overlap)
 
     def check(self, depth: object = None, group_layers: object = False, host: object = None) -> None:
         """Each argument, a RooflineError naming the first bad one."""
@@ -237,7 +238,8 @@ class Asked:
             hardware=self.hardware, tp=self.tp, ep=self.ep, pp=self.pp, micro_batches=self.micro_batches,
             weight_dtype=self.weight_dtype, weight_group_size=self.weight_group_size, kv_dtype=self.kv_dtype,
             quantize_embeddings=self.quantize_embeddings, kernels=self.kernels,
-            memory_fraction=self.memory_fraction, efficiency=self.efficiency, engine=self.engine)
+            memory_fraction=self.memory_fraction, efficiency=self.efficiency, engine=self.engine,
+            overlap=self.overlap)
 
 
 #: What `model=` may be: a module in memory, or the path of what a loader reads.
@@ -347,7 +349,7 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
             micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
             kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "as-written",
             memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
-            efficiency: str | None = None, engine: str | None = None, depth: int | None = None,
+            efficiency: str | None = None, engine: str | None = None, overlap: str = "none", depth: int | None = None,
             group_layers: bool = False, host: PluginHost | None = None, **unknown) -> ViewedReport:
     """What `rooflinekit profile MODEL` does, for a model in memory or a path (MODEL_RULE).
 
@@ -355,11 +357,11 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
     is read from them when `phase`, `batch` or `context` are left out), or on
     `make_inputs(batch, context, phase)`. A path is what the CLI reads: `options` are its -O pairs.
     The rest are the CLI's flags with its defaults (docs/python-api.md); a whole `deployment` wins
-    over hardware, tp, ep, pp, micro_batches, the formats, kernels, memory_fraction, efficiency and engine.
+    over hardware, tp, ep, pp, micro_batches, the formats, kernels, memory_fraction, efficiency, engine and overlap.
     """
     asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
                   weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine)
+                  efficiency, engine, overlap)
     no_such_option("profile", unknown)
     asked.check(depth, group_layers, host)
     host = host or get_host()
@@ -378,7 +380,7 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                  memory_fraction: float = DEFAULT_FRACTION, kernels: str = "as-written",
                  deployment: Deployment | None = None, pp: int = 1,
                  micro_batches: int | None = None, efficiency: str | None = None,
-                 engine: str | None = None) -> ViewedReport:
+                 engine: str | None = None, overlap: str = "none") -> ViewedReport:
     """`profile(path, ...)` with a path only: what `rooflinekit profile PATH` does (a model file,
     a transformers config.json, hf:TYPE, or anything a loader plugin reads)."""
     if not _is_path(path):
@@ -393,7 +395,7 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
                    weight_group_size=weight_group_size, kv_dtype=kv_dtype, q_len=q_len,
                    quantize_embeddings=quantize_embeddings, tp=tp, ep=ep, pp=pp, micro_batches=micro_batches,
                    memory_fraction=memory_fraction, kernels=kernels, deployment=deployment, efficiency=efficiency,
-                   engine=engine)
+                   engine=engine, overlap=overlap)
 
 
 @dataclass
@@ -462,7 +464,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
           hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
           weight_dtype: str | None = None, weight_group_size: int | None = None, kv_dtype: str | None = None,
           quantize_embeddings: bool = False, kernels: str = "as-written", memory_fraction: float = DEFAULT_FRACTION,
-          deployment: Deployment | None = None, efficiency: str | None = None, engine: str | None = None,
+          deployment: Deployment | None = None, efficiency: str | None = None, engine: str | None = None, overlap: str = "none",
           critical: bool = True,
           max_batch: int = SWEEP_MAX_BATCH,
           fit: bool = True, host: PluginHost | None = None, **unknown) -> ViewedSweep:
@@ -474,7 +476,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     batches, contexts = _counts("batches", batches, MAX_BATCH), _counts("contexts", contexts, MAX_CONTEXT)
     asked = Asked(phase, batches[0], contexts[0], q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
                   weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine)
+                  efficiency, engine, overlap)
     asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("critical", critical)
     _flag("fit", fit)
@@ -499,7 +501,7 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
            micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
            kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "serving",
            memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
-           efficiency: str | None = None, engine: str | None = None, combine: bool = False,
+           efficiency: str | None = None, engine: str | None = None, overlap: str = "none", combine: bool = False,
            max_combinations: int = COMBINE_LIMIT, draft: str | None = None, draft_options: dict | None = None,
            mtp: int | None = None, accept: float = DEFAULT_ACCEPT, host: PluginHost | None = None,
            **unknown) -> ViewedAdvice:
@@ -511,7 +513,7 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     no_such_option("advise", unknown)
     asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
                   weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine)
+                  efficiency, engine, overlap)
     asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("combine", combine)
     _whole("max_combinations", max_combinations, 1)

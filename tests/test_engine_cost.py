@@ -20,7 +20,7 @@ from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.engine import engine_cost, engines
 from rooflinekit.stages.workload import load_source
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, MODELS
 
 GQA = str(EXAMPLES / "llama_gqa.py")
 OPTIONS = {"layers": 2}
@@ -122,3 +122,34 @@ def test_the_fused_view_and_a_speculative_cycle_pay_the_host_time_once():
     for lever, cycle in cycles[None].items():
         other = cycles["vllm-v0"][lever]
         assert other.draft_step_s == pytest.approx(cycle.draft_step_s, rel=1e-12), lever  # drafts pay no host time
+
+
+def test_captured_graph_sizes_and_the_padding_they_cause():
+    """vLLM V1's default list is 1, 2, 4, multiples of 8 to 248 and of 16 from 256 to 512: 51 sizes;
+    SGLang's (80 GB parts) 1, 2, 4, 8 and 16 to 160 by 8: 23 sizes; TensorRT-LLM pads nothing by default."""
+    e = engines()
+    vllm, sglang = e["vllm"].graph_sizes, e["sglang"].graph_sizes
+    assert len(vllm) == 3 + 31 + 17 and vllm[:5] == (1, 2, 4, 8, 16) and vllm[-2:] == (496, 512)
+    assert 248 in vllm and 252 not in vllm and 264 not in vllm and 272 in vllm
+    assert len(sglang) == 4 + 19 and sglang[-1] == 160
+    assert [e["vllm"].padded(b) for b in (1, 3, 9, 249, 512, 513)] == [1, 4, 16, 256, 512, 513]
+    assert [e["sglang"].padded(b) for b in (5, 17, 160, 161)] == [8, 24, 160, 161]
+    assert e["trtllm"].padded(9) == 9 and e["vllm-v0"].padded(9) == 16
+    words = e["vllm"].padding_words(9)
+    assert "9 sequences as its captured batch of 16" in words and "7 padded rows" in words
+    assert "none at 16 sequences" in e["vllm"].padding_words(16)
+    assert "without a graph" in e["vllm"].padding_words(600)
+
+
+def test_a_decode_report_states_padding_clocks_and_the_expert_load():
+    moe = str(MODELS / "experts3d.py")
+    r = profile(load_source(GQA, OPTIONS), Workload("decode", 9, 256, options=tuple(OPTIONS.items())),
+                Deployment("H800", engine="vllm"), options=FAST).report
+    lines = r.totals.expected_conventions
+    assert any(line.startswith("CUDA-graph padding (stated, not priced): vllm runs 9") for line in lines)
+    assert any(line.startswith("clocks (stated, not applied)") for line in lines)
+    assert not any(line.startswith("expert-parallel load") for line in lines)  # no EP here
+    r = profile(load_source(moe, {}), Workload("decode", 8, 256), Deployment("H800", ep=4, ep_imbalance=1.5),
+                options=FAST).report
+    load = [line for line in r.totals.expected_conventions if line.startswith("expert-parallel load")]
+    assert len(load) == 1 and "1.5x the mean tokens" in load[0] and "2.56" in load[0]

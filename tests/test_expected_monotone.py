@@ -49,7 +49,7 @@ def test_every_kernel_costs_no_less_at_a_larger_batch_on_every_gpu(name):
     for spec in db.entries:
         for deployment in deployments:
             model = fitter.step_model(shape, deployment, spec)
-            for i, points in _walk(model, spec, BATCHES, CONTEXT).items():
+            for points in _walk(model, spec, BATCHES, CONTEXT).values():
                 for (b0, t0, kernel), (b1, t1, _) in zip(points, points[1:], strict=False):
                     assert t1 >= t0 * (1 - 1e-12), (name, spec.name, deployment.weight_dtype, kernel, b0, t0, b1, t1)
                 walked += 1

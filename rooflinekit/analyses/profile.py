@@ -39,7 +39,7 @@ from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.engine import engine_cost, with_engine
-from rooflinekit.stages.expected import with_efficiency
+from rooflinekit.stages.expected import stated_factors, with_efficiency
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
@@ -268,7 +268,8 @@ def place(counting: Counting, source: ModelSource, workload: Workload, deploymen
     notes += extra_notes + untested_notes()
     view = Presentation(depth=options.depth, group_layers=options.group_layers, detail=options.detail,
                         model_info=info, warnings=warnings, notes=list(dict.fromkeys(notes)),
-                        parallel=counting.counted.parallel)
+                        parallel=counting.counted.parallel, overlap=deployment.overlap,
+                        factors=stated_factors(deployment.ep, deployment.ep_imbalance))
     report = build_report(cap, counting.counted.attention, hw, workload, view)
     # what the memory section and the minimum cannot see
     unrecognised = [w for w in unrecognised_warnings(report, model_library(model)) if w not in report.warnings]

@@ -23,6 +23,7 @@ from rooflinekit.core.request import (
     DEFAULT_FRACTION,
     KERNELS,
     KV_BYTES,
+    OVERLAPS,
     WEIGHT_BITS,
     Deployment,
     Workload,
@@ -34,7 +35,7 @@ from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, v
 LEVERS = "rooflinekit.workload_levers"
 #: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
 DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency", "engine")
+                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency", "engine", "overlap")
 #: --efficiency's help (profile, sweep, advise and plan).
 EFFICIENCY_HELP = ("The expected time's achievable fractions per kernel class: published (the committed table "
                    "from public kernel measurements), the path of an efficiency file (`rooflinekit calibrate "
@@ -45,6 +46,12 @@ ENGINE_HELP = ("The serving engine whose host time per step (scheduling, input p
                "steps) the expected step adds: none, vllm, vllm-v0, sglang, sglang-no-overlap, trtllm, each from a "
                "published measurement (rooflinekit/stages/engines.toml) [default: none, the kernels alone]. The "
                "bound never includes it.")
+
+#: --overlap's help (profile, sweep, advise and plan).
+OVERLAP_HELP = ("How the expected step overlaps collectives with kernels: none (after them), or two-batch (two "
+                "micro-batches, one's collectives under the other's kernels, as DeepSeek and SGLang's "
+                "--enable-two-batch-overlap run expert parallelism; each kernel at half the tokens reads its "
+                "weights twice) [default: none]. The bound assumes perfect overlap either way.")
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
@@ -82,6 +89,8 @@ def lever_options(f):
         click.option("--efficiency", default=None, metavar="SOURCE", expose_value=False, callback=_keep,
                      help=EFFICIENCY_HELP),
         click.option("--engine", default=None, metavar="NAME", expose_value=False, callback=_keep, help=ENGINE_HELP),
+        click.option("--overlap", default=None, type=click.Choice(OVERLAPS), expose_value=False, callback=_keep,
+                     help=OVERLAP_HELP),
     ]
     for opt in reversed(opts):
         f = opt(f)

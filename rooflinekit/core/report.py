@@ -208,6 +208,9 @@ class Totals(Placement):
     expected_class: str | None = field(default=None, metadata=OMIT_NONE)
     #: The serving engine's host time the expected step holds (--engine; rooflinekit.stages.engine).
     engine_host_s: float | None = field(default=None, metadata=OMIT_NONE)
+    #: Under two-batch overlap (--overlap): the kernels' and collectives' time that ran under the
+    #: other stream, so not in expected_step_s (rooflinekit.stages.expected).
+    overlap_hidden_s: float | None = field(default=None, metadata=OMIT_NONE)
     #: Tokens per second at expected_step_s, per GPU serving them (the TP group) and per sequence.
     tokens_per_s_per_gpu: float | None = None
     tokens_per_s_per_user: float | None = None

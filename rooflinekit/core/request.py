@@ -31,6 +31,8 @@ DEFAULT_GROUP_SIZE = 128
 DEFAULT_FRACTION = 0.9
 #: The kernels a step is priced with: the model's code as written, or what a serving engine runs.
 KERNELS = ("as-written", "serving")
+#: How the expected step overlaps communication with compute (Deployment.overlap).
+OVERLAPS = ("none", "two-batch")
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,10 @@ class Deployment:
     #: The serving engine whose host time per step the expected step adds (`--engine`;
     #: rooflinekit.stages.engine); None: kernels only.
     engine: str | None = None
+    #: How the expected step overlaps communication with compute (`--overlap`): "none" (the
+    #: collectives after the kernels), "two-batch" (two micro-batches, one's collectives under the
+    #: other's kernels, as DeepSeek's and SGLang's expert-parallel serving runs; rooflinekit.stages.expected).
+    overlap: str = "none"
 
     @property
     def parallel(self) -> bool:
@@ -256,6 +262,8 @@ class Deployment:
             parts.append(f"efficiency {self.efficiency}")
         if self.engine and self.engine != "none":
             parts.append(f"engine {self.engine}")
+        if self.overlap != "none":
+            parts.append(f"{self.overlap} overlap")
         return ", ".join(parts)
 
     def to_dict(self) -> dict:

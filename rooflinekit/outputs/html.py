@@ -297,6 +297,8 @@ def _header_profile(report: Report) -> dict:
                if t.expected_low_s is not None else []),
              *([item("engine host time (in the expected step)", t.engine_host_s, "time")]
                if t.engine_host_s is not None else []),
+             *([item("hidden by two-batch overlap", t.overlap_hidden_s, "time")]
+               if t.overlap_hidden_s is not None else []),
              item("predicted step (bound)", t.predicted_step_s, "time"),
              item("tokens/s per GPU (expected)", t.tokens_per_s_per_gpu, "num"),
              item("tokens/s (bound)", t.tokens_per_s, "num")]

@@ -160,6 +160,8 @@ def totals_table(report: Report) -> str:
             rows.append(("expected p10-p90 [s]", f"{seconds(t.expected_low_s)} to {seconds(t.expected_high_s)}"))
         if t.engine_host_s is not None:
             rows.append(("engine host time in it [s]", seconds(t.engine_host_s)))
+        if t.overlap_hidden_s is not None:
+            rows.append(("hidden by two-batch overlap [s]", seconds(t.overlap_hidden_s)))
     if t.tokens_per_s:
         rows.append(("tokens/s at the predicted step", si(t.tokens_per_s)))
     rows.append(("MFU bound [%]", share(t.mfu_bound)))

@@ -114,6 +114,8 @@ def expected_line(t) -> str:
         rates.append(f"{si(t.tokens_per_s_per_user)} per user")
     host = getattr(t, "engine_host_s", None)
     engine = f", engine host {seconds(host)}" if host is not None else ""
+    hidden = getattr(t, "overlap_hidden_s", None)
+    engine += f", two-batch overlap hides {seconds(hidden)}" if hidden is not None else ""
     return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (achievable fractions{engine}, "
             f"docs/accounting.md) / bound {seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
 

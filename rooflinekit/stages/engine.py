@@ -32,6 +32,30 @@ class EngineCost:
     step_s: float
     sequence_s: float
     source: str
+    #: The decode batches captured as CUDA graphs by default, ascending (empty: no padding).
+    graph_sizes: tuple[int, ...] = ()
+    graph_source: str = ""
+
+    def padded(self, batch: int) -> int:
+        """The captured batch a decode batch of `batch` runs as: the smallest captured size at or
+        above it; the batch itself without graphs or above the largest (run without a graph)."""
+        for size in self.graph_sizes:
+            if size >= batch:
+                return size
+        return batch
+
+    def padding_words(self, batch: int) -> str:
+        """The CUDA-graph padding of a decode step, in words (a stated factor: not priced)."""
+        if not self.graph_sizes:
+            return f"CUDA-graph padding: none ({self.name}: {self.graph_source})"
+        padded = self.padded(batch)
+        if padded == batch:
+            return (f"CUDA-graph padding: none at {batch} sequences ({self.name} captures it"
+                    + ("" if batch <= self.graph_sizes[-1] else f"; above {self.graph_sizes[-1]} the step runs "
+                       "without a graph, its launches eager") + f"; {self.graph_source})")
+        return (f"CUDA-graph padding (stated, not priced): {self.name} runs {batch} sequences as its captured batch "
+                f"of {padded}; the {padded - batch} padded rows' GEMM and element-wise work (not their weights, "
+                f"not attention) is not in the expected step ({self.graph_source})")
 
     def host_s(self, sequences: int) -> float:
         """Seconds of host time one step of `sequences` sequences adds."""
@@ -50,8 +74,21 @@ def engines() -> dict[str, EngineCost]:
     out = {}
     for name, entry in data["engine"].items():
         out[name] = EngineCost(name, str(entry["words"]), float(entry["step_s"]), float(entry["sequence_s"]),
-                               " ".join(str(entry["source"]).split()))
+                               " ".join(str(entry["source"]).split()), graph_sizes(entry.get("graph_sizes", "")),
+                               " ".join(str(entry.get("graph_source", "")).split()))
     return out
+
+
+def graph_sizes(spec: str) -> tuple[int, ...]:
+    """Captured batch sizes from "1,2,4,8:248:8" (a:b:c is a to b by c), ascending."""
+    sizes: set[int] = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if ":" in part:
+            start, stop, step = (int(x) for x in part.split(":"))
+            sizes.update(range(start, stop + 1, step))
+        else:
+            sizes.add(int(part))
+    return tuple(sorted(sizes))
 
 
 def engine_cost(name: str | None) -> EngineCost | None:
@@ -88,5 +125,7 @@ def with_engine(report: Report, engine: EngineCost | None, sequences: int) -> Re
                      tokens_per_s_per_gpu=scaled(t.tokens_per_s_per_gpu),
                      tokens_per_s_per_user=scaled(t.tokens_per_s_per_user), expected_low_s=stretched(t.expected_low_s),
                      expected_high_s=stretched(t.expected_high_s),
-                     expected_conventions=[*t.expected_conventions, engine.convention()])
+                     expected_conventions=[*t.expected_conventions, engine.convention(),
+                                           *([engine.padding_words(sequences)] if report.workload.phase == "decode"
+                                             else [])])
     return replace(report, totals=totals)

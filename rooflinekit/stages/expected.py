@@ -250,7 +250,9 @@ def kernel_time(flops: float, nbytes: float, dtype_peak: float, bandwidth: float
 
 @dataclass(frozen=True)
 class Expected:
-    """The expected step and its parts; `op_times` per op record (launch included, 0 for collectives)."""
+    """The expected step and its parts; `op_times` per op record (launch included, 0 for collectives).
+    Under two-batch overlap the parts are both micro-batches' and `hidden_s` is what ran under the other
+    stream (kernels + launches + collectives - step)."""
 
     step_s: float
     kernels_s: float
@@ -260,6 +262,27 @@ class Expected:
     op_times: list[float]
     classes: dict[str, int]
     conventions: list[str]
+    overlap: str = "none"
+    hidden_s: float = 0.0
+
+    def with_kernels(self, kernels_and_launches_s: float) -> float:
+        """A step of these collectives beside other kernels (the fused view's): added, or under
+        two-batch overlap the longer of the two streams."""
+        if self.overlap == "two-batch":
+            return max(kernels_and_launches_s, self.comm_s)
+        return kernels_and_launches_s + self.comm_s
+
+
+#: What two-batch overlap is and where engines run it (Deployment.overlap; docs/accounting.md).
+TWO_BATCH_WORDS = (
+    "two-batch overlap: the step's tokens run as two micro-batches, one's collectives under the other's kernels; "
+    "each kernel is priced at half the tokens (FLOPs and activation bytes halved, its weights read once per "
+    "micro-batch) and each collective at half its message, and the step is the longer stream: max(2 x kernels "
+    "and launches at half, 2 x collectives at half); the fill of the first layer is left out. As DeepSeek's "
+    "serving runs prefill and decode (DeepSeek-V3/R1 Inference System Overview, "
+    "https://github.com/deepseek-ai/open-infra-index, 2025-03) and SGLang's --enable-two-batch-overlap (SGLang "
+    "large-scale EP blog, 2025-05: decode -27% at 32 tokens per GPU, +25.5% at 256)"
+)
 
 
 def launches(op: OpRecord) -> bool:
@@ -267,13 +290,23 @@ def launches(op: OpRecord) -> bool:
     return op.kind != "collective" and (op.flops > 0 or op.bytes_read + op.bytes_written > 0)
 
 
+def halved(flops: float, nbytes: float, weights: float) -> tuple[float, float]:
+    """(FLOPs, bytes) of one kernel at half its tokens: FLOPs and activation bytes halved, the
+    weights it reads (at most its bytes) read whole (two-batch overlap's micro-batch)."""
+    weights = min(max(weights, 0.0), nbytes)
+    return flops / 2, (nbytes - weights) / 2 + weights
+
+
 def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
-                  comm_expected_s: float, comm_source: str) -> Expected:
-    """The expected step of one report's op records on `hw` (see the module docstring)."""
+                  comm_expected_s: float, comm_source: str, overlap: str = "none", comm_halves_s: float = 0.0) -> Expected:
+    """The expected step of one report's op records on `hw` (see the module docstring); with
+    `overlap` "two-batch", two micro-batches whose collectives (`comm_halves_s`: every call twice at
+    half its message, half_message) run under each other's kernels."""
     table = table_for(hw)
     attention = frozenset(attention_ops)
     launch = table.launch_s(phase)
     bandwidth = hw.memory_bandwidth
+    two = overlap == "two-batch"
     peaks: dict[str, float] = {}
     times, counts = [], dict.fromkeys(CLASSES, 0)
     kernels_s, kernels = 0.0, 0
@@ -283,28 +316,75 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
             continue
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
-        t = kernel_time(op.flops, op.bytes_read + op.bytes_written, peak, bandwidth, table.classes[cls], op.dtype)
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
+        if two:
+            f, b = halved(op.flops, op.bytes, op.param_bytes)
+            t = 2 * kernel_time(f, b, peak, bandwidth, table.classes[cls], op.dtype)
+            n *= 2
+        else:
+            t = kernel_time(op.flops, op.bytes, peak, bandwidth, table.classes[cls], op.dtype)
         kernels_s += t
         kernels += n
         counts[cls] += n
         times.append(t + n * launch)
     launch_s = kernels * launch
-    return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
-                    comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts,
-                    conventions=conventions(table, phase, comm_source, hw.generation))
+    words = conventions(table, phase, comm_source, hw.generation)
+    if not two:
+        return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
+                        comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts, conventions=words)
+    comm_s = comm_halves_s
+    step_s = max(kernels_s + launch_s, comm_s)
+    words = [w.replace("; nothing overlapped", "; the two micro-batches' streams overlapped (below)")
+             .replace(", not overlapped with compute", ", under the other micro-batch's kernels") for w in words]
+    return Expected(step_s=step_s, kernels_s=kernels_s, launch_s=launch_s, comm_s=comm_s, kernels=kernels,
+                    op_times=times, classes=counts, conventions=[*words, TWO_BATCH_WORDS], overlap=overlap,
+                    hidden_s=kernels_s + launch_s + comm_s - step_s)
+
+
+#: The clock behind the fractions (a stated factor: it is not applied).
+CLOCK_WORDS = (
+    "clocks (stated, not applied): the fractions are of datasheet peaks, which NVIDIA computes for H100 SXM tensor "
+    "cores at 1,830 MHz, not the 1,980 MHz boost (cudnn-frontend PR #650: 132 SMs x 4,096 bf16 FLOP/clock x 1.83 GHz "
+    "= 989 TFLOP/s), and the kernel measurements behind them ran at whatever clock the part held; a part held "
+    "below that by its power limit runs slower (DeepGEMM issue #120: 1,980 -> 1,575 MHz with computation and "
+    "communication overlapped)"
+)
+#: The expert-parallel load (a stated factor: --ep-imbalance applies a measured one).
+EP_LOAD_WORDS = (
+    "expert-parallel load (stated; --ep-imbalance applies one): the busiest rank is priced at {f:g}x the mean "
+    "tokens{uniform}. Measured: TensorRT-LLM tech blog 4, Table 1 (DeepSeek-R1 on 32 GB200): max/mean 2.56 "
+    "without expert load balancing, 1.11 with EPLB at EP 32 (288 slots); the step's expert kernels and all-to-all "
+    "scale with it"
+)
+
+
+def stated_factors(ep: int, ep_imbalance: float) -> list[str]:
+    """What the expected time leaves to the user, in words: the clocks, and under expert
+    parallelism the load of the busiest rank."""
+    lines = [CLOCK_WORDS]
+    if ep > 1:
+        uniform = " (1: the uniform expectation, as perfectly balanced routing gives)" if ep_imbalance == 1.0 else ""
+        lines.append(EP_LOAD_WORDS.format(f=ep_imbalance, uniform=uniform))
+    return lines
+
+
+def half_message(attrs: dict) -> dict:
+    """A collective call's attrs at half its message (one micro-batch's share)."""
+    return {**attrs, "message_bytes": float(attrs.get("message_bytes", 0.0)) / 2,
+            "wire_bytes": float(attrs.get("wire_bytes", 0.0)) / 2}
 
 
 def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,
-                   phase: str) -> float:
+                   phase: str, micro_batches: int = 1) -> float:
     """The fused view's expected step: each anchor at its op's expected time, each fused kernel as
-    one element-wise kernel (with one launch); collectives are not in it (the caller adds them)."""
+    one element-wise kernel (with one launch per micro-batch: its time is linear in the tokens);
+    collectives are not in it (the caller adds them)."""
     table = table_for(hw)
     total = sum(t for t, k in zip(op_times, kernel_of, strict=True) if k < 0)
     fractions, bandwidth = table.classes["elementwise"], hw.memory_bandwidth
     for kernel in fused_kernels:
         total += kernel_time(kernel.flops, kernel.bytes, hw.peak(kernel.dtype), bandwidth, fractions, kernel.dtype)
-        total += table.launch_s(phase)
+        total += micro_batches * table.launch_s(phase)
     return total
 
 

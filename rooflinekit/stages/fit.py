@@ -51,6 +51,7 @@ from rooflinekit.stages.attribute import (
 )
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.engine import engine_cost, with_engine
+from rooflinekit.stages.expected import stated_factors
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import Presentation, build_report
@@ -603,7 +604,8 @@ class FittedCapture:
         attention totals only (the layer counts restored)."""
         cap = self.capture_at(workload.batch, workload.context, compact=compact)
         deployment = deployment or Deployment()
-        view = Presentation(depth=depth, detail=not compact, model_info=model_info)
+        view = Presentation(depth=depth, detail=not compact, model_info=model_info, overlap=deployment.overlap,
+                            factors=stated_factors(deployment.ep, deployment.ep_imbalance))
         report = build_report(cap, self.sites_at(workload, deployment, compact=compact), hw, workload, view)
         report = replace(report, deployment=replace(deployment.resolved(workload.dtype_key), hardware=hw.name))
         report = with_engine(report, engine_cost(deployment.engine), workload.batch)

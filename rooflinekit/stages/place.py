@@ -38,6 +38,7 @@ from rooflinekit.stages.expected import (
     Expected,
     expected_step,
     fused_expected,
+    half_message,
     serving_gpus,
     throughput,
 )
@@ -231,6 +232,10 @@ class Presentation:
     warnings: Sequence[str] = ()
     notes: Sequence[str] = ()
     parallel: dict | None = None
+    #: How the expected step overlaps communication with compute (Deployment.overlap).
+    overlap: str = "none"
+    #: What the expected time states and leaves out (rooflinekit.stages.expected.stated_factors).
+    factors: Sequence[str] = ()
 
 
 @dataclass
@@ -382,6 +387,8 @@ def with_expected(totals: Totals, expected: Expected, workload: Workload, parall
     the p10-p90 range where the step is priced with the committed table (`own_table`: a hardware
     entry's own efficiency source, whose residuals nobody measured: no range)."""
     gpus = serving_gpus(parallel)
+    if expected.overlap != "none":
+        totals = replace(totals, overlap_hidden_s=expected.hidden_s)
     per_gpu, per_user = throughput(workload.tokens, workload.q_len, workload.phase, expected.step_s, gpus)
     words = [f"tokens_per_s_per_gpu: tokens / expected_step_s / {gpus} GPU(s) serving them (under TP the "
              "step's tokens are served by the TP group; under EP alone the batch is per GPU)",
@@ -422,11 +429,17 @@ def build_report(
     comm = communication(cap.ops, hw)
     fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
                                                      hardware.dtype, walk.total.flops, workload.tokens)
+    halves = 0.0
+    if view.overlap == "two-batch":
+        halves = 2 * sum(collectives.call_expected(half_message(op.attrs), hw)[0] for op in cap.ops
+                         if op.kind == "collective")
     expected = expected_step(cap.ops, {i for r in attention for i in r.op_indices}, hw, workload.phase,
-                             *comm_expected(comm))
+                             *comm_expected(comm), overlap=view.overlap, comm_halves_s=halves)
     if fused is not None:
-        fused = replace(fused, expected_step_s=expected.comm_s + fused_expected(
-            expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase))
+        fused = replace(fused, expected_step_s=expected.with_kernels(fused_expected(
+            expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase,
+            2 if view.overlap == "two-batch" else 1)))
+    expected = replace(expected, conventions=[*expected.conventions, *view.factors])
     totals = with_expected(_totals(walk, at, flops_model, hardware, hw, workload, comm, fused), expected, workload,
                            view.parallel, own_table=bool(hw.efficiency) or hw.calibrated)
     info = dict(view.model_info or {})

@@ -51,6 +51,7 @@ from rooflinekit.core.request import (
     KERNELS,
     KV_BYTES,
     MIXED,
+    OVERLAPS,
     PHASES,
     WEIGHT_BITS,
     Deployment,
@@ -208,6 +209,11 @@ def validate_deployment(deployment: Deployment) -> None:
         raise WorkloadError(f"unknown pipeline schedule {d.pp_schedule!r}: use one of {', '.join(SCHEDULES)}")
     if d.kernels not in KERNELS:
         raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
+    if d.overlap not in OVERLAPS:
+        raise WorkloadError(f"unknown overlap {d.overlap!r}: use one of {', '.join(OVERLAPS)}")
+    if d.overlap != "none" and d.pp > 1:
+        raise WorkloadError(f"--overlap {d.overlap} with --pp {d.pp}: a pipeline stage's expected time does not "
+                            "model micro-batch overlap; leave out one of them")
     check_fraction(d.memory_fraction)
     block = d.kv_block_size
     if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= 1 << 20:

@@ -1,0 +1,129 @@
+"""--overlap two-batch (rooflinekit.stages.expected): two micro-batches, one's collectives under the
+other's kernels. Recomputed here from a report's op rows and the committed table: each kernel at
+half the tokens (FLOPs and activation bytes halved, weights read whole), twice, with a launch per
+micro-batch; each collective twice at half its message; the step the longer of the two streams."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rooflinekit.analyses.profile import profile
+from rooflinekit.cli.main import cli as main
+from rooflinekit.core.request import Deployment
+from rooflinekit.stages import collectives
+from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.workload import Workload, load_source
+from tests.conftest import MODELS
+from tests.test_expected import GQA, PRODUCTS, TABLE, TINY
+
+MOE = MODELS / "experts3d.py"
+
+
+def _report(path, phase, batch, context, options, overlap, tp=1, ep=1, kernels="as-written"):
+    workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
+    deployment = Deployment("H800", tp=tp, ep=ep, kernels=kernels, overlap=overlap)
+    return profile(load_source(str(path), options), workload, deployment).report
+
+
+def _class(r, op, in_attention):
+    classes = TABLE["classes"]
+    if op.kind == "fused" or (op.name in PRODUCTS and op.index in in_attention):
+        return classes[f"attention_{r.workload.phase}"]
+    if op.name in PRODUCTS:
+        first = op.shapes.split(",")[1 if op.name in ("aten.addmm", "aten.baddbmm") else 0]
+        dims = [int(d) for d in first.split("x")]
+        rows = dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])
+        return classes["gemm_small" if rows <= TABLE["small_gemm_max_rows"] else "gemm_large"]
+    return classes["elementwise"]
+
+
+def two_batch_by_hand(r) -> tuple[float, float]:
+    """(kernels and launches of both micro-batches, their collectives) from the report's rows."""
+    launch = TABLE["launch"][f"{r.workload.phase}_s"]
+    in_attention = {i for row in r.attention for i in row.op_indices}
+    hw = hardware_db().get(r.hardware.name)
+    kernels = comm = 0.0
+    for op in r.ops:
+        if op.kind == "collective":
+            half = {"collective": op.collective.collective, "group_size": op.collective.group_size,
+                    "message_bytes": op.collective.message_bytes / 2, "wire_bytes": op.collective.wire_bytes / 2}
+            comm += 2 * collectives.call_expected(half, hw)[0]
+            continue
+        if op.flops == 0 and op.bytes == 0:
+            continue
+        cls = _class(r, op, in_attention)
+        weights = min(op.param_bytes, op.bytes)
+        flops, nbytes = op.flops / 2, (op.bytes - weights) / 2 + weights
+        peak = r.hardware.peaks[op.dtype]
+        kernels += 2 * max(flops / (cls["compute"] * peak), nbytes / (cls["bandwidth"] * r.hardware.bandwidth))
+        kernels += 2 * launch
+    return kernels, comm
+
+
+@pytest.mark.parametrize(("phase", "batch", "context", "tp"), [
+    ("decode", 1, 64, 1), ("decode", 32, 512, 1), ("decode", 8, 256, 2), ("prefill", 1, 256, 2),
+])
+def test_two_batch_step_is_the_longer_stream_by_hand(phase, batch, context, tp):
+    r = _report(GQA, phase, batch, context, TINY, "two-batch", tp=tp)
+    kernels, comm = two_batch_by_hand(r)
+    assert r.totals.expected_step_s == pytest.approx(max(kernels, comm), rel=1e-9)
+    if tp > 1:
+        assert comm > 0
+    assert any("two-batch overlap" in line for line in r.totals.expected_conventions)
+
+
+def test_without_collectives_two_batches_cost_the_weights_twice():
+    """No communication to hide: two micro-batches only read every weight once more."""
+    one = _report(GQA, "decode", 4, 256, TINY, "none").totals.expected_step_s
+    two = _report(GQA, "decode", 4, 256, TINY, "two-batch").totals.expected_step_s
+    assert two > one
+
+
+def test_overlap_hides_an_expert_parallel_steps_all_to_all():
+    """Experts over 8 GPUs at a batch where kernels and all-to-alls are alike: the step falls below the
+    kernels plus the collectives, and never below either stream."""
+    none = _report(MOE, "decode", 64, 512, {}, "none", ep=8, kernels="serving")
+    two = _report(MOE, "decode", 64, 512, {}, "two-batch", ep=8, kernels="serving")
+    kernels, comm = two_batch_by_hand(two)
+    assert two.totals.expected_step_s == pytest.approx(max(kernels, comm), rel=1e-9)
+    assert two.totals.expected_step_s < kernels + comm
+    assert none.totals.time_bound_s == two.totals.time_bound_s  # the bound assumes perfect overlap either way
+
+
+@given(st.sampled_from(["decode", "prefill"]), st.integers(1, 64), st.sampled_from([16, 512, 4096]),
+       st.sampled_from([1, 2, 4, 8, 16]))
+@settings(max_examples=25, deadline=None)
+def test_the_bound_stays_under_a_two_batch_step(phase, batch, context, gpus):
+    if phase == "prefill":
+        batch = 1
+    t = _report(MOE, phase, batch, context, {}, "two-batch", ep=gpus, kernels="serving").totals
+    for resource in (t.time_compute_s, t.time_memory_s, t.time_comm_s):
+        assert resource <= t.time_bound_s * (1 + 1e-12)
+    assert t.time_bound_s <= t.expected_step_s * (1 + 1e-12)
+
+
+def test_sweep_points_carry_the_overlap(tmp_path):
+    out = tmp_path / "s.json"
+    args = [str(GQA), "-b", "8", "-s", "512", "--tp", "2", "-H", "H800", "-f", "json", "-o", str(out),
+            *[f"-O{k}={v}" for k, v in TINY.items()]]
+    runner = CliRunner()
+    assert runner.invoke(main, ["sweep", *args, "--overlap", "two-batch"]).exit_code == 0
+    point = json.loads(out.read_text())["points"][0]
+    r = _report(GQA, "decode", 8, 512, TINY, "two-batch", tp=2)
+    assert point["expected_step_s"] == pytest.approx(r.totals.expected_step_s, rel=1e-9)
+
+
+def test_bad_overlap_gets_one_line():
+    runner = CliRunner()
+    result = runner.invoke(main, ["profile", str(GQA), "--overlap", "two-batch", "--pp", "2",
+                                  *[f"-O{k}={v}" for k, v in TINY.items()]])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "--overlap two-batch with --pp 2" in result.output
+    result = runner.invoke(main, ["profile", str(GQA), "--overlap", "three"])
+    assert result.exit_code != 0 and "three" in result.output
