@@ -127,3 +127,81 @@ def test_bad_overlap_gets_one_line():
     assert "--overlap two-batch with --pp 2" in result.output
     result = runner.invoke(main, ["profile", str(GQA), "--overlap", "three"])
     assert result.exit_code != 0 and "three" in result.output
+
+
+# -- plan's step models ---------------------------------------------------------------------------
+
+from rooflinekit.analyses.stepfit import Shape, StepFitter  # noqa: E402
+from rooflinekit.core.plugins import get_host  # noqa: E402
+from rooflinekit.stages.stepmodel import mixed_mean  # noqa: E402
+
+#: Large enough that the kernels' stream outgrows the all-reduces' within the contexts walked.
+WIDER = {"layers": 2, "hidden": 1024, "heads": 16, "kv_heads": 4, "head_dim": 64, "intermediate": 4096, "vocab": 32000}
+PLAN_CASES = [
+    (GQA, WIDER, Deployment("H800", tp=2, kernels="serving", overlap="two-batch")),
+    (MOE, {}, Deployment("H800", ep=8, kernels="serving", overlap="two-batch")),
+]
+
+
+@pytest.fixture(scope="module", params=PLAN_CASES, ids=["gqa-tp2", "moe-ep8"])
+def fitted(request):
+    path, options, deployment = request.param
+    host = get_host()
+    db = hardware_db(host)
+    fitter = StepFitter(load_source(str(path), options, host), Workload("decode", 1, 256, options=tuple(
+        sorted(options.items()))), host, db)
+    model = fitter.step_model(Shape("decode", 1, (1, 2), (256, 320)), deployment, db.get("H800"))
+    return fitter, deployment, model, db
+
+
+def test_a_step_model_prices_two_batches_as_profile_does(fitted):
+    fitter, deployment, model, db = fitted
+    for batch, context in ((3, 300), (64, 1000)):
+        report = profile(fitter.built, replace_workload(fitter, batch, context), deployment, host=fitter.host,
+                         db=db).report
+        assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-9)
+        assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-9)
+
+
+def replace_workload(fitter, batch, context):
+    import dataclasses
+    return dataclasses.replace(fitter.base, batch=batch, context=context)
+
+
+def test_the_walk_crosses_from_collectives_to_kernels(fitted):
+    _, deployment, model, _ = fitted
+    if deployment.tp == 2:  # the dense case: all-reduces longer at short contexts, kernels at long ones
+        kernels, calls = model._two_streams(model._values(256, 1))
+        assert kernels < calls
+        kernels, calls = model._two_streams(model._values(256, 6000))
+        assert kernels > calls
+        brute = sum(model.expected(256, s) for s in range(1, 6001)) / 6000
+        assert model.mean_expected(256, 1, 6001) == pytest.approx(brute, rel=1e-9)
+
+
+@given(st.integers(1, 256), st.integers(1, 6000), st.integers(1, 300))
+@settings(max_examples=30, deadline=None)
+def test_the_mean_two_batch_step_over_contexts_is_exact(fitted, batch, start, length):
+    """The mean over a generation equals the mean of the steps, context by context (the kernels'
+    stream crossing the collectives' inside the range or not)."""
+    _, _, model, _ = fitted
+    stop = start + length
+    brute = sum(model.expected(batch, s) for s in range(start, stop)) / length
+    assert model.mean_expected(batch, start, stop) == pytest.approx(brute, rel=1e-9)
+    assert mixed_mean(model, model, batch, start, stop, 0.0) == pytest.approx(brute, rel=1e-9)
+
+
+def test_plan_prices_disaggregated_pools_with_two_batches_and_refuses_the_rest():
+    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.core.errors import UserError
+    from rooflinekit.core.plan import Targets
+
+    source = load_source(str(MOE), {})
+    targets = Targets(256, 32, None, None)
+    with pytest.raises(UserError, match="disaggregated pools without pipeline stages"):
+        run_plan(source, targets, PlanOptions(gpus=8, hardware="H800", overlap="two-batch"))
+    result = run_plan(source, targets, PlanOptions(gpus=8, hardware="H800", overlap="two-batch",
+                                                   modes=("disaggregated",), pps=(1,), eps=(2, 4)))
+    configs = [c for c in result.configs if c.fits]
+    assert configs and all(c.overlap == "two-batch" and c.mode == "disaggregated" for c in configs)
+    assert any("two-batch overlap" in n for n in result.notes)

@@ -55,7 +55,7 @@ from rooflinekit.core.plan import (
     pareto_front,
 )
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.request import OVERLAPS, Deployment, Workload
 from rooflinekit.core.revise import revised
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
@@ -121,6 +121,9 @@ class PlanOptions:
     efficiency: str | None = None
     #: The serving engine whose host time per step the expected figures add (Deployment.engine; --engine)
     engine: str | None = None
+    #: How expected steps overlap collectives with kernels (Deployment.overlap; --overlap): with
+    #: "two-batch" only disaggregated pools without pipeline stages are priced
+    overlap: str = "none"
 
 
 @dataclass
@@ -214,6 +217,11 @@ class Planner:
         self.db = db or hardware_db(self.host)
         self.hw: HardwareSpec = with_efficiency(self.db.get(options.hardware), options.efficiency, self.host)
         self.engine = engine_cost(options.engine)
+        if options.overlap not in OVERLAPS:
+            raise UserError(f"overlap={options.overlap!r}: use one of {', '.join(OVERLAPS)}")
+        if options.overlap == "two-batch" and ("aggregated" in options.modes or any(pp > 1 for pp in options.pps)):
+            raise UserError("--overlap two-batch prices disaggregated pools without pipeline stages (a chunked-prefill "
+                            "step and a pipeline stage are other schedules): give --mode disaggregated --pp 1")
         if targets.at == "p90" and self.own_table:
             raise UserError(f"--targets-at p90: the p10-p90 ranges are the committed efficiency table's residuals, "
                             f"and '{self.hw.name}' prices with its own (calibrated, or an efficiency source): use "
@@ -440,7 +448,7 @@ class Planner:
         # the engine's host time is added by the planner's compositions (host_s), not the step models:
         # the deployment carries the efficiency source, not the engine
         return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          efficiency=o.efficiency,
+                          efficiency=o.efficiency, overlap=o.overlap,
                           kernels=o.kernels, memory_fraction=o.memory_fraction,
                           redundant_experts=-experts % ep if experts and ep > 1 else 0,
                           ep_imbalance=o.ep_imbalance if ep > 1 else 1.0)
@@ -821,7 +829,8 @@ class Planner:
         step, low = self._step(v, batch, pp, context)
         config = revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
                          step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus,
-                         engine_host_s=self.host_s(batch) if self.engine is not None else None)
+                         engine_host_s=self.host_s(batch) if self.engine is not None else None,
+                         overlap=self.options.overlap if self.options.overlap != "none" else None)
         if not self.own_table:
             config = with_spread(config)
         ttft, tpot = target_figures(config, t)
@@ -1070,6 +1079,10 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_
     if options.engine and options.engine != "none":
         notes.append(f"{engine_cost(options.engine).convention()}; in TPOT, the step and every TTFT step (a "
                      "disaggregated prefill pays one sequence's)")
+    if options.overlap == "two-batch":
+        notes.append("two-batch overlap: every step runs as two micro-batches, one's collectives under the other's "
+                     "kernels (each kernel at half the tokens reading its weights whole, each call at half its "
+                     "message; the longer stream), as `profile --overlap two-batch` prices a step")
     if options.efficiency:
         notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
                      "a profile's expected_conventions)")

@@ -283,7 +283,8 @@ class StepFitter:
                 hw: HardwareSpec, stage: tuple[Layout, int] | None = None) -> StepModel:
         design = Design(batches, shape.contexts)
         caps = [self.design_capture(self._workload(shape, b, s), deployment, stage=stage) for b, s in design.points]
-        return build_step_model(shape.phase, design, caps, hw, self.base.dtype_key, self.layers())
+        model = build_step_model(shape.phase, design, caps, hw, self.base.dtype_key, self.layers())
+        return replace(model, overlap=deployment.overlap) if deployment.overlap != "none" else model
 
     def _workload(self, shape: Shape, batch: int, context: int) -> Workload:
         return replace(self.base, phase=shape.phase, batch=batch, context=context,

@@ -15,13 +15,13 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.workload import EFFICIENCY_HELP, ENGINE_HELP, parse_count
+from rooflinekit.cli.workload import EFFICIENCY_HELP, ENGINE_HELP, OVERLAP_HELP, parse_count
 from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.plan import TARGETS_AT, WEIGHT_FORMATS, Targets, parse_layout
-from rooflinekit.core.request import KERNELS, KV_BYTES
+from rooflinekit.core.request import KERNELS, KV_BYTES, OVERLAPS
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.outputs.plan_plot import plot_plan
@@ -128,6 +128,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="The kernels view the steps are priced in.")
 @click.option("--efficiency", default=None, metavar="SOURCE", help=EFFICIENCY_HELP)
 @click.option("--engine", default=None, metavar="NAME", help=ENGINE_HELP)
+@click.option("--overlap", type=click.Choice(OVERLAPS), default="none", show_default=True,
+              help=OVERLAP_HELP + " With two-batch the plan searches disaggregated pools without pipeline "
+                   "stages, as engines that overlap micro-batches serve [--mode disaggregated, --pp 1].")
 @click.option("--weight-dtypes", default="bf16,fp8", show_default=True,
               help="Weight formats to try: bf16, fp16, fp8 (W8A8: fp8 activations at the fp8 peak), "
                    "fp8-weight-only, w8a16 (int8 weight-only), w4a16 (int4 weight-only).")
@@ -173,13 +176,20 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Print only the serving engines' command lines of configuration INDEX (the JSON's configs "
                    "index; the best's are in every output).")
 @debug_option
-def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit, kernels, efficiency, engine, weight_dtypes, kv_dtypes, tps, eps,
+def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit, kernels, efficiency, engine, overlap,
+             weight_dtypes, kv_dtypes, tps, eps,
              prefill_layouts, decode_layouts, ep_imbalance, pps, modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
              quiet, commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
                       _seconds(tpot, "--tpot") if tpot else None, prefix_hit, targets_at)
     fmt = output_format(fmt, output)
-    search = dict(gpus=gpus, hardware=hardware, kernels=kernels, efficiency=efficiency, engine=engine,
+    if overlap == "two-batch":  # its defaults: disaggregated pools, no pipeline stages
+        ctx = click.get_current_context()
+        given = {name for name in ("modes", "pps")
+                 if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)}
+        modes = modes if "modes" in given else "disaggregated"
+        pps = pps if "pps" in given else "1"
+    search = dict(gpus=gpus, hardware=hardware, kernels=kernels, efficiency=efficiency, engine=engine, overlap=overlap,
                   weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
                   kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),

@@ -124,6 +124,8 @@ class PlanConfig:
     #: The serving engine's host time in each decode step at `batch` (--engine; part of tpot_s,
     #: step_s and every step of ttft_s, never of the bounds); None without --engine
     engine_host_s: float | None = None
+    #: How the steps overlap collectives with kernels (--overlap; None: not at all)
+    overlap: str | None = None
     memory_per_gpu_bytes: float | None = None
     usable_bytes: float | None = None
     fits: bool = True

@@ -12,7 +12,8 @@ attention DP over a TP size of all the instance's GPUs; SGLang's running request
 instance's (the batch per GPU x DP).
 A disaggregated configuration gives each pool's command (prefill and decode), with the engine's
 disaggregation flag where it has one. What the plan assumed and an engine does not take (the
-per-sequence acceptance rate, the arrival rate) is not written.
+per-sequence acceptance rate, the arrival rate) is not written; two-batch overlap is SGLang's
+`--enable-two-batch-overlap` and is not written for the other two.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def sglang(c: PlanConfig, model: str, role: str | None = None, experts: int | No
         algorithm = "NEXTN" if c.speculative.draft == "MTP" else "STANDALONE"
         argv += ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(c.speculative.k),
                  "--speculative-num-draft-tokens", str(c.speculative.k + 1)]
+    if c.overlap == "two-batch":
+        argv += ["--enable-two-batch-overlap"]
     if role is not None:
         argv += ["--disaggregation-mode", role]
     return argv

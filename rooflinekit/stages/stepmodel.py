@@ -35,6 +35,7 @@ from rooflinekit.stages.expected import (
     Fractions,
     classify,
     gemm_rows,
+    halved,
     launches,
     table_for,
 )
@@ -93,6 +94,9 @@ class StepModel:
     #: per expert, k, E, share, redundant copies), each rest + bytes x E(1-(1-k/E)^T) x share (an
     #: MoE record's weights follow the expected distinct experts; rooflinekit.stages.modelled.emit)
     extras: tuple[tuple[int, int, float, float, float, float, int], ...] = ()
+    #: How the expected step overlaps collectives with kernels (Deployment.overlap): "two-batch"
+    #: prices two micro-batches, as rooflinekit.stages.expected.expected_step does
+    overlap: str = "none"
     #: Terms of mixed steps kept per (prefill model, batch, start, shares) (mixed_mean)
     _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -139,6 +143,9 @@ class StepModel:
         return found
 
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
+        if self.overlap == "two-batch":
+            kernels, calls = self._two_streams(values, layer_share, outside)
+            return max(kernels, calls)
         table = self.table()
         launch = table.launch_s(self.phase)
         total = 0.0
@@ -155,6 +162,70 @@ class StepModel:
             if share:
                 total += share * c.count * self._call(c, values[c.message])[0]
         return total
+
+    def _two_streams(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> tuple[float, float]:
+        """(kernels with launches, collectives) of two micro-batches at `values`: each kernel twice at
+        half the tokens, weights read whole (expected.halved), each call twice at half its message."""
+        table = self.table()
+        launch = table.launch_s(self.phase)
+        kernels = calls = 0.0
+        for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
+            share = layer_share if k.in_layers else (1.0 if outside else 0.0)
+            f, b = values[k.flops], values[k.nbytes]
+            if not share or (f <= 0 and b <= 0):
+                continue
+            hf, hb = halved(f, b, values[k.params])
+            kernels += share * k.count * 2 * (_kernel_time(hf, hb, self.hw, frac, k.dtype) + launch)
+        for c in self.calls:
+            share = layer_share if c.in_layers else (1.0 if outside else 0.0)
+            if share:
+                calls += share * c.count * 2 * self._call(c, values[c.message] / 2)[0]
+        return kernels, calls
+
+    def _mean_two(self, batch: int, start: int, stop: int, layer_share: float = 1.0, outside: bool = True) -> float:
+        """The exact mean of the two-batch step over contexts start <= S < stop: the kernels' stream
+        K(S) is a sum of maxima of lines (convex), the collectives' C constant in S, so max(K, C)
+        sums as K plus (C - K) over the one run of contexts where K < C."""
+        m = self._at(batch)
+        v0, v1 = m._values(batch, start), m._values(batch, start + 1)
+        table = self.table()
+        launch = table.launch_s(self.phase)
+        lines, fixed = [], 0.0
+        for k, frac in zip(m.kernels, m._classes(v0, table), strict=True):
+            share = layer_share if k.in_layers else (1.0 if outside else 0.0)
+            if not share:
+                continue
+            f0, f1 = halved(v0[k.flops], v0[k.nbytes], v0[k.params]), halved(v1[k.flops], v1[k.nbytes], v1[k.params])
+            compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
+            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            w = 2 * share * k.count
+            lines.append((w, f0[0] / compute, (f1[0] - f0[0]) / compute, f0[1] / traffic, (f1[1] - f0[1]) / traffic))
+            if v0[k.flops] > 0 or v0[k.nbytes] > 0 or v1[k.flops] > 0 or v1[k.nbytes] > 0:
+                fixed += w * launch
+        _, calls = m._two_streams(v0, layer_share, outside)
+        n = max(1, stop - start)
+
+        def at(i: int) -> float:
+            return fixed + sum(w * max(a + b * i, c + d * i) for w, a, b, c, d in lines)
+
+        def summed(lo: int, hi: int) -> float:  # sum of K(i) over lo <= i < hi
+            return fixed * (hi - lo) + sum(w * _two_lines(a + b * lo, b, c + d * lo, d, hi - lo)
+                                           for w, a, b, c, d in lines)
+
+        total = summed(0, n)
+        lo, hi = 0, n - 1  # the convex K's lowest point, by bisection on its slope
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if at(mid + 1) < at(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        low = lo
+        if at(low) < calls:
+            first = _first(0, low, lambda i: at(i) < calls)  # K falls to the left of its lowest point
+            last = _first(low, n - 1, lambda i: at(i) >= calls, default=n) - 1  # and rises to the right
+            total += (last - first + 1) * calls - summed(first, last + 1)
+        return total / n
 
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
@@ -243,6 +314,8 @@ class StepModel:
         kernel's FLOPs and bytes linear in S, each collective's message constant in S)."""
         if stop <= start + 1:
             return self.expected(batch, start)
+        if self.overlap == "two-batch":
+            return self._mean_two(batch, start, stop)
         m = self._at(batch)
         v0, v1 = m._values(batch, start), m._values(batch, start + 1)
         table = self.table()
@@ -260,6 +333,20 @@ class StepModel:
         for c in m.calls:
             total += c.count * n * m._call(c, v0[c.message])[0]
         return total / n
+
+
+def _first(lo: int, hi: int, holds, default: int | None = None) -> int:
+    """The least i in [lo, hi] where `holds(i)`, which once true stays true (bisection); `default`
+    (else hi) where it holds nowhere."""
+    if not holds(hi):
+        return hi if default is None else default
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
@@ -427,6 +514,10 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     (FLOPs and activation bytes added, the prompt's weight reads dropped: the step reads the weights
     once; the merged kernel keeps the decode kernel's class, as a `profile --mix` record does), the
     prefill's other kernels at `share` of their time, collectives' messages added."""
+    if decode.overlap == "two-batch":
+        if share:
+            raise FitError("a mixed step (chunked prefill) is not priced with two-batch overlap")
+        return decode._mean_two(batch, start, max(stop, start + 1), layer_share, outside)
     d = decode._at(batch)
     p = prefill._at(1)
     rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside)
