@@ -18,7 +18,7 @@ from rooflinekit.core import answers
 from rooflinekit.core import plugins as core_plugins
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
-from rooflinekit.core.plugins import PluginHost, builtin_entry_points
+from rooflinekit.core.plugins import REMOVED_01, PluginHost, builtin_entry_points
 from rooflinekit.core.specs import AttentionSpec
 from rooflinekit.stages import formulas
 
@@ -313,81 +313,34 @@ def test_a_source_tree_without_metadata_registers_pyprojects_builtins(monkeypatc
 
 # -- plugins written to the 0.1 plugin guide --------------------------------------------------------
 
-#: docs/plugins.md of rooflinekit 0.1, "A plugin in two files": its imports and hook, as written.
+#: docs/plugins.md of rooflinekit 0.1, "A plugin in two files": its imports, as written.
 OLD_PLUGIN = textwrap.dedent(
     '''
-    import dataclasses
-
     from rooflinekit.hookspecs import hookimpl
-    from rooflinekit_plugins import attention as builtin   # the module, see "Pitfalls"
 
 
-    @hookimpl(tryfirst=True)            # ask me before the built-in attention plugin
+    @hookimpl(tryfirst=True)
     def rooflinekit_attention_spec(module, path, call):
-        window = getattr(module, "sliding_window", None)
-        if not isinstance(window, int):
-            return None                 # not mine: the next plugin is asked
-        spec = builtin.rooflinekit_attention_spec(module=module, path=path, call=call)
-        return dataclasses.replace(spec, window=window) if spec else None
+        return None
     '''
 )
-SHIMS = ("rooflinekit.hookspecs", "rooflinekit.specs", "rooflinekit.workload", "rooflinekit.modelled",
-         "rooflinekit.errors", "rooflinekit.plugins", "rooflinekit.pipeline", "rooflinekit_plugins.attention")
 
 
-@pytest.fixture
-def fresh_shims(monkeypatch):
-    """Each 0.1 module imported anew in the test (its warning is given at import)."""
-    for name in SHIMS:
-        monkeypatch.delitem(sys.modules, name, raising=False)
+@pytest.mark.parametrize("removed", sorted(REMOVED_01))
+def test_the_01_module_paths_are_gone(removed):
+    sys.modules.pop(removed, None)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(removed)
 
 
-def test_a_plugin_written_to_the_01_guide_loads_with_a_deprecation_warning_and_runs(
-        fresh_shims, tmp_path, monkeypatch):
+def test_a_plugin_written_to_the_01_guide_is_told_where_its_import_lives(tmp_path, monkeypatch):
     (tmp_path / "rk_old_windows.py").write_text(OLD_PLUGIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "rk_old_windows", raising=False)
-    with pytest.warns(DeprecationWarning) as caught:
-        plugin = importlib.import_module("rk_old_windows")
-    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
-    assert any(m.startswith("rooflinekit.hookspecs is deprecated") and "rooflinekit.plugin" in m for m in messages)
-    assert any(m.startswith("rooflinekit_plugins.attention is deprecated") for m in messages)
-    assert all(w.filename == str(tmp_path / "rk_old_windows.py") for w in caught)  # the importer is named
-
     host = PluginHost()
-    host.register(plugin, "old_windows", "tests", "0")
-    assert host.warnings == []
-    module = _mha()
-    module.sliding_window = 32
-    spec, name = _spec(host, module)
-    assert name == "old_windows"
-    assert (spec.arch, spec.num_heads, spec.head_dim, spec.window) == ("mha", HEADS, EMBED // HEADS, 32)
-    assert _spec(host)[1] == "mha"  # no window declared: not the old plugin's
-
-
-@pytest.mark.parametrize("module,names,home", [
-    ("rooflinekit.hookspecs", ["hookimpl", "hookspec"], "rooflinekit.core.hookspecs"),
-    ("rooflinekit.specs", ["AttentionSpec", "AttentionCall", "AttentionWorkload", "AttentionCost"],
-     "rooflinekit.core.specs"),
-    ("rooflinekit.workload", ["ModelSource", "Workload"], "rooflinekit.stages.workload"),
-    ("rooflinekit.modelled", ["ModuleModel", "emit", "suppressed"], "rooflinekit.stages.modelled"),
-    ("rooflinekit.errors", ["UserError"], "rooflinekit.core.errors"),
-    ("rooflinekit.plugins", ["PluginHost"], "rooflinekit.core.plugins"),
-    ("rooflinekit.pipeline", ["load_source"], "rooflinekit.stages.workload"),
-    ("rooflinekit.pipeline", ["profile"], "rooflinekit.analyses.profile"),
-])
-def test_every_01_module_serves_the_guides_names_from_their_new_homes(fresh_shims, module, names, home):
-    with pytest.warns(DeprecationWarning, match=rf"^{module} is deprecated since rooflinekit 0\.2: "):
-        old = importlib.import_module(module)
-    new = importlib.import_module(home)
-    for name in names:
-        assert getattr(old, name) is getattr(new, name), name
-
-
-def test_the_01_attention_module_answers_as_the_builtins(fresh_shims):
-    with pytest.warns(DeprecationWarning):
-        builtin = importlib.import_module("rooflinekit_plugins.attention")
-    assert not hasattr(builtin.rooflinekit_attention_spec, "rooflinekit_impl")  # importing it registers nothing
-    spec = builtin.rooflinekit_attention_spec(module=_mha(), path="x", call=None)
-    assert (spec.arch, spec.num_heads, spec.num_kv_heads, spec.head_dim) == ("mha", HEADS, HEADS, EMBED // HEADS)
-    assert builtin.rooflinekit_attention_spec(module=torch.nn.Linear(2, 2), path="x") is None
+    host._load(importlib.metadata.EntryPoint("old_windows", "rk_old_windows", "rooflinekit"), "rk-old", "0.1")
+    assert not host.pm.has_plugin("old_windows")
+    assert len(host.warnings) == 1
+    line = host.warnings[0]
+    assert line.startswith("plugin 'old_windows' (rk-old) failed to load: ModuleNotFoundError")
+    assert "rooflinekit.hookspecs was rooflinekit 0.1's, removed in 0.3: import hookimpl from rooflinekit.plugin" in line

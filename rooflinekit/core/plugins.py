@@ -38,6 +38,17 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.core.version import __version__
 
 GROUP = "rooflinekit"
+#: rooflinekit 0.1's module paths, removed in 0.3 after warning through 0.2: where their names live.
+REMOVED_01 = {
+    "rooflinekit.hookspecs": "import hookimpl from rooflinekit.plugin",
+    "rooflinekit.specs": "import the hook types from rooflinekit.plugin",
+    "rooflinekit.workload": "import ModelSource and Workload from rooflinekit.plugin",
+    "rooflinekit.modelled": "import ModuleModel, emit and suppressed from rooflinekit.plugin",
+    "rooflinekit.errors": "import UserError from rooflinekit.plugin",
+    "rooflinekit.plugins": "import PluginHost from rooflinekit.plugin",
+    "rooflinekit.pipeline": "use rooflinekit.profile (the Python API)",
+    "rooflinekit_plugins.attention": "each architecture is its own built-in: rooflinekit_plugins.mha, .gqa, .mla",
+}
 #: rooflinekit's own pyproject.toml, whose `[project.entry-points.rooflinekit]` table is the one
 #: list of the built-in plugins (read when running from a source tree without installed metadata).
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -155,7 +166,9 @@ class PluginHost:
         try:
             plugin = ep.load()
         except (Exception, SystemExit) as exc:  # sys.exit() at import time too
-            self.warn(f"plugin '{ep.name}' ({distribution}) failed to load: {type(exc).__name__}: {exc}")
+            moved = REMOVED_01.get(getattr(exc, "name", None) or "") if isinstance(exc, ImportError) else None
+            self.warn(f"plugin '{ep.name}' ({distribution}) failed to load: {type(exc).__name__}: {exc}"
+                      + (f" ({exc.name} was rooflinekit 0.1's, removed in 0.3: {moved})" if moved else ""))
             return
         self.register(plugin, ep.name, distribution, version)
 
