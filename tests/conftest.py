@@ -74,17 +74,20 @@ def schema_validators(schema_file: Path):
     return fastjsonschema.compile(schema), jsonschema.Draft202012Validator(schema)
 
 
-def _validating(cls, schema_file):
-    to_dict = cls.to_dict
-    validators = []
+#: Compiled schema validators, per schema file (compiling one takes a while: once per process).
+_VALIDATORS: dict = {}
+
+
+def _validated(to_dict, schema_file):
+    """`to_dict` that checks what it returns against `schema_file` (an AssertionError naming where)."""
 
     def validated_to_dict(self):
         import fastjsonschema
 
         data = to_dict(self)
-        if not validators:
-            validators.extend(schema_validators(schema_file))
-        fast, full = validators
+        if schema_file not in _VALIDATORS:
+            _VALIDATORS[schema_file] = schema_validators(schema_file)
+        fast, full = _VALIDATORS[schema_file]
         try:
             fast(data)
         except fastjsonschema.JsonSchemaException as exc:
@@ -95,12 +98,16 @@ def _validating(cls, schema_file):
                                  f"{message}") from None
         return data
 
-    cls.to_dict = validated_to_dict
+    return validated_to_dict
 
 
-_validating(Report, SCHEMA_FILE)
-_validating(SweepReport, SWEEP_SCHEMA_FILE)
-_validating(AdviceReport, ADVISE_SCHEMA_FILE)
+@pytest.fixture(autouse=True)
+def reports_validate_against_their_schemas(monkeypatch):
+    """Every report a test serialises is checked against its JSON schema; the methods are
+    restored after each test."""
+    for cls, schema_file in ((Report, SCHEMA_FILE), (SweepReport, SWEEP_SCHEMA_FILE),
+                             (AdviceReport, ADVISE_SCHEMA_FILE)):
+        monkeypatch.setattr(cls, "to_dict", _validated(cls.to_dict, schema_file))
 
 
 # -- third-party plugin distributions, as a user would pip-install them --------------------------------
