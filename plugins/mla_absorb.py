@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from rooflinekit.plugin import (
-    AttentionCost,
     AttentionSite,
     CaptureResult,
     Counted,
@@ -70,7 +69,7 @@ def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: in
     last = products[-1] if products else None
     dropped = downstream(ops, site, set(reexpand), last)  # the attention output feeds the ops after it
     spec = replace(row.spec, mode="absorbed")
-    cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec,
+    cost, _ = host.first(host.hook.rooflinekit_attention_cost, spec=spec,
                               workload=attention_workload(workload, row.dtype, row.causal, deployment,
                                                           row.shape))
     if cost is None:

@@ -126,7 +126,7 @@ __all__ = [
     "Workload",
     "Deployment",
     "ModelSource",
-    # the plugins, for a hook that asks other hooks (`host.call_first(...)`), and a profile's report
+    # the plugins, for a hook that asks other hooks (`host.first(host.hook.rooflinekit_...)`), and a profile's report
     "PluginHost",
     "Report",
     # a module's analytic stand-in during capture (rooflinekit_module_model) and the records it emits

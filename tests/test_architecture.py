@@ -153,7 +153,7 @@ def test_each_architecture_has_its_plugin_in_any_registration_order(order):
     for name in order:
         host.register(modules[name], name, "tests", "0")
     for make, arch, plugin in CASES:
-        spec, answered = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=make(),
+        spec, answered = host.first(host.hook.rooflinekit_attention_spec, module=make(),
                                          path="x", call=None)
         assert (spec.arch, answered) == (arch, plugin)
 
@@ -231,9 +231,10 @@ def test_split_heads_refuses_kv_heads_and_tp_that_do_not_divide():
 
 
 def test_the_mla_shard_keeps_the_latent_and_the_down_projections_whole():
-    spec, _ = PluginHost().call_first("rooflinekit_attention_spec", module=_module(**MLA_ATTRS), path="x",
+    host = PluginHost()
+    spec, _ = host.first(host.hook.rooflinekit_attention_spec, module=_module(**MLA_ATTRS), path="x",
                                       call=None)
-    shard, plugin = PluginHost().call_first("rooflinekit_attention_shard", expect=AttentionShard, spec=spec, tp=8)
+    shard, plugin = host.first(host.hook.rooflinekit_attention_shard, spec=spec, tp=8)
     assert plugin == "mla" and shard.kv == "latent replicated"
     assert (shard.spec.num_heads, shard.spec.num_kv_heads) == (2, 1)
     assert {"wq_a", "wkv_a", "q_a_proj", "kv_a_proj_with_mqa"} <= set(shard.replicated)

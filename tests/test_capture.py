@@ -281,11 +281,11 @@ def test_module_models_ask_nothing_without_a_plugin_that_answers(monkeypatch):
 
     host = PluginHost(load_entry_points=False)
     asked = []
-    monkeypatch.setattr(host, "call_first", lambda *a, **k: asked.append(a) or (None, None))
+    monkeypatch.setattr(host, "first", lambda *a, **k: asked.append(a) or (None, None))
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
     with module_models(model, Workload("decode", 1, 8, "fp32", "cpu", ()), host) as used:
         assert used == []
-    assert asked == [] and not host.implemented("rooflinekit_module_model")
+    assert asked == [] and not host.implemented(host.hook.rooflinekit_module_model)
 
 
 _WRAPPED_MODEL = '''

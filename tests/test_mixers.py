@@ -12,7 +12,7 @@ import torch
 
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
-from rooflinekit.core.specs import AttentionSpec, AttentionWorkload
+from rooflinekit.core.specs import AttentionWorkload
 from rooflinekit.core.state import split_state, state_cost, state_spec
 from rooflinekit.outputs.render import to_text
 from rooflinekit_plugins import gqa, linear_attention, mha, ssm
@@ -236,7 +236,7 @@ def test_mixers_go_before_the_head_plugins(order):
     host = PluginHost(load_entry_points=False)
     for name in order:
         host.register(modules[name], name, "tests", "0")
-    spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=_Mixer2(),
+    spec, plugin = host.first(host.hook.rooflinekit_attention_spec, module=_Mixer2(),
                                    path="x", call=None)
     assert (spec.arch, plugin, spec.fixed_state) == ("mamba2", "ssm", True)
     assert spec.extra["state_elements"] == 8 * 16 * 32

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata as md
+import re
 import sys
 import textwrap
 
@@ -30,7 +31,7 @@ def _mha() -> torch.nn.Module:
 
 
 def _spec(host: PluginHost, module: torch.nn.Module | None = None):
-    return host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=module or _mha(),
+    return host.first(host.hook.rooflinekit_attention_spec, module=module or _mha(),
                            path="x", call=None)
 
 
@@ -139,18 +140,18 @@ def _sites(paths: list[str], calls: list[str], **opts):
     return Sites()
 
 
-def test_call_all_keeps_pluggys_order_and_call_first_takes_its_first_answer():
+def test_each_keeps_pluggys_order_and_first_takes_its_first_answer():
     host = PluginHost(load_entry_points=False)
     calls: list[str] = []
     host.register(_sites(["a.first"], calls, tryfirst=True), "first", "tests", "0")
     host.register(_sites(["b.plain"], calls), "plain", "tests", "0")
     host.register(_sites(["c.last"], calls, trylast=True), "last", "tests", "0")
     model = torch.nn.Linear(2, 2)
-    assert host.call_all("rooflinekit_mixer_sites", model=model) == [
+    assert host.each(host.hook.rooflinekit_mixer_sites, model=model) == [
         (["a.first"], "first"), (["b.plain"], "plain"), (["c.last"], "last")]
     calls.clear()
     # not a firstresult hook: every implementation runs, the first answer in call order is taken
-    assert host.call_first("rooflinekit_mixer_sites", model=model) == (["a.first"], "first")
+    assert host.first(host.hook.rooflinekit_mixer_sites, model=model) == (["a.first"], "first")
     assert calls == ["a.first", "b.plain", "c.last"]
 
 
@@ -162,7 +163,7 @@ def test_hookcall_monitoring_sees_every_call():
                                                                                       outcome.get_result())))
     spec, _ = _spec(host)
     assert seen == [("before", "rooflinekit_attention_spec"), ("after", "rooflinekit_attention_spec", spec)]
-    host.call_all("rooflinekit_hardware_dirs")
+    host.each(host.hook.rooflinekit_hardware_dirs)
     assert seen[-1][:2] == ("after", "rooflinekit_hardware_dirs") and seen[-1][2]  # the built-in folder
 
 
@@ -170,8 +171,9 @@ def test_tracing_names_who_answered_on_every_call(capsys):
     host = PluginHost(trace=True)
     _spec(host)
     host.pm.hook.rooflinekit_attention_spec(module=torch.nn.Linear(2, 2), path="y", call=None)  # directly
-    host.call_all("rooflinekit_mixer_sites", model=torch.nn.Linear(2, 2))  # the mixer built-ins answer []
-    PluginHost(load_entry_points=False, trace=True).call_all("rooflinekit_mixer_sites", model=None)
+    host.each(host.hook.rooflinekit_mixer_sites, model=torch.nn.Linear(2, 2))  # the mixer built-ins answer []
+    traced = PluginHost(load_entry_points=False, trace=True)
+    traced.each(traced.hook.rooflinekit_mixer_sites, model=None)
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert lines[:2] == ["[rooflinekit hooks] rooflinekit_attention_spec: answered by 'mha'",
@@ -344,3 +346,60 @@ def test_a_plugin_written_to_the_01_guide_is_told_where_its_import_lives(tmp_pat
     line = host.warnings[0]
     assert line.startswith("plugin 'old_windows' (rk-old) failed to load: ModuleNotFoundError")
     assert "rooflinekit.hookspecs was rooflinekit 0.1's, removed in 0.3: import hookimpl from rooflinekit.plugin" in line
+
+
+# -- hooks are called as attributes --------------------------------------------------------------------
+
+
+def test_no_hook_is_called_by_its_name_as_a_string():
+    """Every call site names its hook as an attribute of pluggy's relay (`host.hook.rooflinekit_...`),
+    which editors and type checkers follow; nothing reaches pluggy's implementations to rewrite them."""
+    from tests.conftest import ROOT
+
+    by_name = re.compile(r"\.(call_first|call_all)\(|getattr\([^)]*\.hook,|\.implemented\(\s*[\"']")
+    offenders = []
+    for path in [*(ROOT / "rooflinekit").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if by_name.search(line) and not line.lstrip().startswith(("def ", "#", '"""')):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    allowed = {"rooflinekit/core/plugins.py"}  # the deprecated aliases themselves
+    assert [o for o in offenders if o.split(":")[0] not in allowed] == []
+
+
+def test_the_string_named_calls_still_answer_with_a_deprecation_warning():
+    host = PluginHost()
+    with pytest.warns(DeprecationWarning, match=r"PluginHost\.call_first\(NAME, \.\.\.\) is deprecated since rooflinekit 0\.3"):
+        old = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=_mha(), path="x", call=None)
+    assert old == host.first(host.hook.rooflinekit_attention_spec, module=_mha(), path="x", call=None)
+    model = torch.nn.Linear(2, 2)
+    with pytest.warns(DeprecationWarning, match=r"host\.each\(host\.hook\.NAME"):
+        assert host.call_all("rooflinekit_mixer_sites", model=model) == host.each(host.hook.rooflinekit_mixer_sites,
+                                                                                  model=model)
+
+
+class _WrongAnswers:
+    """Answers of the wrong type to the hooks whose callers once checked the type themselves."""
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_efficiency_source(self, source, hardware):
+        return 3
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_workload_loader(self, path, options):
+        return "not a ModelSource"
+
+    @hookimpl(tryfirst=True)
+    def rooflinekit_module_model(self, module, path, workload):
+        return object()
+
+
+@pytest.mark.parametrize(("hook", "arguments"), [
+    ("rooflinekit_efficiency_source", {"source": "mine", "hardware": None}),
+    ("rooflinekit_workload_loader", {"path": "x", "options": {}}),
+    ("rooflinekit_module_model", {"module": torch.nn.Linear(2, 2), "path": "x", "workload": None, "deployment": None}),
+])
+def test_answers_the_callers_once_checked_are_checked_by_their_hooks_rule(hook, arguments):
+    host = PluginHost(load_entry_points=False)
+    host.register(_WrongAnswers(), "wrong")
+    assert host.first(getattr(host.hook, hook), **arguments) == (None, None)
+    assert any(w.startswith("plugin 'wrong' returned") and hook in w for w in host.warnings), host.warnings

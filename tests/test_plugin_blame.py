@@ -107,7 +107,7 @@ def test_builtin_splits_decline_what_they_cannot_split():
     as a whole with one line."""
     spec = rp.AttentionSpec("mha", 4, 4, 64, 64)
     host = PluginHost(load_entry_points=True)
-    answer, plugin = host.call_first("rooflinekit_attention_shard", spec=spec, tp=8)
+    answer, plugin = host.first(host.hook.rooflinekit_attention_shard, spec=spec, tp=8)
     assert answer is None and plugin is None and not host.warnings, host.warnings
     with pytest.raises(rp.UserError, match="--tp 8 does not divide the 4 attention heads"):
         rp.split_heads(spec, 8)

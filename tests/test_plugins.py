@@ -10,7 +10,6 @@ from conftest import pip_install_site, write_distribution
 
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.specs import AttentionSpec
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT
 
@@ -93,7 +92,7 @@ def test_raising_plugin_is_skipped_and_named():
     import torch
 
     mha = torch.nn.MultiheadAttention(64, 4)
-    spec, plugin = host.call_first("rooflinekit_attention_spec", expect=AttentionSpec, module=mha, path="x", call=None)
+    spec, plugin = host.first(host.hook.rooflinekit_attention_spec, module=mha, path="x", call=None)
     assert plugin == "mha" and spec.num_heads == 4
     assert any("raiser" in w and "boom" in w for w in host.warnings)
 
@@ -159,7 +158,7 @@ def test_disabled_plugins_are_not_loaded(monkeypatch):
     assert "gqa" in names  # the other architectures still load
     import torch
 
-    spec, _ = host.call_first("rooflinekit_attention_spec", module=torch.nn.MultiheadAttention(64, 4), path="x",
+    spec, _ = host.first(host.hook.rooflinekit_attention_spec, module=torch.nn.MultiheadAttention(64, 4), path="x",
                               call=None)
     assert spec is None and not host.warnings
 

@@ -85,7 +85,7 @@ def test_a_hook_imports_torch_when_it_runs():
 
         host = get_host()
         assert "torch" not in sys.modules
-        source, plugin = host.call_first("rooflinekit_workload_loader", path={str(EXAMPLES / "llama_gqa.py")!r},
+        source, plugin = host.first(host.hook.rooflinekit_workload_loader, path={str(EXAMPLES / "llama_gqa.py")!r},
                                          options={{}})
         assert plugin == "modelfile" and "torch" in sys.modules, plugin
         print("ok")

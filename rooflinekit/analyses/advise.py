@@ -245,7 +245,7 @@ def plugin_levers(host: PluginHost, w: Workload, d: Deployment, report: Report,
     named in a warning and dropped, the plugin's other proposals kept."""
     out = []
     names = set(taken or ())
-    for answer, plugin in host.call_all("rooflinekit_advise_levers", expect=list, workload=w, deployment=d,
+    for answer, plugin in host.each(host.hook.rooflinekit_advise_levers, workload=w, deployment=d,
                                         report=report, source=source):
         for p in answer:
             reason = proposal_problem(p, w, d)

@@ -187,7 +187,7 @@ def attention_shard(spec: AttentionSpec, tp: int, host: PluginHost, where: str =
     `rooflinekit.core.heads.split_heads` does, and the note says so. A plugin's UserError (a split
     the architecture cannot make) is raised with the layer's path."""
     try:
-        shard, _ = host.call_first("rooflinekit_attention_shard", expect=AttentionShard, spec=spec, tp=tp)
+        shard, _ = host.first(host.hook.rooflinekit_attention_shard, spec=spec, tp=tp)
         if shard is None:
             shard = split_heads(spec, tp)
             fallback = (f"no plugin says how arch '{spec.arch}' splits under tensor parallelism: heads "
@@ -458,7 +458,7 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
         new_spec, kv, note = shard.spec, shard.kv, shard.note
         heads, kv_heads = new_spec.num_heads, new_spec.num_kv_heads
         aw = attention_workload(workload, row.dtype, row.causal, deployment, row.shape)
-        cost, _ = host.call_first("rooflinekit_attention_cost", expect=type(row.cost), spec=new_spec, workload=aw)
+        cost, _ = host.first(host.hook.rooflinekit_attention_cost, spec=new_spec, workload=aw)
         new = replace(row, spec=new_spec, cost=cost, notes=list(row.notes) + ([note] if note else []))
         out.append(new)
         summary.append({
@@ -528,7 +528,7 @@ def _tp_plan(model: torch.nn.Module, modules: dict, attention: dict[str, Attenti
     notes: list[str] = []
     sources: list[str] = []
     shards = attention_shards(attention, par.tp, host)  # how each architecture splits
-    answers = host.call_all("rooflinekit_tp_plan", expect=dict, model=model, workload=workload, deployment=par,
+    answers = host.each(host.hook.rooflinekit_tp_plan, model=model, workload=workload, deployment=par,
                             attention=attention, shards=shards)
     for answer, plugin in answers:
         resolved, more = resolve(checked_plan(answer, plugin, host), modules)

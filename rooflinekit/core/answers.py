@@ -10,15 +10,21 @@ when it is not, registered for its hook with `@validator("rooflinekit_...")`. A 
 reason starts with "expected " (`type_problem`), which `warning` words as
 "returned T from hook, expected X".
 
-Only hooks whose answer types live in `rooflinekit.core` have rules here; the stages' own types
-(`ModelSource`, `ModuleModel`) are checked by the caller's `expect=` argument of `call_first`.
+Every hook that returns an answer has its rule here; callers check nothing of their own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec, AttentionWindow
+from rooflinekit.core.request import ModelSource
+from rooflinekit.core.specs import (
+    AttentionCost,
+    AttentionShard,
+    AttentionSpec,
+    AttentionWindow,
+    ModuleModel,
+)
 
 #: A rule: None if the answer is fine, else a one-line reason it is not.
 Validator = Callable[[object], "str | None"]
@@ -347,6 +353,24 @@ def _advise_levers(answer: object) -> str | None:
     """A list (each proposal is checked where the levers are gathered: a bad one is named and
     dropped, the plugin's others kept)."""
     return type_problem(answer, list)
+
+
+@validator("rooflinekit_efficiency_source")
+def _efficiency_source(answer: object) -> str | None:
+    """The path of an efficiency file, as a string (the file itself is read and checked where it is used)."""
+    return type_problem(answer, str) or (None if answer.strip() else "an empty path")
+
+
+@validator("rooflinekit_workload_loader")
+def _workload_loader(answer: object) -> str | None:
+    """A ModelSource."""
+    return type_problem(answer, ModelSource)
+
+
+@validator("rooflinekit_module_model")
+def _module_model(answer: object) -> str | None:
+    """A ModuleModel."""
+    return type_problem(answer, ModuleModel)
 
 
 @validator("rooflinekit_option_transform")

@@ -25,6 +25,7 @@ import inspect
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,13 +89,11 @@ class PluginInfo:
 class _Call:
     """The record of one hook call: who gave which answer (see the module's docstring)."""
 
-    __slots__ = ("hook", "firstresult", "expect", "answers", "replaced", "named")
+    __slots__ = ("hook", "firstresult", "answers", "replaced", "named")
 
-    def __init__(self, hook: str, firstresult: bool, expect: type | tuple | None) -> None:
+    def __init__(self, hook: str, firstresult: bool) -> None:
         self.hook = hook
         self.firstresult = firstresult
-        #: The caller's extra type check (`call_first(..., expect=)`), beside the hook's rule.
-        self.expect = expect
         #: (answer, plugin) of each plain implementation's usable answer, in call order.
         self.answers: list[tuple[object, str]] = []
         #: (answer, wrapper's plugin) of each answer a wrapper put in place of those it received.
@@ -230,8 +229,7 @@ class PluginHost:
             if answer is None:
                 return None
             call = self._current(hook)
-            reason = answers.problem(hook, answer, call.expect if call is not None else None,
-                                     {**dict(zip(names, args, strict=False)), **kwargs})
+            reason = answers.problem(hook, answer, None, {**dict(zip(names, args, strict=False)), **kwargs})
             if reason is not None:
                 self.warn(answers.warning(plugin, hook, answer, reason))
                 return None
@@ -301,10 +299,7 @@ class PluginHost:
         return self._firstresult[hook]
 
     def _before(self, hook: str, impls, kwargs) -> None:
-        pending = getattr(self._local, "pending", None)  # the expect= of call_first/call_all
-        expect = pending[1] if pending is not None and pending[0] == hook else None
-        self._local.pending = None
-        self._stack().append(_Call(hook, self._is_firstresult(hook), expect))
+        self._stack().append(_Call(hook, self._is_firstresult(hook)))
 
     def _after(self, outcome: pluggy.Result, hook: str, impls, kwargs) -> None:
         call = self._stack().pop()
@@ -343,7 +338,7 @@ class PluginHost:
                 named.append((answer, call.answers[index][1]))
                 continue
             wrapper = next((p for a, p in call.replaced if a is answer), "?")
-            reason = answers.problem(call.hook, answer, call.expect)
+            reason = answers.problem(call.hook, answer)
             if reason is not None:
                 self.warn(answers.warning(wrapper, call.hook, answer, reason))
                 continue
@@ -367,33 +362,52 @@ class PluginHost:
 
     # -- calling hooks ------------------------------------------------------------------------
 
-    def implemented(self, hook_name: str) -> bool:
-        """Whether any plugin implements `hook_name` (asking it of every module is then skipped)."""
-        return bool(getattr(self.pm.hook, hook_name).get_hookimpls())
+    @staticmethod
+    def implemented(caller: pluggy.HookCaller) -> bool:
+        """Whether any plugin implements the hook of `caller` (asking it of every module is then skipped)."""
+        return bool(caller.get_hookimpls())
 
-    def _call(self, hook_name: str, expect: type | tuple | None, kwargs: dict) -> list[tuple[object, str]]:
-        caller = getattr(self.pm.hook, hook_name)
-        self._local.pending = (hook_name, expect)
-        try:
-            with stdout_to_stderr():  # wrappers' prints too stay off stdout's report
-                caller(**kwargs)
-        finally:
-            self._local.pending = None
+    def _call(self, caller: pluggy.HookCaller, kwargs: dict) -> list[tuple[object, str]]:
+        with stdout_to_stderr():  # wrappers' prints too stay off stdout's report
+            caller(**kwargs)
         return self._local.last.named
 
-    def call_first(self, hook_name: str, expect: type | tuple | None = None, **kwargs):
-        """(answer, plugin name) of the first usable answer in pluggy's call order, or (None, None).
+    @property
+    def hook(self) -> pluggy.HookRelay:
+        """pluggy's hook relay: `host.hook.rooflinekit_attention_cost` is that hook's caller."""
+        return self.pm.hook
+
+    def first(self, caller: pluggy.HookCaller, **kwargs) -> tuple[object, str | None]:
+        """(answer, plugin name) of the first usable answer of `caller` (`host.hook.rooflinekit_...`)
+        in pluggy's call order, or (None, None).
 
         On a firstresult hook pluggy stops at that answer; on another hook every implementation
-        runs and the first answer is taken. Failures and unusable answers are named and skipped.
+        runs and the first answer is taken. Failures and unusable answers (rooflinekit.core.answers)
+        are named and skipped.
         """
-        named = self._call(hook_name, expect, kwargs)
+        named = self._call(caller, kwargs)
         return named[0] if named else (None, None)
 
+    def each(self, caller: pluggy.HookCaller, **kwargs) -> list[tuple[object, str]]:
+        """Every usable (answer, plugin name) of `caller`, in pluggy's call order (on a firstresult
+        hook, the one answer pluggy stops at), skipping failures and unusable answers."""
+        return self._call(caller, kwargs)
+
+    def call_first(self, hook_name: str, expect: type | tuple | None = None, **kwargs):
+        """Deprecated since 0.3 (kept for plugins that ask other hooks): `first(host.hook.NAME, ...)`.
+        `expect` is ignored: every hook's answers are checked by its rule."""
+        _deprecated_call("call_first", "first")
+        return self.first(getattr(self.pm.hook, hook_name), **kwargs)
+
     def call_all(self, hook_name: str, expect: type | tuple | None = None, **kwargs) -> list[tuple[object, str]]:
-        """Every usable (answer, plugin name), in pluggy's call order (on a firstresult hook, the
-        one answer pluggy stops at), skipping failures and unusable answers."""
-        return self._call(hook_name, expect, kwargs)
+        """Deprecated since 0.3: `each(host.hook.NAME, ...)`. `expect` is ignored."""
+        _deprecated_call("call_all", "each")
+        return self.each(getattr(self.pm.hook, hook_name), **kwargs)
+
+
+def _deprecated_call(old: str, new: str) -> None:
+    warnings.warn(f"PluginHost.{old}(NAME, ...) is deprecated since rooflinekit 0.3: call "
+                  f"host.{new}(host.hook.NAME, ...)", DeprecationWarning, stacklevel=3)
 
 
 def provides_of(plugin: object) -> list[str]:

@@ -304,7 +304,7 @@ def cost_and_notes(spec: AttentionSpec | None, aw: AttentionWorkload, causal_not
     notes = [causal_note] if causal_note else []
     cost = None
     if spec is not None:
-        cost, _ = host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=spec, workload=aw)
+        cost, _ = host.first(host.hook.rooflinekit_attention_cost, spec=spec, workload=aw)
         distinct = kv_read / max(kv_repeat, 1.0)  # a repeat_kv copy must not hide a window
         if cost is None:
             notes.append(f"no plugin costs arch '{spec.arch}': minimum bytes not attributed")
@@ -522,13 +522,12 @@ def _recognise(path: str, modules: dict, call: AttentionCall | None,
         mod = modules.get(candidate)
         if mod is None:
             continue
-        spec, plugin = host.call_first(
-            "rooflinekit_attention_spec", expect=AttentionSpec, module=mod, path=candidate, call=call
+        spec, plugin = host.first(host.hook.rooflinekit_attention_spec, module=mod, path=candidate, call=call
         )
         if spec is not None:
             break
     if spec is None and call is not None:
-        spec, plugin = host.call_first("rooflinekit_attention_spec_from_call", expect=AttentionSpec, call=call)
+        spec, plugin = host.first(host.hook.rooflinekit_attention_spec_from_call, call=call)
     if spec is not None and spec.plugin != plugin:
         spec = replace(spec, plugin=plugin)  # the plugin that recognised it, whatever the spec said
     return spec, plugin, candidates
@@ -641,8 +640,7 @@ def _with_window(spec: AttentionSpec, host: PluginHost, modules: dict, candidate
         mod = modules.get(candidate)
         if mod is None:
             continue
-        answer, plugin = host.call_first("rooflinekit_attention_window", expect=(int, AttentionWindow),
-                                         module=mod, path=candidate, call=call, spec=spec)
+        answer, plugin = host.first(host.hook.rooflinekit_attention_window, module=mod, path=candidate, call=call, spec=spec)
         if answer is None or isinstance(answer, bool):
             continue
         if isinstance(answer, int):

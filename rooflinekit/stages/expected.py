@@ -140,7 +140,7 @@ def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | Non
     if not source:
         return hw
     host = host or get_host()
-    path, _ = host.call_first("rooflinekit_efficiency_source", expect=str, source=source, hardware=hw)
+    path, _ = host.first(host.hook.rooflinekit_efficiency_source, source=source, hardware=hw)
     if path is None:
         raise UserError(f"--efficiency {source!r}: no such efficiency source (give published, the path of an "
                         "efficiency file such as `rooflinekit calibrate --trace` writes, or a name a plugin "

@@ -240,8 +240,8 @@ def formula_book(host: PluginHost | None = None) -> FormulaBook:
     host = host or get_host()
     extra: dict[str, FlopFormula] = {}
     owner: dict[str, str] = {}
-    # call_all answers first-asked first: the first plugin to name an op keeps it
-    for answer, plugin in host.call_all("rooflinekit_op_formulas", expect=dict):
+    # `each` answers first-asked first: the first plugin to name an op keeps it
+    for answer, plugin in host.each(host.hook.rooflinekit_op_formulas):
         for op, fn in answer.items():
             key = op_key(op)
             if not callable(fn):

@@ -450,7 +450,7 @@ def hardware_db(host: PluginHost | None = None) -> HardwareDB:
     host = host or get_host()
     dirs: list[Path] = []
     problems: list[str] = []
-    for answer, plugin in reversed(host.call_all("rooflinekit_hardware_dirs", expect=(list, tuple))):
+    for answer, plugin in reversed(host.each(host.hook.rooflinekit_hardware_dirs)):
         usable, unusable = _usable_dirs(answer)
         dirs.extend(usable)
         if unusable:

@@ -33,7 +33,7 @@ def mixer_paths(model: torch.nn.Module, host: PluginHost) -> dict[str, str]:
 
 def _mixer_paths(model: torch.nn.Module, host: PluginHost) -> dict[str, str]:
     paths: dict[str, str] = {}
-    for answer, plugin in host.call_all("rooflinekit_mixer_sites", model=model):
+    for answer, plugin in host.each(host.hook.rooflinekit_mixer_sites, model=model):
         named = _read_sites(answer, plugin, host)
         for path in named:
             paths.setdefault(path, plugin)

@@ -92,11 +92,10 @@ def _check_count(name: str, module: str, field_name: str, value: object) -> None
 
 def _answers(model: torch.nn.Module, workload, host, deployment) -> list[tuple]:
     """(path, module, ModuleModel or None, plugin name) for every module of the model."""
-    if not host.implemented("rooflinekit_module_model"):  # no module is asked (1,215 in DeepSeek-V3)
+    if not host.implemented(host.hook.rooflinekit_module_model):  # no module is asked (1,215 in DeepSeek-V3)
         return []
     with stdout_to_stderr():  # one redirect for the walk (plugins' prints), not one per module
-        return [(path, module, *host.call_first("rooflinekit_module_model", expect=ModuleModel,
-                                                module=module, path=path, workload=workload,
+        return [(path, module, *host.first(host.hook.rooflinekit_module_model, module=module, path=path, workload=workload,
                                                 deployment=deployment))
                 for path, module in module_tree(model)]
 

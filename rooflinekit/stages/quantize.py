@@ -37,7 +37,6 @@ from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
 from rooflinekit.core.skips import stand_ins
-from rooflinekit.core.specs import AttentionCost
 from rooflinekit.stages.attribute import (
     AttentionSite,
     attention_workload,
@@ -445,7 +444,7 @@ def _costed_at_format(row: AttentionSite, ctx: TransformContext) -> AttentionSit
     if row.spec is None or row.cost is None:
         return row
     aw = attention_workload(ctx.workload, row.dtype, row.causal, ctx.deployment, row.shape)
-    cost, _ = ctx.host.call_first("rooflinekit_attention_cost", expect=AttentionCost, spec=row.spec, workload=aw)
+    cost, _ = ctx.host.first(ctx.host.hook.rooflinekit_attention_cost, spec=row.spec, workload=aw)
     return row if cost is None else replace(row, cost=cost)
 
 

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.stages.transform import Counted, Transform, TransformContext, guarded
 
-HOOK = "rooflinekit_option_transform"
-
 
 def option_transforms(options: dict, host: PluginHost) -> dict[str, Transform]:
     """{option name: the transform a plugin restates it with} for the options some plugin restates."""
     out = {}
     for name, value in options.items():
-        answer, plugin = host.call_first(HOOK, name=name, value=value)
+        answer, plugin = host.first(host.hook.rooflinekit_option_transform, name=name, value=value)
         if answer is not None:
             out[name] = guarded(answer, plugin, f"transform of -O {name}={value}")
     return out

@@ -35,7 +35,7 @@ from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import ViewGap, Views
 from rooflinekit.core.request import Workload
 from rooflinekit.core.revise import revised
-from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec
+from rooflinekit.core.specs import AttentionCost, AttentionSpec
 from rooflinekit.stages.attribute import (
     AttentionSite,
     attention_workload,
@@ -52,7 +52,6 @@ from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures
 from rooflinekit.stages.transform import Counted, TransformContext, rebuild_ops
 
-HOOK = "rooflinekit_serving_attention"
 ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's serving kernel as its "
               "architecture plugin prices it (no mask, repeated or re-expanded K/V materialised; the cache "
               "read once per step), merged QKV and gate/up GEMMs, elementwise chains fused (residual add + "
@@ -95,13 +94,13 @@ class _Layer:
 def serving_cost(row: AttentionSite, workload: Workload, ctx: TransformContext) -> tuple[AttentionCost | None, AttentionCost | None]:
     """(the layer's serving cost, one GPU's under --tp) from its architecture plugin, or Nones."""
     aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment, row.shape)
-    cost, _ = ctx.host.call_first(HOOK, expect=AttentionCost, spec=row.spec, workload=aw)
+    cost, _ = ctx.host.first(ctx.host.hook.rooflinekit_serving_attention, spec=row.spec, workload=aw)
     if cost is None or ctx.deployment.tp <= 1:
         return cost, cost
-    shard, _ = ctx.host.call_first("rooflinekit_attention_shard", expect=AttentionShard, spec=row.spec,
+    shard, _ = ctx.host.first(ctx.host.hook.rooflinekit_attention_shard, spec=row.spec,
                                    tp=ctx.deployment.tp)
     spec: AttentionSpec = shard.spec if shard is not None else split_heads(row.spec, ctx.deployment.tp).spec
-    per_gpu, _ = ctx.host.call_first(HOOK, expect=AttentionCost, spec=spec, workload=aw)
+    per_gpu, _ = ctx.host.first(ctx.host.hook.rooflinekit_serving_attention, spec=spec, workload=aw)
     return cost, per_gpu
 
 

@@ -565,7 +565,7 @@ def load_source(path: str, options: dict, host: PluginHost | None = None) -> Mod
     # options a plugin states on the captured counts are not the loader's to check (the model's
     # build_model/make_inputs still get them where they take them: `build`)
     options = {k: v for k, v in options.items() if k not in restated(options, host)}
-    source, plugin = host.call_first("rooflinekit_workload_loader", expect=ModelSource, path=path, options=options)
+    source, plugin = host.first(host.hook.rooflinekit_workload_loader, path=path, options=options)
     if source is None:
         # a loader that failed or answered the wrong type is why: name it rather than the file types
         blamed = [w for w in host.warnings[before:] if "rooflinekit_workload_loader" in w]

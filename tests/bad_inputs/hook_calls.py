@@ -173,6 +173,12 @@ OTHERS = [
           "return object() if name == 'layers' else None", ["expected a Transform"]),
     _hook("option-transform-raises", "rooflinekit_option_transform", "name, value",
           "raise RuntimeError('cannot restate')", ["RuntimeError: cannot restate"]),
+    _hook("efficiency-source-a-number", "rooflinekit_efficiency_source", "source, hardware", "return 5",
+          ["expected str"], [*PROFILE, "--efficiency", "published"]),
+    _hook("efficiency-source-empty", "rooflinekit_efficiency_source", "source, hardware", "return '  '",
+          ["an empty path"], [*PROFILE, "--efficiency", "published"]),
+    _hook("workload-loader-a-string", "rooflinekit_workload_loader", "path, options", "return 'a model'",
+          ["expected ModelSource"]),
 ]
 
 RESTATE = """
