@@ -136,9 +136,13 @@ def test_captured_graph_sizes_and_the_padding_they_cause():
     assert [e["sglang"].padded(b) for b in (5, 17, 160, 161)] == [8, 24, 160, 161]
     assert e["trtllm"].padded(9) == 9 and e["vllm-v0"].padded(9) == 16
     words = e["vllm"].padding_words(9)
-    assert "9 sequences as its captured batch of 16" in words and "7 padded rows" in words
-    assert "none at 16 sequences" in e["vllm"].padding_words(16)
-    assert "without a graph" in e["vllm"].padding_words(600)
+    assert "vllm runs 9 sequences as its captured size 16" in words and "7 padded rows" in words
+    assert "none: vllm captures 16 sequences" in e["vllm"].padding_words(16)
+    above = e["vllm"].padding_words(600)
+    assert "600 sequences is above vllm's largest captured size 512" in above and "captures 600" not in above
+    # vLLM's graphs count tokens: 3 sequences of 4 tokens pad 12 to 16; SGLang's count sequences
+    assert "runs 12 tokens (3 sequences x 4) as its captured size 16" in e["vllm"].padding_words(3, 4)
+    assert "runs 3 sequences as its captured size 4" in e["sglang"].padding_words(3, 4)
 
 
 def test_a_decode_report_states_padding_clocks_and_the_expert_load():
@@ -146,7 +150,7 @@ def test_a_decode_report_states_padding_clocks_and_the_expert_load():
     r = profile(load_source(GQA, OPTIONS), Workload("decode", 9, 256, options=tuple(OPTIONS.items())),
                 Deployment("H800", engine="vllm"), options=FAST).report
     lines = r.totals.expected_conventions
-    assert any(line.startswith("CUDA-graph padding (stated, not priced): vllm runs 9") for line in lines)
+    assert any(line.startswith("CUDA-graph padding (stated, not priced): vllm runs 9 sequences") for line in lines)
     assert any(line.startswith("clocks (stated, not applied)") for line in lines)
     assert not any(line.startswith("expert-parallel load") for line in lines)  # no EP here
     r = profile(load_source(moe, {}), Workload("decode", 8, 256), Deployment("H800", ep=4, ep_imbalance=1.5),

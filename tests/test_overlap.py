@@ -40,11 +40,20 @@ def _class(r, op, in_attention):
         dims = [int(d) for d in first.split("x")]
         rows = dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])
         return classes["gemm_small" if rows <= TABLE["small_gemm_max_rows"] else "gemm_large"]
+    if op.kind == "modelled" and op.flops > 0 and op.param_bytes > 0:  # experts: a GEMM of the phase
+        return classes["gemm_small" if r.workload.phase == "decode" else "gemm_large"]
     return classes["elementwise"]
 
 
-def two_batch_by_hand(r) -> tuple[float, float]:
-    """(kernels and launches of both micro-batches, their collectives) from the report's rows."""
+def distinct(tokens: float, k: int, experts: int) -> float:
+    """Expected distinct experts `tokens` tokens choosing `k` of `experts` hit: E(1 - (1 - k/E)^T)."""
+    return experts * (1 - (1 - k / experts) ** tokens)
+
+
+def two_batch_by_hand(r, routing: tuple[int, int, int] | None = None) -> tuple[float, float]:
+    """(kernels and launches of both micro-batches, their collectives) from the report's rows;
+    `routing` = (tokens, k, E) of the MoE records, whose weights at half the tokens are those of the
+    experts half the tokens hit."""
     launch = TABLE["launch"][f"{r.workload.phase}_s"]
     in_attention = {i for row in r.attention for i in row.op_indices}
     hw = hardware_db().get(r.hardware.name)
@@ -59,7 +68,11 @@ def two_batch_by_hand(r) -> tuple[float, float]:
             continue
         cls = _class(r, op, in_attention)
         weights = min(op.param_bytes, op.bytes)
-        flops, nbytes = op.flops / 2, (op.bytes - weights) / 2 + weights
+        half = weights
+        if routing and op.kind == "modelled" and weights:
+            tokens, k, experts = routing
+            half = weights * distinct(tokens / 2, k, experts) / distinct(tokens, k, experts)
+        flops, nbytes = op.flops / 2, (op.bytes - weights) / 2 + half
         peak = r.hardware.peaks[op.dtype]
         kernels += 2 * max(flops / (cls["compute"] * peak), nbytes / (cls["bandwidth"] * r.hardware.bandwidth))
         kernels += 2 * launch
@@ -67,7 +80,7 @@ def two_batch_by_hand(r) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize(("phase", "batch", "context", "tp"), [
-    ("decode", 1, 64, 1), ("decode", 32, 512, 1), ("decode", 8, 256, 2), ("prefill", 1, 256, 2),
+    ("decode", 2, 64, 1), ("decode", 32, 512, 1), ("decode", 8, 256, 2), ("prefill", 1, 256, 2),
 ])
 def test_two_batch_step_is_the_longer_stream_by_hand(phase, batch, context, tp):
     r = _report(GQA, phase, batch, context, TINY, "two-batch", tp=tp)
@@ -80,9 +93,28 @@ def test_two_batch_step_is_the_longer_stream_by_hand(phase, batch, context, tp):
 
 def test_without_collectives_two_batches_cost_the_weights_twice():
     """No communication to hide: two micro-batches only read every weight once more."""
-    one = _report(GQA, "decode", 4, 256, TINY, "none").totals.expected_step_s
-    two = _report(GQA, "decode", 4, 256, TINY, "two-batch").totals.expected_step_s
-    assert two > one
+    one = _report(GQA, "decode", 4, 256, TINY, "none")
+    two = _report(GQA, "decode", 4, 256, TINY, "two-batch")
+    kernels, comm = two_batch_by_hand(two)
+    assert comm == 0 and two.totals.expected_step_s == pytest.approx(kernels, rel=1e-9)
+    weights = sum(o.param_bytes for o in two.ops if o.kind != "collective")
+    assert two.totals.expected_step_s > one.totals.expected_step_s + 0.5 * weights / (0.89 * one.hardware.bandwidth)
+
+
+def test_a_decode_step_of_one_sequence_runs_as_one_batch():
+    one = _report(GQA, "decode", 1, 256, TINY, "none", tp=2).totals
+    two = _report(GQA, "decode", 1, 256, TINY, "two-batch", tp=2).totals
+    assert two.expected_step_s == one.expected_step_s and two.overlap_hidden_s is None
+    assert any("not applied to a decode step of one sequence" in line for line in two.expected_conventions)
+
+
+def test_an_moe_micro_batch_reads_the_experts_its_half_of_the_tokens_hits():
+    """64 experts, top 2, 4 sequences in decode: half the tokens hit about half the experts."""
+    r = _report(MOE, "decode", 4, 256, {"experts": 64}, "two-batch")
+    kernels, comm = two_batch_by_hand(r, routing=(4, 2, 64))
+    assert comm == 0 and r.totals.expected_step_s == pytest.approx(kernels, rel=1e-9)
+    whole, _ = two_batch_by_hand(r)  # every micro-batch reading the experts of the whole step: more
+    assert whole > kernels * 1.02
 
 
 def test_overlap_hides_an_expert_parallel_steps_all_to_all():
@@ -108,15 +140,18 @@ def test_the_bound_stays_under_a_two_batch_step(phase, batch, context, gpus):
     assert t.time_bound_s <= t.expected_step_s * (1 + 1e-12)
 
 
-def test_sweep_points_carry_the_overlap(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_sweep_points_carry_the_overlap(tmp_path, tp):
+    """TP 1: the points evaluated from the fit (compact records); TP 2: captured point by point."""
     out = tmp_path / "s.json"
-    args = [str(GQA), "-b", "8", "-s", "512", "--tp", "2", "-H", "H800", "-f", "json", "-o", str(out),
-            *[f"-O{k}={v}" for k, v in TINY.items()]]
-    runner = CliRunner()
-    assert runner.invoke(main, ["sweep", *args, "--overlap", "two-batch"]).exit_code == 0
-    point = json.loads(out.read_text())["points"][0]
-    r = _report(GQA, "decode", 8, 512, TINY, "two-batch", tp=2)
-    assert point["expected_step_s"] == pytest.approx(r.totals.expected_step_s, rel=1e-9)
+    args = [str(GQA), "-b", "2,8,24", "-s", "300,512,2000", "--tp", str(tp), "-H", "H800", "--no-critical", "-f",
+            "json", "-o", str(out), *[f"-O{k}={v}" for k, v in TINY.items()]]
+    assert CliRunner().invoke(main, ["sweep", *args, "--overlap", "two-batch"]).exit_code == 0
+    points = json.loads(out.read_text())["points"]
+    assert len(points) == 9
+    for point in points:
+        r = _report(GQA, "decode", point["batch"], point["context"], TINY, "two-batch", tp=tp)
+        assert point["expected_step_s"] == pytest.approx(r.totals.expected_step_s, rel=1e-9)
 
 
 def test_bad_overlap_gets_one_line():
@@ -168,15 +203,20 @@ def replace_workload(fitter, batch, context):
     return dataclasses.replace(fitter.base, batch=batch, context=context)
 
 
-def test_the_walk_crosses_from_collectives_to_kernels(fitted):
-    _, deployment, model, _ = fitted
-    if deployment.tp == 2:  # the dense case: all-reduces longer at short contexts, kernels at long ones
-        kernels, calls = model._two_streams(model._values(256, 1))
-        assert kernels < calls
-        kernels, calls = model._two_streams(model._values(256, 6000))
-        assert kernels > calls
-        brute = sum(model.expected(256, s) for s in range(1, 6001)) / 6000
-        assert model.mean_expected(256, 1, 6001) == pytest.approx(brute, rel=1e-9)
+def test_the_walk_crosses_from_collectives_to_kernels():
+    """The dense case: all-reduces longer at short contexts, kernels at long ones."""
+    host = get_host()
+    db = hardware_db(host)
+    path, options, deployment = PLAN_CASES[0]
+    fitter = StepFitter(load_source(str(path), options, host), Workload("decode", 1, 256, options=tuple(
+        sorted(options.items()))), host, db)
+    model = fitter.step_model(Shape("decode", 1, (1, 2), (256, 320)), deployment, db.get("H800"))
+    kernels, calls = model._two_streams(model._values(256, 1))
+    assert kernels < calls
+    kernels, calls = model._two_streams(model._values(256, 6000))
+    assert kernels > calls
+    brute = sum(model.expected(256, s) for s in range(1, 6001)) / 6000
+    assert model.mean_expected(256, 1, 6001) == pytest.approx(brute, rel=1e-9)
 
 
 @given(st.integers(1, 256), st.integers(1, 6000), st.integers(1, 300))
@@ -203,5 +243,31 @@ def test_plan_prices_disaggregated_pools_with_two_batches_and_refuses_the_rest()
     result = run_plan(source, targets, PlanOptions(gpus=8, hardware="H800", overlap="two-batch",
                                                    modes=("disaggregated",), pps=(1,), eps=(2, 4)))
     configs = [c for c in result.configs if c.fits]
-    assert configs and all(c.overlap == "two-batch" and c.mode == "disaggregated" for c in configs)
+    assert configs and all(c.mode == "disaggregated" for c in configs)
+    assert all((c.overlap == "two-batch") == (c.decode.ep > 1 or c.prefill.ep > 1) for c in result.configs)
+    assert any(c.overlap == "two-batch" for c in configs) and any(c.overlap is None for c in configs)
     assert any("two-batch overlap" in n for n in result.notes)
+
+
+def test_the_range_class_counts_the_collectives_left_showing():
+    """Kernels outlast the all-reduces at this step: the collectives hidden under them do not make it a
+    communication step (its p10-p90 is the decode class's)."""
+    t = _report(GQA, "decode", 256, 6000, WIDER, "two-batch", tp=2).totals
+    assert t.overlap_hidden_s > 0 and t.expected_class == "decode"
+
+
+def test_a_mixed_step_with_two_batch_overlap_gets_one_line(invoke):
+    result = invoke("profile", GQA, "--mix", "512:8", "--chunk", "64", "--tp", "2", "--overlap", "two-batch",
+                    *[f"-O{k}={v}" for k, v in TINY.items()])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "--overlap two-batch with a mixed step (--mix)" in result.stderr
+
+
+def test_plan_takes_its_modes_as_one_string_too():
+    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.core.plan import Targets
+
+    result = run_plan(load_source(str(MOE), {}), Targets(256, 32, None, None),
+                      PlanOptions(gpus=8, hardware="H800", overlap="two-batch", modes="disaggregated", pps=(1,),
+                                  eps=(2,)))
+    assert result.configs and all(c.mode == "disaggregated" for c in result.configs)

@@ -219,7 +219,8 @@ class Planner:
         self.engine = engine_cost(options.engine)
         if options.overlap not in OVERLAPS:
             raise UserError(f"overlap={options.overlap!r}: use one of {', '.join(OVERLAPS)}")
-        if options.overlap == "two-batch" and ("aggregated" in options.modes or any(pp > 1 for pp in options.pps)):
+        modes = (options.modes,) if isinstance(options.modes, str) else tuple(options.modes)
+        if options.overlap == "two-batch" and ("aggregated" in modes or any(pp > 1 for pp in options.pps)):
             raise UserError("--overlap two-batch prices disaggregated pools without pipeline stages (a chunked-prefill "
                             "step and a pipeline stage are other schedules): give --mode disaggregated --pp 1")
         if targets.at == "p90" and self.own_table:
@@ -446,9 +447,10 @@ class Planner:
         holds redundant copies up to whole slots per GPU; EP layouts take --ep-imbalance."""
         o, experts = self.options, self.routed_experts()
         # the engine's host time is added by the planner's compositions (host_s), not the step models:
-        # the deployment carries the efficiency source, not the engine
+        # the deployment carries the efficiency source, not the engine; two-batch overlap hides an
+        # expert-parallel all-to-all, so only EP layouts take it (as SGLang's and vLLM's engines)
         return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                          efficiency=o.efficiency, overlap=o.overlap,
+                          efficiency=o.efficiency, overlap=o.overlap if ep > 1 else "none",
                           kernels=o.kernels, memory_fraction=o.memory_fraction,
                           redundant_experts=-experts % ep if experts and ep > 1 else 0,
                           ep_imbalance=o.ep_imbalance if ep > 1 else 1.0)
@@ -723,7 +725,8 @@ class Planner:
         usable = self._usable()
         prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s, pv.deployment.redundant_experts)
         decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot, d.redundant_experts)
-        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format,
+        overlap = "two-batch" if "two-batch" in (pv.deployment.overlap, d.overlap) else None
+        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format, overlap=overlap,
                             redundant_experts=d.redundant_experts, ep_imbalance=d.ep_imbalance,
                             dtype=dv.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
                             ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
@@ -829,8 +832,7 @@ class Planner:
         step, low = self._step(v, batch, pp, context)
         config = revised(config, memory_per_gpu_bytes=memory, usable_bytes=usable, fits=fits, step_context=context,
                          step_s=step, step_bound_s=low, gpus_idle=self.options.gpus - config.gpus,
-                         engine_host_s=self.host_s(batch) if self.engine is not None else None,
-                         overlap=self.options.overlap if self.options.overlap != "none" else None)
+                         engine_host_s=self.host_s(batch) if self.engine is not None else None)
         if not self.own_table:
             config = with_spread(config)
         ttft, tpot = target_figures(config, t)
@@ -912,12 +914,13 @@ def _with_and_without_speculation(variants: list[Variant]) -> list[Variant]:
 def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfig]:
     """Every priced configuration (module doc); divisibility rejects are not yielded."""
     o, layers = planner.options, planner.fitter.layers()
+    modes = (o.modes,) if isinstance(o.modes, str) else tuple(o.modes)  # "disaggregated" holds "aggregated"
     variants = _with_and_without_speculation(variants)
     batches = planner.batches()
     def allowed(v: Variant, layouts: tuple[tuple[int, int], ...] | None) -> bool:
         return layouts is None or (v.deployment.tp, v.deployment.ep) in layouts
 
-    if "aggregated" in o.modes:
+    if "aggregated" in modes:
         new = planner.targets.new_prompt_tokens
         for v in variants:
             if not allowed(v, o.decode_layouts):
@@ -932,7 +935,7 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
                     for batch in _with_limit(batches, limit, v, planner.target_batch(v, pp, most, True)):
                         if batch % pp == 0:
                             yield planner.aggregated(v, pp, batch, chunk)
-    if "disaggregated" in o.modes:
+    if "disaggregated" in modes:
         for dv in variants:
             if not allowed(dv, o.decode_layouts):
                 continue
@@ -1080,9 +1083,10 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_
         notes.append(f"{engine_cost(options.engine).convention()}; in TPOT, the step and every TTFT step (a "
                      "disaggregated prefill pays one sequence's)")
     if options.overlap == "two-batch":
-        notes.append("two-batch overlap: every step runs as two micro-batches, one's collectives under the other's "
-                     "kernels (each kernel at half the tokens reading its weights whole, each call at half its "
-                     "message; the longer stream), as `profile --overlap two-batch` prices a step")
+        notes.append("two-batch overlap: every step of an expert-parallel pool runs as two micro-batches, one's "
+                     "collectives under the other's kernels (each kernel at half the tokens reading its weights "
+                     "once more, each call at half its message; the longer stream), as `profile --overlap "
+                     "two-batch` prices a step; layouts without EP, and decode steps of one sequence, run as one batch")
     if options.efficiency:
         notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
                      "a profile's expected_conventions)")

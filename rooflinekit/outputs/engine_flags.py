@@ -90,7 +90,7 @@ def sglang(c: PlanConfig, model: str, role: str | None = None, experts: int | No
         algorithm = "NEXTN" if c.speculative.draft == "MTP" else "STANDALONE"
         argv += ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(c.speculative.k),
                  "--speculative-num-draft-tokens", str(c.speculative.k + 1)]
-    if c.overlap == "two-batch":
+    if c.overlap == "two-batch" and ep > 1:
         argv += ["--enable-two-batch-overlap"]
     if role is not None:
         argv += ["--disaggregation-mode", role]

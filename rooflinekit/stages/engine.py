@@ -44,17 +44,23 @@ class EngineCost:
                 return size
         return batch
 
-    def padding_words(self, batch: int) -> str:
-        """The CUDA-graph padding of a decode step, in words (a stated factor: not priced)."""
+    def padding_words(self, batch: int, q_len: int = 1) -> str:
+        """The CUDA-graph padding of a decode step, in words (a stated factor: not priced). vLLM's
+        graphs are sized in tokens, so a step of `q_len` tokens per sequence pads batch x q_len."""
         if not self.graph_sizes:
             return f"CUDA-graph padding: none ({self.name}: {self.graph_source})"
-        padded = self.padded(batch)
-        if padded == batch:
-            return (f"CUDA-graph padding: none at {batch} sequences ({self.name} captures it"
-                    + ("" if batch <= self.graph_sizes[-1] else f"; above {self.graph_sizes[-1]} the step runs "
-                       "without a graph, its launches eager") + f"; {self.graph_source})")
-        return (f"CUDA-graph padding (stated, not priced): {self.name} runs {batch} sequences as its captured batch "
-                f"of {padded}; the {padded - batch} padded rows' GEMM and element-wise work (not their weights, "
+        by_tokens = self.name.startswith("vllm") and q_len > 1
+        size = batch * q_len if by_tokens else batch
+        unit = f"tokens ({batch} sequences x {q_len})" if by_tokens else "sequences"
+        if size > self.graph_sizes[-1]:
+            return (f"CUDA-graph padding: none: {size} {unit} is above {self.name}'s largest captured size "
+                    f"{self.graph_sizes[-1]}, so the step runs without a graph, its launches eager "
+                    f"({self.graph_source})")
+        padded = self.padded(size)
+        if padded == size:
+            return f"CUDA-graph padding: none: {self.name} captures {size} {unit} ({self.graph_source})"
+        return (f"CUDA-graph padding (stated, not priced): {self.name} runs {size} {unit} as its captured size "
+                f"{padded}; the {padded - size} padded rows' GEMM and element-wise work (not their weights, "
                 f"not attention) is not in the expected step ({self.graph_source})")
 
     def host_s(self, sequences: int) -> float:
@@ -126,6 +132,6 @@ def with_engine(report: Report, engine: EngineCost | None, sequences: int) -> Re
                      tokens_per_s_per_user=scaled(t.tokens_per_s_per_user), expected_low_s=stretched(t.expected_low_s),
                      expected_high_s=stretched(t.expected_high_s),
                      expected_conventions=[*t.expected_conventions, engine.convention(),
-                                           *([engine.padding_words(sequences)] if report.workload.phase == "decode"
-                                             else [])])
+                                           *([engine.padding_words(sequences, report.workload.q_len)]
+                                             if report.workload.phase == "decode" else [])])
     return replace(report, totals=totals)

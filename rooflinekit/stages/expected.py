@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
+from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.stages.hardware import HardwareSpec
 
@@ -277,7 +278,7 @@ class Expected:
 TWO_BATCH_WORDS = (
     "two-batch overlap: the step's tokens run as two micro-batches, one's collectives under the other's kernels; "
     "each kernel is priced at half the tokens (FLOPs and activation bytes halved, its weights read once per "
-    "micro-batch) and each collective at half its message, and the step is the longer stream: max(2 x kernels "
+    "micro-batch, an MoE record's those of the experts half the tokens touch) and each collective at half its message, and the step is the longer stream: max(2 x kernels "
     "and launches at half, 2 x collectives at half); the fill of the first layer is left out. As DeepSeek's "
     "serving runs prefill and decode (DeepSeek-V3/R1 Inference System Overview, "
     "https://github.com/deepseek-ai/open-infra-index, 2025-03) and SGLang's --enable-two-batch-overlap (SGLang "
@@ -290,11 +291,23 @@ def launches(op: OpRecord) -> bool:
     return op.kind != "collective" and (op.flops > 0 or op.bytes_read + op.bytes_written > 0)
 
 
-def halved(flops: float, nbytes: float, weights: float) -> tuple[float, float]:
+def halved(flops: float, nbytes: float, weights: float, half_weights: float | None = None) -> tuple[float, float]:
     """(FLOPs, bytes) of one kernel at half its tokens: FLOPs and activation bytes halved, the
-    weights it reads (at most its bytes) read whole (two-batch overlap's micro-batch)."""
+    weights it reads (at most its bytes) read whole, or `half_weights` of them where half the tokens
+    read fewer (an MoE record's distinct experts; two-batch overlap's micro-batch)."""
     weights = min(max(weights, 0.0), nbytes)
-    return flops / 2, (nbytes - weights) / 2 + weights
+    return flops / 2, (nbytes - weights) / 2 + (weights if half_weights is None else min(half_weights, weights))
+
+
+def half_expert_weights(op: OpRecord) -> float | None:
+    """The weight bytes an MoE record reads at half its tokens: the distinct experts half the tokens
+    touch (its `expected_experts` terms, rooflinekit.stages.modelled.emit); None for other records."""
+    terms = op.attrs.get("expected_experts")
+    if not terms:
+        return None
+    k, experts, redundant = terms["k"], terms["experts"], terms.get("redundant", 0)
+    full = expected_distinct_experts(terms["tokens"], k, experts, redundant)
+    return op.param_bytes * expected_distinct_experts(terms["tokens"] / 2, k, experts, redundant) / full if full else None
 
 
 def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
@@ -318,7 +331,7 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
         if two:
-            f, b = halved(op.flops, op.bytes, op.param_bytes)
+            f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
             t = 2 * kernel_time(f, b, peak, bandwidth, table.classes[cls], op.dtype)
             n *= 2
         else:
@@ -343,8 +356,8 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
 
 #: The clock behind the fractions (a stated factor: it is not applied).
 CLOCK_WORDS = (
-    "clocks (stated, not applied): the fractions are of datasheet peaks, which NVIDIA computes for H100 SXM tensor "
-    "cores at 1,830 MHz, not the 1,980 MHz boost (cudnn-frontend PR #650: 132 SMs x 4,096 bf16 FLOP/clock x 1.83 GHz "
+    "clocks (stated, not applied): the fractions are of datasheet peaks, each computed at a stated clock (NVIDIA's "
+    "H100 SXM tensor-core peaks at 1,830 MHz, not the 1,980 MHz boost (cudnn-frontend PR #650: 132 SMs x 4,096 bf16 FLOP/clock x 1.83 GHz "
     "= 989 TFLOP/s), and the kernel measurements behind them ran at whatever clock the part held; a part held "
     "below that by its power limit runs slower (DeepGEMM issue #120: 1,980 -> 1,575 MHz with computation and "
     "communication overlapped)"

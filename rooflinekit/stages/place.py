@@ -398,7 +398,8 @@ def with_expected(totals: Totals, expected: Expected, workload: Workload, parall
                      "efficiency source, and the validation's residuals are the committed table's")
         return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
                        tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words)
-    spread = spread_for(workload.phase, expected.comm_s / expected.step_s if expected.step_s else 0.0)
+    exposed = expected.comm_s - expected.hidden_s if expected.overlap != "none" else expected.comm_s
+    spread = spread_for(workload.phase, max(0.0, exposed) / expected.step_s if expected.step_s else 0.0)
     low, high = spread.range(expected.step_s)
     words.append(f"expected_low_s / expected_high_s ({spread.step_class} step): {spread.words()}")
     return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
@@ -430,15 +431,21 @@ def build_report(
     fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
                                                      hardware.dtype, walk.total.flops, workload.tokens)
     halves = 0.0
-    if view.overlap == "two-batch":
+    overlap = view.overlap
+    if overlap == "two-batch" and workload.phase == "decode" and workload.batch < 2:
+        overlap = "none"  # engines do not split one sequence (StepModel.two_batch)
+    if overlap == "two-batch":
         halves = 2 * sum(collectives.call_expected(half_message(op.attrs), hw)[0] for op in cap.ops
                          if op.kind == "collective")
     expected = expected_step(cap.ops, {i for r in attention for i in r.op_indices}, hw, workload.phase,
-                             *comm_expected(comm), overlap=view.overlap, comm_halves_s=halves)
+                             *comm_expected(comm), overlap=overlap, comm_halves_s=halves)
+    if overlap != view.overlap:
+        expected = replace(expected, conventions=[*expected.conventions, "two-batch overlap: not applied to a decode "
+                                                  "step of one sequence, which engines run as one batch"])
     if fused is not None:
         fused = replace(fused, expected_step_s=expected.with_kernels(fused_expected(
             expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase,
-            2 if view.overlap == "two-batch" else 1)))
+            2 if overlap == "two-batch" else 1)))
     expected = replace(expected, conventions=[*expected.conventions, *view.factors])
     totals = with_expected(_totals(walk, at, flops_model, hardware, hw, workload, comm, fused), expected, workload,
                            view.parallel, own_table=bool(hw.efficiency) or hw.calibrated)

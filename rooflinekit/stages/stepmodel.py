@@ -139,13 +139,21 @@ class StepModel:
         found = self._memo.get(key)
         if found is None:
             m = self._at(batch)
-            found = self._memo[key] = m._priced(m._values(batch, context), layer_share, outside)
+            values = m._values(batch, context)
+            if self.two_batch(batch):
+                found = max(m._two_streams(values, layer_share, outside))
+            else:
+                found = m._priced(values, layer_share, outside)
+            self._memo[key] = found
         return found
 
+    def two_batch(self, batch: int) -> bool:
+        """Whether a step of `batch` sequences runs as two micro-batches: with two-batch overlap,
+        except a decode step of one sequence, which engines do not split (SGLang captures its
+        two-batch graphs from two sequences up)."""
+        return self.overlap == "two-batch" and not (self.phase == "decode" and batch < 2)
+
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
-        if self.overlap == "two-batch":
-            kernels, calls = self._two_streams(values, layer_share, outside)
-            return max(kernels, calls)
         table = self.table()
         launch = table.launch_s(self.phase)
         total = 0.0
@@ -174,13 +182,22 @@ class StepModel:
             f, b = values[k.flops], values[k.nbytes]
             if not share or (f <= 0 and b <= 0):
                 continue
-            hf, hb = halved(f, b, values[k.params])
+            hf, hb = halved(f, b, values[k.params], self._half_weights(k, values))
             kernels += share * k.count * 2 * (_kernel_time(hf, hb, self.hw, frac, k.dtype) + launch)
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
             if share:
                 calls += share * c.count * 2 * self._call(c, values[c.message] / 2)[0]
         return kernels, calls
+
+    def _half_weights(self, k: KernelGroup, values: list[float]) -> float | None:
+        """An MoE kernel's weight bytes at half its tokens (its extras slot's distinct experts at
+        T/2, as expected.half_expert_weights); None for a kernel whose weights do not follow them."""
+        j = k.params - (len(values) - len(self.extras))
+        if j < 0:
+            return None
+        _, tokens, per, top_k, experts, share, redundant = self.extras[j]
+        return per * expected_distinct_experts(values[tokens] / 2, top_k, experts, redundant) * share
 
     def _mean_two(self, batch: int, start: int, stop: int, layer_share: float = 1.0, outside: bool = True) -> float:
         """The exact mean of the two-batch step over contexts start <= S < stop: the kernels' stream
@@ -195,7 +212,8 @@ class StepModel:
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
                 continue
-            f0, f1 = halved(v0[k.flops], v0[k.nbytes], v0[k.params]), halved(v1[k.flops], v1[k.nbytes], v1[k.params])
+            f0 = halved(v0[k.flops], v0[k.nbytes], v0[k.params], m._half_weights(k, v0))
+            f1 = halved(v1[k.flops], v1[k.nbytes], v1[k.params], m._half_weights(k, v1))
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
             traffic = frac.bandwidth * self.hw.memory_bandwidth
             w = 2 * share * k.count
@@ -314,7 +332,7 @@ class StepModel:
         kernel's FLOPs and bytes linear in S, each collective's message constant in S)."""
         if stop <= start + 1:
             return self.expected(batch, start)
-        if self.overlap == "two-batch":
+        if self.two_batch(batch):
             return self._mean_two(batch, start, stop)
         m = self._at(batch)
         v0, v1 = m._values(batch, start), m._values(batch, start + 1)
@@ -514,7 +532,7 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     (FLOPs and activation bytes added, the prompt's weight reads dropped: the step reads the weights
     once; the merged kernel keeps the decode kernel's class, as a `profile --mix` record does), the
     prefill's other kernels at `share` of their time, collectives' messages added."""
-    if decode.overlap == "two-batch":
+    if decode.two_batch(batch):
         if share:
             raise FitError("a mixed step (chunked prefill) is not priced with two-batch overlap")
         return decode._mean_two(batch, start, max(stop, start + 1), layer_share, outside)

@@ -169,6 +169,9 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
         raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
                             "new tokens too (give a context of at least the q-len)")
     validate_deployment(d)
+    if w.mixed and d.overlap != "none":
+        raise WorkloadError(f"--overlap {d.overlap} with a mixed step (--mix): a chunked-prefill step is not priced "
+                            "as two micro-batches; leave out one of them")
     if d.pp > 1 and d.micro_batches is not None and d.micro_batches > w.batch:
         raise WorkloadError(f"--micro-batches {d.micro_batches} exceeds the batch {w.batch}: a micro-batch holds at "
                             "least one sequence (give at most --batch micro-batches)")
