@@ -403,3 +403,20 @@ def test_answers_the_callers_once_checked_are_checked_by_their_hooks_rule(hook, 
     host.register(_WrongAnswers(), "wrong")
     assert host.first(getattr(host.hook, hook), **arguments) == (None, None)
     assert any(w.startswith("plugin 'wrong' returned") and hook in w for w in host.warnings), host.warnings
+
+
+def test_pluggy_registers_guarded_stand_ins_and_keeps_its_own_objects_as_it_made_them():
+    """Every implementation pluggy holds is the one it found on the registered stand-in (nothing
+    rewrites pluggy's HookImpl), and each stand-in reads the plugin's other attributes."""
+    from rooflinekit.core.plugins import Guarded, plugin_of
+
+    host = PluginHost()
+    impls = [impl for caller in vars(host.pm.hook).values() if hasattr(caller, "get_hookimpls")
+             for impl in caller.get_hookimpls()]
+    assert len(impls) > 20
+    for impl in impls:
+        assert isinstance(impl.plugin, Guarded)
+        assert any(impl.function is f for f in vars(impl.plugin).values()), impl.plugin_name
+    mla = host.pm.get_plugin("mla")
+    assert plugin_of(mla).__name__ == "rooflinekit_plugins.mla" and mla.PROVIDES == plugin_of(mla).PROVIDES
+    assert host.pm.unregister(plugin_of(mla)) is mla and not host.pm.has_plugin("mla")

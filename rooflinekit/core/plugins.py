@@ -3,16 +3,17 @@
 Hooks are called by pluggy itself (`pm.hook.<name>(**kwargs)`), so firstresult, tryfirst/trylast,
 `wrapper=True` and old-style `hookwrapper=True` implementations and `pm.add_hookcall_monitoring`
 behave as pluggy documents. What rooflinekit adds is done per implementation, once, when a plugin
-is registered: each plain implementation's function is replaced by a guard (`PluginHost._guard`)
-that keeps its prints off stdout, names a failure in one warning and answers None instead (pluggy
-then asks the next implementation), and checks the answer against the hook's rule
-(`rooflinekit.core.answers`): an unusable answer is named and treated as None likewise.
+is registered: pluggy is given a guarded stand-in for the plugin (`Guarded`), whose hook
+implementations are the plugin's wrapped in a guard (`PluginHost._guard`) that keeps its prints off
+stdout, names a failure in one warning and answers None instead (pluggy then asks the next
+implementation), and checks the answer against the hook's rule (`rooflinekit.core.answers`): an
+unusable answer is named and treated as None likewise. Nothing of pluggy's own objects is changed.
 
 Who answered: pluggy returns answers without their plugins. Rather than tag the answers (wrappers
 would then see tags instead of the real values), the host keeps a record per hook call, opened and
 closed by its own `add_hookcall_monitoring`: each guard notes (answer, plugin) as it answers, and
 each wrapper, which pluggy drives unchanged, notes any answer it puts in place of the ones it
-received. `call_first` and `call_all` name each answer of pluggy's result by identity from that
+received. `first` and `each` name each answer of pluggy's result by identity from that
 record, so a wrapper sees, and may replace, the real answers, and a replaced answer is credited to
 the wrapper that made it (and checked against the hook's rule as well).
 """
@@ -105,19 +106,46 @@ class _Call:
         return any(a is answer for a, _ in self.answers) or any(a is answer for a, _ in self.replaced)
 
 
+class Guarded:
+    """A plugin as pluggy registers it: each of its hook implementations guarded (an attribute of
+    this object, carrying the plugin's own marker), its other attributes read from the plugin."""
+
+    def __init__(self, plugin: object, implementations: dict[str, Callable]) -> None:
+        self.__dict__.update(implementations)
+        self.__dict__["plugin"] = plugin
+
+    def __getattr__(self, name: str):  # not a hook implementation: the plugin's own (PROVIDES, ...)
+        return getattr(self.__dict__["plugin"], name)
+
+    def __repr__(self) -> str:
+        return f"<guarded {self.__dict__['plugin']!r}>"
+
+
+def plugin_of(registered: object) -> object:
+    """The plugin a registered object stands for (a Guarded stand-in's plugin)."""
+    return registered.__dict__["plugin"] if isinstance(registered, Guarded) else registered
+
+
 class _Manager(pluggy.PluginManager):
-    """pluggy's manager, guarding each implementation as a plugin registers (through the host's
-    `register` or `pm.register` directly)."""
+    """pluggy's manager, registering a guarded stand-in for each plugin (through the host's
+    `register` or `pm.register` directly) under the plugin's own name."""
 
     def __init__(self, host: PluginHost) -> None:
         super().__init__(GROUP)
         self._rooflinekit_host = host
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
-        registered = super().register(plugin, name)
-        if registered is not None:
-            self._rooflinekit_host._guard_plugin(plugin)
-        return registered
+        if plugin is None or isinstance(plugin, Guarded):
+            return super().register(plugin, name)
+        name = name or self.get_canonical_name(plugin)
+        if any(plugin_of(p) is plugin for p in self.get_plugins()):
+            raise ValueError(f"Plugin already registered under a different name: {name}={plugin}")
+        return super().register(self._rooflinekit_host._guarded(plugin, name), name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> object | None:
+        if plugin is not None and not isinstance(plugin, Guarded):  # the plugin, not its stand-in
+            plugin = next((p for p in self.get_plugins() if plugin_of(p) is plugin), plugin)
+        return super().unregister(plugin, name)
 
 
 class PluginHost:
@@ -177,7 +205,7 @@ class PluginHost:
         except Exception as exc:  # pluggy validates hook signatures here
             self.warn(f"plugin '{name}' ({distribution}) rejected: {type(exc).__name__}: {exc}")
             return
-        callers = self.pm.get_hookcallers(plugin) or []
+        callers = self.pm.get_hookcallers(self.pm.get_plugin(name)) or []
         hooks = sorted(h.name for h in callers)
         unknown = sorted(h.name for h in callers if not h.has_spec())
         if unknown:  # a typo, or a hook of another rooflinekit release: it would never be called
@@ -190,17 +218,26 @@ class PluginHost:
 
     # -- one guard per implementation, at registration ----------------------------------------
 
-    def _guard_plugin(self, plugin: object) -> None:
-        for caller in self.pm.get_hookcallers(plugin) or []:
-            for impl in caller.get_hookimpls():
-                if impl.plugin is not plugin or getattr(impl.function, "_rooflinekit_guard", False):
-                    continue
-                if impl.wrapper:
-                    impl.function = self._track_wrapper(impl.function, impl.plugin_name, caller.name)
-                elif impl.hookwrapper:
-                    impl.function = self._track_hookwrapper(impl.function, impl.plugin_name, caller.name)
-                else:
-                    impl.function = self._guard(impl.function, impl.plugin_name, caller.name)
+    def _guarded(self, plugin: object, name: str) -> Guarded:
+        """`plugin`'s stand-in: each hook implementation (pluggy's own discovery finds them) wrapped
+        as its kind asks, with the plugin's marker, so pluggy reads the same options."""
+        marker = GROUP + "_impl"
+        implementations = {}
+        for attr in dir(plugin):
+            opts = self.pm.parse_hookimpl_opts(plugin, attr)
+            if opts is None:
+                continue
+            function = getattr(plugin, attr)
+            hook = opts.get("specname") or attr
+            if opts.get("wrapper"):
+                guarded = self._track_wrapper(function, name, hook)
+            elif opts.get("hookwrapper"):
+                guarded = self._track_hookwrapper(function, name, hook)
+            else:
+                guarded = self._guard(function, name, hook)
+            setattr(guarded, marker, getattr(function, marker))
+            implementations[attr] = guarded
+        return Guarded(plugin, implementations)
 
     def _guard(self, function: Callable, plugin: str, hook: str) -> Callable:
         """`function` as pluggy calls it: stdout to stderr, a failure or an unusable answer named
@@ -237,7 +274,6 @@ class PluginHost:
                 call.answers.append((answer, plugin))
             return answer
 
-        guarded._rooflinekit_guard = True
         return guarded
 
     def _track_wrapper(self, function: Callable, plugin: str, hook: str) -> Callable:
@@ -250,7 +286,6 @@ class PluginHost:
             self._note_replaced(hook, plugin, result)
             return result
 
-        tracked._rooflinekit_guard = True
         return tracked
 
     def _track_hookwrapper(self, function: Callable, plugin: str, hook: str) -> Callable:
@@ -276,7 +311,6 @@ class PluginHost:
             finally:
                 teardown.close()
 
-        tracked._rooflinekit_guard = True
         return tracked
 
     # -- the record of each hook call (pluggy's monitoring) -----------------------------------
