@@ -84,3 +84,27 @@ def test_swaps_nest_and_restore_what_they_found():
     with swapped(owner, "absent", 1):
         assert owner.absent == 1
     assert not hasattr(owner, "absent")
+
+
+def test_an_own_attribute_is_put_back_as_found_when_the_block_raises():
+    """own_attribute: a module's forward replaced on the instance, and after the block (left by an
+    exception) the instance holds what it held: nothing of its own (the class's forward shows), or
+    its own earlier one."""
+    import torch
+
+    from rooflinekit.stages.capture.swap import own_attribute
+
+    module = torch.nn.Linear(2, 2)
+    with pytest.raises(RuntimeError, match="inside"), own_attribute(module, "forward", lambda x: x):
+        assert module.forward(5) == 5
+        raise RuntimeError("inside")
+    assert "forward" not in vars(module) and module.forward.__func__ is torch.nn.Linear.forward
+
+    def mine(x):
+        return x
+
+    module.forward = mine
+    with pytest.raises(RuntimeError), own_attribute(module, "forward", lambda x: -x):
+        assert module.forward(5) == -5
+        raise RuntimeError("inside")
+    assert vars(module)["forward"] is mine

@@ -29,7 +29,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import cached_property
@@ -50,6 +50,7 @@ from rooflinekit.stages.attribute import (
     reexpanding,
 )
 from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.stages.capture.swap import own_attribute
 from rooflinekit.stages.engine import engine_cost, with_engine
 from rooflinekit.stages.expected import stated_factors
 from rooflinekit.stages.hardware import HardwareSpec
@@ -252,7 +253,7 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
     norm of the layer that reads it, which must be a run layer for every run layer."""
     skipped = plan.skipped
     outputs: dict[str, object] = {}
-    handles, patched = [], []
+    handles = []
 
     def keep(rep: str) -> Callable:
         def hook(_module, _args, output):
@@ -267,20 +268,14 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
         return forward
 
     try:
-        for rep in dict.fromkeys(plan.rep[c] for c in skipped):
-            handles.append(plan.modules[rep].register_forward_hook(keep(rep)))
-        for child in skipped:
-            module = plan.modules[child]
-            patched.append((module, "forward" in module.__dict__, module.__dict__.get("forward")))
-            module.forward = stand_in(plan.rep[child], child)
-        with skipping_layers({child: plan.rep[child] for child in skipped}):  # inputs (a loader's KV cache) may leave these layers' parts empty
-            yield
+        with ExitStack() as patches:
+            for rep in dict.fromkeys(plan.rep[c] for c in skipped):
+                handles.append(plan.modules[rep].register_forward_hook(keep(rep)))
+            for child in skipped:
+                patches.enter_context(own_attribute(plan.modules[child], "forward", stand_in(plan.rep[child], child)))
+            with skipping_layers({child: plan.rep[child] for child in skipped}):  # inputs (a loader's KV cache) may leave these layers' parts empty
+                yield
     finally:
-        for module, had_own, previous in patched:
-            if had_own:
-                module.forward = previous
-            else:
-                del module.forward
         for handle in handles:
             handle.remove()
 

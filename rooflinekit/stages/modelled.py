@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -23,6 +23,7 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
 from rooflinekit.stages.capture.forward import active
+from rooflinekit.stages.capture.swap import own_attribute
 
 
 @contextmanager
@@ -164,16 +165,12 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None,
     deployment, `rooflinekit.core.request`); restore them afterwards. With `calls`, each modelled
     call is appended to it (ModelCall)."""
     deployment = deployment or Deployment()
-    patched: list[tuple[torch.nn.Module, object, bool]] = []
     used: list[ModuleModel] = []
-    try:
+    with ExitStack() as patches:
         answers = answers_for(model, workload, host, deployment)
         for path, module, answer, plugin in answers:
             if answer is None:
                 continue
-            had_own = "forward" in module.__dict__
-            previous = module.__dict__.get("forward")
-
             who = f"{type(answer).__name__} (plugin '{plugin}')"
 
             def forward(*args, _m=answer, _mod=module, _path=path, _who=who, **kwargs):
@@ -193,17 +190,10 @@ def module_models(model: torch.nn.Module, workload, host, deployment=None,
                 finally:
                     _RUNNING.pop()
 
-            module.forward = forward
-            patched.append((module, previous, had_own))
+            patches.enter_context(own_attribute(module, "forward", forward))
             if not any(type(u) is type(answer) for u in used):
                 used.append(answer)
         yield used
-    finally:
-        for module, previous, had_own in patched:
-            if had_own:
-                module.forward = previous
-            else:
-                del module.forward
 
 
 #: The fields of a modelled record another deployment's model may change (the rest, the links to

@@ -22,3 +22,20 @@ def swapped(owner: object, name: str, value: object) -> Iterator[object]:
             delattr(owner, name)
         else:
             setattr(owner, name, found)
+
+
+@contextmanager
+def own_attribute(owner: object, name: str, value: object) -> Iterator[None]:
+    """`value` set on the instance `owner` as `name` inside the block (a module's `forward` in place of
+    its class's); on leaving, the instance holds what it held before: its own earlier value, or
+    none, so that the class's shows through again (`swapped` would leave the class's bound method
+    behind as the instance's own)."""
+    own = vars(owner).get(name, _ABSENT)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        if own is _ABSENT:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, own)
