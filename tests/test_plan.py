@@ -20,8 +20,8 @@ from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front, parse_l
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.linesum import max_linear_sum
 from rooflinekit.stages.queueing import wait_quantile
-from rooflinekit.stages.stepmodel import max_linear_sum
 from rooflinekit.stages.workload import load_source
 
 MODEL = "examples/llama_gqa.py"

@@ -42,7 +42,8 @@ from rooflinekit.stages.fit import (
     skipping,
 )
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
-from rooflinekit.stages.stepmodel import DesignCapture, StepModel, build_step_model
+from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
+from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.stages.transform import Counted, TransformContext, run_transforms
 from rooflinekit.stages.workload import ModelSource, build
 

@@ -1,7 +1,8 @@
 """Step models: one deployment's step as exact polynomials per kernel, priced at any batch and context.
 
-A step model is built from the transformed op records of a few captures (design points in batch
-and context, repeated layers skipped): identical kernels are grouped, each group holding its count
+A step model is built (rooflinekit.stages.stepbuild) from the transformed op records of a few
+captures (design points in batch and context, repeated layers skipped): identical kernels are
+grouped, each group holding its count
 and exact polynomials (rooflinekit.stages.fit.Design) for FLOPs, bytes, parameter bytes and output
 rows, and each collective call its message bytes. Pricing a point then costs one pass over the
 groups (tens, not thousands of ops), with the same rules as a report's totals:
@@ -22,25 +23,20 @@ is built per batch: `StepModel.batches` lists the batches it holds and only thos
 from __future__ import annotations
 
 import math
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
-from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import (
-    MATMUL_OPS,
     EfficiencyTable,
     Fractions,
     classify,
-    gemm_rows,
     halved,
-    launches,
     table_for,
 )
 from rooflinekit.stages.fit import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
 
 
 @dataclass(frozen=True)
@@ -227,7 +223,7 @@ class StepModel:
             return fixed + sum(w * max(a + b * i, c + d * i) for w, a, b, c, d in lines)
 
         def summed(lo: int, hi: int) -> float:  # sum of K(i) over lo <= i < hi
-            return fixed * (hi - lo) + sum(w * _two_lines(a + b * lo, b, c + d * lo, d, hi - lo)
+            return fixed * (hi - lo) + sum(w * two_lines(a + b * lo, b, c + d * lo, d, hi - lo)
                                            for w, a, b, c, d in lines)
 
         total = summed(0, n)
@@ -240,8 +236,8 @@ class StepModel:
                 hi = mid
         low = lo
         if at(low) < calls:
-            first = _first(0, low, lambda i: at(i) < calls)  # K falls to the left of its lowest point
-            last = _first(low, n - 1, lambda i: at(i) >= calls, default=n) - 1  # and rises to the right
+            first = first_true(0, low, lambda i: at(i) < calls)  # K falls to the left of its lowest point
+            last = first_true(low, n - 1, lambda i: at(i) >= calls, default=n) - 1  # and rises to the right
             total += (last - first + 1) * calls - summed(first, last + 1)
         return total / n
 
@@ -353,20 +349,6 @@ class StepModel:
         return total / n
 
 
-def _first(lo: int, hi: int, holds, default: int | None = None) -> int:
-    """The least i in [lo, hi] where `holds(i)`, which once true stays true (bisection); `default`
-    (else hi) where it holds nowhere."""
-    if not holds(hi):
-        return hi if default is None else default
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if holds(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
     return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)), nbytes / (frac.bandwidth * hw.memory_bandwidth))
 
@@ -388,137 +370,6 @@ def _class(k: KernelGroup, values: list[float], phase: str, table: EfficiencyTab
     rows = None if k.rows is None else values[k.rows]
     modelled_gemm = values[k.flops] > 0 and values[k.params] > 0
     return classify(k.name, k.kind, k.attention, modelled_gemm, rows, phase, table)
-
-
-def max_linear_sum(a: float, b: float, c: float, d: float, n: int, floor: float = -math.inf) -> float:
-    """sum over i = 0..n-1 of max(a + b*i, c + d*i, floor), exactly: the larger line (two linear
-    terms cross at most once), raised to `floor` where both lie below it (a run of whole i)."""
-    total = _two_lines(a, b, c, d, n)
-    if floor == -math.inf or n <= 0:
-        return total
-    # where both lines are below the floor: i < (floor - a) / b for a rising line, and so on
-    lo, hi = 0, n
-    for p, q in ((a, b), (c, d)):
-        if q == 0.0:
-            if p >= floor:
-                hi = lo
-            continue
-        at = (floor - p) / q  # where p + q*i == floor (clamped: a slope a hair from 0 puts it far away)
-        at = min(max(at, -1.0), n + 1.0) if math.isfinite(at) else (n + 1.0 if at > 0 else -1.0)
-        if q > 0:
-            hi = min(hi, math.ceil(at))  # p + q*i < floor  <=>  i < at
-        else:
-            lo = max(lo, math.floor(at) + 1)  # p + q*i < floor  <=>  i > at
-    lo, hi = max(lo, 0), min(hi, n)
-    while hi > lo and max(a + b * (hi - 1), c + d * (hi - 1)) >= floor:  # rounding at the ends
-        hi -= 1
-    while hi > lo and max(a + b * lo, c + d * lo) >= floor:
-        lo += 1
-    if hi <= lo:
-        return total
-    below = _two_lines(a + b * lo, b, c + d * lo, d, hi - lo)
-    return total - below + floor * (hi - lo)
-
-
-def _two_lines(a: float, b: float, c: float, d: float, n: int) -> float:
-    """sum over i = 0..n-1 of max(a + b*i, c + d*i), exactly (two linear terms cross at most once)."""
-
-    def series(p: float, q: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi) of p + q*i
-        count = hi - lo
-        return p * count + q * (lo + hi - 1) * count / 2 if count > 0 else 0.0
-
-    if b == d:
-        return series(max(a, c), b, 0, n)
-    cross = (c - a) / (b - d)  # where a + b*i == c + d*i (infinite for slopes a hair apart)
-    split = 0 if cross <= 0 else n if cross >= n else math.ceil(cross)
-    # below the crossing the term with the smaller slope is larger
-    low_first = (a, b) if b < d else (c, d)
-    high_first = (c, d) if b < d else (a, b)
-    return series(*low_first, 0, split) + series(*high_first, split, n)
-
-
-# -- building ------------------------------------------------------------------------------------
-
-
-@dataclass
-class DesignCapture:
-    """One design point's transformed ops: which are attention's, and each op's multiplicity (the
-    repeated layers it stands for) and whether it lies in a repeated layer."""
-
-    ops: Sequence[OpRecord]
-    attention_ops: frozenset[int]
-    multiplicity: Sequence[int]
-    in_layers: Sequence[bool]
-    slots: Sequence[tuple]
-
-
-def build_step_model(phase: str, design: Design, captures: list[DesignCapture], hw: HardwareSpec,
-                     dtype: str, layers: int) -> StepModel:
-    """The step model through `captures` (one per design point, in `design.points` order), whose
-    ops must align one to one (same slots, names, kinds and dtypes); FitError otherwise."""
-    first = captures[0]
-    for cap in captures[1:]:
-        if len(cap.ops) != len(first.ops) or any(
-                a.name != b.name or a.kind != b.kind or a.dtype != b.dtype or sa != sb
-                for a, b, sa, sb in zip(first.ops, cap.ops, first.slots, cap.slots, strict=True)):
-            raise FitError("the design captures run different ops")
-    kernels: Counter = Counter()
-    calls: Counter = Counter()
-    seen: Counter = Counter()
-    extras: list[tuple[int, int, float, float, float, float, int]] = []
-
-    def counts(ops: list[OpRecord]) -> tuple[int, int]:
-        """(bytes, parameter bytes) poly indices; an op whose weights follow the expected experts
-        gets slots past the design's (StepModel.extras), encoded negative until all polys exist."""
-        terms = [o.attrs.get("expected_experts") for o in ops]
-        if not all(terms):
-            return (design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)),
-                    design.poly(tuple(o.param_bytes for o in ops)))
-        shared = {(t["k"], t["experts"], t["share"], t.get("redundant", 0)) for t in terms}
-        touched = [expected_distinct_experts(t["tokens"], t["k"], t["experts"], t.get("redundant", 0)) * t["share"]
-                   for t in terms]
-        per = {o.param_bytes / n for o, n in zip(ops, touched, strict=True) if n}
-        if len(shared) != 1 or not per or max(per) - min(per) > 1e-9 * max(per):
-            raise FitError(f"{ops[0].name}: its experts' terms differ between the design points")
-        k, experts, share, redundant = shared.pop()
-        rest = design.poly(tuple(o.bytes_read + o.bytes_written - o.param_bytes for o in ops))
-        tokens = design.poly(tuple(float(t["tokens"]) for t in terms))
-        zero = design.poly(tuple(0.0 for _ in ops))
-        extras.append((rest, tokens, max(per), k, experts, share, redundant))
-        extras.append((zero, tokens, max(per), k, experts, share, redundant))
-        return -(len(extras) - 1), -len(extras)
-
-    for i, op in enumerate(first.ops):
-        ops = [c.ops[i] for c in captures]
-        count, in_layers = first.multiplicity[i], first.in_layers[i]
-        rel = first.slots[i]
-        seen[rel] += 1
-        key = (rel, seen[rel])
-        if op.kind == "collective" or op.attrs.get("collective"):
-            message = design.poly(tuple(float(o.attrs.get("message_bytes", 0.0)) for o in ops))
-            calls[CallGroup(1, op.attrs["collective"], int(op.attrs.get("group_size", 1)), message,
-                            design.poly(tuple(o.flops for o in ops)),
-                            design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)), in_layers,
-                            int(op.attrs.get("copies", 0) or 0), int(op.attrs.get("experts", 0) or 0))] += count
-            continue
-        if not launches(op) and not any(launches(o) for o in ops):
-            continue
-        rows = None
-        if op.name in MATMUL_OPS:
-            counted = [gemm_rows(o.name, o.shapes) for o in ops]
-            rows = None if any(r is None for r in counted) else design.poly(tuple(float(r) for r in counted))
-        nbytes, params = counts(ops)
-        group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,
-                            design.poly(tuple(o.flops for o in ops)), nbytes, params, rows, key, in_layers)
-        kernels[group] += count
-    base = len(design.polys)
-
-    def slot(index: int) -> int:  # an extras slot (negative, from 1) past the design's polys
-        return index if index >= 0 else base - index - 1
-
-    groups = [replace(k, count=n, nbytes=slot(k.nbytes), params=slot(k.params)) for k, n in kernels.items() if n]
-    return StepModel(phase, design, groups, [replace(c, count=n) for c, n in calls.items() if n], hw, dtype,
-                     layers=layers, extras=tuple(extras))
 
 
 # -- mixed steps ---------------------------------------------------------------------------------
