@@ -14,15 +14,10 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.profile import profile
 from rooflinekit.cli.main import cli
-from rooflinekit.core.report import (
-    ADVISE_SCHEMA_FILE,
-    SCHEMA_FILE,
-    SWEEP_SCHEMA_FILE,
-    AdviceReport,
-    Report,
-    SweepReport,
-)
+from rooflinekit.core.advice_report import AdviceReport
+from rooflinekit.core.report import ADVISE_SCHEMA_FILE, SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
 from rooflinekit.core.request import Deployment
+from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.stages.workload import Workload, load_source
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,10 +15,10 @@ import pytest
 
 from rooflinekit.analyses.advise import advise
 from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.report import AdviceReport
 from rooflinekit.core.request import Deployment
 from rooflinekit.stages.workload import Workload, load_source
 from rooflinekit_plugins.mla_absorb import absorb

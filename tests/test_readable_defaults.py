@@ -157,7 +157,7 @@ def advice_payload(tmp_path_factory):
     from click.testing import CliRunner
 
     from rooflinekit.cli.main import cli
-    from rooflinekit.core.report import AdviceReport
+    from rooflinekit.core.advice_report import AdviceReport
     from rooflinekit.outputs.html import advise_payload
 
     out = tmp_path_factory.mktemp("advise") / "a.json"

@@ -12,8 +12,9 @@ from conftest import EXAMPLES, TINY_LLAMA, run_profile
 from rooflinekit.analyses.measure import with_alt_placement
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import codec
-from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report, report_schema
+from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
 from rooflinekit.core.request import Deployment
+from rooflinekit.core.schemas import report_schema
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.workload import Workload, load_source
@@ -26,7 +27,7 @@ GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"
 def test_the_shipped_schemas_are_the_ones_the_types_imply(kind, path):
     assert json.loads(path.read_text()) == report_schema(kind), (
         "the report dataclasses changed: regenerate with "
-        "python -c 'from rooflinekit.core.report import write_schema; write_schema()'")
+        "python -c 'from rooflinekit.core.schemas import write_schema; write_schema()'")
     assert SCHEMA_VERSION == "3.0" and path.name == f"{kind}-3.0.schema.json"
 
 

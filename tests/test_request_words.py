@@ -8,8 +8,9 @@ import json
 import pytest
 from conftest import ROOT
 
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.codec import upgrade_deployment
-from rooflinekit.core.report import AdviceReport, Report
+from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment
 from rooflinekit.outputs.advice_plot import advice_figure
 from rooflinekit.outputs.plot import chart_for

@@ -20,11 +20,12 @@ from dataclasses import dataclass, fields, replace
 from rooflinekit.analyses import combine as combining
 from rooflinekit.analyses import speculate
 from rooflinekit.analyses.profile import Profiled, ReportOptions, profile
+from rooflinekit.core.advice_report import AdviceReport, LeverResult, SkippedLever
 from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import RooflineError, UserError
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.report import AdviceReport, LeverResult, Report, SkippedLever
+from rooflinekit.core.report import Report
 from rooflinekit.core.request import KV_BYTES, WEIGHT_BITS, Deployment, ModelSource, Workload
 from rooflinekit.core.request import changes as deployment_changes
 from rooflinekit.core.units import ratio, si

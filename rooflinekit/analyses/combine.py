@@ -22,8 +22,9 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from rooflinekit.core.advice_report import CombineSearch, LeverResult
 from rooflinekit.core.errors import RooflineError
-from rooflinekit.core.report import CombineSearch, LeverResult, Report
+from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.workload import MAX_BATCH
 

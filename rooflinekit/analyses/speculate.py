@@ -22,8 +22,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
+from rooflinekit.core.advice_report import LeverResult, SpeculativeCycle
 from rooflinekit.core.errors import UserError
-from rooflinekit.core.report import LeverResult, Report, SpeculativeCycle
+from rooflinekit.core.report import Report
 from rooflinekit.stages.speculative import speculative_cycle
 
 #: Module names of an output head (the last component of its path).

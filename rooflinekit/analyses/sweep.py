@@ -25,18 +25,16 @@ from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, profi
 from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
-from rooflinekit.core.report import (
+from rooflinekit.core.report import HardwareInfo, ModelInfo, Report
+from rooflinekit.core.request import Deployment
+from rooflinekit.core.sweep_report import (
     AttentionFigures,
     CriticalBatchInfo,
-    HardwareInfo,
-    ModelInfo,
-    Report,
     StepFigures,
     SweepPoint,
     SweepReport,
     SweepWorkload,
 )
-from rooflinekit.core.request import Deployment
 from rooflinekit.core.units import plain, ratio, si
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures

@@ -14,8 +14,8 @@ import math
 
 import click
 
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.files import write_atomic
-from rooflinekit.core.report import AdviceReport
 from rooflinekit.core.units import ratio, seconds, si
 from rooflinekit.outputs.labels import Label, line_boxes, marker_boxes, place
 from rooflinekit.outputs.plot import _matplotlib, _style, check_target

@@ -8,8 +8,8 @@ import textwrap
 
 from tabulate import tabulate
 
+from rooflinekit.core.advice_report import AdviceReport, LeverResult
 from rooflinekit.core.codec import dumps
-from rooflinekit.core.report import AdviceReport, LeverResult
 from rooflinekit.core.units import ratio, seconds, si
 from rooflinekit.outputs.memory_view import memory_line
 from rooflinekit.outputs.render import workload_formats

@@ -21,9 +21,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable, Sequence
 
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.codec import encode, flatten
 from rooflinekit.core.plan import PlanResult
-from rooflinekit.core.report import AdviceReport, Report, SweepReport
+from rooflinekit.core.report import Report
+from rooflinekit.core.sweep_report import SweepReport
 
 #: A JSON field whose name does not carry its unit -> the column name that does (applied to the
 #: last part of a dotted name: `placement_min.intensity` -> `placement_min.flop_per_byte`).

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rooflinekit.core.report import AttentionRow, Report, SweepPoint, SweepReport
+from rooflinekit.core.report import AttentionRow, Report
+from rooflinekit.core.sweep_report import SweepPoint, SweepReport
 from rooflinekit.core.units import seconds
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.groups import Group, fold
@@ -762,7 +763,7 @@ def _lever_tip(lv: Any) -> list[list]:
 
 
 def advise_payload(advice: Any) -> dict:
-    """The page's data for an advice report (rooflinekit.core.report.AdviceReport): the baseline,
+    """The page's data for an advice report (rooflinekit.core.advice_report.AdviceReport): the baseline,
     every lever as a bar from the baseline's tokens/s to its own, the levers skipped and why."""
     w, hw, model, base = advice.workload, advice.hardware, advice.model, advice.baseline
     levers = list(getattr(advice, "levers", []) or [])
@@ -871,5 +872,5 @@ def compare_html(comparison: dict, a: Report, b: Report) -> str:
 
 
 def advise_html(advice: Any) -> str:
-    """An advice report (rooflinekit.core.report.AdviceReport) as a self-contained HTML page."""
+    """An advice report (rooflinekit.core.advice_report.AdviceReport) as a self-contained HTML page."""
     return page(advise_payload(advice))

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 from html import escape
 
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.plan import PlanResult
-from rooflinekit.core.report import AdviceReport, Report, SweepReport
+from rooflinekit.core.report import Report
+from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg

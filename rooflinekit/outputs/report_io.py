@@ -20,7 +20,8 @@ import click
 from rooflinekit.core.codec import DecodeError, upgrade_profile
 from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.plan import PLAN_SCHEMA_VERSION
-from rooflinekit.core.report import Report, report_schema
+from rooflinekit.core.report import Report
+from rooflinekit.core.schemas import report_schema
 from rooflinekit.core.version import READABLE_SCHEMAS
 from rooflinekit.outputs.plan_io import plan_from_dict, plan_schema
 from rooflinekit.stages.hardware import check_value
@@ -28,7 +29,7 @@ from rooflinekit.stages.hardware import check_value
 #: The schema major versions this rooflinekit reads ("1" of "1.0"): the current one and the last.
 SCHEMA_MAJORS = tuple(dict.fromkeys(v.split(".")[0] for v in READABLE_SCHEMAS))
 
-#: JSON types of the generated JSON Schema (rooflinekit.core.report.report_schema) -> the check of a value.
+#: JSON types of the generated JSON Schema (rooflinekit.core.schemas.report_schema) -> the check of a value.
 _JSON_TYPES_OK = {
     "number": lambda v: isinstance(v, Real) and not isinstance(v, bool),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),

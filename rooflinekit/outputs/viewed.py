@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.plan import PlanResult
-from rooflinekit.core.report import AdviceReport, SweepReport
+from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.outputs import frames, notebook
 from rooflinekit.outputs.advise_view import render_advice
 from rooflinekit.outputs.plan_text import plan_to_text
