@@ -64,7 +64,7 @@ from rooflinekit.core.state import (
 from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
-    from rooflinekit.analyses.parallel import resolve, structural_plan
+    from rooflinekit.analyses.tp_plan import resolve, structural_plan
     from rooflinekit.core.report import Report
     from rooflinekit.stages.attribute import (
         AttentionSite,
@@ -89,7 +89,7 @@ _LAZY = {
                      "reexpanding"),
                     "rooflinekit.stages.attribute"),
     **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
-    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.parallel"),
+    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",

@@ -23,8 +23,8 @@ import pytest
 import torch
 from conftest import pip_install_site, write_distribution
 
-from rooflinekit.analyses.parallel import attention_shard, structural_plan
 from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.tp_plan import attention_shard, structural_plan
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost

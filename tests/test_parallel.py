@@ -7,12 +7,12 @@ import json
 import pytest
 import torch
 
-from rooflinekit.analyses.parallel import (
+from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.tp_plan import (
     normalise_style,
     resolve,
     structural_plan,
 )
-from rooflinekit.analyses.profile import profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost

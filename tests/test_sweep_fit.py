@@ -18,7 +18,7 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
 from rooflinekit.core.request import Deployment
-from rooflinekit.stages.fit import Design
+from rooflinekit.stages.polyfit import Design
 from rooflinekit.stages.workload import Workload, load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 

@@ -18,15 +18,8 @@ from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain
-from rooflinekit.stages.fit import (
-    TOLERANCE,
-    Design,
-    FitError,
-    FittedCapture,
-    LayerPlan,
-    layer_plan,
-    windows,
-)
+from rooflinekit.stages.fit import TOLERANCE, FittedCapture, LayerPlan, layer_plan, windows
+from rooflinekit.stages.polyfit import Design, FitError
 from rooflinekit.stages.workload import MAX_BATCH, Workload
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.

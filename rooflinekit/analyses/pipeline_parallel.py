@@ -34,7 +34,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rooflinekit.analyses.parallel import Plan, weights_per_gpu
+from rooflinekit.analyses.parallel import weights_per_gpu
+from rooflinekit.analyses.tp_plan import Plan
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload, mixed_workload

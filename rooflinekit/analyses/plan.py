@@ -62,10 +62,10 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.expected import with_efficiency
-from rooflinekit.stages.fit import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
 from rooflinekit.stages.pipeline_parallel import steady_step
+from rooflinekit.stages.polyfit import FitError
 from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
 from rooflinekit.stages.spread import Spread, load_spreads
