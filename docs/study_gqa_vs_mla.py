@@ -24,7 +24,8 @@ from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
 from rooflinekit.core.request import Deployment  # noqa: E402
-from rooflinekit.outputs.plot import Chart, sweep_series, write_chart  # noqa: E402
+from rooflinekit.outputs.chart_data import Chart, sweep_series  # noqa: E402
+from rooflinekit.outputs.plot import write_chart  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
 from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
 

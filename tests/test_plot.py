@@ -11,7 +11,8 @@ import pytest
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.report import ModuleRow
-from rooflinekit.outputs.plot import MISSING, chart_for, module_points, placed, write_plot
+from rooflinekit.outputs.chart_data import chart_for, module_points
+from rooflinekit.outputs.plot import MISSING, placed, write_plot
 from tests.conftest import EXAMPLES, one_line_error, run_profile
 
 GQA = EXAMPLES / "llama_gqa.py"

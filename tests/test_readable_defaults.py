@@ -17,8 +17,8 @@ from rooflinekit.cli.workload import parse_count, parse_counts
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.paths import default_depth, layer_pattern
 from rooflinekit.core.report import Report
+from rooflinekit.outputs.chart_data import chart_for
 from rooflinekit.outputs.html import module_table
-from rooflinekit.outputs.plot import chart_for
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from tests import warm_python
 from tests.conftest import EXAMPLES, MODELS, ROOT

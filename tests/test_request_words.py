@@ -13,7 +13,7 @@ from rooflinekit.core.codec import upgrade_deployment
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment
 from rooflinekit.outputs.advice_plot import advice_figure
-from rooflinekit.outputs.plot import chart_for
+from rooflinekit.outputs.chart_data import chart_for
 
 GQA = ROOT / "examples" / "llama_gqa.py"
 REQUEST = ["-O", "layers=1", "--tp", "2", "--weight-dtype", "int4", "--kv-dtype", "fp8", "-H", "H800"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from rooflinekit.core.units import seconds, share, si
+from rooflinekit.outputs.chart_data import Chart, Series
 from rooflinekit.outputs.html import (
     PLAIN_TABLE,
     SeriesView,
@@ -22,7 +23,6 @@ from rooflinekit.outputs.html import (
     table,
 )
 from rooflinekit.outputs.notebook import html_table, notebook_view
-from rooflinekit.outputs.plot import Chart, Series
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
 from rooflinekit.trace.render import render
 from rooflinekit.trace.report import RankReport, Row, StepSummary, TraceReport
