@@ -602,7 +602,8 @@ def _one_matmul(tmp_path, hardware, **kw):
 ])
 def test_figures_past_the_physical_limit_are_flagged_with_the_likely_cause(tmp_path, peak, bandwidth, op_s, figures,
                                                                            first_cause):
-    from rooflinekit.analyses.measure import Measurement, with_measurement
+    from rooflinekit.analyses.measure import Measurement
+    from rooflinekit.analyses.measured import with_measurement
 
     entry = _toy_entry(tmp_path / "hw", "Toy", peak, bandwidth, "some CPU")
     report = _one_matmul(tmp_path, str(entry), measure=False)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from rooflinekit.analyses.measure import with_measurement
+from rooflinekit.analyses.measured import with_measurement
 from rooflinekit.analyses.profile import ReportOptions, counted_forward, measured, place
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import EXAMPLES, TINY_LLAMA, run_profile
 
-from rooflinekit.analyses.measure import with_alt_placement
+from rooflinekit.analyses.alt_placement import with_alt_placement
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import codec
 from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report

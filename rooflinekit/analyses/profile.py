@@ -16,16 +16,15 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from rooflinekit.analyses.measure import (
-    FreshInputs,
+from rooflinekit.analyses.alt_placement import with_alt_placement
+from rooflinekit.analyses.measure import FreshInputs, write_trace
+from rooflinekit.analyses.measure import measure as run_measure
+from rooflinekit.analyses.measured import (
     cpu_hardware,
     cpu_on_gpu_warning,
     modelled_modules,
-    with_alt_placement,
     with_measurement,
-    write_trace,
 )
-from rooflinekit.analyses.measure import measure as run_measure
 from rooflinekit.analyses.parallel import ParallelShard
 from rooflinekit.analyses.pipeline_parallel import with_pipeline
 from rooflinekit.core.errors import UserError
