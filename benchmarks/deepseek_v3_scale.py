@@ -61,10 +61,10 @@ def main() -> None:
 
     t0 = time.perf_counter()
     from rooflinekit.analyses.profile import profile
-    from rooflinekit.core.request import Deployment
+    from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.stages.capture.forward import call_forward
     from rooflinekit.stages.capture.recorder import Recorder
-    from rooflinekit.stages.workload import Workload, build, in_effect, load_source
+    from rooflinekit.stages.workload import build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})
     import_s = time.perf_counter() - t0

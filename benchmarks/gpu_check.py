@@ -92,10 +92,10 @@ def run(args) -> str:
 
     from rooflinekit.analyses.calibrate import calibrate, datasheet_entry, save
     from rooflinekit.analyses.profile import ReportOptions, profile
-    from rooflinekit.core.request import Deployment
+    from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.core.units import si
     from rooflinekit.stages.hardware import hardware_db
-    from rooflinekit.stages.workload import Workload, load_source
+    from rooflinekit.stages.workload import load_source
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():

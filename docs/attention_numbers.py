@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Workload
+from rooflinekit.stages.workload import load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 B, S = 4, 32768

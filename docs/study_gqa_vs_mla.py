@@ -23,11 +23,11 @@ from rooflinekit.analyses.profile import profile  # noqa: E402
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
-from rooflinekit.core.request import Deployment  # noqa: E402
+from rooflinekit.core.request import Deployment, Workload  # noqa: E402
 from rooflinekit.outputs.chart_data import Chart, sweep_series  # noqa: E402
 from rooflinekit.outputs.plot import write_chart  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
+from rooflinekit.stages.workload import load_source  # noqa: E402
 
 HARDWARE = "H800"
 CONTEXT = 32768

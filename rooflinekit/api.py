@@ -32,7 +32,14 @@ from rooflinekit.analyses.sweep import MAX_BATCH as SWEEP_MAX_BATCH
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.request import DEFAULT_FRACTION, KERNELS, PHASES, Deployment
+from rooflinekit.core.request import (
+    DEFAULT_FRACTION,
+    KERNELS,
+    PHASES,
+    Deployment,
+    ModelSource,
+    Workload,
+)
 from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.outputs.viewed import ViewedAdvice, ViewedSweep
 from rooflinekit.stages.capture.forward import recording
@@ -47,8 +54,6 @@ from rooflinekit.stages.workload import (
     MAX_PARALLEL,
     MAX_Q_LEN,
     MODELLED_DTYPES,
-    ModelSource,
-    Workload,
     check_fraction,
     load_source,
     parse_options,

@@ -19,8 +19,8 @@ from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from rooflinekit_plugins.mla_absorb import absorb
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
 

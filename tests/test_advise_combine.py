@@ -10,8 +10,8 @@ import pytest
 
 from rooflinekit.analyses.advise import AdviseOptions, advise
 from rooflinekit.analyses.profile import ReportOptions, profile
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

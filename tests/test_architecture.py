@@ -28,11 +28,11 @@ from rooflinekit.analyses.tp_plan import attention_shard, structural_plan
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from rooflinekit_plugins import gqa, mha, mla
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, run_profile

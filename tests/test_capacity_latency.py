@@ -20,8 +20,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from rooflinekit.analyses.profile import ReportOptions, profile
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, ROOT
 
 CONFIGS = EXAMPLES / "configs"

@@ -276,8 +276,8 @@ def test_storage_numbers_survive_address_reuse_on_real_tensors():
 
 def test_module_models_ask_nothing_without_a_plugin_that_answers(monkeypatch):
     from rooflinekit.core.plugins import PluginHost
+    from rooflinekit.core.request import Workload
     from rooflinekit.stages.modelled import module_models
-    from rooflinekit.stages.workload import Workload
 
     host = PluginHost(load_entry_points=False)
     asked = []

@@ -26,8 +26,8 @@ from torch import nn
 
 import rooflinekit
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from rooflinekit_plugins import moe
 from tests.conftest import EXAMPLES, MODELS, ROOT
 

@@ -13,8 +13,8 @@ from torch import nn
 from rooflinekit.analyses.profile import profile
 from rooflinekit.api import profile as profile_module
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, run_profile
 
 CONFIGS = EXAMPLES / "configs"

@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import TABLE_FILE, expected_step
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 if sys.version_info >= (3, 11):

@@ -9,8 +9,8 @@ import pytest
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, run_profile
 
 pytest.importorskip("transformers")

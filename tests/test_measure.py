@@ -11,10 +11,10 @@ import torch.nn.functional as F
 
 from rooflinekit.analyses.measure import align, measure, timed_recording
 from rooflinekit.analyses.profile import ReportOptions, profile
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"

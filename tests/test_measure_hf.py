@@ -12,9 +12,9 @@ import torch
 from rooflinekit.analyses.measured import with_measurement
 from rooflinekit.analyses.profile import ReportOptions, counted_forward, measured, place
 from rooflinekit.core.plugins import get_host
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import Built, Workload, build, inputs_for, load_source
+from rooflinekit.stages.workload import Built, build, inputs_for, load_source
 from tests.conftest import EXAMPLES
 
 pytest.importorskip("transformers")

@@ -25,11 +25,11 @@ from torch import nn
 import rooflinekit
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.analyses.sweep import run_sweep
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import load_file
 from rooflinekit.stages.memory import activation_peak
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error
 
 CONFIGS = EXAMPLES / "configs"

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import recorder as capture_mod
 from rooflinekit.stages.capture.meta_memo import MetaMemo, memoisable
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 CONFIGS = EXAMPLES / "configs"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import MODELS
 
 RAN_BATCH = 3

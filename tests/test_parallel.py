@@ -16,10 +16,10 @@ from rooflinekit.analyses.tp_plan import (
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.workload import Workload, build, load_source, validate_levers
+from rooflinekit.stages.workload import build, load_source, validate_levers
 from tests.conftest import EXAMPLES, MODELS
 
 MLA = EXAMPLES / "deepseek_mla.py"

@@ -359,9 +359,9 @@ def test_marker_area_is_proportional_to_the_share_of_step_time(mla_report):
 
 def test_measured_points_sit_at_their_achieved_rate_joined_to_their_bound():
     from rooflinekit.analyses.profile import ReportOptions, profile
-    from rooflinekit.core.request import Deployment
+    from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.outputs.plot import figure
-    from rooflinekit.stages.workload import Workload, load_source
+    from rooflinekit.stages.workload import load_source
 
     options = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
                "vocab": 1000}

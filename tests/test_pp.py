@@ -10,7 +10,7 @@ import math
 import pytest
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.pipeline_parallel import (
     default_micro_batches,
@@ -18,7 +18,7 @@ from rooflinekit.stages.pipeline_parallel import (
     split_layers,
     steady_step,
 )
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

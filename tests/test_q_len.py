@@ -12,8 +12,8 @@ from conftest import EXAMPLES, TINY_LLAMA
 from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.keys import pairs_attended, positions_attended
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 
 GQA_FILE = EXAMPLES / "llama_gqa.py"
 MLA_FILE = EXAMPLES / "deepseek_mla.py"

@@ -11,8 +11,8 @@ import pytest
 from conftest import EXAMPLES, MODELS, TINY_LLAMA
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 
 CONFIGS = EXAMPLES / "configs"
 GQA_FILE = EXAMPLES / "llama_gqa.py"

@@ -13,11 +13,11 @@ from rooflinekit.analyses.alt_placement import with_alt_placement
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core import codec
 from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.schemas import report_schema
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 
 DATA = EXAMPLES.parent / "tests" / "data"
 GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"

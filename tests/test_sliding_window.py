@@ -17,10 +17,10 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import pairs_attended, positions_attended
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionCall, AttentionSpec, AttentionWindow
 from rooflinekit.stages.capture import mask_keys_max
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from rooflinekit_plugins import sliding_window
 from tests.conftest import EXAMPLES, MODELS, run_profile
 

@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 from rooflinekit.analyses.advise import AdviseOptions, advise
 from rooflinekit.analyses.profile import ReportOptions, profile
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.speculative import (
     DEFAULT_ACCEPT,
     check_accept,
     expected_tokens,
     speculative_cycle,
 )
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

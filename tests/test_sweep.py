@@ -19,8 +19,8 @@ from rooflinekit.analyses.sweep import (
     run_sweep,
     search_critical,
 )
-from rooflinekit.core.request import Deployment
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = EXAMPLES / "llama_gqa.py"

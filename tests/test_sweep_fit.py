@@ -17,9 +17,9 @@ from rooflinekit.analyses.gridfit import regions
 from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
-from rooflinekit.core.request import Deployment
+from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.polyfit import Design
-from rooflinekit.stages.workload import Workload, load_source
+from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 CONFIGS = EXAMPLES / "configs"

@@ -17,10 +17,11 @@ from rooflinekit.analyses.profile import Profiled
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
+from rooflinekit.core.request import Workload
 from rooflinekit.core.units import plain
 from rooflinekit.stages.fit import TOLERANCE, FittedCapture, LayerPlan, layer_plan, windows
 from rooflinekit.stages.polyfit import Design, FitError
-from rooflinekit.stages.workload import MAX_BATCH, Workload
+from rooflinekit.stages.workload import MAX_BATCH
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.
 MARGIN = 2

@@ -55,7 +55,7 @@ from rooflinekit.core.plan import (
     pareto_front,
 )
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.core.request import OVERLAPS, Deployment, Workload
+from rooflinekit.core.request import OVERLAPS, Deployment, ModelSource, Workload
 from rooflinekit.core.revise import revised
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages import collectives
@@ -70,7 +70,7 @@ from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT, speculative_cycle
 from rooflinekit.stages.spread import Spread, load_spreads
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
-from rooflinekit.stages.workload import ModelSource, load_source, torch_dtype
+from rooflinekit.stages.workload import load_source, torch_dtype
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
 CHUNKS = (512, 2048, 8192)

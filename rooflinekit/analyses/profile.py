@@ -31,7 +31,7 @@ from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
-from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.version import model_library, untested_notes
 from rooflinekit.stages import mixed, quantize
 from rooflinekit.stages.attribute import attribute_attention
@@ -57,7 +57,6 @@ from rooflinekit.stages.transform import (
 )
 from rooflinekit.stages.workload import (
     Built,
-    ModelSource,
     build,
     exit_error,
     in_effect,

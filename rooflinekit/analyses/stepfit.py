@@ -29,7 +29,7 @@ from rooflinekit.analyses.profile import (
 )
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipping_layers
 from rooflinekit.stages.fit import TOLERANCE, LayerPlan, _slots, layer_plan, skipping
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
@@ -37,7 +37,7 @@ from rooflinekit.stages.polyfit import Design, FitError, relative_difference
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.stages.transform import Counted, TransformContext, run_transforms
-from rooflinekit.stages.workload import ModelSource, build
+from rooflinekit.stages.workload import build
 
 
 def boundary_plan(plan: LayerPlan) -> LayerPlan:

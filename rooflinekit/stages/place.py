@@ -30,6 +30,7 @@ from rooflinekit.core.report import (
     UncountedOp,
     WorkloadInfo,
 )
+from rooflinekit.core.request import Workload
 from rooflinekit.core.units import si
 from rooflinekit.stages import collectives
 from rooflinekit.stages.attribute import AttentionSite
@@ -46,7 +47,6 @@ from rooflinekit.stages.fusion import Fusion, fuse, fused_totals, fusion_notes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures, place_on, ridge
 from rooflinekit.stages.spread import spread_for
-from rooflinekit.stages.workload import Workload
 
 
 def rollup_name(path: str, depth: int, group_layers: bool = False) -> str:

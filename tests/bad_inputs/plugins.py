@@ -60,7 +60,7 @@ LOADER = textwrap.dedent(
     '''
     """Loads *.rkdict (answering a dict) and *.rknocall (a ModelSource that cannot build)."""
     from rooflinekit.plugin import hookimpl
-    from rooflinekit.stages.workload import ModelSource
+    from rooflinekit.core.request import ModelSource
 
     @hookimpl
     def rooflinekit_workload_loader(path, options):
