@@ -40,6 +40,7 @@ from rooflinekit.stages.expected import (
     expected_step,
     fused_expected,
     half_message,
+    runs_two_batches,
     serving_gpus,
     throughput,
 )
@@ -398,8 +399,8 @@ def with_expected(totals: Totals, expected: Expected, workload: Workload, parall
                      "efficiency source, and the validation's residuals are the committed table's")
         return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
                        tokens_per_s_per_user=per_user, expected_conventions=expected.conventions + words)
-    exposed = expected.comm_s - expected.hidden_s if expected.overlap != "none" else expected.comm_s
-    spread = spread_for(workload.phase, max(0.0, exposed) / expected.step_s if expected.step_s else 0.0)
+    exposed = max(0.0, expected.comm_s - expected.hidden_s)  # the collectives no kernels hide
+    spread = spread_for(workload.phase, exposed / expected.step_s if expected.step_s else 0.0)
     low, high = spread.range(expected.step_s)
     words.append(f"expected_low_s / expected_high_s ({spread.step_class} step): {spread.words()}")
     return replace(totals, expected_step_s=expected.step_s, tokens_per_s_per_gpu=per_gpu,
@@ -431,9 +432,7 @@ def build_report(
     fused = None if fusion is None else fused_totals(fusion, [r.time_bound_s for r in walk.op_rows], hw,
                                                      hardware.dtype, walk.total.flops, workload.tokens)
     halves = 0.0
-    overlap = view.overlap
-    if overlap == "two-batch" and workload.phase == "decode" and workload.batch < 2:
-        overlap = "none"  # engines do not split one sequence (StepModel.two_batch)
+    overlap = view.overlap if runs_two_batches(view.overlap, workload.phase, workload.batch) else "none"
     if overlap == "two-batch":
         halves = 2 * sum(collectives.call_expected(half_message(op.attrs), hw)[0] for op in cap.ops
                          if op.kind == "collective")

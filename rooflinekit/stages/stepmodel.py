@@ -32,6 +32,7 @@ from rooflinekit.stages.expected import (
     Fractions,
     classify,
     halved,
+    runs_two_batches,
     table_for,
 )
 from rooflinekit.stages.hardware import HardwareSpec
@@ -144,10 +145,8 @@ class StepModel:
         return found
 
     def two_batch(self, batch: int) -> bool:
-        """Whether a step of `batch` sequences runs as two micro-batches: with two-batch overlap,
-        except a decode step of one sequence, which engines do not split (SGLang captures its
-        two-batch graphs from two sequences up)."""
-        return self.overlap == "two-batch" and not (self.phase == "decode" and batch < 2)
+        """Whether a step of `batch` sequences runs as two micro-batches (expected.runs_two_batches)."""
+        return runs_two_batches(self.overlap, self.phase, batch)
 
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
         table = self.table()
