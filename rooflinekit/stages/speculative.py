@@ -66,11 +66,13 @@ def _check_k(k: object) -> int:
 
 def expected_tokens(accept: float, k: int) -> float:
     """Expected tokens emitted per verify step with `k` drafted tokens, each accepted with
-    probability `accept` while all before it were: (1 - a^(k+1)) / (1 - a), or k + 1 at a == 1."""
+    probability `accept` while all before it were: (1 - a^(k+1)) / (1 - a), or k + 1 at a == 1.
+    The numerator is taken as -expm1((k+1) log1p(a-1)), which keeps full precision as a nears 1
+    (1 - a^(k+1) taken directly loses digits there; 1 - a itself is exact)."""
     a, k = check_accept(accept), _check_k(k)
     if a == 1.0:
         return float(k + 1)
-    return (1.0 - a ** (k + 1)) / (1.0 - a)
+    return -math.expm1((k + 1) * math.log1p(a - 1.0)) / (1.0 - a)
 
 
 def speculative_cycle(draft_step_s: float, verify_step_s: float, accept: float, k: int) -> Cycle:
