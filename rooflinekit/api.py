@@ -13,13 +13,14 @@ CLI's: the same stages run underneath.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -33,12 +34,11 @@ from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import (
-    DEFAULT_FRACTION,
-    KERNELS,
     PHASES,
     Deployment,
     ModelSource,
     Workload,
+    deployment_settings,
 )
 from rooflinekit.outputs.render import ViewedReport
 from rooflinekit.outputs.viewed import ViewedAdvice, ViewedSweep
@@ -51,10 +51,8 @@ from rooflinekit.stages.workload import (
     DTYPES,
     MAX_BATCH,
     MAX_CONTEXT,
-    MAX_PARALLEL,
     MAX_Q_LEN,
     MODELLED_DTYPES,
-    check_fraction,
     load_source,
     parse_options,
     validate,
@@ -126,7 +124,8 @@ def check_common(*, hardware: object, phase: object, batch: object, context: obj
 
 
 def check_file_arguments(path: object, options: object, args: dict) -> None:
-    """`profile_file`'s own arguments (its shared ones: `check_common`), each RooflineError naming one."""
+    """`profile_file`'s own arguments (its shared ones: `check_common`; the deployment settings:
+    `check_settings`), each RooflineError naming one."""
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise ModelError(f"path= must be a model file's path (a string), got {path!r}")
     if options is not None and (not isinstance(options, dict) or not all(isinstance(k, str) and k.isidentifier()
@@ -135,21 +134,38 @@ def check_file_arguments(path: object, options: object, args: dict) -> None:
                             f"got {options!r}")
     _word("dtype", args["dtype"], tuple(DTYPES) + tuple(MODELLED_DTYPES))
     _word("device", args["device"])
-    for name in ("weight_dtype", "kv_dtype"):
-        _word(name, args[name], optional=True)
-    if args["weight_group_size"] is not None:
-        _whole("weight_group_size", args["weight_group_size"])
     _whole("q_len", args["q_len"], 1, MAX_Q_LEN)
-    for name in ("tp", "ep"):
-        _whole(name, args[name], 1, MAX_PARALLEL)
-    _flag("quantize_embeddings", args["quantize_embeddings"])
-    _word("kernels", args["kernels"], KERNELS)
-    if isinstance(args["memory_fraction"], str):
-        raise WorkloadError(f"memory_fraction= must be a number in (0, 1], got {args['memory_fraction']!r}")
-    check_fraction(args["memory_fraction"])
     if args["deployment"] is not None and not isinstance(args["deployment"], Deployment):
         raise WorkloadError(f"deployment= must be a rooflinekit Deployment or None, got "
                             f"{type(args['deployment']).__name__}")
+
+
+def check_settings(settings: Mapping[str, object]) -> None:
+    """Each deployment setting by its rule (rooflinekit.core.settings), naming its keyword."""
+    for setting in deployment_settings():
+        setting.check(settings[setting.name], setting.keyword)
+
+
+def takes_settings(**defaults: object):
+    """Decorate an API function to take every deployment setting as a keyword-only argument, with
+    its declared default or the one `defaults` gives; the function receives them as one mapping,
+    `settings` (its signature, as `help()` and editors show it, lists each)."""
+    def wrap(fn):
+        table = deployment_settings()
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            settings = {s.name: kwargs.pop(s.name, defaults.get(s.name, s.default)) for s in table}
+            return fn(*args, settings=settings, **kwargs)
+
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "settings"]
+        tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+        added = [inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(s.name, s.default),
+                                   annotation=s.annotation) for s in table]
+        call.__signature__ = inspect.signature(fn).replace(
+            parameters=[p for p in params if p not in tail] + added + tail)
+        return call
+    return wrap
 
 
 def _first_tensor(args, kwargs) -> torch.Tensor | None:
@@ -194,7 +210,7 @@ def infer_workload(args: tuple, kwargs: dict, *, phase: str | None, batch: int |
 @dataclass(frozen=True)
 class Asked:
     """The analysis options one API call was given, as the CLI's flags (None: the CLI's default or,
-    for a model in memory, what its inputs and parameters say)."""
+    for a model in memory, what its inputs and parameters say), and its deployment settings."""
 
     phase: str | None = None
     batch: int | None = None
@@ -203,48 +219,20 @@ class Asked:
     dtype: str | None = None
     device: str | None = None
     options: dict | None = None
-    hardware: str = DEFAULT_HARDWARE
-    tp: int = 1
-    ep: int = 1
-    pp: int = 1
-    micro_batches: int | None = None
-    weight_dtype: str | None = None
-    weight_group_size: int | None = None
-    kv_dtype: str | None = None
-    quantize_embeddings: bool = False
-    kernels: str = "as-written"
-    memory_fraction: float = DEFAULT_FRACTION
+    settings: Mapping[str, object] = field(default_factory=dict)
     deployment: Deployment | None = None
-    efficiency: str | None = None  # --efficiency (Deployment.efficiency)
-    engine: str | None = None  # --engine (Deployment.engine)
-    overlap: str = "none"  # --overlap (Deployment.overlap)
 
     def check(self, depth: object = None, group_layers: object = False, host: object = None) -> None:
         """Each argument, a RooflineError naming the first bad one."""
-        check_common(hardware=self.hardware, phase=self.phase, batch=self.batch, context=self.context, depth=depth,
-                     group_layers=group_layers, host=host)
+        check_common(hardware=self.settings["hardware"], phase=self.phase, batch=self.batch, context=self.context,
+                     depth=depth, group_layers=group_layers, host=host)
         check_file_arguments("(checked apart)", self.options, dict(
-            dtype=self.dtype or "bf16", device=self.device or "meta", weight_dtype=self.weight_dtype,
-            kv_dtype=self.kv_dtype, weight_group_size=self.weight_group_size, q_len=self.q_len, tp=self.tp,
-            ep=self.ep, quantize_embeddings=self.quantize_embeddings, kernels=self.kernels,
-            memory_fraction=self.memory_fraction, deployment=self.deployment))
-        _whole("pp", self.pp, 1, MAX_PARALLEL)
-        if self.micro_batches is not None:
-            _whole("micro_batches", self.micro_batches, 1, MAX_BATCH)
-        if self.engine is not None and not isinstance(self.engine, str):
-            raise WorkloadError(f"engine= must be an engine's name (rooflinekit/stages/engines.toml), got {self.engine!r}")
-        if self.efficiency is not None and (not isinstance(self.efficiency, str) or not self.efficiency.strip()):
-            raise WorkloadError(f"efficiency= must be published, an efficiency file's path or a plugin's source "
-                                f"name, got {self.efficiency!r}")
+            dtype=self.dtype or "bf16", device=self.device or "meta", q_len=self.q_len, deployment=self.deployment))
+        check_settings(self.settings)
 
     def deployed(self) -> Deployment:
-        """The Deployment asked for (a whole `deployment` wins over the fields)."""
-        return self.deployment or Deployment(
-            hardware=self.hardware, tp=self.tp, ep=self.ep, pp=self.pp, micro_batches=self.micro_batches,
-            weight_dtype=self.weight_dtype, weight_group_size=self.weight_group_size, kv_dtype=self.kv_dtype,
-            quantize_embeddings=self.quantize_embeddings, kernels=self.kernels,
-            memory_fraction=self.memory_fraction, efficiency=self.efficiency, engine=self.engine,
-            overlap=self.overlap)
+        """The Deployment asked for (a whole `deployment` wins over the settings)."""
+        return self.deployment or Deployment(**self.settings)
 
 
 #: What `model=` may be: a module in memory, or the path of what a loader reads.
@@ -347,26 +335,23 @@ def _as_keywords(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict:
     return out
 
 
+@takes_settings(hardware=DEFAULT_HARDWARE)
 def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
             make_inputs: Callable | None = None, phase: str | None = None, batch: int | None = None,
             context: int | None = None, q_len: int = 1, dtype: str | None = None, device: str | None = None,
-            options: dict | None = None, hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1,
-            micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
-            kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "as-written",
-            memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
-            efficiency: str | None = None, engine: str | None = None, overlap: str = "none", depth: int | None = None,
-            group_layers: bool = False, host: PluginHost | None = None, **unknown) -> ViewedReport:
+            options: dict | None = None, deployment: Deployment | None = None, depth: int | None = None,
+            group_layers: bool = False, host: PluginHost | None = None, settings: Mapping[str, object],
+            **unknown) -> ViewedReport:
     """What `rooflinekit profile MODEL` does, for a model in memory or a path (MODEL_RULE).
 
     A module runs on `model(*args, **inputs)` (meta, cpu or cuda tensors; `infer_workload` says what
     is read from them when `phase`, `batch` or `context` are left out), or on
     `make_inputs(batch, context, phase)`. A path is what the CLI reads: `options` are its -O pairs.
-    The rest are the CLI's flags with its defaults (docs/python-api.md); a whole `deployment` wins
-    over hardware, tp, ep, pp, micro_batches, the formats, kernels, memory_fraction, efficiency, engine and overlap.
+    The rest are the CLI's flags with its defaults (docs/python-api.md): every deployment setting
+    (rooflinekit.core.settings: hardware, tp, ep, pp, the formats, kernels, ...) is a keyword; a
+    whole `deployment` wins over them.
     """
-    asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
-                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine, overlap)
+    asked = Asked(phase, batch, context, q_len, dtype, device, options, settings, deployment)
     no_such_option("profile", unknown)
     asked.check(depth, group_layers, host)
     host = host or get_host()
@@ -376,16 +361,11 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
                                        host=host).report)
 
 
-def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096,
-                 hardware: str = DEFAULT_HARDWARE, dtype: str = "bf16", device: str = "meta",
-                 options: dict | None = None, depth: int | None = None, group_layers: bool = False,
-                 host: PluginHost | None = None, weight_dtype: str | None = None,
-                 weight_group_size: int | None = None, kv_dtype: str | None = None, q_len: int = 1,
-                 quantize_embeddings: bool = False, tp: int = 1, ep: int = 1,
-                 memory_fraction: float = DEFAULT_FRACTION, kernels: str = "as-written",
-                 deployment: Deployment | None = None, pp: int = 1,
-                 micro_batches: int | None = None, efficiency: str | None = None,
-                 engine: str | None = None, overlap: str = "none") -> ViewedReport:
+@takes_settings(hardware=DEFAULT_HARDWARE)
+def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096, dtype: str = "bf16",
+                 device: str = "meta", options: dict | None = None, depth: int | None = None,
+                 group_layers: bool = False, host: PluginHost | None = None, q_len: int = 1,
+                 deployment: Deployment | None = None, settings: Mapping[str, object]) -> ViewedReport:
     """`profile(path, ...)` with a path only: what `rooflinekit profile PATH` does (a model file,
     a transformers config.json, hf:TYPE, or anything a loader plugin reads)."""
     if not _is_path(path):
@@ -395,12 +375,9 @@ def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: i
     _whole("context", context, 1, MAX_CONTEXT)
     _word("dtype", dtype, tuple(DTYPES) + tuple(MODELLED_DTYPES))
     _word("device", device)
-    return profile(path, phase=phase, batch=batch, context=context, hardware=hardware, dtype=dtype, device=device,
-                   options=options, depth=depth, group_layers=group_layers, host=host, weight_dtype=weight_dtype,
-                   weight_group_size=weight_group_size, kv_dtype=kv_dtype, q_len=q_len,
-                   quantize_embeddings=quantize_embeddings, tp=tp, ep=ep, pp=pp, micro_batches=micro_batches,
-                   memory_fraction=memory_fraction, kernels=kernels, deployment=deployment, efficiency=efficiency,
-                   engine=engine, overlap=overlap)
+    return profile(path, phase=phase, batch=batch, context=context, dtype=dtype, device=device, options=options,
+                   depth=depth, group_layers=group_layers, host=host, q_len=q_len, deployment=deployment,
+                   **settings)
 
 
 @dataclass
@@ -463,25 +440,21 @@ def _counts(name: str, values: object, most: int) -> list[int]:
     return list(dict.fromkeys(_whole(name, v, 1, most) for v in values))
 
 
+@takes_settings(hardware=DEFAULT_HARDWARE)
 def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
           batches: Sequence[int] = (1, 4, 16, 48), contexts: Sequence[int] = (4096, 32768), phase: str = "decode",
           q_len: int = 1, dtype: str | None = None, device: str | None = None, options: dict | None = None,
-          hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1, micro_batches: int | None = None,
-          weight_dtype: str | None = None, weight_group_size: int | None = None, kv_dtype: str | None = None,
-          quantize_embeddings: bool = False, kernels: str = "as-written", memory_fraction: float = DEFAULT_FRACTION,
-          deployment: Deployment | None = None, efficiency: str | None = None, engine: str | None = None, overlap: str = "none",
-          critical: bool = True,
-          max_batch: int = SWEEP_MAX_BATCH,
-          fit: bool = True, host: PluginHost | None = None, **unknown) -> ViewedSweep:
+          deployment: Deployment | None = None, critical: bool = True, max_batch: int = SWEEP_MAX_BATCH,
+          fit: bool = True, host: PluginHost | None = None, settings: Mapping[str, object],
+          **unknown) -> ViewedSweep:
     """What `rooflinekit sweep MODEL -b ... -s ...` does: every (batch, context), the critical batch
     per context (`critical`, probing up to `max_batch`; the CLI's --no-critical is critical=False),
     points from exactly fitted counts on meta (`fit`; --no-fit is fit=False). `model` is a path, or a
-    module in memory with `make_inputs(batch, context, phase)` (every point runs it at its own shape)."""
+    module in memory with `make_inputs(batch, context, phase)` (every point runs it at its own shape).
+    Every deployment setting is a keyword, as in `profile`."""
     no_such_option("sweep", unknown)
     batches, contexts = _counts("batches", batches, MAX_BATCH), _counts("contexts", contexts, MAX_CONTEXT)
-    asked = Asked(phase, batches[0], contexts[0], q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
-                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine, overlap)
+    asked = Asked(phase, batches[0], contexts[0], q_len, dtype, device, options, settings, deployment)
     asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("critical", critical)
     _flag("fit", fit)
@@ -500,25 +473,21 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     return ViewedSweep.of(result.report())
 
 
+@takes_settings(hardware=DEFAULT_HARDWARE, kernels="serving")
 def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None, phase: str = "decode",
            batch: int = 1, context: int = 4096, q_len: int = 1, dtype: str | None = None, device: str | None = None,
-           options: dict | None = None, hardware: str = DEFAULT_HARDWARE, tp: int = 1, ep: int = 1, pp: int = 1,
-           micro_batches: int | None = None, weight_dtype: str | None = None, weight_group_size: int | None = None,
-           kv_dtype: str | None = None, quantize_embeddings: bool = False, kernels: str = "serving",
-           memory_fraction: float = DEFAULT_FRACTION, deployment: Deployment | None = None,
-           efficiency: str | None = None, engine: str | None = None, overlap: str = "none", combine: bool = False,
+           options: dict | None = None, deployment: Deployment | None = None, combine: bool = False,
            max_combinations: int = COMBINE_LIMIT, draft: str | None = None, draft_options: dict | None = None,
            mtp: int | None = None, accept: float = DEFAULT_ACCEPT, host: PluginHost | None = None,
-           **unknown) -> ViewedAdvice:
+           settings: Mapping[str, object], **unknown) -> ViewedAdvice:
     """What `rooflinekit advise MODEL` does: the step profiled (the serving view unless
     kernels="as-written", as the CLI), then every lever that applies priced and ranked; `combine`,
     `max_combinations`, `draft` (a draft model's path) with `draft_options`, `mtp` and `accept` are
     --combine, --max-combinations, --draft, --draft-option, --mtp and --accept. `model` is a path, or
-    a module in memory with `make_inputs(batch, context, phase)` (levers run it at other shapes)."""
+    a module in memory with `make_inputs(batch, context, phase)` (levers run it at other shapes).
+    Every deployment setting is a keyword, as in `profile`."""
     no_such_option("advise", unknown)
-    asked = Asked(phase, batch, context, q_len, dtype, device, options, hardware, tp, ep, pp, micro_batches,
-                  weight_dtype, weight_group_size, kv_dtype, quantize_embeddings, kernels, memory_fraction, deployment,
-                  efficiency, engine, overlap)
+    asked = Asked(phase, batch, context, q_len, dtype, device, options, settings, deployment)
     asked.check(1, False, host)  # no module rows here: depth and group_layers are profile's
     _flag("combine", combine)
     _whole("max_combinations", max_combinations, 1)

@@ -120,8 +120,8 @@ def test_profile_file_parallel_degrees():
 
 
 def test_profile_file_memory_fraction():
-    _raises(lambda: _file(memory_fraction=0), WorkloadError, "--memory-fraction")
-    _raises(lambda: _file(memory_fraction=math.nan), WorkloadError, "--memory-fraction")
+    _raises(lambda: _file(memory_fraction=0), WorkloadError, "memory_fraction=", "0.01 to 1")
+    _raises(lambda: _file(memory_fraction=math.nan), WorkloadError, "memory_fraction=", "nan")
     _raises(lambda: _file(memory_fraction="most"), WorkloadError, "memory_fraction=")
 
 

@@ -17,10 +17,9 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
+from rooflinekit.cli.workload import make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.files import check_not_input
-from rooflinekit.core.request import Deployment
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.advice_plot import write_advice_plot
 from rooflinekit.outputs.advise_view import ADVISE_FORMATS, render_advice
@@ -77,17 +76,16 @@ draft decode step in the same deployment) plus one verify step, at --accept per-
                    "model's decoder layers plus its output head.")
 @click.option("--accept", type=float, default=DEFAULT_ACCEPT, show_default=True, metavar="RATE",
               help="Per-token acceptance rate of the drafted tokens, in (0, 1] (with --draft or --mtp).")
-@parallel_options
 @debug_option
-def advise_cmd(model, phase, batch, context, dtype, device, hardware, options, fmt, output, plot_path, debug,
-               tp=1, ep=1, combine=False, max_combinations=COMBINE_LIMIT, draft_path=None, mtp=None,
+def advise_cmd(model, phase, batch, context, dtype, device, options, fmt, output, plot_path, debug,
+               combine=False, max_combinations=COMBINE_LIMIT, draft_path=None, mtp=None,
                accept=DEFAULT_ACCEPT, draft_options=()):
     fmt = output_format(fmt, output)
     extras = AdviseOptions(combine=combine, max_combinations=max_combinations, mtp=mtp, accept=accept)
     extras.check()  # one line before anything is built
-    asked = Deployment(hardware or "auto", tp=tp, ep=ep, kernels="serving")  # advise's default view
-    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
-    inputs = model_inputs(model, hardware) + ([("the --draft model", draft_path)] if draft_path else [])
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options,
+                                               {"kernels": "serving"})  # advise's default view
+    inputs = model_inputs(model, deployment.hardware) + ([("the --draft model", draft_path)] if draft_path else [])
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if plot_path:

@@ -15,7 +15,7 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.workload import EFFICIENCY_HELP, ENGINE_HELP, OVERLAP_HELP, parse_count
+from rooflinekit.cli.workload import parse_count, setting_help
 from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
@@ -126,10 +126,10 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
               help="Share of each prompt found in the prefix cache (not prefilled).")
 @click.option("--kernels", type=click.Choice(KERNELS), default="serving", show_default=True,
               help="The kernels view the steps are priced in.")
-@click.option("--efficiency", default=None, metavar="SOURCE", help=EFFICIENCY_HELP)
-@click.option("--engine", default=None, metavar="NAME", help=ENGINE_HELP)
+@click.option("--efficiency", default=None, metavar="SOURCE", help=setting_help("efficiency"))
+@click.option("--engine", default=None, metavar="NAME", help=setting_help("engine"))
 @click.option("--overlap", type=click.Choice(OVERLAPS), default="none", show_default=True,
-              help=OVERLAP_HELP + " With two-batch the plan searches disaggregated pools without pipeline "
+              help=setting_help("overlap") + " With two-batch the plan searches disaggregated pools without pipeline "
                    "stages, as engines that overlap micro-batches serve [--mode disaggregated, --pp 1].")
 @click.option("--weight-dtypes", default="bf16,fp8", show_default=True,
               help="Weight formats to try: bf16, fp16, fp8 (W8A8: fp8 activations at the fp8 peak), "

@@ -25,11 +25,10 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import make_workload, parallel_options, workload_options
+from rooflinekit.cli.workload import make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
-from rooflinekit.core.request import Deployment
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import profile_html
 from rooflinekit.outputs.plot import check_target, write_plot
@@ -91,23 +90,21 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
 @click.option("--plot-depth", type=click.IntRange(1), default=None,
               help="Chart every module at this depth (default: the weights-dominated modules).")
 @click.option("--plot-ops", is_flag=True, help="Chart every op (with FLOPs) instead of the modules.")
-@parallel_options
 @mix_options
 @click.option("--distributed/--no-distributed", default=None,
               help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
                    "writes one merged report. See docs/parallel.md.")
 @debug_option
-def profile(model, phase, batch, context, dtype, device, hardware, options, depth, group_layers, top, fmt, output, debug,
+def profile(model, phase, batch, context, dtype, device, options, depth, group_layers, top, fmt, output, debug,
             measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
-            tp=1, ep=1, distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False, mix=None,
+            distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False, mix=None,
             chunk=None, chunk_offset=None):
     fmt = output_format(fmt, output)
     if csv_table is not None and fmt != "csv":
         raise UserError(f"--table applies to -f csv, not -f {fmt}")
-    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
-    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options, asked)
+    workload, deployment, opts = make_workload(phase, batch, context, dtype, device, options)
     workload = apply_mix(workload, deployment, mix, chunk, chunk_offset)
-    inputs = model_inputs(model, hardware, compare_hardware)
+    inputs = model_inputs(model, deployment.hardware, compare_hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if trace:
@@ -135,7 +132,7 @@ def profile(model, phase, batch, context, dtype, device, hardware, options, dept
                            on_stage=on_stage).report
 
     if requested(distributed):  # every rank profiles its share; rank 0 merges (rooflinekit.analyses.distributed)
-        check_options(tp, ep, trace)
+        check_options(deployment.tp, deployment.ep, trace)
         if deployment.pp > 1:
             raise UserError("--pp plans a pipeline of a single-GPU model; a torch.distributed run profiles the "
                             "model as its ranks split it: use one or the other (--no-distributed for --pp)")

@@ -18,11 +18,10 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import count_list, make_workload, parallel_options, workload_options
+from rooflinekit.cli.workload import count_list, make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input, is_special, partial_path, write_atomic
-from rooflinekit.core.request import Deployment
 from rooflinekit.core.signals import interrupt_status, interrupt_word
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import sweep_html
@@ -77,19 +76,17 @@ def decorate(f):
 @click.option("--no-fit", is_flag=True, help="Capture every point (do not evaluate points from fitted counts).")
 @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
               help="Largest batch the critical-batch check and search profile, and the largest reported.")
-@parallel_options
 @debug_option
-def sweep(model, phase, batches, contexts, dtype, device, hardware, options, fmt, output, plot_path,
-          no_critical, max_batch, debug, tp=1, ep=1, no_fit=False, wide=False):
+def sweep(model, phase, batches, contexts, dtype, device, options, fmt, output, plot_path,
+          no_critical, max_batch, debug, no_fit=False, wide=False):
     fmt = output_format(fmt, output)
-    asked = Deployment(hardware or "auto", tp=tp, ep=ep)
-    base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options, asked)
+    base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options)
     for b in batches:
         for c in contexts:
-            make_workload(phase, b, c, dtype, device, (), Deployment(tp=tp, ep=ep))
+            make_workload(phase, b, c, dtype, device, ())
     if max_batch > BATCH_LIMIT:
         raise UserError(f"--max-batch must be at most {BATCH_LIMIT:,}, got {max_batch}")
-    inputs = model_inputs(model, hardware)
+    inputs = model_inputs(model, deployment.hardware)
     compat.defer_dynamo_import()  # this process compiles nothing
     check_destination(output, inputs)
     if plot_path:

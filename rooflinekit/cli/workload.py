@@ -1,11 +1,11 @@
-"""The workload options of the commands that run a model (`profile`, `sweep`, `advise`): phase,
-batch, context, dtype, device, hardware, -O options, weight and KV cache formats, multi-token decode,
-planned parallelism, and the checked request they describe (rooflinekit.core.request: the Workload
-and its Deployment).
+"""The request options of the commands that run a model (`profile`, `sweep`, `advise`): the
+workload's (phase, batch, context, dtype, device, -O options, --q-len) and every deployment setting
+of rooflinekit.core.settings, and the checked request they describe (rooflinekit.core.request: the
+Workload and its Deployment).
 
-The format and multi-token flags (--weight-dtype, --weight-group-size, --kv-dtype, --q-len,
---quantize-embeddings) reach no command function as arguments: `workload_options` keeps them in the
-click context, and `make_workload` reads them from there (or from its `levers` argument).
+One channel from click to the Deployment: each setting's option (`setting_options`, built from its
+declaration) reaches no command function as an argument; its callback keeps the value in the click
+context, and `make_workload` builds the Deployment from what was kept.
 
 Apart from rooflinekit.cli.options because a Workload needs torch: commands that run no model
 (`hardware`, `plot`, `compare`, `plugins`) import only that module and start without torch.
@@ -13,50 +13,27 @@ Apart from rooflinekit.cli.options because a Workload needs torch: commands that
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import click
 import torch
 
 from rooflinekit.core.errors import WorkloadError
-from rooflinekit.core.request import (
-    DEFAULT_FRACTION,
-    KERNELS,
-    KV_BYTES,
-    OVERLAPS,
-    WEIGHT_BITS,
-    Deployment,
-    Workload,
-)
-from rooflinekit.stages.pipeline_parallel import SCHEDULES
-from rooflinekit.stages.workload import MAX_PARALLEL, parse_options, validate, validate_levers
+from rooflinekit.core.request import Deployment, Workload, deployment_settings
+from rooflinekit.core.settings import Choice, Flag, Setting
+from rooflinekit.stages.workload import parse_options, validate, validate_levers
 
-#: Where the click context keeps the format and multi-token flags (`make_workload` reads them).
-LEVERS = "rooflinekit.workload_levers"
-#: The flags among them that set a Deployment field of the same name (--q-len sets the Workload's).
-DEPLOYMENT_FLAGS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings", "kernels", "pp",
-                    "micro_batches", "pp_schedule", "redundant_experts", "ep_imbalance", "efficiency", "engine", "overlap")
-#: --efficiency's help (profile, sweep, advise and plan).
-EFFICIENCY_HELP = ("The expected time's achievable fractions per kernel class: published (the committed table "
-                   "from public kernel measurements), the path of an efficiency file (`rooflinekit calibrate "
-                   "--trace` writes one), or a name a plugin provides [default: the hardware entry's own, else "
-                   "published].")
-#: --engine's help (profile, sweep, advise and plan).
-ENGINE_HELP = ("The serving engine whose host time per step (scheduling, input preparation, sampling between "
-               "steps) the expected step adds: none, vllm, vllm-v0, sglang, sglang-no-overlap, trtllm, each from a "
-               "published measurement (rooflinekit/stages/engines.toml) [default: none, the kernels alone]. The "
-               "bound never includes it.")
+#: Where the click context keeps the settings and --q-len the command was given (`make_workload`
+#: reads them).
+KEPT = "rooflinekit.request_settings"
 
-#: --overlap's help (profile, sweep, advise and plan).
-OVERLAP_HELP = ("How the expected step overlaps collectives with kernels: none (after them), or two-batch (two "
-                "micro-batches, one's collectives under the other's kernels, as DeepSeek and SGLang's "
-                "--enable-two-batch-overlap run expert parallelism; each kernel at half the tokens reads its "
-                "weights twice) [default: none]. The bound assumes perfect overlap either way.")
+
+def setting_help(name: str) -> str:
+    """The help of setting `name` (plan's options for the same setting say the same)."""
+    return next(s.help for s in deployment_settings() if s.name == name)
 
 
 def _keep(ctx: click.Context, param: click.Parameter, value):
-    """Callback of a lever flag: its value (and whether it was given) kept in the context."""
-    kept = ctx.meta.setdefault(LEVERS, {})
+    """Callback of a setting's option: its value (and whether it was given) kept in the context."""
+    kept = ctx.meta.setdefault(KEPT, {})
     kept[param.name] = value
     source = ctx.get_parameter_source(param.name)
     if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
@@ -64,43 +41,37 @@ def _keep(ctx: click.Context, param: click.Parameter, value):
     return value
 
 
-def lever_options(f):
-    """--weight-dtype, --weight-group-size, --kv-dtype, --q-len, --quantize-embeddings, --kernels (kept
-    in the click context for make_workload; see the module docstring)."""
-    opts = [
-        click.option("--weight-dtype", default=None, expose_value=False, callback=_keep,
-                     help=f"Stored format of linear and expert weights: {', '.join(WEIGHT_BITS)} (default: "
-                          "the --dtype). Read at that size plus scales; embedding and lm_head stay bf16. "
-                          "See docs/accounting.md."),
-        click.option("--weight-group-size", default=None, type=int, expose_value=False, callback=_keep,
-                     help="Weight elements per scale (int8/int4 default 128, fp16 scales; fp8 default one "
-                          "fp32 scale per output channel)."),
-        click.option("--kv-dtype", default=None, expose_value=False, callback=_keep,
-                     help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype)."),
-        click.option("--q-len", default=1, show_default=True, type=int, expose_value=False, callback=_keep,
-                     help="Decode only: new tokens per sequence (speculative/MTP verify), causal among "
-                          "themselves, each attending the context up to itself."),
-        click.option("--quantize-embeddings", is_flag=True, expose_value=False, callback=_keep,
-                     help="Also quantize the token embedding and the output head (lm_head)."),
-        click.option("--kernels", default=None, type=click.Choice(KERNELS), expose_value=False, callback=_keep,
-                     help="as-written: the model's code as it runs; serving: what a serving engine runs "
-                          "(FlashAttention/FlashMLA/paged attention, merged and fused kernels). Default "
-                          "as-written (advise: serving). See docs/accounting.md, Serving view."),
-        click.option("--efficiency", default=None, metavar="SOURCE", expose_value=False, callback=_keep,
-                     help=EFFICIENCY_HELP),
-        click.option("--engine", default=None, metavar="NAME", expose_value=False, callback=_keep, help=ENGINE_HELP),
-        click.option("--overlap", default=None, type=click.Choice(OVERLAPS), expose_value=False, callback=_keep,
-                     help=OVERLAP_HELP),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
+def setting_option(setting: Setting):
+    """The click option of one setting, from its declaration: `--kv-dtype` for kv_dtype, its rule's
+    type, its help; not given, the Deployment's default applies."""
+    rule = setting.rule
+    names = [setting.flag] + ([setting.short] if setting.short else [])
+    extra: dict = {"is_flag": True} if isinstance(rule, Flag) else {"type": rule.cli_type}
+    metavar = setting.metavar or (f"[{'|'.join(rule.choices)}]" if isinstance(rule, Choice) else None)
+    return click.option(*names, setting.name, default=setting.default if setting.show_default else None,
+                        show_default=setting.show_default, metavar=metavar, expose_value=False, callback=_keep,
+                        help=setting.help, **extra)
+
+
+def setting_options(f):
+    """Every deployment setting's option that the command line takes, in the table's order."""
+    for setting in reversed(deployment_settings()):
+        if setting.cli:
+            f = setting_option(setting)(f)
     return f
 
 
-def context_levers() -> dict:
-    """The lever flags the current command was given (empty outside a command)."""
+def q_len_option(f):
+    """--q-len: new tokens per sequence in decode (the Workload's, kept like the settings)."""
+    return click.option("--q-len", default=1, show_default=True, type=int, expose_value=False, callback=_keep,
+                        help="Decode only: new tokens per sequence (speculative/MTP verify), causal among "
+                             "themselves, each attending the context up to itself.")(f)
+
+
+def kept_settings() -> dict:
+    """The settings (and --q-len) the current command was given (empty outside a command)."""
     ctx = click.get_current_context(silent=True)
-    return dict(ctx.meta.get(LEVERS, {})) if ctx is not None else {}
+    return dict(ctx.meta.get(KEPT, {})) if ctx is not None else {}
 
 
 #: Suffixes of a batch or context as they are quoted: 32k = 32768 (x 1024), 1M = 1024 * 1024.
@@ -167,6 +138,7 @@ COUNT = Count()
 
 
 def workload_options(f):
+    """The workload's options, then --q-len and every deployment setting's."""
     opts = [
         click.option("--phase", default="decode", show_default=True, help="prefill or decode."),
         click.option("--batch", "-b", default=1, show_default=True, type=COUNT,
@@ -179,89 +151,26 @@ def workload_options(f):
                           "products in fp8 at the fp8 peak (modelled: the model runs in bf16)."),
         click.option("--device", default="meta", show_default=True,
                      help="meta (no memory, default), cpu or cuda."),
-        click.option("--hardware", "-H", default=None,
-                     help="Hardware entry (name, alias or .toml path), or auto: the local GPU's entry "
-                          "(NVML); default auto, else H800 SXM5."),
         click.option("--option", "-O", "options", multiple=True, metavar="KEY=VALUE",
                      help="Passed to build_model()/make_inputs() when they accept KEY (repeatable)."),
     ]
-    f = memory_option(lever_options(f))  # applied first: listed after the options above
+    f = setting_options(q_len_option(f))  # applied first: listed after the options above
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-#: Where the click context keeps --memory-fraction (`make_workload` reads it).
-MEMORY_FRACTION = "rooflinekit.memory_fraction"
-
-
-def _keep_fraction(ctx: click.Context, param: click.Parameter, value):
-    ctx.meta[MEMORY_FRACTION] = value
-    return value
-
-
-def memory_option(f):
-    """--memory-fraction: the share of each GPU's memory the workload may fill (rooflinekit.stages.memory)."""
-    return click.option("--memory-fraction", default=DEFAULT_FRACTION, show_default=True, type=float,
-                        expose_value=False, callback=_keep_fraction,
-                        help="Share of each GPU's memory, after the hardware entry's reserve (CUDA context, "
-                             "communication buffers), usable for weights, KV cache and activations (the "
-                             "rest: the allocator's fragments); memory.fits and max_batch use it.")(f)
-
-
-def pipeline_options(f):
-    """--pp/--micro-batches: planned pipeline parallelism (rooflinekit.analyses.pipeline_parallel), kept in
-    the click context for make_workload like the lever flags."""
-    f = click.option("--pp-schedule", default="steady", show_default=True, type=click.Choice(SCHEDULES),
-                     expose_value=False, callback=_keep,
-                     help="How the pipeline runs: steady (a serving engine's micro-batches in flight, one "
-                          "token per sequence per period) or one-batch (one batch filling and draining the "
-                          "pipeline, with its bubble).")(f)
-    f = click.option("--micro-batches", default=None, type=int, expose_value=False, callback=_keep,
-                     help="Micro-batches of a pipelined step (default: min(--pp, batch) in decode, one "
-                          "sequence each in prefill).")(f)
-    return click.option("--pp", default=1, show_default=True, type=int, expose_value=False, callback=_keep,
-                        help="Planned pipeline parallelism: the layer stack cut into N stages on N GPUs "
-                             "(x --tp); the step pipelined over micro-batches. See docs/parallel.md.")(f)
-
-
-def parallel_options(f):
-    """--tp/--ep: planned parallelism, one GPU's share of a single-GPU model (rooflinekit.analyses.parallel);
-    --pp/--micro-batches: pipeline parallelism (`pipeline_options`)."""
-    f = pipeline_options(f)
-    f = click.option("--ep-imbalance", default=None, type=float, expose_value=False, callback=_keep, metavar="F",
-                     help="Tokens the busiest expert-parallel rank receives over the mean [default: 1, the "
-                          "uniform expectation]: its experts' rows and all-to-all bytes scale by F.")(f)
-    f = click.option("--redundant-experts", default=None, type=click.IntRange(0), expose_value=False,
-                     callback=_keep, metavar="R",
-                     help="Extra copies of routed experts over the EP group (E + R slots, as DeepSeek's "
-                          "redundant experts): memory per GPU, and an --ep that does not divide E.")(f)
-    f = click.option("--ep", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
-                     help="Planned expert parallelism: routed experts split over N GPUs (all-to-all "
-                          "dispatch/combine; alone, the batch is per GPU).")(f)
-    return click.option("--tp", default=1, show_default=True, type=click.IntRange(1, MAX_PARALLEL),
-                        help="Planned tensor parallelism: report one of N GPUs (heads and MLP columns "
-                             "split, all-reduces added). See docs/parallel.md.")(f)
-
-
-def command_memory_fraction() -> float:
-    """The --memory-fraction the current command was given (the default outside a command)."""
-    ctx = click.get_current_context(silent=True)
-    return ctx.meta.get(MEMORY_FRACTION, DEFAULT_FRACTION) if ctx is not None else DEFAULT_FRACTION
-
-
-def make_workload(phase, batch, context, dtype, device, options, deployment: Deployment | None = None, *,
-                  levers: dict | None = None) -> tuple[Workload, Deployment, dict]:
+def make_workload(phase, batch, context, dtype, device, options, defaults: dict | None = None, *,
+                  kept: dict | None = None) -> tuple[Workload, Deployment, dict]:
     """The request the options describe, checked: the Workload (what runs), the Deployment (how:
-    `deployment`'s hardware and TP/EP, with the formats and memory fraction the command was given)
-    and the parsed -O options. `levers` maps the format and multi-token flag names (weight_dtype,
-    weight_group_size, kv_dtype, q_len, quantize_embeddings) to values; None: those the current
-    command was given."""
+    every setting the command was given, else `defaults`' value (advise: kernels="serving"), else the
+    setting's own; hardware "auto" when none is given) and the parsed -O options. `kept` maps
+    setting names and q_len to values; None: those the current command was given."""
     validate(phase, batch, context, dtype, device)
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise WorkloadError("--device cuda: no CUDA device is available here (use --device meta or cpu)")
-    kept = context_levers() if levers is None else dict(levers)
+    kept = kept_settings() if kept is None else dict(kept)
     if "q_len" in kept.get("_given", ()) and phase != "decode":
         raise WorkloadError(f"--q-len applies to decode only: a prefill step's new tokens are its context "
                             f"(drop --q-len {kept['q_len']}, or use --phase decode)")
@@ -269,8 +178,7 @@ def make_workload(phase, batch, context, dtype, device, options, deployment: Dep
     q_len = kept.get("q_len")
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(opts.items())),
                         decode_q_len=1 if q_len is None else q_len)
-    formats = {k: v for k, v in kept.items() if k in DEPLOYMENT_FLAGS and v is not None}
-    deployment = replace(deployment or Deployment(hardware="auto"), memory_fraction=command_memory_fraction(),
-                         **formats)
+    given = {s.name: kept[s.name] for s in deployment_settings() if kept.get(s.name) is not None}
+    deployment = Deployment(**{"hardware": "auto", **(defaults or {}), **given})
     validate_levers(workload, deployment)
     return workload, deployment, opts

@@ -14,25 +14,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
+from rooflinekit.core import settings
+from rooflinekit.core.settings import (  # noqa: F401 -- the constants' old home, still imported from here
+    DEFAULT_FRACTION,
+    DEFAULT_GROUP_SIZE,
+    KERNELS,
+    KV_BYTES,
+    OVERLAPS,
+    WEIGHT_BITS,
+    Setting,
+)
+
 PHASES = ("prefill", "decode")
 #: The phase of a mixed step (decode groups and a chunked-prefill slice, the weights read once).
 MIXED = "mixed"
-#: --weight-dtype: bits per stored weight element.
-WEIGHT_BITS = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
-#: --kv-dtype: bytes per cached element.
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 #: The dtype keys of the activation dtypes (as the hardware tables name them).
 DTYPE_KEYS = {"bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
               "fp32": "fp32", "float32": "fp32", "float": "fp32", "fp8": "fp8"}
-#: Group size of int8/int4 weight-only formats when --weight-group-size is not given.
-DEFAULT_GROUP_SIZE = 128
-#: The share of a GPU's memory, after the hardware entry's reserve, a workload may fill (the rest:
-#: the allocator's fragments).
-DEFAULT_FRACTION = 0.9
-#: The kernels a step is priced with: the model's code as written, or what a serving engine runs.
-KERNELS = ("as-written", "serving")
-#: How the expected step overlaps communication with compute (Deployment.overlap).
-OVERLAPS = ("none", "two-batch")
 
 
 @dataclass(frozen=True)
@@ -131,55 +129,25 @@ def mixed_workload(base: Workload, mix: tuple[tuple[int, int], ...] = (), chunk:
                    chunk_offset=chunk_offset if chunk else 0)
 
 
-@dataclass(frozen=True)
+def _declared(table: tuple[Setting, ...]):
+    """A frozen dataclass whose fields are `table`'s settings, in its order (each field's metadata
+    holds its Setting under "setting")."""
+    def build(cls):
+        cls.__annotations__ = {s.name: s.annotation for s in table}
+        for s in table:
+            setattr(cls, s.name, field(default=s.default, metadata={"setting": s}))
+        return dataclass(frozen=True)(cls)
+    return build
+
+
+@_declared(settings.SETTINGS)
 class Deployment:
     """How the step is served: hardware, parallel degrees, stored formats, kernels, usable memory.
 
-    Formats left None are the workload's activation dtype (`resolved` fills them in); a report
-    carries its deployment resolved.
+    Its fields are the settings of rooflinekit.core.settings.SETTINGS, each declared there once
+    (type, default, rule, help, words). Formats left None are the workload's activation dtype
+    (`resolved` fills them in); a report carries its deployment resolved.
     """
-
-    #: The hardware entry asked for (a name, an alias, a .toml path or "auto"); None: the default.
-    hardware: str | None = None
-    tp: int = 1
-    ep: int = 1
-    pp: int = 1
-    #: Micro-batches of a pipeline-parallel step (None: min(pp, batch) in decode, one sequence each in
-    #: prefill; rooflinekit.stages.pipeline_parallel.default_micro_batches).
-    micro_batches: int | None = None
-    #: How a pipeline runs (rooflinekit.stages.pipeline_parallel.SCHEDULES): "steady", a serving
-    #: engine's micro-batches in flight; "one-batch", one batch filling and draining it.
-    pp_schedule: str = "steady"
-    replicas: int = 1
-    #: Extra copies of routed experts spread over the EP group (E + R slots; DeepSeek's redundant
-    #: experts): more memory per GPU, an EP degree that does not divide E. Tokens split evenly
-    #: between an expert's copies (rooflinekit.core.experts).
-    redundant_experts: int = 0
-    #: Tokens the busiest expert-parallel rank receives over the mean (1: the uniform expectation):
-    #: its experts' rows and all-to-all bytes scale by it.
-    ep_imbalance: float = 1.0
-    #: Stored format of linear and expert weights (None: the activation dtype).
-    weight_dtype: str | None = None
-    #: Elements per scale of a group-wise weight format (None: the format's default, or none).
-    weight_group_size: int | None = None
-    #: KV cache element format (None: the activation dtype).
-    kv_dtype: str | None = None
-    #: Quantize the token embedding and the output head too (kept as run otherwise).
-    quantize_embeddings: bool = False
-    kernels: str = "as-written"
-    memory_fraction: float = DEFAULT_FRACTION
-    #: Tokens per block of the serving view's paged KV cache (vLLM's default block size).
-    kv_block_size: int = 16
-    #: The expected time's efficiency source (`--efficiency`: "published", an efficiency file, a
-    #: plugin's name); None: the hardware entry's own, else the committed table.
-    efficiency: str | None = None
-    #: The serving engine whose host time per step the expected step adds (`--engine`;
-    #: rooflinekit.stages.engine); None: kernels only.
-    engine: str | None = None
-    #: How the expected step overlaps communication with compute (`--overlap`): "none" (the
-    #: collectives after the kernels), "two-batch" (two micro-batches, one's collectives under the
-    #: other's kernels, as DeepSeek's and SGLang's expert-parallel serving runs; rooflinekit.stages.expected).
-    overlap: str = "none"
 
     @property
     def parallel(self) -> bool:
@@ -227,44 +195,11 @@ class Deployment:
                        weight_group_size=self.group_size(dtype_key), kv_dtype=self.kv_format(dtype_key))
 
     def words(self, dtype_key: str | None = None) -> str:
-        """The non-default settings in words ("TP 2, EP 8, fp8 weights, fp8 KV"); "" when none.
-
-        A format equal to the activation dtype `dtype_key` is the default and left out.
-        """
-        parts = []
-        if self.tp > 1:
-            parts.append(f"TP {self.tp}")
-        if self.ep > 1:
-            parts.append(f"EP {self.ep}" + (f" (+{self.redundant_experts} redundant experts)"
-                                            if self.redundant_experts else "")
-                         + (f" (busiest rank {self.ep_imbalance:g}x the mean tokens)"
-                            if self.ep_imbalance != 1.0 else ""))
-        if self.pp > 1:
-            parts.append(f"PP {self.pp}" + (f" ({self.micro_batches} micro-batches)"
-                                           if self.micro_batches is not None else "")
-                         + (f" ({self.pp_schedule})" if self.pp_schedule != "steady" else ""))
-        if self.replicas > 1:
-            parts.append(f"{self.replicas} replicas")
-        if self.weight_dtype is not None and self.weight_dtype != dtype_key:
-            group = self.weight_group_size
-            default_group = DEFAULT_GROUP_SIZE if self.weight_dtype in ("int8", "int4") else None
-            parts.append(f"{self.weight_dtype} weights" + (f" (groups of {group})" if group != default_group
-                                                           and group is not None else ""))
-        if self.kv_dtype is not None and self.kv_dtype != dtype_key:
-            parts.append(f"{self.kv_dtype} KV")
-        if self.quantize_embeddings:
-            parts.append("embeddings quantized")
-        if self.kernels != "as-written":
-            parts.append(f"{self.kernels} kernels")
-        if self.memory_fraction != DEFAULT_FRACTION:
-            parts.append(f"memory fraction {self.memory_fraction:g}")
-        if self.efficiency:
-            parts.append(f"efficiency {self.efficiency}")
-        if self.engine and self.engine != "none":
-            parts.append(f"engine {self.engine}")
-        if self.overlap != "none":
-            parts.append(f"{self.overlap} overlap")
-        return ", ".join(parts)
+        """The non-default settings in words ("TP 2, EP 8, fp8 weights, fp8 KV"); "" when none, each
+        setting's own words in table order. A format equal to the activation dtype `dtype_key` is the
+        default and left out."""
+        said = (s.words(getattr(self, s.name), self, dtype_key) for s in deployment_settings() if s.words)
+        return ", ".join(w for w in said if w)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -287,6 +222,11 @@ class ModelSource:
     kind: str = "model file"
     notes: list[str] = field(default_factory=list)
     options_handled: bool = False  # the loader consumed the options itself
+
+
+def deployment_settings() -> tuple[Setting, ...]:
+    """The Setting of each Deployment field, in field order."""
+    return tuple(f.metadata["setting"] for f in fields(Deployment))
 
 
 def changes(base: Deployment, new: Deployment) -> dict[str, object]:

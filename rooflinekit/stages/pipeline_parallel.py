@@ -27,9 +27,6 @@ STEADY_WORDS = (
     "max(slowest stage's micro-batch time, one send), the sum of the stages' micro-batch times + "
     "(N - 1) activation sends + the token send back): the stages are never idle when the first term "
     "is larger, and a micro-batch's round trip paces the pipeline when the second is")
-#: Pipeline schedules: `steady` (a serving engine's decode, the default) and `one-batch` (one
-#: batch of M micro-batches filling and draining the pipeline, with its bubble).
-SCHEDULES = ("steady", "one-batch")
 
 
 def steady_step(stage_times: list[float], micro_batches: int, send_s: float, back_s: float) -> float:

@@ -48,18 +48,14 @@ from rooflinekit.core.errors import ModelError, UserError, WorkloadError
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import (
-    KERNELS,
-    KV_BYTES,
     MIXED,
-    OVERLAPS,
     PHASES,
-    WEIGHT_BITS,
     Deployment,
     ModelSource,
     Workload,
+    deployment_settings,
 )
 from rooflinekit.stages.mixed import validate_mixed
-from rooflinekit.stages.pipeline_parallel import SCHEDULES
 from rooflinekit.stages.restate import restated
 
 DTYPES = {
@@ -77,8 +73,6 @@ DTYPES = {
 MODELLED_DTYPES = {"fp8": torch.bfloat16}
 #: The most tokens per sequence a multi-token decode step verifies.
 MAX_Q_LEN = 1 << 12
-#: The most GPUs --tp, --ep, --pp or --replicas split a model over.
-MAX_PARALLEL = 1 << 16
 
 
 def torch_dtype(workload: Workload) -> torch.dtype:
@@ -132,23 +126,14 @@ def check_workload(workload: Workload) -> None:
 
 
 def validate_levers(workload: Workload, deployment: Deployment) -> None:
-    """One clear error per bad weight format, group size, KV format, multi-token decode length,
-    parallel degree or memory fraction."""
+    """One clear error per bad setting (each by its rule, rooflinekit.core.settings), multi-token
+    decode length, or combination of settings that is not modelled."""
     w, d = workload, deployment
-    if d.weight_dtype is not None and d.weight_dtype not in WEIGHT_BITS:
-        raise WorkloadError(f"unknown --weight-dtype '{d.weight_dtype}': use one of {', '.join(WEIGHT_BITS)}")
-    if d.kv_dtype is not None and d.kv_dtype not in KV_BYTES:
-        raise WorkloadError(f"unknown --kv-dtype '{d.kv_dtype}': use one of {', '.join(KV_BYTES)}")
+    validate_deployment(d)
     fmt = d.weight_format(w.dtype_key)
-    if d.weight_group_size is not None:
-        if isinstance(d.weight_group_size, bool) or not isinstance(d.weight_group_size, int) \
-                or not 1 <= d.weight_group_size <= MAX_GROUP_SIZE:
-            raise WorkloadError(f"--weight-group-size must be a whole number of elements per scale from 1 to "
-                                f"{MAX_GROUP_SIZE:,} (formats use 32 to 128 and one scale per row at most), "
-                                f"got {d.weight_group_size!r}")
-        if fmt not in ("fp8", "int8", "int4"):
-            raise WorkloadError(f"--weight-group-size applies to fp8, int8 and int4 weights, not {fmt}: "
-                                "give --weight-dtype too")
+    if d.weight_group_size is not None and fmt not in ("fp8", "int8", "int4"):
+        raise WorkloadError(f"--weight-group-size applies to fp8, int8 and int4 weights, not {fmt}: "
+                            "give --weight-dtype too")
     if d.quantize_embeddings and d.weight_dtype is None and w.dtype_key != "fp8":
         raise WorkloadError("--quantize-embeddings quantizes the embedding and head in the weight format: give "
                             "--weight-dtype too")
@@ -168,7 +153,6 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
     elif q > w.context:
         raise WorkloadError(f"--q-len {q} exceeds the context {w.context}: the cache's context slots hold the "
                             "new tokens too (give a context of at least the q-len)")
-    validate_deployment(d)
     if w.mixed and d.overlap != "none":
         raise WorkloadError(f"--overlap {d.overlap} with a mixed step (--mix): a chunked-prefill step is not priced "
                             "as two micro-batches; leave out one of them")
@@ -177,74 +161,33 @@ def validate_levers(workload: Workload, deployment: Deployment) -> None:
                             "least one sequence (give at most --batch micro-batches)")
 
 
-def check_micro_batches(d: Deployment) -> None:
-    """--micro-batches: a whole number of at least 1, with --pp above 1."""
-    m = d.micro_batches
-    if m is None:
-        return
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_PARALLEL:
-        raise WorkloadError(f"--micro-batches must be a whole number from 1 to {MAX_PARALLEL:,}, got {m!r}")
-    if d.pp == 1:
-        raise WorkloadError(f"--micro-batches {m} splits a pipeline-parallel step: give --pp above 1 too")
+def check_settings(deployment: Deployment) -> None:
+    """Each setting's value by its own rule (rooflinekit.core.settings), one WorkloadError naming
+    the first bad one as the command line spells it."""
+    for setting in deployment_settings():
+        setting.check(getattr(deployment, setting.name))
 
 
 def validate_deployment(deployment: Deployment) -> None:
-    """Parallel degrees, replicas, kernels and memory fraction: one clear error each."""
+    """Each setting by its rule (`check_settings`), then the combinations that are not modelled:
+    one clear error each."""
     d = deployment
-    for name in ("tp", "ep", "pp", "replicas"):
-        value = getattr(d, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PARALLEL:
-            raise WorkloadError(f"--{name} must be a whole number from 1 to {MAX_PARALLEL:,}, got {value!r}")
+    check_settings(d)
     if d.tp > 1 and d.ep > 1 and d.tp != d.ep:
         raise WorkloadError(
             f"--tp {d.tp} with --ep {d.ep}: only --ep equal to --tp (experts spread over the GPUs that "
             "split attention) or --ep alone (data-parallel attention) is modelled")
-    check_micro_batches(d)
-    r = d.redundant_experts
-    if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_PARALLEL * 64:
-        raise WorkloadError(f"--redundant-experts must be a whole number from 0, got {r!r}")
-    f = d.ep_imbalance
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 1.0 <= f <= 64.0:
-        raise WorkloadError(f"--ep-imbalance must be a factor from 1 (uniform) to 64, got {f!r}")
-    if (r or f != 1.0) and d.ep == 1:
+    if d.micro_batches is not None and d.pp == 1:
+        raise WorkloadError(f"--micro-batches {d.micro_batches} splits a pipeline-parallel step: give --pp above 1 too")
+    if (d.redundant_experts or d.ep_imbalance != 1.0) and d.ep == 1:
         raise WorkloadError("--redundant-experts and --ep-imbalance describe expert parallelism: give --ep above 1 too")
-    if d.pp_schedule not in SCHEDULES:
-        raise WorkloadError(f"unknown pipeline schedule {d.pp_schedule!r}: use one of {', '.join(SCHEDULES)}")
-    if d.kernels not in KERNELS:
-        raise WorkloadError(f"unknown kernels '{d.kernels}': use one of {', '.join(KERNELS)}")
-    if d.overlap not in OVERLAPS:
-        raise WorkloadError(f"unknown overlap {d.overlap!r}: use one of {', '.join(OVERLAPS)}")
     if d.overlap != "none" and d.pp > 1:
         raise WorkloadError(f"--overlap {d.overlap} with --pp {d.pp}: a pipeline stage's expected time does not "
                             "model micro-batch overlap; leave out one of them")
-    check_fraction(d.memory_fraction)
-    block = d.kv_block_size
-    if isinstance(block, bool) or not isinstance(block, int) or not 1 <= block <= 1 << 20:
-        raise WorkloadError(f"kv_block_size must be a whole number of tokens from 1 to {1 << 20:,}, got {block!r}")
-
-
-#: The largest --weight-group-size: 65,536 elements per scale, past the rows of any model's layers.
-MAX_GROUP_SIZE = 1 << 16
-#: The smallest --memory-fraction: 1% of a GPU's memory (below it no model's weights fit anywhere).
-MIN_FRACTION = 0.01
 
 
 #: The built-in plugins that load models (the entry points named in pyproject.toml).
 LOADERS = frozenset({"modelfile", "hf"})
-
-
-def check_fraction(value: float) -> float:
-    """--memory-fraction: a share of the GPU's memory from MIN_FRACTION to 1."""
-    wanted = f"a number from {MIN_FRACTION:g} to 1 (the share of GPU memory usable)"
-    if isinstance(value, bool):
-        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value!r}")
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value!r}") from None
-    if not (MIN_FRACTION <= value <= 1.0):  # NaN fails too
-        raise WorkloadError(f"--memory-fraction must be {wanted}, got {value:g}")
-    return value
 
 
 def parse_options(pairs: tuple[str, ...] | list[str]) -> dict[str, object]:

@@ -89,10 +89,10 @@ FILE_ONLY = {
     "tp-string": ({"tp": "2"}, ["tp="]),
     "tp-zero": ({"tp": 0}, ["tp="]),
     "ep-float": ({"ep": 1.5}, ["ep="]),
-    "memory-fraction-zero": ({"memory_fraction": 0}, ["--memory-fraction"]),
-    "memory-fraction-nan": ({"memory_fraction": math.nan}, ["--memory-fraction"]),
+    "memory-fraction-zero": ({"memory_fraction": 0}, ["memory_fraction= must be a number from 0.01 to 1"]),
+    "memory-fraction-nan": ({"memory_fraction": math.nan}, ["memory_fraction=", "nan"]),
     "memory-fraction-string": ({"memory_fraction": "most"}, ["memory_fraction="]),
-    "memory-fraction-above-one": ({"memory_fraction": 1.5}, ["--memory-fraction"]),
+    "memory-fraction-above-one": ({"memory_fraction": 1.5}, ["memory_fraction=", "1.5"]),
     "kernels-unknown": ({"kernels": "fast"}, ["kernels=", "fast"]),
     "deployment-dict": ({"deployment": {"tp": 2}}, ["deployment="]),
 }

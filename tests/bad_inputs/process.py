@@ -130,7 +130,7 @@ CASES = [
     Case("sweep-huge-max-batch", LIMITS, ["sweep", GQA, *TINY, "-b", "1", "-s", "64", "--max-batch", "10000000000"],
          ["--max-batch must be at most 1,048,576"]),
     Case("profile-huge-tp", LIMITS, ["profile", GQA, *TINY, "--tp", "99999999999999999999"],
-         ["--tp", "1<=x<=65536"]),
+         ["--tp must be a whole number from 1 to 65,536", "99999999999999999999"]),
     Case("profile-huge-repeats", LIMITS, ["profile", GQA, *TINY, "--device", "cpu", "--measure", "--repeats",
                                           "100000000"], ["--repeats 1 to 10000", "100000000"]),
     Case("profile-huge-option-value", LIMITS, ["profile", GQA, *TINY, "-O", "hidden=99999999999999999999"],

@@ -27,7 +27,7 @@ CASES = [
          ["--memory-fraction must be a number from 0.01 to 1", "1e-300"]),
     Case("profile-group-size-implausible", CAT, ["profile", GQA, "--weight-dtype", "int4", "--weight-group-size",
                                                  "1000000000000", *TINY],
-         ["--weight-group-size must be a whole number of elements per scale from 1 to 65,536", "1000000000000"]),
+         ["--weight-group-size must be a whole number from 1 to 65,536", "1000000000000"]),
     Case("profile-loaders-disabled", CAT, ["profile", GQA, *TINY],
          ["don't know how to load", "the loader plugin(s) hf, modelfile are disabled by ROOFLINEKIT_DISABLE_PLUGINS"],
          env={"ROOFLINEKIT_DISABLE_PLUGINS": "modelfile,hf"}, subprocess=True),
