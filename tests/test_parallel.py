@@ -232,7 +232,7 @@ def test_expert_parallel_settings_are_checked(invoke):
     result = invoke("profile", MOE, "--ep", 6, "--redundant-experts", 2)
     assert result.exit_code == 0, result.output
     result = invoke("profile", MOE, "--ep-imbalance", 0.5, "--ep", 4)
-    assert result.exit_code == 2 and "--ep-imbalance must be a factor from 1" in result.output
+    assert result.exit_code == 2 and "--ep-imbalance must be a number from 1 to 64" in result.output
     result = invoke("profile", MOE, "--redundant-experts", 2)
     assert result.exit_code == 2 and "give --ep above 1 too" in result.output
 

@@ -1,0 +1,89 @@
+"""A deployment setting is declared once (rooflinekit.core.settings.SETTINGS): one entry added to
+the table, and nothing else, reaches the command line's --help, the Python API's keywords and their
+check, the JSON round trip, the report schema and the words outputs print.
+
+The entry is added in a fresh interpreter before anything is built from the table, as a new entry
+in the source would be; the rest of the package is imported unchanged after it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from rooflinekit.core.request import Deployment, deployment_settings
+from rooflinekit.core.settings import SETTINGS
+from tests.conftest import EXAMPLES
+
+ADD_A_SETTING = textwrap.dedent("""
+    import json, sys
+    from rooflinekit.core import settings
+    from rooflinekit.core.settings import Setting, Whole
+
+    def words(value, deployment, dtype_key):
+        return f"{value} spare GPUs" if value else None
+
+    settings.SETTINGS = settings.SETTINGS + (
+        Setting("spare_gpus", "int", 0, Whole(0, 64), words, help="GPUs held back as hot spares."),)
+
+    from click.testing import CliRunner
+    import rooflinekit
+    from rooflinekit.cli.main import cli
+    from rooflinekit.core.codec import dumps
+    from rooflinekit.core.errors import WorkloadError
+    from rooflinekit.core.request import Deployment
+    from rooflinekit.core.schemas import report_schema
+
+    out = {}
+    out["help"] = CliRunner().invoke(cli, ["profile", "--help"], terminal_width=200).output
+    bad = CliRunner().invoke(cli, ["profile", sys.argv[1], "-b", "1", "-s", "64", "--spare-gpus", "99"])
+    out["cli_error"] = (bad.exit_code, bad.output.strip().splitlines()[-1])
+    try:
+        rooflinekit.profile_file(sys.argv[1], batch=1, context=64, spare_gpus=-1)
+    except WorkloadError as exc:
+        out["api_error"] = str(exc)
+    report = rooflinekit.profile_file(sys.argv[1], batch=1, context=64, spare_gpus=2)
+    out["api_value"] = report.deployment.spare_gpus
+    given = Deployment(tp=2, spare_gpus=3)
+    out["round_trip"] = Deployment.from_dict(json.loads(dumps(given.to_dict()))) == given
+    out["json_key"] = given.to_dict()["spare_gpus"]
+    out["schema"] = report_schema()["$defs"]["Deployment"]["properties"].get("spare_gpus")
+    out["words"] = given.words("bf16")
+    print(json.dumps(out))
+""")
+
+
+def test_one_new_entry_reaches_every_surface():
+    run = subprocess.run([sys.executable, "-c", ADD_A_SETTING, str(EXAMPLES / "llama_gqa.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "--spare-gpus" in got["help"] and "GPUs held back as hot spares." in got["help"]
+    assert got["cli_error"] == [2, "rooflinekit: error: --spare-gpus must be a whole number from 0 to 64, got 99"]
+    assert got["api_error"] == "spare_gpus= must be a whole number from 0 to 64, got -1"
+    assert got["api_value"] == 2
+    assert got["round_trip"] is True and got["json_key"] == 3
+    assert got["schema"] == {"type": "integer"}
+    assert got["words"] == "TP 2, 3 spare GPUs"
+
+
+def test_the_deployment_is_the_table():
+    """Field for field, in order, with the declared defaults: the Deployment is built from SETTINGS."""
+    assert [s.name for s in deployment_settings()] == [s.name for s in SETTINGS]
+    plain = Deployment()
+    for setting in SETTINGS:
+        assert getattr(plain, setting.name) == setting.default, setting.name
+        setting.check(setting.default)  # every default passes its own rule
+
+
+def test_kv_dtype_is_written_in_few_files():
+    """The setting's name appears in its declaration, the Deployment's format methods, the transforms
+    that read it and the one output that spells it specially (an engine's command line)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    files = sorted(str(p.relative_to(root)) for base in ("rooflinekit", "plugins") for p in (root / base).rglob("*.py")
+                   if "kv_dtype" in p.read_text())
+    assert len(files) <= 6, files
