@@ -33,7 +33,9 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from rooflinekit.analyses.plan import CHUNKS, Planner, PlanOptions, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import CHUNKS, PlanOptions
+from rooflinekit.analyses.plan_pricing import Planner
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.stages.expected import MATMUL_OPS

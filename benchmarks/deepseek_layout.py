@@ -38,7 +38,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from rooflinekit.analyses.plan import Planner, PlanOptions, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
+from rooflinekit.analyses.plan_pricing import Planner
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.stages.workload import load_source

@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host

@@ -10,8 +10,8 @@ live in rooflinekit.api beside `profile`.)
 
 from __future__ import annotations
 
-from rooflinekit.analyses.plan import PlanOptions
 from rooflinekit.analyses.plan import plan as run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.outputs.viewed import ViewedPlan
 
 __all__ = ["plan"]

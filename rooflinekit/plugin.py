@@ -66,14 +66,13 @@ from rooflinekit.core.version import older_than_tested
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
     from rooflinekit.analyses.tp_plan import resolve, structural_plan
     from rooflinekit.core.report import Report
-    from rooflinekit.stages.attribute import (
-        AttentionSite,
-        attention_workload,
+    from rooflinekit.stages.attention_ops import (
         downstream,
         dtype_itemsize,
         is_attention_product,
         reexpanding,
     )
+    from rooflinekit.stages.attribute import AttentionSite, attention_workload
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
     from rooflinekit.stages.modelled import emit, emit_collective, suppressed
@@ -85,9 +84,9 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
 _LAZY = {
     **dict.fromkeys(("Counted", "Transform", "TransformContext", "rebuild_ops"), "rooflinekit.stages.transform"),
     **dict.fromkeys(("CaptureResult", "OpRecord"), "rooflinekit.stages.capture"),
-    **dict.fromkeys(("AttentionSite", "attention_workload", "downstream", "dtype_itemsize", "is_attention_product",
-                     "reexpanding"),
-                    "rooflinekit.stages.attribute"),
+    **dict.fromkeys(("AttentionSite", "attention_workload"), "rooflinekit.stages.attribute"),
+    **dict.fromkeys(("downstream", "dtype_itemsize", "is_attention_product", "reexpanding"),
+                    "rooflinekit.stages.attention_ops"),
     **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",

@@ -17,7 +17,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.hookspecs import hookimpl

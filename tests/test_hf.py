@@ -139,7 +139,8 @@ def test_unsupported_architecture_is_named(invoke, tmp_path):
 def test_the_parameter_estimate_is_close_to_the_built_count(name, rel):
     import torch
 
-    from rooflinekit_plugins.hf.loader import estimate_parameters, load_hf_config
+    from rooflinekit_plugins.hf.config_file import estimate_parameters
+    from rooflinekit_plugins.hf.loader import load_hf_config
 
     source = load_hf_config(str(CONFIGS / f"{name}.json"), {})
     estimate = estimate_parameters(source.config.get_text_config(decoder=True))

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import rooflinekit
-from rooflinekit.analyses.plan import PlanOptions
+from rooflinekit.analyses.plan_options import PlanOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 GQA = str(ROOT / "examples" / "llama_gqa.py")

@@ -232,7 +232,8 @@ def test_the_mean_two_batch_step_over_contexts_is_exact(fitted, batch, start, le
 
 
 def test_plan_prices_disaggregated_pools_with_two_batches_and_refuses_the_rest():
-    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.analyses.plan import run_plan
+    from rooflinekit.analyses.plan_options import PlanOptions
     from rooflinekit.core.errors import UserError
     from rooflinekit.core.plan import Targets
 
@@ -264,7 +265,8 @@ def test_a_mixed_step_with_two_batch_overlap_gets_one_line(invoke):
 
 
 def test_plan_takes_its_modes_as_one_string_too():
-    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.analyses.plan import run_plan
+    from rooflinekit.analyses.plan_options import PlanOptions
     from rooflinekit.core.plan import Targets
 
     result = run_plan(load_source(str(MOE), {}), Targets(256, 32, None, None),

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan, wide_eps
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions, wide_eps
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.cli.main import cli

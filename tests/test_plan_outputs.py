@@ -240,7 +240,8 @@ def test_the_plan_schema_accepts_a_plan_and_rejects_a_broken_one():
 def test_a_real_plan_validates_and_renders(tmp_path):
     import jsonschema
 
-    from rooflinekit.analyses.plan import PlanOptions, run_plan
+    from rooflinekit.analyses.plan import run_plan
+    from rooflinekit.analyses.plan_options import PlanOptions
     from rooflinekit.core.plugins import get_host
     from rooflinekit.stages.workload import load_source
 

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.plan import PlanOptions, _pools, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
+from rooflinekit.analyses.plan_pricing import _pools
 from rooflinekit.analyses.profile import ReportOptions, profile
 from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import get_host

@@ -1,8 +1,8 @@
 """Built-in plugin: load a transformers config.json (the `hf` extra) as a model source.
 
-The hook implementations are here; the loader and its helpers (`loader`, `cache`, `kv`, `layers`,
-`meta`, `tasks`) are modules of this package that import nothing from rooflinekit, and are
-imported when the hook answers (they import torch).
+The hook implementations are here; the loader and its helpers (`loader`, `config_file`, `cache`,
+`kv`, `layers`, `meta`, `tasks`) are modules of this package that import nothing from rooflinekit,
+and are imported when the hook answers (they import torch).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _is_config(path: str) -> bool:
 def _user_error(exc: Exception, file: str, doing: str) -> UserError:
     """One line for a loader failure: the loader's own message when it names the file, a size bound
     with its limit, else the file, what was being done and transformers' reason."""
-    from .loader import ConfigError, OptionError, SizeError, reason
+    from .config_file import ConfigError, OptionError, SizeError, reason
 
     if isinstance(exc, SizeError):
         return over(exc.bound, str(exc))

@@ -6,7 +6,8 @@ import math
 
 import click
 
-from rooflinekit.analyses.plan import PlanOptions, run_plan
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.options import (
     check_destination,

@@ -39,12 +39,12 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.skips import skipping_layers
 from rooflinekit.core.units import plain
+from rooflinekit.stages.attention_ops import reexpanding
 from rooflinekit.stages.attribute import (
     AttentionSite,
     attention_workload,
     causality,
     cost_and_notes,
-    reexpanding,
 )
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.capture.swap import own_attribute

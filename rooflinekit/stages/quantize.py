@@ -37,12 +37,8 @@ from rooflinekit.core.errors import HardwareError
 from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.request import WEIGHT_BITS, Deployment, Workload
 from rooflinekit.core.skips import stand_ins
-from rooflinekit.stages.attribute import (
-    AttentionSite,
-    attention_workload,
-    dtype_itemsize,
-    kv_operands,
-)
+from rooflinekit.stages.attention_ops import dtype_itemsize, kv_operands
+from rooflinekit.stages.attribute import AttentionSite, attention_workload
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.transform import Counted, TransformContext

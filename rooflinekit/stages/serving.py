@@ -36,9 +36,7 @@ from rooflinekit.core.report import ViewGap, Views
 from rooflinekit.core.request import Workload
 from rooflinekit.core.revise import revised
 from rooflinekit.core.specs import AttentionCost, AttentionSpec
-from rooflinekit.stages.attribute import (
-    AttentionSite,
-    attention_workload,
+from rooflinekit.stages.attention_ops import (
     copy_growth,
     downstream,
     dtype_itemsize,
@@ -46,6 +44,7 @@ from rooflinekit.stages.attribute import (
     is_projection,
     reexpanding,
 )
+from rooflinekit.stages.attribute import AttentionSite, attention_workload
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import kernel_records
 from rooflinekit.stages.hardware import HardwareSpec
