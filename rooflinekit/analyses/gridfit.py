@@ -19,8 +19,8 @@ from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Workload
 from rooflinekit.core.units import plain
-from rooflinekit.stages.fit import TOLERANCE, FittedCapture, LayerPlan, layer_plan, windows
-from rooflinekit.stages.polyfit import Design, FitError
+from rooflinekit.stages.fit import FittedCapture, LayerPlan, layer_plan, windows
+from rooflinekit.stages.fitting import TOLERANCE, Design, FitError
 from rooflinekit.stages.workload import MAX_BATCH
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.

@@ -31,9 +31,9 @@ from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipping_layers
-from rooflinekit.stages.fit import TOLERANCE, LayerPlan, _slots, layer_plan, skipping
+from rooflinekit.stages.fit import LayerPlan, _slots, layer_plan, skipping
+from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
-from rooflinekit.stages.polyfit import Design, FitError, relative_difference
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.stages.transform import Counted, TransformContext, run_transforms

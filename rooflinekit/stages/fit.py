@@ -50,13 +50,11 @@ from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.capture.swap import own_attribute
 from rooflinekit.stages.engine import engine_cost, with_engine
 from rooflinekit.stages.expected import stated_factors
+from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import Presentation, build_report
-from rooflinekit.stages.polyfit import Design, FitError, relative_difference
 
-#: The largest relative difference between a fit's prediction and a capture that counts as equal.
-TOLERANCE = 1e-9
 #: The counts of an op that are fitted.
 OP_FIELDS = ("flops", "bytes_read", "bytes_written", "param_bytes")
 #: The executed figures of an attention layer that are fitted (its minimum is re-costed).
