@@ -1,7 +1,7 @@
 """Sweep points evaluated from fitted counts equal separate profiles of the same points.
 
 Every example and shipped config, both phases: the rows a sweep evaluates from counts fitted on a
-few captures (rooflinekit.analyses.gridfit, rooflinekit.stages.fit) are what `rooflinekit profile`
+few captures (rooflinekit.analyses.gridfit, rooflinekit.stages.fitted_capture) are what `rooflinekit profile`
 gives at that point, to 1e-9 relative; where the counts do not fit (MoE expected load, a model
 whose ops change with batch) the sweep captures every point and says so.
 """

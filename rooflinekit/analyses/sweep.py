@@ -41,10 +41,10 @@ from rooflinekit.outputs.report_io import attention_figures
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.expected import with_efficiency
-from rooflinekit.stages.fit import LayerPlan, skipping
 from rooflinekit.stages.fitting import Probe
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point
+from rooflinekit.stages.repeated_layers import LayerPlan, skipping
 from rooflinekit.stages.roofline import intensity
 from rooflinekit.stages.workload import build
 
