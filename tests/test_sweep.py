@@ -12,6 +12,7 @@ from rooflinekit.analyses.critical_batch import critical_batch, probe_batches, s
 from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.sweep_report import SweepHeader, SweepReport
 from rooflinekit.stages.fitting import AffineFit
 from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS
@@ -496,3 +497,17 @@ def test_study_script_runs(tmp_path):
     claims = [line for line in page.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
     assert len(claims) == 16
     assert "| 5 | MLA caches" in page and "| 1152 B | correct |" in page
+
+
+def test_a_sweep_is_one_frozen_report_with_a_typed_header():
+    source = load_source(str(GQA), {"layers": 1})
+    base = Workload("decode", 1, 64, options=(("layers", 1),))
+    result = run_sweep(source, base, Deployment("H800"), [1, 2], [64], options=SweepOptions(critical=False))
+    assert isinstance(result, SweepReport) and result.report() is result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.interrupted = True
+    header = result.header
+    assert isinstance(header, SweepHeader) and header.hardware is result.hardware and header.model is result.model
+    assert header.hardware.name.startswith("H800") and header.hardware.ridge == pytest.approx(H800_RIDGE, rel=1e-3)
+    data = result.to_dict()
+    assert SweepReport.from_dict(json.loads(json.dumps(data))).to_dict() == data
