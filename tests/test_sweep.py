@@ -8,18 +8,12 @@ import math
 
 import pytest
 
+from rooflinekit.analyses.critical_batch import critical_batch, probe_batches, search_critical
 from rooflinekit.analyses.profile import profile
-from rooflinekit.analyses.sweep import (
-    AffineFit,
-    Profiler,
-    SweepOptions,
-    critical_batch,
-    point_row,
-    probe_batches,
-    run_sweep,
-    search_critical,
-)
+from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.sweep_report import SweepHeader, SweepReport
+from rooflinekit.stages.fitting import AffineFit
 from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS
 
@@ -115,7 +109,7 @@ def test_gqa_attention_flat_step_rises_and_saturates_below_the_ridge():
     linear = hidden * (h * d + 2 * h_kv * d) + h * d * hidden + 3 * hidden * inter + hidden * vocab
     f = 2 * linear + 4 * h * S * d
     k = 2 * S * h_kv * d * 2  # activations per token (O(hidden+inter+vocab)) are < 1% of this
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     assert cb.method == "affine fit" and cb.residual < 1e-3
     assert cb.fit["flops_per_seq"] == pytest.approx(f, rel=2e-3)
     assert cb.saturation_intensity == pytest.approx(f / k, rel=0.015)
@@ -185,13 +179,13 @@ def test_mla_absorbed_128_heads():
     assert heads * (r + rope + r) / (r + rope) == pytest.approx(241.8, abs=0.05)
     assert closed == pytest.approx(241.8, rel=0.01)
     f, k = _mla_closed(heads, S)
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     assert cb.fit["flops_per_seq"] == pytest.approx(f, rel=1e-3)
     assert cb.saturation_intensity == pytest.approx(f / k, rel=0.02)  # as executed: ~54, not 242
     assert cb.critical_batch is None  # the scores' passes through HBM keep it far below the ridge
     # with attention at its architecture minimum (a fused kernel), the step does cross the ridge
     f, once, per_seq = _mla_at_attention_minimum(heads, S)
-    ideal = result.critical_ideal[0]
+    ideal = result.critical_batch_attention_minimum[0]
     assert ideal.fit["flops_per_seq"] == pytest.approx(f, rel=1e-12) and ideal.fit["flops0"] == 0
     assert ideal.fit["bytes0"] == pytest.approx(once, rel=1e-12)
     assert ideal.fit["bytes_per_seq"] == pytest.approx(per_seq, rel=1e-12)
@@ -215,11 +209,11 @@ def test_mla_absorbed_16_heads():
     closed = 2 * heads * S * (r + rope + r) / (S * (r + rope) * 2 + heads * (r + rope + r) * 2)
     assert result.points[0].attention.intensity_min == pytest.approx(closed, rel=1e-6)
     assert closed == pytest.approx(30.2, abs=0.1)
-    assert result.critical[0].critical_batch is None
+    assert result.critical_batch[0].critical_batch is None
     # at a longer context the S-proportional terms dominate what the layer moves per sequence
     long = 131072
     f, k = _mla_closed(heads, long)
-    cb = sweep(MLA, [1, 4, 48], [long], heads=heads, layers=1).critical[0]
+    cb = sweep(MLA, [1, 4, 48], [long], heads=heads, layers=1).critical_batch[0]
     assert cb.saturation_intensity == pytest.approx(f / k, rel=0.02)
 
 
@@ -233,7 +227,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
         # weights read: the experts touched, up and down projections, bf16
         assert row.weight_bytes == experts_touched(row.batch, experts, top_k) * 2 * hidden * inter * 2
         assert row.flops == 2 * row.batch * top_k * 2 * hidden * inter
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     assert cb.method == "search" and cb.residual > 0.01 and "MoE" in cb.fallback and "MoE" in cb.summary
     source = load_source(str(MOE), {})
 
@@ -241,7 +235,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
         return profile(source, Workload("decode", b, 16), Deployment("H20")).report.totals.intensity
 
     assert intensity(cb.critical_batch) >= H20_RIDGE > intensity(cb.critical_batch - 1)
-    assert result.critical_ideal == []  # no attention: nothing to put at its minimum
+    assert result.critical_batch_attention_minimum == []  # no attention: nothing to put at its minimum
 
 
 def test_model_is_built_once():
@@ -338,7 +332,7 @@ def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
     real = _bend_crossing(h, 1, H800_RIDGE)    # 698
     assert (fitted, real) == (416, 698)
     result = sweep(bend_model, [1, 4, 16, 48], [1])
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     assert cb.fit["critical"] == fitted and cb.residual == pytest.approx(0, abs=1e-12)
     assert cb.method == "search" and cb.critical_batch == real and cb.profiled
     assert "below the ridge" in cb.fallback and "B*=416" in cb.summary
@@ -351,17 +345,17 @@ def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
 def test_critical_batch_never_above_max_batch(bend_model):
     # the bend lowers the saturation to h/8 = 256 < ridge: no batch qualifies
     result = sweep(bend_model, [1, 4, 16, 48], [1], passes=3)
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     assert cb.critical_batch is None and max(map(int, cb.checked)) == 4096
     assert cb.summary.startswith("never up to max_batch 4096: intensity ")
     assert cb.checked["4096"] == pytest.approx(_bend_intensity(bend_model, 4096, passes=3), rel=1e-12)
     assert cb.checked["4096"] == pytest.approx(4096 * 2048 / (2048 + 8 * 4096), rel=1e-12)
     # a cap below the real crossing (698): nothing above it is profiled or reported
-    capped = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=600).critical[0]
+    capped = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=600).critical_batch[0]
     assert capped.critical_batch is None and max(map(int, capped.checked)) <= 600
     assert capped.summary.startswith("never up to max_batch 600")
     # a cap below the fit's own crossing (416): profiled at the cap, which is below the ridge
-    low = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=300, passes=0).critical[0]
+    low = sweep(bend_model, [1, 4, 16, 48], [1], max_batch=300, passes=0).critical_batch[0]
     assert low.method == "affine fit" and low.critical_batch is None and set(low.checked) == {"300"}
     assert low.checked["300"] == pytest.approx(300 * 2048 / (2048 + 600), rel=1e-12)
     assert low.summary.startswith("never up to max_batch 300") and "B=416" in low.summary
@@ -401,7 +395,7 @@ def test_real_device_sweep_is_counted_not_timed_and_not_searched(bend_model, mon
     h, batches = 256, [1, 4, 16]
     result = sweep(bend_model, batches, [1], hardware="H20", device="cpu", hidden=h)
     assert result.profiles == len(batches)  # nothing profiled beyond the sweep's own points
-    cb = result.critical[0]
+    cb = result.critical_batch[0]
     # I(B) = B*h/(h + 2B) reaches the H20 ridge (37) at B = ceil(37*256 / (256 - 74)) = 53
     assert cb.critical_batch == _bend_crossing(h, 0, H20_RIDGE) == 53
     assert not cb.profiled and cb.checked == {}
@@ -503,3 +497,17 @@ def test_study_script_runs(tmp_path):
     claims = [line for line in page.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
     assert len(claims) == 16
     assert "| 5 | MLA caches" in page and "| 1152 B | correct |" in page
+
+
+def test_a_sweep_is_one_frozen_report_with_a_typed_header():
+    source = load_source(str(GQA), {"layers": 1})
+    base = Workload("decode", 1, 64, options=(("layers", 1),))
+    result = run_sweep(source, base, Deployment("H800"), [1, 2], [64], options=SweepOptions(critical=False))
+    assert isinstance(result, SweepReport) and result.report() is result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.interrupted = True
+    header = result.header
+    assert isinstance(header, SweepHeader) and header.hardware is result.hardware and header.model is result.model
+    assert header.hardware.name.startswith("H800") and header.hardware.ridge == pytest.approx(H800_RIDGE, rel=1e-3)
+    data = result.to_dict()
+    assert SweepReport.from_dict(json.loads(json.dumps(data))).to_dict() == data

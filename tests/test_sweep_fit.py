@@ -1,7 +1,7 @@
 """Sweep points evaluated from fitted counts equal separate profiles of the same points.
 
 Every example and shipped config, both phases: the rows a sweep evaluates from counts fitted on a
-few captures (rooflinekit.analyses.gridfit, rooflinekit.stages.fit) are what `rooflinekit profile`
+few captures (rooflinekit.analyses.gridfit, rooflinekit.stages.fitted_capture) are what `rooflinekit profile`
 gives at that point, to 1e-9 relative; where the counts do not fit (MoE expected load, a model
 whose ops change with batch) the sweep captures every point and says so.
 """
@@ -18,7 +18,7 @@ from rooflinekit.analyses.profile import profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.polyfit import Design
+from rooflinekit.stages.fitting import Design
 from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 

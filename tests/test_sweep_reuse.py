@@ -18,8 +18,8 @@ from rooflinekit.core.model_facts import ModelFacts, cached, module_tree, using
 from rooflinekit.core.request import ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, skipping_layers, stand_ins, under
 from rooflinekit.stages.capture import CaptureResult, OpRecord
-from rooflinekit.stages.fit import layer_plan, skipping
 from rooflinekit.stages.memory import ScaledPeak
+from rooflinekit.stages.repeated_layers import layer_plan, skipping
 from rooflinekit.stages.workload import build, load_source
 from rooflinekit_plugins.hf import skipped_cache_layers
 from rooflinekit_plugins.hf.cache import CACHE_PARAMS

@@ -1,11 +1,11 @@
-"""Sweep points from counts fitted on a few captures (rooflinekit.stages.fit), checked on one more.
+"""Sweep points from counts fitted on a few captures (rooflinekit.stages.fitted_capture), checked on one more.
 
 A grid's contexts are split into regions no sliding window separates (a window changes the form of
 the counts at its size; contexts within MARGIN of one, and the smallest, are regions of their own).
 Per region: captures at two batches x up to three of its contexts, with repeated layers skipped,
 fit every op's counts exactly; one full capture at a point the design did not use (the largest
 batch the sweep may ask for, the region's largest context) must agree with the fit within
-rooflinekit.stages.fit.TOLERANCE, or the region's points are captured one by one, with a note.
+rooflinekit.stages.fitting.TOLERANCE, or the region's points are captured one by one, with a note.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Workload
 from rooflinekit.core.units import plain
-from rooflinekit.stages.fit import TOLERANCE, FittedCapture, LayerPlan, layer_plan, windows
-from rooflinekit.stages.polyfit import Design, FitError
+from rooflinekit.stages.fitted_capture import FittedCapture, windows
+from rooflinekit.stages.fitting import TOLERANCE, Design, FitError
+from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan
 from rooflinekit.stages.workload import MAX_BATCH
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.

@@ -4,7 +4,7 @@ micro-batches (docs/parallel.md, Pipeline parallelism).
 An annotate step of the profile (`with_pipeline`), after the placement and the memory section:
 the capture (already one GPU's share under --tp/--ep) is grouped by stage, and
 
-- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.fit.layer_plan),
+- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.repeated_layers.layer_plan),
   split as evenly as possible (rooflinekit.stages.pipeline_parallel.split_layers); an op outside
   the stack belongs to the stage of the last layer that ran before it (the embedding to the first
   stage, the final norm and the head to the last);
@@ -42,7 +42,6 @@ from rooflinekit.core.request import Deployment, Workload, mixed_workload
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord
 from rooflinekit.stages.expected import expected_step, throughput
-from rooflinekit.stages.fit import layer_plan
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import activation_peak, memory_of
 from rooflinekit.stages.pipeline_parallel import (
@@ -54,6 +53,7 @@ from rooflinekit.stages.pipeline_parallel import (
     split_layers,
     steady_step,
 )
+from rooflinekit.stages.repeated_layers import layer_plan
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.spread import load_spreads
 from rooflinekit.stages.workload import torch_dtype

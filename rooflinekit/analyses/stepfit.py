@@ -1,14 +1,14 @@
 """Step models of one model under many deployments, from few captures (rooflinekit.stages.stepmodel).
 
 The model is built once. A design capture (one forward with the repeated layers skipped,
-rooflinekit.stages.fit.skipping) is taken per design point and per *capture key*: the parts of a
+rooflinekit.stages.repeated_layers.skipping) is taken per design point and per *capture key*: the parts of a
 deployment the capture itself depends on (tensor and expert degrees only where a module model,
 such as the MoE expected load, shapes its records by them; the KV cache format is the format
 transform's, which prices attention's minimum at it). Every deployment then runs the pipeline's transforms (formats, serving view, parallel
 shard) on those captures, which costs milliseconds, and its step model is fitted from them.
 
 A step model is checked once per phase against a full profile at a point the design did not use
-(`check`); a miss beyond rooflinekit.stages.fit.TOLERANCE raises FitError.
+(`check`); a miss beyond rooflinekit.stages.fitting.TOLERANCE raises FitError.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.skips import skipping_layers
-from rooflinekit.stages.fit import TOLERANCE, LayerPlan, _slots, layer_plan, skipping
+from rooflinekit.stages.fitted_capture import _slots
+from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
-from rooflinekit.stages.polyfit import Design, FitError, relative_difference
+from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan, skipping
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.stages.transform import Counted, TransformContext, run_transforms

@@ -1,5 +1,5 @@
 """The layers a capture stands in for: a sweep's design captures run one layer of each repeated
-stack and skip its equals (rooflinekit.stages.fit.skipping). Code that prepares per-layer inputs
+stack and skip its equals (rooflinekit.stages.repeated_layers.skipping). Code that prepares per-layer inputs
 (a loader plugin filling a KV cache) may leave the skipped layers' parts empty: nothing reads them.
 """
 

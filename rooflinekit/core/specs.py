@@ -168,7 +168,7 @@ class ModuleModel:
     #: One sentence stating the model's assumption, shown in every report that used it.
     assumption: str = ""
     #: How the counts it emits scale, for sweeps that fit counts over a grid
-    #: (rooflinekit.stages.fit): "polynomial" if they are polynomials of degree at most 1 in batch
+    #: (rooflinekit.stages.fitted_capture): "polynomial" if they are polynomials of degree at most 1 in batch
     #: and 2 in context, as ops' own counts are, so a sweep may evaluate them from a few captures;
     #: None (the default: data-dependent, e.g. the distinct experts an MoE batch touches) makes
     #: every sweep point a capture of its own.

@@ -1,5 +1,11 @@
 """The result of a sweep: one row per (batch, context) point, the critical batch per context, and
 what was swept (`rooflinekit sweep`; JSON schema sweep-N.schema.json, docs/schema.md).
+
+`SweepReport` is the one type of a sweep's outcome: `run_sweep` (rooflinekit.analyses.sweep)
+returns it, whole and immutable, and its JSON reads back with `from_dict`. Its `header` is what the
+sweep took from its first profile (`SweepHeader`). The Python API hands out the same fields as
+rooflinekit.outputs.viewed.ViewedSweep, a subclass that adds only views (text, HTML, DataFrame):
+this layer imports no output, so the views cannot live here.
 """
 
 from __future__ import annotations
@@ -8,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rooflinekit.core import codec
-from rooflinekit.core.report import OMIT_NONE, HardwareInfo, Memory, ModelInfo, Tool
+from rooflinekit.core.report import OMIT_NONE, HardwareInfo, Memory, ModelInfo, Report, Tool
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION
 
@@ -121,6 +127,26 @@ class SweepWorkload:
 
 
 @dataclass(frozen=True)
+class SweepHeader:
+    """What a sweep takes from its first profile: the schema, the tool, the model and the hardware
+    entry, as its JSON holds them."""
+
+    schema_version: str
+    tool: Tool
+    model: ModelInfo
+    hardware: HardwareInfo
+
+    @classmethod
+    def of(cls, report: Report) -> SweepHeader:
+        """The header of a sweep whose first profile is `report` (its fields read as from JSON)."""
+        return codec.decode(cls, {f: codec.encode(getattr(report, f)) for f in HEADER_FIELDS})
+
+
+#: The fields of a profile that make a sweep's header.
+HEADER_FIELDS = ("schema_version", "tool", "model", "hardware")
+
+
+@dataclass(frozen=True)
 class SweepReport:
     """A model profiled over a grid of batch x context, with the critical batch per context."""
 
@@ -141,7 +167,18 @@ class SweepReport:
     kind: str = "sweep"
     tool: Tool = field(default_factory=Tool)
 
+    @property
+    def header(self) -> SweepHeader:
+        """The schema, tool, model and hardware of this sweep."""
+        return SweepHeader(self.schema_version, self.tool, self.model, self.hardware)
+
+    def report(self) -> SweepReport:
+        """This sweep itself. Deprecated: `run_sweep` returns the SweepReport; kept for one release
+        for callers of the former mutable result's `report()`."""
+        return self
+
     def to_dict(self) -> dict:
+        """The JSON document of `sweep -f json`."""
         return codec.encode(self)
 
     @classmethod

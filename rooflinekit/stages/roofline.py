@@ -77,3 +77,8 @@ def place(flops: float, nbytes: float, peak: float, bandwidth: float, dtype: str
 def place_on(hw: Roof, dtype_key: str, flops: float, nbytes: float) -> Placement:
     """Place on a hardware entry's roofline for one dtype (its peak, or the fallback's)."""
     return place(flops, nbytes, hw.peak(dtype_key), hw.memory_bandwidth, dtype_key)
+
+
+def reaches_ridge(value: float | None, ridge: float) -> bool:
+    """An intensity at or above the ridge; None (no bytes moved) is compute-bound, as in roofline.place."""
+    return value is None or value >= ridge

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import MATMUL_OPS, gemm_rows, launches
+from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.polyfit import Design, FitError
 from rooflinekit.stages.stepmodel import CallGroup, KernelGroup, StepModel
 
 

@@ -3,7 +3,7 @@
 A step model is built (rooflinekit.stages.stepbuild) from the transformed op records of a few
 captures (design points in batch and context, repeated layers skipped): identical kernels are
 grouped, each group holding its count
-and exact polynomials (rooflinekit.stages.polyfit.Design) for FLOPs, bytes, parameter bytes and output
+and exact polynomials (rooflinekit.stages.fitting.Design) for FLOPs, bytes, parameter bytes and output
 rows, and each collective call its message bytes. Pricing a point then costs one pass over the
 groups (tens, not thousands of ops), with the same rules as a report's totals:
 
@@ -35,9 +35,9 @@ from rooflinekit.stages.expected import (
     runs_two_batches,
     table_for,
 )
+from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
-from rooflinekit.stages.polyfit import Design, FitError
 
 
 @dataclass(frozen=True)
