@@ -470,7 +470,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
                        options=SweepOptions(critical=critical, max_batch=max_batch, fit=fit))
     if result.interrupted:
         raise KeyboardInterrupt
-    return ViewedSweep.of(result.report())
+    return ViewedSweep.of(result)
 
 
 @takes_settings(hardware=DEFAULT_HARDWARE, kernels="serving")

@@ -52,7 +52,7 @@ from rooflinekit.core.request import ModelSource
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.hardware import HardwareDB
-from rooflinekit.stages.polyfit import FitError
+from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.queueing import MAX_UTILISATION
 from rooflinekit.stages.spread import load_spreads
 from rooflinekit.stages.workload import load_source

@@ -26,7 +26,7 @@ from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
-from rooflinekit.stages.polyfit import FitError
+from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.spread import Spread, load_spreads
 from rooflinekit.stages.workload import torch_dtype
 
