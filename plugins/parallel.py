@@ -3,7 +3,7 @@
 A transformers model carries its own plan (`model.tp_plan`: e.g. "model.layers.*.self_attn.q_proj":
 "colwise"); it is used where it names a module. Everything it leaves out (DeepSeek-V3's config has
 no plan for its MLA attention; model files have none at all) gets rooflinekit's structural rules
-(`rooflinekit.analyses.parallel.structural_plan`: attention output projection rowwise, other attention
+(`rooflinekit.transforms.tp_plan.structural_plan`: attention output projection rowwise, other attention
 projections colwise except MLA's low-rank down projections, MLP down projection rowwise and the
 others colwise, the vocabulary embedding and head vocab-parallel, the rest replicated).
 """

@@ -64,7 +64,6 @@ from rooflinekit.core.state import (
 from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
-    from rooflinekit.analyses.tp_plan import resolve, structural_plan
     from rooflinekit.core.report import Report
     from rooflinekit.stages.attention_ops import (
         downstream,
@@ -76,19 +75,20 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
     from rooflinekit.stages.modelled import emit, emit_collective, suppressed
-    from rooflinekit.stages.transform import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.stages.workload import load_model_file
+    from rooflinekit.transforms.base import Counted, Transform, TransformContext, rebuild_ops
+    from rooflinekit.transforms.tp_plan import resolve, structural_plan
 
 #: Name -> the module it is imported from on first use (PEP 562): these modules import torch, or
 #: are slow to import (the report's types).
 _LAZY = {
-    **dict.fromkeys(("Counted", "Transform", "TransformContext", "rebuild_ops"), "rooflinekit.stages.transform"),
+    **dict.fromkeys(("Counted", "Transform", "TransformContext", "rebuild_ops"), "rooflinekit.transforms.base"),
     **dict.fromkeys(("CaptureResult", "OpRecord"), "rooflinekit.stages.capture"),
     **dict.fromkeys(("AttentionSite", "attention_workload"), "rooflinekit.stages.attribute"),
     **dict.fromkeys(("downstream", "dtype_itemsize", "is_attention_product", "reexpanding"),
                     "rooflinekit.stages.attention_ops"),
     **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
-    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.tp_plan"),
+    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.transforms.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",

@@ -24,7 +24,6 @@ import torch
 from conftest import pip_install_site, write_distribution
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.analyses.tp_plan import attention_shard, structural_plan
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
@@ -33,6 +32,7 @@ from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.workload import load_source
+from rooflinekit.transforms.tp_plan import attention_shard, structural_plan
 from rooflinekit_plugins import gqa, mha, mla
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, run_profile

@@ -60,7 +60,7 @@ def test_function_level_imports_only_for_optional_dependencies():
 
 
 def test_the_layers_are_packages_and_every_command_has_its_module():
-    for layer in ("cli", "analyses", "outputs", "stages", "core"):
+    for layer in ("cli", "analyses", "outputs", "transforms", "stages", "core"):
         assert (PACKAGE / layer / "__init__.py").is_file()
     from rooflinekit.cli.main import COMMANDS
 

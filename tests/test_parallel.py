@@ -8,11 +8,6 @@ import pytest
 import torch
 
 from rooflinekit.analyses.profile import profile
-from rooflinekit.analyses.tp_plan import (
-    normalise_style,
-    resolve,
-    structural_plan,
-)
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
@@ -20,6 +15,11 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.workload import build, load_source, validate_levers
+from rooflinekit.transforms.tp_plan import (
+    normalise_style,
+    resolve,
+    structural_plan,
+)
 from tests.conftest import EXAMPLES, MODELS
 
 MLA = EXAMPLES / "deepseek_mla.py"

@@ -1,4 +1,4 @@
-"""Quantized weights and KV caches, fp8 activations (rooflinekit.stages.quantize), against closed
+"""Quantized weights and KV caches, fp8 activations (rooflinekit.transforms.quantize), against closed
 forms computed here from the configs' dimensions."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The serving view (`--kernels serving`, rooflinekit.stages.serving): attention by each architecture's
+"""The serving view (`--kernels serving`, rooflinekit.transforms.serving): attention by each architecture's
 serving kernel, the engine's fused kernels, memory without eager-only K/V. Expected numbers are
 written from the model configs, not from the code."""
 

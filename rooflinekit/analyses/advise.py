@@ -33,8 +33,9 @@ from rooflinekit.stages.collectives import binding as time_binding
 from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.transform import LegacyTransform, Transform, guarded, transform_problem
 from rooflinekit.stages.workload import MAX_BATCH, check_workload, validate_levers
+from rooflinekit.transforms.adapter import as_transform, transform_problem
+from rooflinekit.transforms.base import Transform
 
 #: Tensor-parallel sizes tried, multi-token decode lengths tried, int4's group size.
 TP_SIZES = (2, 4, 8)
@@ -107,7 +108,7 @@ class Candidate:
     deployment: Deployment | None = None
     skip: str | None = None
     source: str = BUILTIN
-    transform: Transform | LegacyTransform | None = None
+    transform: Transform | None = None
     rebuild: bool = False  # a build option changed: the model is built again
     view: str = "eager"  # "fused": the baseline's fused view, nothing re-profiled
 
@@ -260,7 +261,7 @@ def plugin_levers(host: PluginHost, w: Workload, d: Deployment, report: Report,
             if p.skip:
                 out.append(Candidate(p.name, skip=p.skip, source=plugin))
                 continue
-            transform = guarded(p.transform, plugin, f"lever '{p.name}'") if p.transform is not None else None
+            transform = as_transform(p.transform, plugin, f"lever '{p.name}'") if p.transform is not None else None
             out.append(Candidate(p.name, p.assumption, workload=p.workload, deployment=p.deployment,
                                  source=plugin, rebuild=p.rebuild, transform=transform))
     return out

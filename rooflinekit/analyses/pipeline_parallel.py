@@ -34,8 +34,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rooflinekit.analyses.parallel import weights_per_gpu
-from rooflinekit.analyses.tp_plan import Plan
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload, mixed_workload
@@ -57,6 +55,8 @@ from rooflinekit.stages.repeated_layers import layer_plan
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.spread import load_spreads
 from rooflinekit.stages.workload import torch_dtype
+from rooflinekit.transforms.parallel import weights_per_gpu
+from rooflinekit.transforms.tp_plan import Plan
 
 ASSUMPTIONS = (
     "planned pipeline parallelism: the largest layer stack cut into N contiguous stages as evenly as "

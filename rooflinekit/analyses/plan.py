@@ -51,8 +51,8 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import ModelSource
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages.engine import engine_cost
-from rooflinekit.stages.hardware import HardwareDB
 from rooflinekit.stages.fitting import FitError
+from rooflinekit.stages.hardware import HardwareDB
 from rooflinekit.stages.queueing import MAX_UTILISATION
 from rooflinekit.stages.spread import load_spreads
 from rooflinekit.stages.workload import load_source

@@ -24,9 +24,9 @@ from rooflinekit.core.request import OVERLAPS, Deployment, ModelSource, Workload
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.expected import with_efficiency
+from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
-from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.spread import Spread, load_spreads
 from rooflinekit.stages.workload import torch_dtype
 

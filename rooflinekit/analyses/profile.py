@@ -25,7 +25,6 @@ from rooflinekit.analyses.measured import (
     modelled_modules,
     with_measurement,
 )
-from rooflinekit.analyses.parallel import ParallelShard
 from rooflinekit.analyses.pipeline_parallel import with_pipeline
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
@@ -33,7 +32,7 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.version import model_library, untested_notes
-from rooflinekit.stages import mixed, quantize
+from rooflinekit.stages import mixed
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
@@ -45,16 +44,6 @@ from rooflinekit.stages.lazy_state import counted_apart
 from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warnings
 from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
 from rooflinekit.stages.place import Presentation, build_report
-from rooflinekit.stages.restate import OptionRestatements
-from rooflinekit.stages.serving import Serving, views_of
-from rooflinekit.stages.transform import (
-    Counted,
-    LegacyTransform,
-    Transform,
-    TransformContext,
-    as_transform,
-    run_transforms,
-)
 from rooflinekit.stages.workload import (
     Built,
     build,
@@ -65,6 +54,13 @@ from rooflinekit.stages.workload import (
     validate_levers,
 )
 from rooflinekit.stages.workload import _user_frame as user_frame
+from rooflinekit.transforms import quantize
+from rooflinekit.transforms.adapter import TransformFunction, as_transform
+from rooflinekit.transforms.base import Counted, Transform, TransformContext, run_transforms
+from rooflinekit.transforms.mixed import merge
+from rooflinekit.transforms.parallel import ParallelShard
+from rooflinekit.transforms.restate import OptionRestatements
+from rooflinekit.transforms.serving import Serving, views_of
 
 #: The transforms every request runs, in this order (a lever's restatement goes after them).
 TRANSFORMS: tuple[Transform, ...] = (quantize.Quantize(), Serving(), ParallelShard(), OptionRestatements())
@@ -142,13 +138,13 @@ def _guarded(what: str, source: ModelSource, workload: Workload, fn: Callable):
         raise _forward_error(exc, source, workload) from exc
 
 
-def transforms_for(lever: Transform | LegacyTransform | None) -> tuple[Transform, ...]:
+def transforms_for(lever: Transform | TransformFunction | None) -> tuple[Transform, ...]:
     """The transform list of a request: TRANSFORMS, then the lever's restatement if any."""
     return TRANSFORMS + ((as_transform(lever),) if lever is not None else ())
 
 
 def count(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
-          lever: Transform | LegacyTransform | None = None,
+          lever: Transform | TransformFunction | None = None,
           on_stage: Callable[[str], None] | None = None, transforms: bool = True) -> Counting:
     """Build, capture one forward, attribute attention, and run the transforms (a mixed step:
     `count_mixed`); `transforms` False leaves `counted` the raw capture (a caller that runs its own)."""
@@ -164,7 +160,7 @@ def count(source: ModelSource, workload: Workload, deployment: Deployment, host:
 
 
 def counted_forward(built: Built, source: ModelSource, workload: Workload, deployment: Deployment,
-                    host: PluginHost, lever: Transform | LegacyTransform | None = None,
+                    host: PluginHost, lever: Transform | TransformFunction | None = None,
                     transforms: bool = True) -> Counting:
     """A built model's forward on its inputs captured, attention attributed, the transforms run."""
     calls: list[ModelCall] = []
@@ -207,7 +203,7 @@ def recounted(counting: Counting, source: ModelSource, workload: Workload, deplo
 
 
 def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost, *,
-                lever: Transform | LegacyTransform | None = None,
+                lever: Transform | TransformFunction | None = None,
                 on_stage: Callable[[str], None] | None = None) -> Counting:
     """A mixed step: one model, one forward per segment counted as its plain step, merged with the
     weights read once and attention per segment (rooflinekit.stages.mixed). The other kernels view
@@ -224,7 +220,7 @@ def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment,
         parts.append(counted_forward(one, source, w, deployment, host, lever))
     if on_stage:
         on_stage("captured")
-    counted = mixed.merge([p.counted for p in parts], segments, mixed.describe(workload))
+    counted = merge([p.counted for p in parts], segments, mixed.describe(workload))
     notes = list(dict.fromkeys(n for p in parts for n in p.notes))
     return Counting(built.model, built.inputs, counted, parts[0].models, notes)
 
@@ -283,7 +279,7 @@ def with_memory(report: Report, counting: Counting, hw: HardwareSpec, deployment
 
 
 def with_views(report: Report, counting: Counting, workload: Workload, deployment: Deployment, hw: HardwareSpec,
-               host: PluginHost, lever: Transform | LegacyTransform | None = None) -> Report:
+               host: PluginHost, lever: Transform | TransformFunction | None = None) -> Report:
     """Annotate: the step in the other kernels view (as-written or serving), from the same capture
     run through the transforms again (no second forward), and the module that differs most."""
     if counting.raw is None:
@@ -355,7 +351,7 @@ def profile(
     options: ReportOptions | None = None,
     host: PluginHost | None = None,
     db: HardwareDB | None = None,
-    lever: Transform | LegacyTransform | None = None,
+    lever: Transform | TransformFunction | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> Profiled:
     """The whole pipeline for one request: count, place on the deployment's hardware, annotate.

@@ -37,8 +37,8 @@ from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
 from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan, skipping
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
-from rooflinekit.stages.transform import Counted, TransformContext, run_transforms
 from rooflinekit.stages.workload import build
+from rooflinekit.transforms.base import Counted, TransformContext, run_transforms
 
 
 def boundary_plan(plan: LayerPlan) -> LayerPlan:

@@ -135,7 +135,7 @@ def rooflinekit_serving_attention(spec: AttentionSpec, workload: AttentionWorklo
     """firstresult: stops at the first non-None answer.
 
     The serving kernel of one attention (or state) layer for one step, in the serving view
-    (`--kernels serving`, rooflinekit.stages.serving): what a production engine's kernel for this
+    (`--kernels serving`, rooflinekit.transforms.serving): what a production engine's kernel for this
     spec's `arch` computes and moves. The built-ins answer FlashAttention / paged attention for
     `mha`, `gqa` and `mqa` (`heads_cost`: q read, the K/V cache at its format read once per step
     whatever the q_len, the output written once; causal, window and chunk pairs), FlashMLA-style

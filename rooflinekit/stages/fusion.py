@@ -327,7 +327,7 @@ def fusion_notes(fusion: Fusion) -> list[str]:
 
 def kernel_records(ops: list[OpRecord], params: set[int], name_of) -> list[OpRecord]:
     """`ops` with each fused kernel of two or more ops restated as one record (the serving view,
-    rooflinekit.stages.serving): its FLOPs, and the storages it reads from and writes to HBM at
+    rooflinekit.transforms.serving): its FLOPs, and the storages it reads from and writes to HBM at
     the bytes the fused view charges them (a value made and used inside the kernel moves nothing).
     The record stands where the kernel's last op stood, named `name_of(member ops)`; anchors and
     single-op kernels are kept as they were. Records are not renumbered."""

@@ -24,7 +24,7 @@ among the new tokens, the mask aligned to the bottom right).
 
 Quantized weights and caches (`weight_dtype`, `weight_group_size`, `kv_dtype`) and fp8 activations
 (`dtype="fp8"`) are not run: the model runs in bf16 and its capture is transformed
-(rooflinekit.stages.quantize).
+(rooflinekit.transforms.quantize).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from rooflinekit.core.request import (
     deployment_settings,
 )
 from rooflinekit.stages.mixed import validate_mixed
-from rooflinekit.stages.restate import restated
+from rooflinekit.stages.restated import restated
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -69,7 +69,7 @@ DTYPES = {
     "float": torch.float32,
 }
 #: Activation dtypes that are modelled, not run: the model runs in the dtype given here and the
-#: capture is transformed (rooflinekit.stages.quantize: fp8 products at the fp8 peak).
+#: capture is transformed (rooflinekit.transforms.quantize: fp8 products at the fp8 peak).
 MODELLED_DTYPES = {"fp8": torch.bfloat16}
 #: The most tokens per sequence a multi-token decode step verifies.
 MAX_Q_LEN = 1 << 12
@@ -318,7 +318,7 @@ def _accepted(fn: Callable, options: dict[str, object]) -> dict[str, object]:
 
 def _without_restated(source: ModelSource, options: dict[str, object]) -> dict[str, object]:
     """`options` less those neither build_model nor make_inputs takes that a plugin states on the
-    captured counts instead (rooflinekit.stages.restate: `-O mode=absorbed` on naive MLA code)."""
+    captured counts instead (rooflinekit.stages.restated: `-O mode=absorbed` on naive MLA code)."""
     used = set(_accepted(source.build_model, options)) | set(_accepted(source.make_inputs, options))
     untaken = {k: v for k, v in options.items() if k not in used}
     if not untaken:

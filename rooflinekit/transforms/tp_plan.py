@@ -1,7 +1,7 @@
 """TP plans: which style (colwise, rowwise, vocab, colwise_gather, replicate, experts) each module
 of a model takes under tensor parallelism, from the plugins' `rooflinekit_tp_plan` answers and a
 structural plan of the model's blocks, and what one GPU then holds of each linear
-(rooflinekit.analyses.parallel applies the plan to a capture; docs/parallel.md)."""
+(rooflinekit.transforms.parallel applies the plan to a capture; docs/parallel.md)."""
 
 from __future__ import annotations
 

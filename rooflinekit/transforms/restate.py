@@ -1,9 +1,9 @@
 """Model options stated on the captured counts (`rooflinekit_option_transform`): e.g. `-O mode=absorbed`
 on MLA code that runs only the naive form, the MLA plugin's absorbed restatement of the capture.
 
-`restated(options, host)` names the options a plugin restates (withheld from the loader, and from
-build_model/make_inputs where they do not take them); `OptionRestatements`, last of the built-in
-transforms, runs each restating transform on every request whose workload carries its option.
+`rooflinekit.stages.restated` names the options a plugin restates (withheld from the loader, and
+from build_model/make_inputs where they do not take them); `OptionRestatements`, last of the
+built-in transforms, runs each restating transform on every request whose workload carries its option.
 """
 
 from __future__ import annotations
@@ -11,22 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.transform import Counted, Transform, TransformContext, guarded
+from rooflinekit.stages.restated import option_answers
+from rooflinekit.transforms.adapter import as_transform
+from rooflinekit.transforms.base import Counted, Transform, TransformContext
 
 
 def option_transforms(options: dict, host: PluginHost) -> dict[str, Transform]:
     """{option name: the transform a plugin restates it with} for the options some plugin restates."""
-    out = {}
-    for name, value in options.items():
-        answer, plugin = host.first(host.hook.rooflinekit_option_transform, name=name, value=value)
-        if answer is not None:
-            out[name] = guarded(answer, plugin, f"transform of -O {name}={value}")
-    return out
-
-
-def restated(options: dict, host: PluginHost) -> set[str]:
-    """The names of the options a plugin restates."""
-    return set(option_transforms(options, host))
+    return {name: as_transform(answer, plugin, f"transform of -O {name}={options[name]}")
+            for name, (answer, plugin) in option_answers(options, host).items()}
 
 
 @dataclass(frozen=True)

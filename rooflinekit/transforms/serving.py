@@ -49,7 +49,7 @@ from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import kernel_records
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.roofline import op_figures
-from rooflinekit.stages.transform import Counted, TransformContext, rebuild_ops
+from rooflinekit.transforms.base import Counted, TransformContext, rebuild_ops
 
 ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's serving kernel as its "
               "architecture plugin prices it (no mask, repeated or re-expanded K/V materialised; the cache "

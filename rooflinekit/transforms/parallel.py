@@ -4,7 +4,7 @@
 
 1. a TP plan maps module paths to styles (plugins' `rooflinekit_tp_plan`, the built-in one reading
    a transformers model's `tp_plan` and filling the rest with `structural_plan`:
-   rooflinekit.analyses.tp_plan);
+   rooflinekit.transforms.tp_plan);
 2. `shard_capture` (a pure function: records in, per-GPU records out) scales every op by the share
    of its data one GPU holds, and inserts the collectives the split implies;
 3. `shard_attention` restates each attention layer per GPU as its architecture's plugin says
@@ -33,7 +33,14 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rooflinekit.analyses.tp_plan import (
+from rooflinekit.core.model_facts import cached, fact, module_tree
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.specs import AttentionSpec
+from rooflinekit.stages import collectives
+from rooflinekit.stages.attribute import AttentionSite, attention_workload, attribute_attention
+from rooflinekit.stages.capture import CaptureResult, OpRecord
+from rooflinekit.transforms.base import Counted, TransformContext
+from rooflinekit.transforms.tp_plan import (
     Plan,
     attention_shard,
     attention_shards,
@@ -42,13 +49,6 @@ from rooflinekit.analyses.tp_plan import (
     resolve,
     structural_plan,
 )
-from rooflinekit.core.model_facts import cached, fact, module_tree
-from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.core.specs import AttentionSpec
-from rooflinekit.stages import collectives
-from rooflinekit.stages.attribute import AttentionSite, attention_workload, attribute_attention
-from rooflinekit.stages.capture import CaptureResult, OpRecord
-from rooflinekit.stages.transform import Counted, TransformContext
 
 ASSUMPTIONS = (
     "planned tensor parallelism: colwise linears split their output features (FLOPs, weights and "
@@ -159,7 +159,7 @@ def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
 
 def serving_rows(cap: CaptureResult, rows: list[AttentionSite]) -> list[AttentionSite]:
     """The serving view's attention rows on one GPU's records: each layer's serving kernel record
-    (priced per GPU by rooflinekit.stages.serving) found again by module, its figures the row's."""
+    (priced per GPU by rooflinekit.transforms.serving) found again by module, its figures the row's."""
     records = {op.module: op for op in cap.ops if op.kind == "modelled" and op.name == "serving.attention"}
     index = {id(op): i for i, op in enumerate(cap.ops)}
     out = []
@@ -204,7 +204,7 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
 def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
                     stored: dict[str, float] | None = None, only: Callable[[str], bool] | None = None) -> float:
     """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole.
-    `stored`: parameter name -> its bytes in a quantized format (rooflinekit.stages.quantize).
+    `stored`: parameter name -> its bytes in a quantized format (rooflinekit.transforms.quantize).
     `only`: count the parameters whose name it accepts (a pipeline stage's; a tied parameter is
     counted under each of its names it accepts once, so each stage that uses it holds it)."""
     stored = stored or {}
@@ -338,7 +338,7 @@ def plan_parallel(cap: CaptureResult, rows: list[AttentionSite], model: torch.nn
 @dataclass(frozen=True)
 class ParallelShard:
     """The parallel transform: one GPU's share of the model under the deployment's TP/EP (a
-    `rooflinekit.stages.transform.Transform`)."""
+    `rooflinekit.transforms.base.Transform`)."""
 
     name: str = "parallel"
 

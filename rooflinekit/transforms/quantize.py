@@ -41,7 +41,7 @@ from rooflinekit.stages.attention_ops import dtype_itemsize, kv_operands
 from rooflinekit.stages.attribute import AttentionSite, attention_workload
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.transform import Counted, TransformContext
+from rooflinekit.transforms.base import Counted, TransformContext
 
 #: Bytes of one scale: fp16 for the group-wise integer formats, fp32 for fp8.
 SCALE_BYTES = {"int8": 2, "int4": 2, "fp8": 4}
@@ -417,7 +417,7 @@ def weight_note(workload: Workload, deployment: Deployment, sizes: tuple[int, fl
 @dataclass(frozen=True)
 class Quantize:
     """The format transform: weights and KV cache at the deployment's formats, fp8 products at the
-    fp8 peak (a `rooflinekit.stages.transform.Transform`)."""
+    fp8 peak (a `rooflinekit.transforms.base.Transform`)."""
 
     name: str = "quantize"
 
