@@ -172,7 +172,7 @@ def cache_cell(a: AttentionRow, states: bool) -> str:
     return num(a.cache_bytes_per_token, "B") + ("/tok" if states and a.cache_bytes_per_token is not None else "")
 
 
-def _op_time(report: Report, row: AttentionRow) -> float:
+def op_time(report: Report, row: AttentionRow) -> float:
     """An attention row's time as the predicted step counts it: the sum of its ops' bounds."""
     if row.op_indices and len(report.ops) > max(row.op_indices):
         return sum(report.ops[i].time_bound_s for i in row.op_indices)
@@ -222,9 +222,9 @@ ATTENTION: tuple[Col, ...] = (
     _text("bound_min", "bound", lambda g, v: v.style.bound(g[0].placement_min.bound) if g[0].placement_min else "-",
           align="left", drop=1),
     _page("bound_executed", "bound", lambda a: a.placement_executed.bound),
-    Col("time_bound", None, "time bound", value=lambda a, v: _op_time(v.report, a), kind="time",
+    Col("time_bound", None, "time bound", value=lambda a, v: op_time(v.report, a), kind="time",
         hint="sum of its ops' time bounds"),
-    Col("share", None, "share", value=lambda a, v: _step_share(_op_time(v.report, a), v.report), kind="pct",
+    Col("share", None, "share", value=lambda a, v: _step_share(op_time(v.report, a), v.report), kind="pct",
         hint="share of the predicted step"),
     _page("notes", "notes", lambda a: " | ".join(a.notes)),
 )
@@ -242,7 +242,7 @@ def _op_share(o, v: View) -> str:
 
 
 OPS: tuple[Col, ...] = (
-    _page("index", "#", lambda o: o.index, "int", "index in execution order"),
+    _page("index", "#", lambda o: o.index, "int", hint="index in execution order"),
     Col("op", "op", "op", cell=lambda o, v: o.first.name, value=lambda o, v: o.name, align="left"),
     _text("count", lambda v: "n" if v.group else "#", lambda o, v: str(o.count if v.group else o.first.index)),
     Col("module", "module", "module", cell=lambda o, v: o.label, value=lambda o, v: o.module, align="left"),
@@ -261,7 +261,7 @@ OPS: tuple[Col, ...] = (
     _text("measured", "measured", lambda o, v: seconds(o.time_s), when="measured"),
     _text("x_bound", "x bound", lambda o, v: _over(o.time_s, o.time_bound_s), drop=1, when="measured"),
     _page("dtype", "dtype", lambda o: o.dtype),
-    _page("counted", "counted", lambda o: o.counted, "bool", "has a FLOP formula"),
+    _page("counted", "counted", lambda o: o.counted, "bool", hint="has a FLOP formula"),
     Col("shapes", "shapes", "shapes", cell=lambda o, v: o.first.shapes, value=lambda o, v: o.shapes, align="left",
         wide_only=True),
 )
