@@ -4,7 +4,8 @@ report (rooflinekit.outputs.sections) and the HTML page (rooflinekit.outputs.htm
 A table is one ordered list of `Col`. Each column names its header in the views that show it (the
 text report's short header, the page's longer one), how a view gets its cell from a row, how the
 page formats and explains it, and, for the text report, its alignment and when it may be left out
-at narrow widths. A new column is one entry here.
+at narrow widths. A new column is one entry here. The CSV of a table (rooflinekit.outputs.csv_tables)
+is its rows' own fields, named at the end.
 """
 
 from __future__ import annotations
@@ -317,6 +318,17 @@ RANKS: tuple[Col, ...] = (
     _rank("predicted_step_s", "pred. step", seconds),
 )
 
-#: Every table by the name its report section has.
-TABLES: dict[str, tuple[Col, ...]] = {"modules": MODULES, "attention": ATTENTION, "ops": OPS,
-                                      "uncounted": UNCOUNTED, "comm": COMM, "ranks": RANKS}
+
+# -- CSV (`-f csv --table modules|ops|attention`): the report's own fields, never folded -----------------
+# A spreadsheet gets every field of a row in SI base units, not the views' formatted columns.
+
+MODULE_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
+                 "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
+OP_FIELDS = ["index", "name", "module", "kind", "flops", "flops_model", "bytes", "bytes_read", "bytes_written",
+             "param_bytes", "intensity", "bound", "time_bound_s", "time_share", "dtype", "counted", "shapes"]
+ATTENTION_FIELDS = ["module", "module_class", "recognised", "plugin", "arch", "mode", "num_heads", "num_kv_heads",
+                    "head_dim", "v_head_dim", "window", "chunk", "cache_bytes_per_token", "cache_bytes_per_sequence",
+                    "kv_bytes_min", "kv_bytes_executed", "amplification", "read_amplification", "flops_model",
+                    "flops_executed", "bytes_min", "bytes_executed", "intensity_min", "intensity_executed", "dtype",
+                    "bound_min", "time_bound_min_s", "bound_executed", "time_bound_executed_s"]
+MEASURED_FIELDS = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
