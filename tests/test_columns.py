@@ -11,10 +11,22 @@ import pytest
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.outputs.columns import ATTENTION, COMM, MODULES, OPS, RANKS, UNCOUNTED, View, shown
-from rooflinekit.outputs.html import profile_html
+from rooflinekit.core.sweep_report import SweepReport
+from rooflinekit.outputs.columns import (
+    ATTENTION,
+    COMM,
+    MODULES,
+    OPS,
+    RANKS,
+    SWEEP_POINTS,
+    UNCOUNTED,
+    View,
+    shown,
+)
+from rooflinekit.outputs.html import profile_html, sweep_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
+from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, ROOT, run_profile
 
@@ -144,9 +156,26 @@ def test_every_page_table_has_the_headers_of_its_definition(reports, case):
         assert {"measured", "MFU"} <= set(found["modules"])
 
 
+@pytest.mark.parametrize("memory", [True, False])
+def test_the_sweep_points_table_has_the_headers_of_its_definition(memory):
+    data = dict(load_report(str(ROOT / "tests" / "data" / "sweep-3.0-gqa.json"), ("sweep",)))
+    if not memory:
+        data["points"] = [{k: v for k, v in p.items() if k not in ("memory", "fits")} for p in data["points"]]
+    text_view, page_view = View(data), View(data, memory=memory)
+    want = [c.header(text_view) for c in shown(SWEEP_POINTS, text_view, "text")]
+    for fmt, read in (("table", text_tables), ("markdown", markdown_tables)):
+        (_, headers), *_ = read(sweep_to_text(data, fmt, wide=True))
+        assert headers == want, fmt
+    (_, narrow), *_ = text_tables(sweep_to_text(data, "table"))
+    assert narrow == [h for h in want if h in narrow]
+    page = page_tables(sweep_html(SweepReport.from_dict(data)))
+    assert page["points"] == [c.html for c in shown(SWEEP_POINTS, page_view, "html")]
+    assert ("memory per GPU" in page["points"]) is memory
+
+
 def test_a_header_is_named_once_per_view():
-    view = View(None, measured=True, states=True)  # type: ignore[arg-type]
-    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS):
+    view = View(None, measured=True, states=True, memory=True)
+    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS):
         assert len({c.key for c in cols}) == len(cols)
         for where, header in (("text", lambda c: c.header(view)), ("html", lambda c: c.html)):
             names = [header(c) for c in shown(cols, view, where)]

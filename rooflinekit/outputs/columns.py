@@ -28,14 +28,16 @@ def num(value, unit: str = "") -> str:
 
 @dataclass(frozen=True)
 class View:
-    """What a table's rows are rendered against: the report, the text decoration, whether repeated
-    layers are folded, and the conditions that add columns (`measured`, `states`)."""
+    """What a table's rows are rendered against: the report (a sweep's for its points), the text
+    decoration, whether repeated layers are folded, and the conditions that add columns (`measured`,
+    `states`, `memory`)."""
 
-    report: Report
+    report: Any
     style: Style = PLAIN
     group: bool = True
     measured: bool = False
     states: bool = False
+    memory: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Col:
     view's row. `kind` and `unit` say how the page formats the value (text, int, si, num, pct, time,
     bool), `hint` is the page header's hover text. `align`, `drop` (lower: left out first at narrow
     widths) and `wide_only` lay out the text column. `when` names the view condition that adds it.
+    `meaning` is the text legend's word for a header of this table alone (else the glossary's).
     """
 
     key: str
@@ -61,14 +64,16 @@ class Col:
     drop: int | None = None
     wide_only: bool = False
     when: str = ""
+    meaning: str = ""
 
     def header(self, view: View) -> str:
         """The text report's header in `view`."""
         return self.text(view) if callable(self.text) else str(self.text)
 
     def legend(self, view: View) -> str:
-        """What the text header means, from the report's glossary ('' when it needs no words)."""
-        return ABBREVIATIONS.get(self.header(view), "")
+        """What the text header means: its own `meaning`, else the report's glossary's ('' when it
+        needs no words)."""
+        return self.meaning or ABBREVIATIONS.get(self.header(view), "")
 
 
 def shown(cols: Sequence[Col], view: View, where: str) -> list[Col]:
@@ -105,7 +110,7 @@ def _both(key: str, text: str, html: str, get: Callable[[Any], Any], fmt: Callab
                **layout)
 
 
-def _page(key: str, html: str, get: Callable[[Any], Any], kind: str = "text", unit: str = "", hint: str = "",
+def _page(key: str, html: str, get: Callable[[Any], Any], kind: str = "text", unit: str = "", *, hint: str = "",
           when: str = "") -> Col:
     """A column only the page shows."""
     return Col(key, None, html, value=lambda r, v: get(r), kind=kind, unit=unit, hint=hint, when=when)
@@ -137,7 +142,7 @@ MODULES: tuple[Col, ...] = (
     Col("bound", "bound", "bound", cell=lambda m, v: v.style.bound(m.bound), value=lambda m, v: m.bound,
         align="left", drop=4),
     _page("attainable", "attainable", lambda m: m.attainable_flops, "si", "FLOP/s",
-          "min(peak, bandwidth x intensity)"),
+          hint="min(peak, bandwidth x intensity)"),
     _both("time_bound", "t bound", "time bound", lambda m: m.time_bound_ops_s, seconds, "time",
           hint="sum of its ops' time bounds"),
     _both("share", "share", "share", lambda m: m.time_share, share, "pct",
@@ -186,7 +191,7 @@ def _step_share(time_s: float | None, report: Report) -> float | None:
 
 
 def _att(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
-         unit: str = "", hint: str = "", **layout: Any) -> Col:
+         unit: str = "", *, hint: str = "", **layout: Any) -> Col:
     """An attention column both views read from the same field (the text report from a group's first row)."""
     return Col(key, text, html, cell=lambda g, v: fmt(getattr(g[0], name)), value=lambda a, v: getattr(a, name),
                kind=kind, unit=unit, hint=hint, **layout)
@@ -210,16 +215,16 @@ ATTENTION: tuple[Col, ...] = (
         cell=lambda g, v: cache_cell(g[0], v.states), value=lambda a, v: a.cache_bytes_per_token, kind="si", unit="B",
         hint="cache bytes per token, per layer"),
     _page("state", "state/sequence", lambda a: getattr(a, "cache_bytes_per_sequence", None), "si", "B",
-          "recurrent state bytes per sequence", when="states"),
-    _att("kv_min", "KV min", "KV min", "kv_bytes_min", _bytes, "si", "B", "architecture minimum: cache read once"),
-    _att("kv_executed", "KV exec", "KV executed", "kv_bytes_executed", _bytes, "si", "B", "KV bytes the code moved"),
+          hint="recurrent state bytes per sequence", when="states"),
+    _att("kv_min", "KV min", "KV min", "kv_bytes_min", _bytes, "si", "B", hint="architecture minimum: cache read once"),
+    _att("kv_executed", "KV exec", "KV executed", "kv_bytes_executed", _bytes, "si", "B", hint="KV bytes the code moved"),
     _att("amplification", "ampl", "executed/min", "amplification", ratio, "num", hint="amplification"),
     _att("flops_model", "FLOP model", "FLOPs model", "flops_model", num, "si", "FLOP", drop=5),
     _att("flops_executed", "FLOP exec", "FLOPs executed", "flops_executed", num, "si", "FLOP", drop=4),
     _page("bytes_executed", "bytes executed", lambda a: a.bytes_executed, "si", "B"),
     _att("intensity_min", "I min", "I min", "intensity_min", ratio, "num", "FLOP/B",
-         "intensity at the architecture minimum"),
-    _page("intensity_executed", "I executed", lambda a: a.intensity_executed, "num", "FLOP/B", "intensity as executed"),
+         hint="intensity at the architecture minimum"),
+    _page("intensity_executed", "I executed", lambda a: a.intensity_executed, "num", "FLOP/B", hint="intensity as executed"),
     _text("bound_min", "bound", lambda g, v: v.style.bound(g[0].placement_min.bound) if g[0].placement_min else "-",
           align="left", drop=1),
     _page("bound_executed", "bound", lambda a: a.placement_executed.bound),
@@ -316,6 +321,52 @@ RANKS: tuple[Col, ...] = (
     _rank("comm_calls", "coll.", str, drop=1),
     _rank("comm_wire_bytes", "wire B", _bytes, drop=3),
     _rank("predicted_step_s", "pred. step", seconds),
+)
+
+
+# -- a sweep's points: text rows are SweepReport.to_dict()'s points, page rows SweepPoint --------------
+
+
+def _point(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
+           unit: str = "", *, hint: str = "", **layout: Any) -> Col:
+    """A point column both views read from the same field (the text report from the point's dict)."""
+    return Col(key, text, html, cell=lambda r, v: fmt(r[name]), value=lambda p, v: getattr(p, name), kind=kind,
+               unit=unit, hint=hint, **layout)
+
+
+def _fits(value: bool | None) -> str:
+    return {True: "yes", False: "NO"}.get(value, "-")
+
+
+def _memory_cell(r: dict, v: View) -> str:
+    total = (r.get("memory") or {}).get("total_bytes")
+    return si(total, "B") if total is not None else "-"
+
+
+SWEEP_POINTS: tuple[Col, ...] = (
+    _point("batch", "B", "batch", "batch", str, "int"),
+    _point("context", "S", "context", "context", str, "int"),
+    _point("flops", "FLOP", "FLOPs", "flops", si, "si", "FLOP", drop=2),
+    _point("bytes", "bytes", "bytes", "bytes", lambda x: si(x, "B"), "si", "B"),
+    _point("intensity", "FLOP/B", "FLOP/B", "intensity", ratio, "num"),
+    Col("bound", "bound", "bound", cell=lambda r, v: v.style.bound(r["bound"]), value=lambda p, v: p.bound,
+        align="left", drop=3),
+    _point("step", "step", "predicted step", "predicted_step_s", seconds, "time", meaning="predicted step"),
+    _point("tokens", "tok/s", "tokens/s", "tokens_per_s", si, "num"),
+    _page("fits", "fits", lambda p: getattr(p, "fits", None), "bool", hint="fits one GPU's memory", when="memory"),
+    _page("memory", "memory per GPU", lambda p: getattr(getattr(p, "memory", None), "total_bytes", None), "si", "B",
+          hint="weights, KV cache and activation peak", when="memory"),
+    _point("mfu_bound", "MFU bd", "bound MFU", "mfu_bound", share, "pct", drop=6),
+    _point("weights", "weights", "weights", "weight_share", share, "pct", hint="weights' share of the step's bytes",
+           meaning="share of bytes that are weights"),
+    _point("kv", "KV", "KV", "kv_share", share, "pct", hint="KV cache's share", meaning="share of bytes that are KV cache"),
+    _point("other", "other", "other", "other_share", share, "pct", drop=1, meaning="share of other bytes"),
+    Col("attn_min", "attn I min", "attn I min", cell=lambda r, v: ratio(r["attention"]["intensity_min"]),
+        value=lambda p, v: p.attention.intensity_min, kind="num", unit="FLOP/B"),
+    Col("attn_executed", "attn I ex", "attn I executed", cell=lambda r, v: ratio(r["attention"]["intensity_executed"]),
+        value=lambda p, v: p.attention.intensity_executed, kind="num", unit="FLOP/B", drop=4),
+    _text("memory_text", "memory", _memory_cell, drop=5, meaning="one GPU's memory (weights, KV cache, activations)"),
+    _text("fits_text", "fits", lambda r, v: _fits(r.get("fits")), align="left", meaning="fits in that memory"),
 )
 
 

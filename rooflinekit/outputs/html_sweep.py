@@ -4,6 +4,7 @@ its points and critical-batch tables, and its header."""
 from __future__ import annotations
 
 from rooflinekit.core.sweep_report import SweepPoint, SweepReport
+from rooflinekit.outputs.columns import SWEEP_POINTS, View, page_rows
 from rooflinekit.outputs.html_data import (
     SeriesView,
     TableView,
@@ -15,6 +16,7 @@ from rooflinekit.outputs.html_data import (
     series,
     table,
 )
+from rooflinekit.outputs.html_tables import page_columns
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 
@@ -82,21 +84,9 @@ def _sweep_series(sweep: SweepReport) -> list[dict]:
 def _sweep_tables(sweep: SweepReport) -> list[dict]:
     """A sweep's tables: its points (a row selects its point on the chart), then the critical batch
     per context, as counted and with attention at its minimum, where the sweep found them."""
-    cols = [col("batch", "int"), col("context", "int"), col("FLOPs", "si", "FLOP"), col("bytes", "si", "B"),
-            col("FLOP/B", "num"), col("bound"), col("predicted step", "time"), col("tokens/s", "num"),
-            col("bound MFU", "pct"), col("weights", "pct", hint="weights' share of the step's bytes"),
-            col("KV", "pct", hint="KV cache's share"), col("other", "pct"),
-            col("attn I min", "num", "FLOP/B"), col("attn I executed", "num", "FLOP/B")]
-    rows = [[p.batch, p.context, p.flops, p.bytes, p.intensity, p.bound, p.predicted_step_s, p.tokens_per_s,
-             p.mfu_bound, p.weight_share, p.kv_share, p.other_share, p.attention.intensity_min,
-             p.attention.intensity_executed] for p in sweep.points]
-    if any(getattr(p, "memory", None) is not None for p in sweep.points):
-        # beside tokens/s, where the page shows them without scrolling the table sideways
-        cols[8:8] = [col("fits", "bool", hint="fits one GPU's memory"),
-                     col("memory per GPU", "si", "B", "weights, KV cache and activation peak")]
-        for row, p in zip(rows, sweep.points, strict=True):
-            mem = getattr(p, "memory", None)
-            row[8:8] = [getattr(p, "fits", None), getattr(mem, "total_bytes", None)]
+    view = View(sweep, memory=any(getattr(p, "memory", None) is not None for p in sweep.points))
+    cols = page_columns(SWEEP_POINTS, view)
+    rows = page_rows(SWEEP_POINTS, view, sweep.points)
     tables = [{**table("points", "Sweep points", cols, rows, TableView(caption="click a row to show it on the chart")),
                "selects": True}]
     for tid, title, crit in (("critical", "Critical batch per context", sweep.critical_batch),
