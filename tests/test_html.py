@@ -19,7 +19,8 @@ from PIL import Image, ImageStat
 
 from rooflinekit.core.report import Report
 from rooflinekit.outputs.groups import fold
-from rooflinekit.outputs.html import TOP_OPS, profile_html
+from rooflinekit.outputs.html import profile_html
+from rooflinekit.outputs.html_tables import TOP_OPS
 from tests.browser import Browser, required_browser
 from tests.conftest import EXAMPLES, TINY_LLAMA
 

@@ -18,7 +18,7 @@ from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.paths import default_depth, layer_pattern
 from rooflinekit.core.report import Report
 from rooflinekit.outputs.chart_data import chart_for
-from rooflinekit.outputs.html import module_table
+from rooflinekit.outputs.html_tables import module_table
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from tests import warm_python
 from tests.conftest import EXAMPLES, MODELS, ROOT
@@ -158,7 +158,7 @@ def advice_payload(tmp_path_factory):
 
     from rooflinekit.cli.main import cli
     from rooflinekit.core.advice_report import AdviceReport
-    from rooflinekit.outputs.html import advise_payload
+    from rooflinekit.outputs.html_advise import advise_payload
 
     out = tmp_path_factory.mktemp("advise") / "a.json"
     result = CliRunner().invoke(cli, ["advise", str(GQA), "-O", "layers=2", "-b", "4", "-s", "4k", "-H", "H800",

@@ -9,19 +9,9 @@ import io
 
 from rooflinekit.core.codec import encode
 from rooflinekit.core.report import Report
+from rooflinekit.outputs.columns import ATTENTION_FIELDS, MEASURED_FIELDS, MODULE_FIELDS, OP_FIELDS
 
 TABLES = ("modules", "ops", "attention")
-
-MODULE_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
-                 "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
-OP_FIELDS = ["index", "name", "module", "kind", "flops", "flops_model", "bytes", "bytes_read", "bytes_written",
-             "param_bytes", "intensity", "bound", "time_bound_s", "time_share", "dtype", "counted", "shapes"]
-ATTENTION_FIELDS = ["module", "module_class", "recognised", "plugin", "arch", "mode", "num_heads", "num_kv_heads",
-                    "head_dim", "v_head_dim", "window", "chunk", "cache_bytes_per_token", "cache_bytes_per_sequence",
-                    "kv_bytes_min", "kv_bytes_executed", "amplification", "read_amplification", "flops_model",
-                    "flops_executed", "bytes_min", "bytes_executed", "intensity_min", "intensity_executed", "dtype",
-                    "bound_min", "time_bound_min_s", "bound_executed", "time_bound_executed_s"]
-MEASURED_FIELDS = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]
 
 
 def _writer(fields: list[str]) -> tuple[io.StringIO, csv.DictWriter]:

@@ -18,9 +18,10 @@ from rooflinekit.core.plan import PlanResult
 from rooflinekit.core.report import Report
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.columns import arch_label, num
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
-from rooflinekit.outputs.sections import arch_label, attention_groups, module_lines, num
+from rooflinekit.outputs.sections import attention_groups, module_lines
 from rooflinekit.outputs.words import deployment_words
 
 #: Rows each table shows before "N more rows" (the DataFrame has them all).

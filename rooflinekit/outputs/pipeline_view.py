@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import seconds, share
-from rooflinekit.outputs.sections import num
+from rooflinekit.outputs.columns import num
 from rooflinekit.outputs.tables import Column
 
 Rows = list[list[str]]

@@ -20,7 +20,7 @@ from html import escape
 from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative
 from rooflinekit.core.units import plain, seconds
 from rooflinekit.core.version import __version__
-from rooflinekit.outputs.html import ASSETS, CSP, _embed
+from rooflinekit.outputs.html import ASSETS, CSP, embed
 from rooflinekit.outputs.plan_io import as_plan
 
 #: Colours of the two serving modes (the PNG uses the same).
@@ -391,6 +391,6 @@ def plan_to_html(result: PlanResult | dict) -> str:
         f"<meta name=\"generator\" content=\"rooflinekit {_e(__version__)}\">\n"
         f"<title>{_e(title).encode('ascii', 'xmlcharrefreplace').decode()}</title>\n<style>\n{css}</style>\n"
         f"</head>\n<body>\n<main id=\"rk-plan\">\n{body}</main>\n"
-        f"<script id=\"rk-plan-data\" type=\"application/json\">{_embed({'tips': _tips(plan)})}</script>\n"
+        f"<script id=\"rk-plan-data\" type=\"application/json\">{embed({'tips': _tips(plan)})}</script>\n"
         f"<script>\n{js}</script>\n</body>\n</html>\n"
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from rooflinekit.core.codec import dumps, encode
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.columns import num
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
 from rooflinekit.outputs.frames import report_frame
 from rooflinekit.outputs.memory_view import memory_lines
@@ -26,7 +27,6 @@ from rooflinekit.outputs.sections import (
     attention_title,
     comm_table,
     module_table,
-    num,
     ops_table,
     ops_title,
     ranks_table,

@@ -13,16 +13,24 @@ from dataclasses import dataclass
 
 from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import AttentionRow, ModuleRow, OpRow, Report
-from rooflinekit.core.units import ratio, seconds, share, si
+from rooflinekit.core.units import ratio
+from rooflinekit.outputs.columns import (
+    ATTENTION,
+    COMM,
+    MODULES,
+    OPS,
+    RANKS,
+    UNCOUNTED,
+    View,
+    num,
+    text_columns,
+    text_rows,
+)
 from rooflinekit.outputs.groups import Group, fold
 from rooflinekit.outputs.tables import PLAIN, Column, Style
 
 Rows = list[list[str]]
 _COUNT = re.compile(r" \(x\d+\)$")
-
-
-def num(value, unit: str = "") -> str:
-    return si(value, unit) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
 
 
 # -- modules ----------------------------------------------------------------------------------------
@@ -44,6 +52,11 @@ class ModuleLine:
     time_s: float | None = None
     mfu: float | None = None
     mbu: float | None = None
+    ops: int = 0
+    weight_bytes: float = 0.0
+    attainable_flops: float | None = None
+    dtype: str = ""
+    achieved: float | None = None
 
 
 def _weighted(members: list[ModuleRow], field_name: str, times: list[float]) -> float | None:
@@ -55,8 +68,9 @@ def _weighted(members: list[ModuleRow], field_name: str, times: list[float]) -> 
     return sum(v * t for v, t in zip(values, times, strict=True)) / sum(times)
 
 
-def module_lines(report: Report, group: bool = True) -> list[ModuleLine]:
-    """The module rows, folded where layers repeat, in order of time (measured where measured)."""
+def module_lines(report: Report, group: bool = True, by_time: bool = True) -> list[ModuleLine]:
+    """The module rows, folded where layers repeat, in order of time (measured where measured;
+    `by_time` off: in report order)."""
     if group:
         groups = fold(report.modules, lambda m: m.name, lambda m: (m.flops, m.bytes, m.weight_bytes, m.dtype))
     else:
@@ -67,15 +81,21 @@ def module_lines(report: Report, group: bool = True) -> list[ModuleLine]:
         first = members[0]
         times = [m.measured.time_s if m.measured is not None else None for m in members]
         timed = all(t is not None for t in times) and any(m.measured is not None for m in members)
+        flops, time_s = sum(m.flops for m in members), sum(times) if timed else None
         out.append(ModuleLine(
-            name=g.label, count=g.count, flops=sum(m.flops for m in members),
+            name=g.label, count=g.count, flops=flops,
             bytes=sum(m.bytes for m in members), intensity=first.intensity, bound=first.bound,
             time_bound_ops_s=sum(m.time_bound_ops_s for m in members),
             time_share=sum(m.time_share for m in members), mfu_bound=first.mfu_bound,
-            time_s=sum(times) if timed else None,
+            time_s=time_s,
             mfu=_weighted(members, "mfu", times) if timed else None,
             mbu=_weighted(members, "mbu", times) if timed else None,
+            ops=sum(m.ops for m in members), weight_bytes=sum(m.weight_bytes for m in members),
+            attainable_flops=first.attainable_flops, dtype=first.dtype,
+            achieved=flops / time_s if time_s else None,
         ))
+    if not by_time:
+        return out
     measured = report.totals.measured is not None
     out.sort(key=lambda m: -(m.time_s or 0.0) if measured else -m.time_bound_ops_s)
     return out
@@ -86,20 +106,8 @@ def module_table(report: Report, top: int | None, group: bool = True,
     """(columns, rows, rows not shown) of the module table."""
     lines = module_lines(report, group)
     shown = lines[: top or None]
-    measured = report.totals.measured is not None
-    cols = [Column("module", "left"), Column("FLOP", drop=3), Column("bytes", drop=5), Column("FLOP/B"),
-            Column("bound", "left", drop=4), Column("t bound"), Column("share"), Column("MFU bd", drop=2)]
-    if measured:
-        cols += [Column("measured"), Column("x bound", drop=1), Column("MFU"), Column("MBU")]
-    rows = []
-    for m in shown:
-        row = [m.name, num(m.flops), num(m.bytes, "B"), ratio(m.intensity), style.bound(m.bound),
-               seconds(m.time_bound_ops_s), share(m.time_share), share(m.mfu_bound)]
-        if measured:
-            row += [seconds(m.time_s), ratio(m.time_s / m.time_bound_ops_s) if m.time_s is not None
-                    and m.time_bound_ops_s else "-", share(m.mfu), share(m.mbu)]
-        rows.append(row)
-    return cols, rows, len(lines) - len(shown)
+    view = View(report, style, group, measured=report.totals.measured is not None)
+    return text_columns(MODULES, view), text_rows(MODULES, view, shown), len(lines) - len(shown)
 
 
 # -- attention / mixers -------------------------------------------------------------------------------
@@ -119,45 +127,15 @@ def attention_groups(report: Report, group: bool = True) -> list[tuple[Attention
     return [(g.members[0], g.label, g.count) for g in fold(report.attention, lambda a: a.module, _same_layer_key)]
 
 
-def arch_label(a: AttentionRow) -> str:
-    """'gqa', 'mla/absorbed', 'gqa win 4096', 'gqa chunk 8192'."""
-    label = a.arch + (f"/{a.mode}" if a.mode else "")
-    if a.window:
-        label += f" win {a.window}"
-    if a.chunk:
-        label += f" chunk {a.chunk}"
-    return label
-
-
 def has_states(report: Report) -> bool:
     """Whether some layer keeps a fixed state (SSM, linear attention, RNN): the table says "mixers"."""
     return any(getattr(a, "cache_bytes_per_sequence", None) for a in report.attention)
 
 
-def cache_cell(a: AttentionRow, states: bool) -> str:
-    """A row's cache: per token (K/V), or per sequence for a fixed state."""
-    per_seq = getattr(a, "cache_bytes_per_sequence", None)
-    if per_seq:
-        return num(per_seq, "B") + "/seq"
-    return num(a.cache_bytes_per_token, "B") + ("/tok" if states and a.cache_bytes_per_token is not None else "")
-
-
 def attention_table(report: Report, group: bool = True, style: Style = PLAIN) -> tuple[list[Column], Rows]:
-    states = has_states(report)
-    cols = [Column("mixer (per layer)" if states else "attention (per layer)", "left"), Column("arch", "left"),
-            Column("H", drop=3), Column("Hkv", drop=3), Column("d", drop=2),
-            Column("cache" if states else "cache/tok"), Column("KV min"), Column("KV exec"),
-            Column("ampl"), Column("FLOP model", drop=5), Column("FLOP exec", drop=4), Column("I min"),
-            Column("bound", "left", drop=1)]
-    rows = []
-    for a, name, _ in attention_groups(report, group):
-        rows.append([
-            name, arch_label(a), str(a.num_heads or "-"), str(a.num_kv_heads or "-"), str(a.head_dim or "-"),
-            cache_cell(a, states), num(a.kv_bytes_min, "B"), num(a.kv_bytes_executed, "B"), ratio(a.amplification),
-            num(a.flops_model), num(a.flops_executed), ratio(a.intensity_min),
-            style.bound(a.placement_min.bound) if a.placement_min else "-",
-        ])
-    return cols, rows
+    """(columns, rows) of the attention / mixer table: one row per group of identical layers."""
+    view = View(report, style, group, states=has_states(report))
+    return text_columns(ATTENTION, view), text_rows(ATTENTION, view, attention_groups(report, group))
 
 
 def attention_title(report: Report) -> str:
@@ -216,26 +194,9 @@ def op_lines(report: Report, group: bool = True) -> list[OpLine]:
 
 
 def ops_table(report: Report, n: int, group: bool = True, style: Style = PLAIN) -> tuple[list[Column], Rows]:
-    predicted = report.totals.predicted_step_s
-    measured = report.totals.measured
-    cols = [Column("op", "left"), Column("n" if group else "#"), Column("module", "left"),
-            Column("FLOP", drop=3), Column("bytes", drop=4), Column("FLOP/B"), Column("bound", "left", drop=2),
-            Column("t bound"), Column("share"), Column("shapes", "left", wide_only=True)]
-    if measured:
-        cols.insert(-1, Column("measured"))
-        cols.insert(-1, Column("x bound", drop=1))
-    rows = []
-    for o in op_lines(report, group)[:n]:
-        row = [o.first.name, str(o.count if group else o.first.index), o.label, num(o.flops), num(o.bytes, "B"),
-               ratio(o.flops / o.bytes) if o.bytes else "-", style.bound(o.first.bound), seconds(o.time_bound_s),
-               share((o.time_s / measured.step_time_s) if measured and o.time_s is not None and measured.step_time_s
-                     else (o.time_bound_s / predicted if predicted else None))]
-        if measured:
-            row += [seconds(o.time_s), ratio(o.time_s / o.time_bound_s) if o.time_s is not None and o.time_bound_s
-                    else "-"]
-        row.append(o.first.shapes)
-        rows.append(row)
-    return cols, rows
+    """(columns, rows) of the `n` most expensive op lines."""
+    view = View(report, style, group, measured=report.totals.measured is not None)
+    return text_columns(OPS, view), text_rows(OPS, view, op_lines(report, group)[:n])
 
 
 def ops_title(report: Report, n: int, group: bool) -> str:
@@ -248,32 +209,21 @@ def ops_title(report: Report, n: int, group: bool) -> str:
 
 
 def uncounted_table(report: Report) -> tuple[list[Column], Rows]:
-    cols = [Column("op without FLOP formula", "left"), Column("count"), Column("bytes"), Column("bytes share"),
-            Column("time share")]
-    rows = [[u.name + (" (formula failed)" if u.formula_error else ""), str(u.count), num(u.bytes, "B"),
-             share(u.bytes_share), share(u.time_share)] for u in report.uncounted_ops]
-    return cols, rows
+    """(columns, rows) of the ops without a FLOP formula."""
+    view = View(report)
+    return text_columns(UNCOUNTED, view), text_rows(UNCOUNTED, view, report.uncounted_ops)
 
 
 def comm_table(report: Report) -> tuple[list[Column], Rows]:
-    cols = [Column("collective", "left"), Column("group"), Column("calls"), Column("message"),
-            Column("wire B/GPU"), Column("t bound"), Column("latency/call"), Column("t expected"),
-            Column("algorithm", "left", drop=1)]
-    rows = [[c.collective, str(c.group_size), str(c.calls), num(c.message_bytes, "B"), num(c.wire_bytes, "B"),
-             seconds(c.time_bound_s), f"{seconds(c.latency_s)} / {seconds(c.expected_latency_s)}",
-             seconds(c.expected_time_s), c.algorithm] for c in report.comm.collectives]
-    return cols, rows
+    """(columns, rows) of the collectives per GPU."""
+    view = View(report)
+    return text_columns(COMM, view), text_rows(COMM, view, report.comm.collectives)
 
 
 def ranks_table(report: Report, style: Style = PLAIN) -> tuple[list[Column], Rows]:
-    cols = [Column("rank"), Column("FLOP"), Column("bytes"), Column("weights", drop=2), Column("compute"),
-            Column("memory"), Column("comm"), Column("binds", "left"), Column("coll.", drop=1),
-            Column("wire B", drop=3), Column("pred. step")]
-    rows = [[str(r["rank"]), num(r["flops"]), num(r["bytes"], "B"), num(r["weight_bytes"], "B"),
-             seconds(r["time_compute_s"]), seconds(r["time_memory_s"]), seconds(r["time_comm_s"]), r["binding"],
-             str(r["comm_calls"]), num(r["comm_wire_bytes"], "B"), seconds(r["predicted_step_s"])]
-            for r in report.distributed["ranks"]]
-    return cols, rows
+    """(columns, rows) of a distributed run's ranks."""
+    view = View(report, style)
+    return text_columns(RANKS, view), text_rows(RANKS, view, report.distributed["ranks"])
 
 
 def attention_notes(report: Report) -> list[str]:

@@ -5,32 +5,10 @@ from __future__ import annotations
 
 import io
 
-from rooflinekit.core.units import plain, ratio, seconds, share, si
-from rooflinekit.outputs.tables import WIDTH, Column, Style, legend, table, wrap
+from rooflinekit.core.units import plain, si
+from rooflinekit.outputs.columns import SWEEP_POINTS, View, shown, text_columns, text_rows
+from rooflinekit.outputs.tables import WIDTH, Style, legend, table, wrap
 from rooflinekit.outputs.words import request_words
-
-COLUMNS = [Column("B"), Column("S"), Column("FLOP", drop=2), Column("bytes"), Column("FLOP/B"),
-           Column("bound", "left", drop=3), Column("step"), Column("tok/s"), Column("MFU bd", drop=6),
-           Column("weights"), Column("KV"), Column("other", drop=1), Column("attn I min"),
-           Column("attn I ex", drop=4), Column("memory", drop=5), Column("fits", "left")]
-
-#: The sweep's own headers: byte shares and one GPU's memory.
-MEANINGS = {"step": "predicted step", "weights": "share of bytes that are weights",
-            "KV": "share of bytes that are KV cache", "other": "share of other bytes",
-            "memory": "one GPU's memory (weights, KV cache, activations)", "fits": "fits in that memory"}
-
-
-def point_rows(data: dict, style: Style) -> list[list[str]]:
-    rows = []
-    for r in data["points"]:
-        memory = r.get("memory") or {}
-        rows.append([str(r["batch"]), str(r["context"]), si(r["flops"]), si(r["bytes"], "B"), ratio(r["intensity"]),
-                     style.bound(r["bound"]), seconds(r["predicted_step_s"]), si(r["tokens_per_s"]),
-                     share(r["mfu_bound"]), share(r["weight_share"]), share(r["kv_share"]), share(r["other_share"]),
-                     ratio(r["attention"]["intensity_min"]), ratio(r["attention"]["intensity_executed"]),
-                     si(memory.get("total_bytes"), "B") if memory.get("total_bytes") is not None else "-",
-                     {True: "yes", False: "NO"}.get(r.get("fits"), "-")])
-    return rows
 
 
 def _differing(summary: str, main: str) -> str:
@@ -61,8 +39,12 @@ def sweep_to_text(data: dict, fmt: str = "table", *, wide: bool = False, colour:
         out.write("# rooflinekit sweep\n\n" + "\n".join(f"- {h}" for h in head) + "\n\n")
     else:
         out.write("\n".join(wrap(h, width) for h in head) + "\n\n")
-    text, left_out = table(COLUMNS, point_rows(data, style), width=width, markdown=md, style=style)
-    key = legend([c.header for c in COLUMNS], left_out, MEANINGS)
+    view = View(data, style)
+    columns = text_columns(SWEEP_POINTS, view)
+    text, left_out = table(columns, text_rows(SWEEP_POINTS, view, data["points"]), width=width, markdown=md,
+                           style=style)
+    meanings = {c.header(view): c.meaning for c in shown(SWEEP_POINTS, view, "text") if c.meaning}
+    key = legend([c.header for c in columns], left_out, meanings)
     out.write(("## Points\n\n" if md else "") + text + "\n" + (("\n" if md else "") + wrap(key, width) + "\n"
                                                                    if key else "") + "\n")
     if data["critical_batch"]:

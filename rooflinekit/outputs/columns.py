@@ -1,0 +1,385 @@
+"""The columns of each profile report table, defined once for every view: the text and Markdown
+report (rooflinekit.outputs.sections) and the HTML page (rooflinekit.outputs.html_tables).
+
+A table is one ordered list of `Col`. Each column names its header in the views that show it (the
+text report's short header, the page's longer one), how a view gets its cell from a row, how the
+page formats and explains it, and, for the text report, its alignment and when it may be left out
+at narrow widths. A new column is one entry here. The CSV of a table (rooflinekit.outputs.csv_tables)
+is its rows' own fields, named at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rooflinekit.core.report import AttentionRow, Report
+from rooflinekit.core.units import ratio, seconds, share, si
+from rooflinekit.outputs.tables import ABBREVIATIONS, PLAIN, Column, Style
+
+Cell = Callable[[Any, "View"], Any]
+
+
+def num(value, unit: str = "") -> str:
+    """A number with SI prefix and unit, or '-' for none."""
+    return si(value, unit) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+@dataclass(frozen=True)
+class View:
+    """What a table's rows are rendered against: the report (a sweep's for its points), the text
+    decoration, whether repeated layers are folded, and the conditions that add columns (`measured`,
+    `states`, `memory`)."""
+
+    report: Any
+    style: Style = PLAIN
+    group: bool = True
+    measured: bool = False
+    states: bool = False
+    memory: bool = False
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a table.
+
+    `text` / `html`: its header in the text report and on the page (None: not in that view; `text`
+    may depend on the view). `cell` gives the text cell, `value` the page's raw value, each from that
+    view's row. `kind` and `unit` say how the page formats the value (text, int, si, num, pct, time,
+    bool), `hint` is the page header's hover text. `align`, `drop` (lower: left out first at narrow
+    widths) and `wide_only` lay out the text column. `when` names the view condition that adds it.
+    `meaning` is the text legend's word for a header of this table alone (else the glossary's).
+    """
+
+    key: str
+    text: str | Callable[[View], str] | None = None
+    html: str | None = None
+    cell: Cell | None = None
+    value: Cell | None = None
+    kind: str = "text"
+    unit: str = ""
+    hint: str = ""
+    align: str = "right"
+    drop: int | None = None
+    wide_only: bool = False
+    when: str = ""
+    meaning: str = ""
+
+    def header(self, view: View) -> str:
+        """The text report's header in `view`."""
+        return self.text(view) if callable(self.text) else str(self.text)
+
+    def legend(self, view: View) -> str:
+        """What the text header means: its own `meaning`, else the report's glossary's ('' when it
+        needs no words)."""
+        return self.meaning or ABBREVIATIONS.get(self.header(view), "")
+
+
+def shown(cols: Sequence[Col], view: View, where: str) -> list[Col]:
+    """The columns of `cols` that `where` ("text" or "html") shows in `view`, in order."""
+    return [c for c in cols if getattr(c, where) is not None and (not c.when or getattr(view, c.when))]
+
+
+def text_columns(cols: Sequence[Col], view: View) -> list[Column]:
+    """The text layout of the columns the text report shows."""
+    return [Column(c.header(view), c.align, c.drop, c.wide_only) for c in shown(cols, view, "text")]
+
+
+def text_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list[str]]:
+    """The text cells of `rows` under the columns the text report shows."""
+    kept = shown(cols, view, "text")
+    return [[c.cell(r, view) for c in kept] for r in rows]
+
+
+def page_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list]:
+    """The page's raw values of `rows` under the columns the page shows."""
+    kept = shown(cols, view, "html")
+    return [[c.value(r, view) for c in kept] for r in rows]
+
+
+def page_index(cols: Sequence[Col], view: View, key: str) -> int:
+    """The position of column `key` among those the page shows (its first sort)."""
+    return [c.key for c in shown(cols, view, "html")].index(key)
+
+
+def _both(key: str, text: str, html: str, get: Callable[[Any], Any], fmt: Callable[[Any], str],
+          kind: str = "text", unit: str = "", **layout: Any) -> Col:
+    """A column both views show from the same raw value: the text report formats it with `fmt`."""
+    return Col(key, text, html, cell=lambda r, v: fmt(get(r)), value=lambda r, v: get(r), kind=kind, unit=unit,
+               **layout)
+
+
+def _page(key: str, html: str, get: Callable[[Any], Any], kind: str = "text", unit: str = "", *, hint: str = "",
+          when: str = "") -> Col:
+    """A column only the page shows."""
+    return Col(key, None, html, value=lambda r, v: get(r), kind=kind, unit=unit, hint=hint, when=when)
+
+
+def _text(key: str, text: str | Callable[[View], str], cell: Cell, **layout: Any) -> Col:
+    """A column only the text report shows."""
+    return Col(key, text, None, cell=cell, **layout)
+
+
+def _bytes(value) -> str:
+    return num(value, "B")
+
+
+def _over(a: float | None, b: float | None) -> str:
+    """'a / b' as a ratio, '-' when either is missing."""
+    return ratio(a / b) if a is not None and b else "-"
+
+
+# -- modules: rows are rooflinekit.outputs.sections.ModuleLine ----------------------------------------
+
+MODULES: tuple[Col, ...] = (
+    _both("name", "module", "module", lambda m: m.name, str, align="left"),
+    _page("ops", "ops", lambda m: m.ops, "int"),
+    _both("flops", "FLOP", "FLOPs", lambda m: m.flops, num, "si", "FLOP", drop=3),
+    _both("bytes", "bytes", "bytes", lambda m: m.bytes, _bytes, "si", "B", drop=5),
+    _page("weights", "weights", lambda m: m.weight_bytes, "si", "B"),
+    _both("intensity", "FLOP/B", "FLOP/B", lambda m: m.intensity, ratio, "num", hint="arithmetic intensity"),
+    Col("bound", "bound", "bound", cell=lambda m, v: v.style.bound(m.bound), value=lambda m, v: m.bound,
+        align="left", drop=4),
+    _page("attainable", "attainable", lambda m: m.attainable_flops, "si", "FLOP/s",
+          hint="min(peak, bandwidth x intensity)"),
+    _both("time_bound", "t bound", "time bound", lambda m: m.time_bound_ops_s, seconds, "time",
+          hint="sum of its ops' time bounds"),
+    _both("share", "share", "share", lambda m: m.time_share, share, "pct",
+          hint="share of the predicted step (sum of op bounds)"),
+    _both("mfu_bound", "MFU bd", "MFU bound", lambda m: m.mfu_bound, share, "pct", drop=2),
+    _page("dtype", "dtype", lambda m: m.dtype),
+    _both("measured", "measured", "measured", lambda m: m.time_s, seconds, "time", when="measured"),
+    _text("x_bound", "x bound", lambda m, v: _over(m.time_s, m.time_bound_ops_s), drop=1, when="measured"),
+    _page("achieved", "achieved", lambda m: m.achieved, "si", "FLOP/s", when="measured"),
+    _both("mfu", "MFU", "MFU", lambda m: m.mfu, share, "pct", when="measured"),
+    _both("mbu", "MBU", "MBU", lambda m: m.mbu, share, "pct", when="measured"),
+)
+
+
+# -- attention / mixers: text rows are (first row, label, layers) of folded layers, page rows AttentionRow --
+
+
+def arch_label(a: AttentionRow) -> str:
+    """'gqa', 'mla/absorbed', 'gqa win 4096', 'gqa chunk 8192'."""
+    label = a.arch + (f"/{a.mode}" if a.mode else "")
+    if a.window:
+        label += f" win {a.window}"
+    if a.chunk:
+        label += f" chunk {a.chunk}"
+    return label
+
+
+def cache_cell(a: AttentionRow, states: bool) -> str:
+    """A row's cache: per token (K/V), or per sequence for a fixed state."""
+    per_seq = getattr(a, "cache_bytes_per_sequence", None)
+    if per_seq:
+        return num(per_seq, "B") + "/seq"
+    return num(a.cache_bytes_per_token, "B") + ("/tok" if states and a.cache_bytes_per_token is not None else "")
+
+
+def op_time(report: Report, row: AttentionRow) -> float:
+    """An attention row's time as the predicted step counts it: the sum of its ops' bounds."""
+    if row.op_indices and len(report.ops) > max(row.op_indices):
+        return sum(report.ops[i].time_bound_s for i in row.op_indices)
+    return row.placement_executed.time_bound_s
+
+
+def _step_share(time_s: float | None, report: Report) -> float | None:
+    step = report.totals.predicted_step_s
+    return time_s / step if time_s is not None and step else None
+
+
+def _att(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
+         unit: str = "", *, hint: str = "", **layout: Any) -> Col:
+    """An attention column both views read from the same field (the text report from a group's first row)."""
+    return Col(key, text, html, cell=lambda g, v: fmt(getattr(g[0], name)), value=lambda a, v: getattr(a, name),
+               kind=kind, unit=unit, hint=hint, **layout)
+
+
+def _heads(value) -> str:
+    return str(value or "-")
+
+
+ATTENTION: tuple[Col, ...] = (
+    Col("name", lambda v: "mixer (per layer)" if v.states else "attention (per layer)", "layer",
+        cell=lambda g, v: g[1], value=lambda a, v: a.module, align="left"),
+    _page("class", "class", lambda a: a.module_class),
+    Col("arch", "arch", "arch", cell=lambda g, v: arch_label(g[0]), align="left",
+        value=lambda a, v: a.arch + (f"/{a.mode}" if a.mode else "") + ("" if a.recognised else " (not recognised)")),
+    _att("num_heads", "H", "H", "num_heads", _heads, "int", hint="query heads", drop=3),
+    _att("num_kv_heads", "Hkv", "H_kv", "num_kv_heads", _heads, "int", hint="key/value heads", drop=3),
+    _att("head_dim", "d", "d", "head_dim", _heads, "int", hint="head dim", drop=2),
+    _page("window", "window", lambda a: a.window, "int"),
+    Col("cache", lambda v: "cache" if v.states else "cache/tok", "cache/token",
+        cell=lambda g, v: cache_cell(g[0], v.states), value=lambda a, v: a.cache_bytes_per_token, kind="si", unit="B",
+        hint="cache bytes per token, per layer"),
+    _page("state", "state/sequence", lambda a: getattr(a, "cache_bytes_per_sequence", None), "si", "B",
+          hint="recurrent state bytes per sequence", when="states"),
+    _att("kv_min", "KV min", "KV min", "kv_bytes_min", _bytes, "si", "B", hint="architecture minimum: cache read once"),
+    _att("kv_executed", "KV exec", "KV executed", "kv_bytes_executed", _bytes, "si", "B", hint="KV bytes the code moved"),
+    _att("amplification", "ampl", "executed/min", "amplification", ratio, "num", hint="amplification"),
+    _att("flops_model", "FLOP model", "FLOPs model", "flops_model", num, "si", "FLOP", drop=5),
+    _att("flops_executed", "FLOP exec", "FLOPs executed", "flops_executed", num, "si", "FLOP", drop=4),
+    _page("bytes_executed", "bytes executed", lambda a: a.bytes_executed, "si", "B"),
+    _att("intensity_min", "I min", "I min", "intensity_min", ratio, "num", "FLOP/B",
+         hint="intensity at the architecture minimum"),
+    _page("intensity_executed", "I executed", lambda a: a.intensity_executed, "num", "FLOP/B", hint="intensity as executed"),
+    _text("bound_min", "bound", lambda g, v: v.style.bound(g[0].placement_min.bound) if g[0].placement_min else "-",
+          align="left", drop=1),
+    _page("bound_executed", "bound", lambda a: a.placement_executed.bound),
+    Col("time_bound", None, "time bound", value=lambda a, v: op_time(v.report, a), kind="time",
+        hint="sum of its ops' time bounds"),
+    Col("share", None, "share", value=lambda a, v: _step_share(op_time(v.report, a), v.report), kind="pct",
+        hint="share of the predicted step"),
+    _page("notes", "notes", lambda a: " | ".join(a.notes)),
+)
+
+
+# -- the most expensive ops: text rows are rooflinekit.outputs.sections.OpLine, page rows OpRow ----------
+
+
+def _op_share(o, v: View) -> str:
+    """An op line's share of the measured step where measured, else of the predicted step."""
+    measured, predicted = v.report.totals.measured, v.report.totals.predicted_step_s
+    if measured and o.time_s is not None and measured.step_time_s:
+        return share(o.time_s / measured.step_time_s)
+    return share(o.time_bound_s / predicted if predicted else None)
+
+
+OPS: tuple[Col, ...] = (
+    _page("index", "#", lambda o: o.index, "int", hint="index in execution order"),
+    Col("op", "op", "op", cell=lambda o, v: o.first.name, value=lambda o, v: o.name, align="left"),
+    _text("count", lambda v: "n" if v.group else "#", lambda o, v: str(o.count if v.group else o.first.index)),
+    Col("module", "module", "module", cell=lambda o, v: o.label, value=lambda o, v: o.module, align="left"),
+    _page("kind", "kind", lambda o: o.kind),
+    Col("flops", "FLOP", "FLOPs", cell=lambda o, v: num(o.flops), value=lambda o, v: o.flops, kind="si",
+        unit="FLOP", drop=3),
+    Col("bytes", "bytes", "bytes", cell=lambda o, v: num(o.bytes, "B"), value=lambda o, v: o.bytes, kind="si",
+        unit="B", drop=4),
+    Col("intensity", "FLOP/B", "FLOP/B", cell=lambda o, v: ratio(o.flops / o.bytes) if o.bytes else "-",
+        value=lambda o, v: o.intensity, kind="num"),
+    Col("bound", "bound", "bound", cell=lambda o, v: v.style.bound(o.first.bound), value=lambda o, v: o.bound,
+        align="left", drop=2),
+    _both("time_bound", "t bound", "time bound", lambda o: o.time_bound_s, seconds, "time"),
+    Col("share", "share", "share", cell=_op_share, value=lambda o, v: _step_share(o.time_bound_s, v.report),
+        kind="pct", hint="share of the predicted step"),
+    _text("measured", "measured", lambda o, v: seconds(o.time_s), when="measured"),
+    _text("x_bound", "x bound", lambda o, v: _over(o.time_s, o.time_bound_s), drop=1, when="measured"),
+    _page("dtype", "dtype", lambda o: o.dtype),
+    _page("counted", "counted", lambda o: o.counted, "bool", hint="has a FLOP formula"),
+    Col("shapes", "shapes", "shapes", cell=lambda o, v: o.first.shapes, value=lambda o, v: o.shapes, align="left",
+        wide_only=True),
+)
+
+
+# -- ops without a FLOP formula (rows: UncountedOp) ------------------------------------------------------
+
+UNCOUNTED: tuple[Col, ...] = (
+    Col("name", "op without FLOP formula", "op", align="left", value=lambda u, v: u.name,
+        cell=lambda u, v: u.name + (" (formula failed)" if u.formula_error else "")),
+    _both("count", "count", "count", lambda u: u.count, str, "int"),
+    _both("bytes", "bytes", "bytes", lambda u: u.bytes, _bytes, "si", "B"),
+    _both("bytes_share", "bytes share", "bytes share", lambda u: u.bytes_share, share, "pct"),
+    _page("time_bound", "time bound", lambda u: u.time_bound_s, "time"),
+    _both("time_share", "time share", "time share", lambda u: u.time_share, share, "pct"),
+    _page("formula_error", "formula error", lambda u: u.formula_error),
+)
+
+
+# -- collectives per GPU (rows: CollectiveSummary) --------------------------------------------------------
+
+COMM: tuple[Col, ...] = (
+    _both("collective", "collective", "collective", lambda c: c.collective, str, align="left"),
+    _both("group", "group", "group", lambda c: c.group_size, str, "int"),
+    _both("calls", "calls", "calls", lambda c: c.calls, str, "int"),
+    _both("message", "message", "message", lambda c: c.message_bytes, _bytes, "si", "B"),
+    _both("wire", "wire B/GPU", "wire bytes per GPU", lambda c: c.wire_bytes, _bytes, "si", "B"),
+    _both("time_bound", "t bound", "time bound", lambda c: c.time_bound_s, seconds, "time"),
+    _text("latency", "latency/call", lambda c, v: f"{seconds(c.latency_s)} / {seconds(c.expected_latency_s)}"),
+    _text("expected", "t expected", lambda c, v: seconds(c.expected_time_s)),
+    _text("algorithm", "algorithm", lambda c, v: c.algorithm, align="left", drop=1),
+)
+
+
+# -- ranks of a distributed run (rows: the report's distributed["ranks"] dicts; text only) ----------------
+
+
+def _rank(key: str, text: str, fmt: Callable[[Any], str], **layout: Any) -> Col:
+    return _text(key, text, lambda r, v: fmt(r[key]), **layout)
+
+
+RANKS: tuple[Col, ...] = (
+    _rank("rank", "rank", str),
+    _rank("flops", "FLOP", num),
+    _rank("bytes", "bytes", _bytes),
+    _rank("weight_bytes", "weights", _bytes, drop=2),
+    _rank("time_compute_s", "compute", seconds),
+    _rank("time_memory_s", "memory", seconds),
+    _rank("time_comm_s", "comm", seconds),
+    _rank("binding", "binds", str, align="left"),
+    _rank("comm_calls", "coll.", str, drop=1),
+    _rank("comm_wire_bytes", "wire B", _bytes, drop=3),
+    _rank("predicted_step_s", "pred. step", seconds),
+)
+
+
+# -- a sweep's points: text rows are SweepReport.to_dict()'s points, page rows SweepPoint --------------
+
+
+def _point(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
+           unit: str = "", *, hint: str = "", **layout: Any) -> Col:
+    """A point column both views read from the same field (the text report from the point's dict)."""
+    return Col(key, text, html, cell=lambda r, v: fmt(r[name]), value=lambda p, v: getattr(p, name), kind=kind,
+               unit=unit, hint=hint, **layout)
+
+
+def _fits(value: bool | None) -> str:
+    return {True: "yes", False: "NO"}.get(value, "-")
+
+
+def _memory_cell(r: dict, v: View) -> str:
+    total = (r.get("memory") or {}).get("total_bytes")
+    return si(total, "B") if total is not None else "-"
+
+
+SWEEP_POINTS: tuple[Col, ...] = (
+    _point("batch", "B", "batch", "batch", str, "int"),
+    _point("context", "S", "context", "context", str, "int"),
+    _point("flops", "FLOP", "FLOPs", "flops", si, "si", "FLOP", drop=2),
+    _point("bytes", "bytes", "bytes", "bytes", lambda x: si(x, "B"), "si", "B"),
+    _point("intensity", "FLOP/B", "FLOP/B", "intensity", ratio, "num"),
+    Col("bound", "bound", "bound", cell=lambda r, v: v.style.bound(r["bound"]), value=lambda p, v: p.bound,
+        align="left", drop=3),
+    _point("step", "step", "predicted step", "predicted_step_s", seconds, "time", meaning="predicted step"),
+    _point("tokens", "tok/s", "tokens/s", "tokens_per_s", si, "num"),
+    _page("fits", "fits", lambda p: getattr(p, "fits", None), "bool", hint="fits one GPU's memory", when="memory"),
+    _page("memory", "memory per GPU", lambda p: getattr(getattr(p, "memory", None), "total_bytes", None), "si", "B",
+          hint="weights, KV cache and activation peak", when="memory"),
+    _point("mfu_bound", "MFU bd", "bound MFU", "mfu_bound", share, "pct", drop=6),
+    _point("weights", "weights", "weights", "weight_share", share, "pct", hint="weights' share of the step's bytes",
+           meaning="share of bytes that are weights"),
+    _point("kv", "KV", "KV", "kv_share", share, "pct", hint="KV cache's share", meaning="share of bytes that are KV cache"),
+    _point("other", "other", "other", "other_share", share, "pct", drop=1, meaning="share of other bytes"),
+    Col("attn_min", "attn I min", "attn I min", cell=lambda r, v: ratio(r["attention"]["intensity_min"]),
+        value=lambda p, v: p.attention.intensity_min, kind="num", unit="FLOP/B"),
+    Col("attn_executed", "attn I ex", "attn I executed", cell=lambda r, v: ratio(r["attention"]["intensity_executed"]),
+        value=lambda p, v: p.attention.intensity_executed, kind="num", unit="FLOP/B", drop=4),
+    _text("memory_text", "memory", _memory_cell, drop=5, meaning="one GPU's memory (weights, KV cache, activations)"),
+    _text("fits_text", "fits", lambda r, v: _fits(r.get("fits")), align="left", meaning="fits in that memory"),
+)
+
+
+# -- CSV (`-f csv --table modules|ops|attention`): the report's own fields, never folded -----------------
+# A spreadsheet gets every field of a row in SI base units, not the views' formatted columns.
+
+MODULE_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
+                 "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
+OP_FIELDS = ["index", "name", "module", "kind", "flops", "flops_model", "bytes", "bytes_read", "bytes_written",
+             "param_bytes", "intensity", "bound", "time_bound_s", "time_share", "dtype", "counted", "shapes"]
+ATTENTION_FIELDS = ["module", "module_class", "recognised", "plugin", "arch", "mode", "num_heads", "num_kv_heads",
+                    "head_dim", "v_head_dim", "window", "chunk", "cache_bytes_per_token", "cache_bytes_per_sequence",
+                    "kv_bytes_min", "kv_bytes_executed", "amplification", "read_amplification", "flops_model",
+                    "flops_executed", "bytes_min", "bytes_executed", "intensity_min", "intensity_executed", "dtype",
+                    "bound_min", "time_bound_min_s", "bound_executed", "time_bound_executed_s"]
+MEASURED_FIELDS = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]

@@ -1,0 +1,182 @@
+"""Every table the text report prints and the HTML page shows has, in order, the headers of its one
+definition in rooflinekit.outputs.columns: read back from the rendered text, Markdown and page."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from rooflinekit.analyses.profile import profile
+from rooflinekit.core.report import Report
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.sweep_report import SweepReport
+from rooflinekit.outputs.columns import (
+    ATTENTION,
+    COMM,
+    MODULES,
+    OPS,
+    RANKS,
+    SWEEP_POINTS,
+    UNCOUNTED,
+    View,
+    shown,
+)
+from rooflinekit.outputs.html import profile_html, sweep_html
+from rooflinekit.outputs.render import to_text
+from rooflinekit.outputs.report_io import load_report
+from rooflinekit.outputs.sweep_text import sweep_to_text
+from rooflinekit.stages.workload import load_source
+from tests.conftest import EXAMPLES, ROOT, run_profile
+
+#: A text report's section title -> its table.
+TITLES = {"Modules": MODULES, "Attention": ATTENTION, "Mixers": ATTENTION, "The ": OPS,
+          "Ops without a FLOP formula": UNCOUNTED, "Collectives per GPU": COMM, "Ranks": RANKS}
+#: A page table's id -> its table.
+PAGE = {"modules": MODULES, "attention": ATTENTION, "ops": OPS, "uncounted": UNCOUNTED, "comm": COMM}
+
+
+def _distributed(report: dict) -> dict:
+    """`report` as one rank of a two-rank run: its Ranks table has two rows."""
+    t = report["totals"]
+    rank = {"rank": 0, "flops": t["flops"], "bytes": t["bytes"], "weight_bytes": t["weight_bytes"],
+            "time_compute_s": 1e-3, "time_memory_s": 2e-3, "time_comm_s": 1e-4, "binding": "memory",
+            "comm_calls": 2, "comm_wire_bytes": 1e6, "predicted_step_s": t["predicted_step_s"]}
+    return {**report, "distributed": {"world_size": 2, "backend": "gloo", "device": "cpu", "slowest_rank": 1,
+                                      "ranks": [rank, {**rank, "rank": 1}]}}
+
+
+def _states(report: dict) -> dict:
+    """`report` with its first layer keeping a fixed state: the table speaks of mixers."""
+    layers = [dict(report["attention"][0], cache_bytes_per_sequence=4096.0), *report["attention"][1:]]
+    return {**report, "attention": layers}
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, Report]:
+    """A measured report, one with collectives (TP 2) and ranks, and one with a fixed-state layer."""
+    tp = profile(load_source(str(EXAMPLES / "tp_mlp.py"), {}), Workload("decode", 4, 256, "bf16", "meta"),
+                 Deployment("H800", tp=2)).report.to_dict()
+    gqa = run_profile(EXAMPLES / "llama_gqa.py", batch=2, context=256, layers=2)
+    return {"measured": load_report(str(ROOT / "tests" / "data" / "report-1.0-gqa.json"), ("profile",)),
+            "tp": Report.from_dict(_distributed(tp)), "states": Report.from_dict(_states(gqa))}
+
+
+def _view(report: Report, where: str) -> View:
+    """The view conditions as each renderer reads them from the report."""
+    if where == "html":
+        return View(report, measured=any(m.measured is not None for m in report.modules),
+                    states=any(getattr(a, "cache_bytes_per_sequence", None) for a in report.attention))
+    return View(report, measured=report.totals.measured is not None,
+                states=any(getattr(a, "cache_bytes_per_sequence", None) for a in report.attention))
+
+
+def _table_of(title: str):
+    return next(cols for start, cols in TITLES.items() if title.startswith(start))
+
+
+def text_tables(text: str) -> list[tuple[str, list[str]]]:
+    """(title, headers) of every table in a text report: the headers are read from the spans of the
+    dashes under them."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if i >= 2 and line and set(line) <= {"-", " "} and line.startswith("-"):
+            head, start = lines[i - 1], i - 2
+            while start > 0 and lines[start - 1]:  # a long title wraps: its first line names it
+                start -= 1
+            headers = [head[m.start():m.end()].strip() for m in re.finditer(r"-+", line)]
+            out.append((lines[start], headers))
+    return out
+
+
+def markdown_tables(text: str) -> list[tuple[str, list[str]]]:
+    """(title, headers) of every table in a Markdown report."""
+    lines = text.splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("|") and i + 1 < len(lines) and re.fullmatch(r"\|[-:| ]+\|", lines[i + 1]):
+            title = next(x for x in reversed(lines[:i]) if x.startswith("## "))[3:]
+            out.append((title, [h.strip() for h in line.strip("|").split("|")]))
+    return out
+
+
+def page_tables(page: str) -> dict[str, list[str]]:
+    """id -> column headers of every table the page's embedded data holds."""
+    data = json.loads(re.search(r'<script id="rk-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    for t in data["tables"]:
+        assert all(len(row) == len(t["columns"]) for row in t["rows"]), t["id"]
+    return {t["id"]: [c["label"] for c in t["columns"]] for t in data["tables"]}
+
+
+@pytest.mark.parametrize("case", ["measured", "tp", "states"])
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_every_text_table_has_the_headers_of_its_definition(reports, case, fmt):
+    report = reports[case]
+    text = to_text(report, fmt, wide=True, ops=5)
+    found = (text_tables if fmt == "table" else markdown_tables)(text)
+    view = _view(report, "text")
+    titles = [title for title, _ in found]
+    assert any(t.startswith("Modules") for t in titles) and any(t.startswith("The 5 most") for t in titles)
+    for title, headers in found:
+        if title.startswith("Pipeline"):
+            continue
+        assert headers == [c.header(view) for c in shown(_table_of(title), view, "text")], title
+    if case == "tp":
+        assert {"Collectives per GPU", "Ranks"} <= {t.split(" (")[0] for t in titles}
+    if case == "states":
+        assert any(t.startswith("Mixers") for t in titles)
+
+
+@pytest.mark.parametrize("case", ["measured", "tp", "states"])
+def test_a_narrow_text_table_leaves_out_only_its_droppable_columns_in_order(reports, case):
+    report = reports[case]
+    view = _view(report, "text")
+    for title, headers in text_tables(to_text(report, "table", ops=5)):
+        cols = shown(_table_of(title), view, "text")
+        kept = [c for c in cols if c.header(view) in headers]
+        assert [c.header(view) for c in kept] == headers, title
+        assert all(c.drop is not None or c.wide_only for c in cols if c not in kept), title
+
+
+@pytest.mark.parametrize("case", ["measured", "tp", "states"])
+def test_every_page_table_has_the_headers_of_its_definition(reports, case):
+    report = reports[case]
+    found = page_tables(profile_html(report))
+    view = _view(report, "html")
+    assert "modules" in found and "ops" in found
+    for tid, headers in found.items():
+        assert headers == [c.html for c in shown(PAGE[tid], view, "html")], tid
+    if case == "tp":
+        assert "comm" in found
+    if case == "states":
+        assert "state/sequence" in found["attention"]
+    if case == "measured":
+        assert {"measured", "MFU"} <= set(found["modules"])
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_the_sweep_points_table_has_the_headers_of_its_definition(memory):
+    data = dict(load_report(str(ROOT / "tests" / "data" / "sweep-3.0-gqa.json"), ("sweep",)))
+    if not memory:
+        data["points"] = [{k: v for k, v in p.items() if k not in ("memory", "fits")} for p in data["points"]]
+    text_view, page_view = View(data), View(data, memory=memory)
+    want = [c.header(text_view) for c in shown(SWEEP_POINTS, text_view, "text")]
+    for fmt, read in (("table", text_tables), ("markdown", markdown_tables)):
+        (_, headers), *_ = read(sweep_to_text(data, fmt, wide=True))
+        assert headers == want, fmt
+    (_, narrow), *_ = text_tables(sweep_to_text(data, "table"))
+    assert narrow == [h for h in want if h in narrow]
+    page = page_tables(sweep_html(SweepReport.from_dict(data)))
+    assert page["points"] == [c.html for c in shown(SWEEP_POINTS, page_view, "html")]
+    assert ("memory per GPU" in page["points"]) is memory
+
+
+def test_a_header_is_named_once_per_view():
+    view = View(None, measured=True, states=True, memory=True)
+    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS):
+        assert len({c.key for c in cols}) == len(cols)
+        for where, header in (("text", lambda c: c.header(view)), ("html", lambda c: c.html)):
+            names = [header(c) for c in shown(cols, view, where)]
+            assert len(names) == len(set(names)), (where, names)
