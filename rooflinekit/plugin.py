@@ -65,6 +65,7 @@ from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
     from rooflinekit.analyses.tp_plan import resolve, structural_plan
+    from rooflinekit.core.compat import TorchDispatchMode, disable_torch_dispatch
     from rooflinekit.core.report import Report
     from rooflinekit.stages.attribute import (
         AttentionSite,
@@ -93,6 +94,7 @@ _LAZY = {
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",
+    **dict.fromkeys(("TorchDispatchMode", "disable_torch_dispatch"), "rooflinekit.core.compat"),
     "load_model_file": "rooflinekit.stages.workload",
 }
 
@@ -190,6 +192,10 @@ __all__ = [
     "cached",
     "module_tree",
     "older_than_tested",
+    # torch's dispatch-mode internals, named in one place (rooflinekit.core.compat): the base class
+    # of a mode that sees every aten op, and a context in which no mode sees the ops run inside
+    "TorchDispatchMode",
+    "disable_torch_dispatch",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
     # bounds on the work one analysis may do, and the one-line error past one (rooflinekit.core.limits)
