@@ -55,6 +55,7 @@ from rooflinekit.core.specs import (
 from rooflinekit.core.state import (
     STATE_ATTR,
     STATE_KEYS,
+    StateCounts,
     kept_state,
     split_state,
     state_cost,
@@ -77,7 +78,7 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     )
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
-    from rooflinekit.stages.modelled import emit, emit_collective, suppressed
+    from rooflinekit.stages.modelled import OpCounts, Provenance, emit, emit_collective, suppressed
     from rooflinekit.stages.transform import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.stages.workload import load_model_file
 
@@ -89,7 +90,7 @@ _LAZY = {
     **dict.fromkeys(("AttentionSite", "attention_workload", "downstream", "dtype_itemsize", "is_attention_product",
                      "reexpanding"),
                     "rooflinekit.stages.attribute"),
-    **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
+    **dict.fromkeys(("OpCounts", "Provenance", "emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.analyses.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
@@ -133,6 +134,8 @@ __all__ = [
     "Report",
     # a module's analytic stand-in during capture (rooflinekit_module_model) and the records it emits
     "ModuleModel",
+    "OpCounts",
+    "Provenance",
     "emit",
     "emit_collective",
     "suppressed",
@@ -176,6 +179,7 @@ __all__ = [
     "positions_attended",
     # layers that keep a fixed-size state (SSM, linear attention, RNN, short convolution)
     "STATE_KEYS",
+    "StateCounts",
     "state_cost",
     "state_spec",
     "split_state",
