@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from rooflinekit.plugin import hookimpl, int_attr, state_spec, with_kept_state
+from rooflinekit.plugin import StateCounts, hookimpl, int_attr, state_spec, with_kept_state
 
 DELTANET, LIGHTNING, SHORT_CONV = "gated_deltanet", "lightning", "short_conv"
 PROVIDES = (DELTANET, LIGHTNING, SHORT_CONV)
@@ -67,13 +67,10 @@ def _deltanet(module):
         mode = "kda"  # a per-channel forget gate (d_k exponentials per head)
     conv = _int(module, "conv_dim") or 2 * hk * dk + hv * dv
     gate = hv * dk if mode else hv  # the decay's exponentials: per channel (KDA) or per head
-    spec = state_spec(
-        DELTANET, hv, hk, dk, dv,
-        state_elements=hv * dk * dv, conv_elements=conv * (kernel - 1),
-        flops_per_token=7 * hv * dk * dv + 2 * hv * dv + gate,
-        io_per_token=2 * hk * dk + 2 * hv * dv + hv + gate,
-        d_conv=kernel, conv_channels=conv, notes=(DELTA_NOTE,),
-    )
+    counts = StateCounts(state_elements=hv * dk * dv, conv_elements=conv * (kernel - 1),
+                         flops_per_token=7 * hv * dk * dv + 2 * hv * dv + gate,
+                         io_per_token=2 * hk * dk + 2 * hv * dv + hv + gate)
+    spec = state_spec(DELTANET, hv, hk, dk, dv, counts, d_conv=kernel, conv_channels=conv, notes=(DELTA_NOTE,))
     return spec if mode is None else replace(spec, mode=mode)
 
 
@@ -82,8 +79,9 @@ def _lightning(module):
     dim = _int(module, "head_dim")
     if heads is None or dim is None:
         return None
-    return state_spec(LIGHTNING, heads, heads, dim, dim, state_elements=heads * dim * dim, conv_elements=0,
-                      flops_per_token=5 * heads * dim * dim, io_per_token=4 * heads * dim, notes=(LIGHTNING_NOTE,))
+    counts = StateCounts(state_elements=heads * dim * dim, conv_elements=0, flops_per_token=5 * heads * dim * dim,
+                         io_per_token=4 * heads * dim)
+    return state_spec(LIGHTNING, heads, heads, dim, dim, counts, notes=(LIGHTNING_NOTE,))
 
 
 def _short_conv(module):
@@ -93,9 +91,10 @@ def _short_conv(module):
     if kernel is None or conv is None:
         return None
     channels = conv.in_channels
-    return state_spec(SHORT_CONV, channels, channels, 1, 1, state_elements=0,
-                      conv_elements=channels * (kernel - 1), flops_per_token=2 * channels,
-                      io_per_token=4 * channels, d_conv=kernel, conv_channels=channels, notes=(CONV_NOTE,))
+    counts = StateCounts(state_elements=0, conv_elements=channels * (kernel - 1), flops_per_token=2 * channels,
+                         io_per_token=4 * channels)
+    return state_spec(SHORT_CONV, channels, channels, 1, 1, counts, d_conv=kernel, conv_channels=channels,
+                      notes=(CONV_NOTE,))
 
 
 def recognise(module):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rooflinekit.plugin import ModuleModel, emit, emit_collective, suppressed
+from rooflinekit.plugin import ModuleModel, OpCounts, Provenance, emit, emit_collective, suppressed
 from rooflinekit_plugins import moe  # its expected_distinct_experts: the one formula
 
 
@@ -98,10 +98,10 @@ class ExpertsModel(ModuleModel):
             f", each split {split} ways" if split > 1 else "") + ")"
         terms = {"tokens": group_tokens, "k": k, "experts": e_total, "share": 1 / ep,
                  **({"redundant": redundant} if redundant else {})}
+        at, a2a = Provenance(path, self.dtype, note), Provenance(path, self.dtype, _A2A_NOTE)
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}",
-                            copies=k, experts=e_total + redundant)
+                            at=a2a, shapes=f"{tokens * k}x{hidden}", copies=k, experts=e_total + redundant)
         last = len(self.matrices) - 1
         for i, (name, out_f, in_f) in enumerate(self.matrices):
             # tensor parallelism: the last matrix splits its input (rows), the others their output
@@ -109,30 +109,28 @@ class ExpertsModel(ModuleModel):
             in_l = in_f / split if i == last and last > 0 else in_f
             weights = touched * out_l * in_l * isz
             emit(
-                f"moe.{name}", module=path, dtype=self.dtype, assumption=note,
-                flops=2 * rows * out_l * in_l,
-                bytes_read=weights + rows * in_l * isz,
-                bytes_written=rows * out_l * isz,
-                param_bytes=weights, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}", experts=terms,
+                f"moe.{name}",
+                OpCounts(flops=2 * rows * out_l * in_l, bytes_read=weights + rows * in_l * isz,
+                         bytes_written=rows * out_l * isz, param_bytes=weights),
+                at=at, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}", experts=terms,
             )
             if self.gated and i == 0 and len(self.matrices) > 1:
                 inter = out_l / 2
-                emit("moe.act_and_mul", module=path, dtype=self.dtype, assumption=note, counted=False,
-                     flops=0, bytes_read=rows * out_l * isz, bytes_written=rows * inter * isz)
+                emit("moe.act_and_mul", OpCounts(flops=0, bytes_read=rows * out_l * isz,
+                                                 bytes_written=rows * inter * isz), at=at, counted=False)
         for name, size in self.biases:
-            emit(f"moe.{name}", module=path, dtype=self.dtype, assumption=note, flops=0,
-                 bytes_read=touched * size * isz, bytes_written=0, param_bytes=touched * size * isz, experts=terms)
+            emit(f"moe.{name}", OpCounts(flops=0, bytes_read=touched * size * isz, bytes_written=0,
+                                         param_bytes=touched * size * isz), at=at, experts=terms)
         if self.dp_tokens:
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            module=path, dtype=self.dtype, assumption=_A2A_NOTE, shapes=f"{tokens * k}x{hidden}",
-                            copies=k, experts=e_total + redundant)
+                            at=a2a, shapes=f"{tokens * k}x{hidden}", copies=k, experts=e_total + redundant)
             rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
         # weighted combine of each token's k expert outputs
-        emit("moe.combine", module=path, dtype=self.dtype, assumption=note, flops=0,
-             bytes_read=rows * hidden * isz, bytes_written=tokens * hidden * isz)
+        emit("moe.combine", OpCounts(flops=0, bytes_read=rows * hidden * isz, bytes_written=tokens * hidden * isz),
+             at=at)
         if tp > 1:
             emit_collective("all_reduce", group_size=tp, message_bytes=tokens * hidden * isz,
-                            module=path, dtype=self.dtype, assumption=_AR_NOTE, shapes=f"{tokens}x{hidden}")
+                            at=Provenance(path, self.dtype, _AR_NOTE), shapes=f"{tokens}x{hidden}")
 
 
 _A2A_NOTE = ("expert-parallel all-to-all (dispatch, then combine): each GPU sends its T tokens' k "

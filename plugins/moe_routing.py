@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rooflinekit.plugin import ModuleModel, emit, suppressed
+from rooflinekit.plugin import ModuleModel, OpCounts, Provenance, emit, suppressed
 from rooflinekit_plugins.moe_model import ExpertsModel
 
 
@@ -51,9 +51,10 @@ class EvenRouting(ModuleModel):
         tokens = math.prod(hidden.shape[:-1])
         pairs = tokens * self.top_k
         isz = hidden.element_size()
-        emit("router.topk_sort", module=path, dtype="fp32", assumption=self.assumption, counted=False,
-             flops=0, bytes_read=tokens * self.num_experts * 4,
-             bytes_written=pairs * (8 + 8 + isz), shapes=f"{tokens}x{self.num_experts}")
+        emit("router.topk_sort",
+             OpCounts(flops=0, bytes_read=tokens * self.num_experts * 4, bytes_written=pairs * (8 + 8 + isz)),
+             at=Provenance(module=path, dtype="fp32", assumption=self.assumption), counted=False,
+             shapes=f"{tokens}x{self.num_experts}")
         with suppressed():
             order = torch.zeros(pairs, dtype=torch.long, device=hidden.device)
             rows = torch.zeros(pairs, dtype=torch.long, device=hidden.device)
@@ -84,8 +85,10 @@ class ZeroExpertsModel(ExpertsModel):
         self.account(path, tokens, k * share, hidden.shape[-1])
         identity = tokens * k * (1 - share)
         isz = self.itemsize
-        emit("moe.zero_experts", module=path, dtype=self.dtype, assumption=self.assumption,
-             flops=identity * hidden.shape[-1], bytes_read=identity * hidden.shape[-1] * isz, bytes_written=0,
+        emit("moe.zero_experts",
+             OpCounts(flops=identity * hidden.shape[-1], bytes_read=identity * hidden.shape[-1] * isz,
+                      bytes_written=0),
+             at=Provenance(module=path, dtype=self.dtype, assumption=self.assumption),
              shapes=f"{identity:g}x{hidden.shape[-1]}")
         with suppressed():
             return torch.zeros_like(hidden)

@@ -14,7 +14,7 @@ mixes and 1 per channel for the receptance gate; projections are counted where t
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, state_spec
+from rooflinekit.plugin import StateCounts, hookimpl, state_spec
 
 ARCH = "rwkv"
 PROVIDES = (ARCH,)
@@ -38,11 +38,11 @@ def recognise(module):
     hidden = _width(module.time_mix_key)  # d_model
     if not channels or not hidden:
         return None
-    return state_spec(
-        ARCH, channels, channels, 1, 1, state_elements=3 * channels, conv_elements=hidden,
-        flops_per_token=26 * channels + 9 * hidden, io_per_token=3 * channels + hidden, state_itemsize=4,
-        d_attention=channels, d_model=hidden, notes=(NOTE.format(hidden=hidden),),
-    )
+    counts = StateCounts(state_elements=3 * channels, conv_elements=hidden,
+                         flops_per_token=26 * channels + 9 * hidden, io_per_token=3 * channels + hidden,
+                         state_itemsize=4)
+    return state_spec(ARCH, channels, channels, 1, 1, counts, d_attention=channels, d_model=hidden,
+                      notes=(NOTE.format(hidden=hidden),))
 
 
 @hookimpl

@@ -23,7 +23,7 @@ convolution are counted where they run.
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, int_attr, state_spec, with_kept_state
+from rooflinekit.plugin import StateCounts, hookimpl, int_attr, state_spec, with_kept_state
 
 MAMBA, MAMBA2, RGLRU = "mamba", "mamba2", "rglru"
 PROVIDES = (MAMBA, MAMBA2, RGLRU)
@@ -43,8 +43,9 @@ def _rglru(module):
     if width is None or kernel is None:
         return None
     return state_spec(
-        RGLRU, width, width, 1, 1, state_elements=width, conv_elements=width * (kernel - 1),
-        flops_per_token=13 * width, io_per_token=5 * width, state_itemsize=4,
+        RGLRU, width, width, 1, 1,
+        StateCounts(state_elements=width, conv_elements=width * (kernel - 1), flops_per_token=13 * width,
+                    io_per_token=5 * width, state_itemsize=4),
         lru_width=width, d_conv=kernel,
         notes=("RG-LRU state in float32 as the model keeps it; model FLOPs 12 per channel per token for the "
                "recurrence and its gate, 1 for the output gate",),
@@ -70,18 +71,17 @@ def _recognise(module):
         conv = _int(module, "conv_dim") or inner + 2 * groups * state
         return state_spec(
             MAMBA2, heads, groups, state, p,
-            state_elements=heads * p * state, conv_elements=conv * (kernel - 1),
-            flops_per_token=heads * (5 * p * state + 3 * p + 2),
-            io_per_token=3 * heads * p + heads + 2 * groups * state,
+            StateCounts(state_elements=heads * p * state, conv_elements=conv * (kernel - 1),
+                        flops_per_token=heads * (5 * p * state + 3 * p + 2),
+                        io_per_token=3 * heads * p + heads + 2 * groups * state),
             d_inner=inner, d_state=state, d_conv=kernel, conv_channels=conv, n_groups=groups,
             notes=(FLOPS_NOTE.format(per=5),),
         )
     groups = _int(module, "n_mamba_heads") or 1  # Zamba: B and C per head
     return state_spec(
         MAMBA, inner, groups, state, 1,
-        state_elements=inner * state, conv_elements=inner * (kernel - 1),
-        flops_per_token=7 * inner * state + 3 * inner,
-        io_per_token=4 * inner + 2 * groups * state,
+        StateCounts(state_elements=inner * state, conv_elements=inner * (kernel - 1),
+                    flops_per_token=7 * inner * state + 3 * inner, io_per_token=4 * inner + 2 * groups * state),
         d_inner=inner, d_state=state, d_conv=kernel, conv_channels=inner, n_heads=groups,
         notes=(FLOPS_NOTE.format(per=7),),
     )

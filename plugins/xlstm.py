@@ -13,7 +13,7 @@ Projections are counted where they run.
 
 from __future__ import annotations
 
-from rooflinekit.plugin import hookimpl, int_attr, state_spec
+from rooflinekit.plugin import StateCounts, hookimpl, int_attr, state_spec
 
 ARCH = "xlstm"
 PROVIDES = (ARCH,)
@@ -31,11 +31,9 @@ def recognise(module):
     dk, dv = int_attr(config, ("qk_head_dim",)), int_attr(config, ("v_head_dim",))
     if heads is None or dk is None or dv is None:
         return None
-    return state_spec(
-        ARCH, heads, heads, dk, dv, state_elements=heads * (dk * dv + dk + 1), conv_elements=0,
-        flops_per_token=heads * (5 * dk * dv + 5 * dk), io_per_token=heads * (2 * dk + 2 * dv + 2),
-        notes=(NOTE,),
-    )
+    counts = StateCounts(state_elements=heads * (dk * dv + dk + 1), conv_elements=0,
+                         flops_per_token=heads * (5 * dk * dv + 5 * dk), io_per_token=heads * (2 * dk + 2 * dv + 2))
+    return state_spec(ARCH, heads, heads, dk, dv, counts, notes=(NOTE,))
 
 
 @hookimpl

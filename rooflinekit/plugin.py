@@ -55,6 +55,7 @@ from rooflinekit.core.specs import (
 from rooflinekit.core.state import (
     STATE_ATTR,
     STATE_KEYS,
+    StateCounts,
     kept_state,
     split_state,
     state_cost,
@@ -64,6 +65,7 @@ from rooflinekit.core.state import (
 from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
+    from rooflinekit.core.compat import TorchDispatchMode, disable_torch_dispatch
     from rooflinekit.core.report import Report
     from rooflinekit.stages.attention_ops import (
         downstream,
@@ -74,7 +76,7 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.attribute import AttentionSite, attention_workload
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
-    from rooflinekit.stages.modelled import emit, emit_collective, suppressed
+    from rooflinekit.stages.modelled import OpCounts, Provenance, emit, emit_collective, suppressed
     from rooflinekit.stages.workload import load_model_file
     from rooflinekit.transforms.base import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.transforms.tp_plan import resolve, structural_plan
@@ -87,11 +89,12 @@ _LAZY = {
     **dict.fromkeys(("AttentionSite", "attention_workload"), "rooflinekit.stages.attribute"),
     **dict.fromkeys(("downstream", "dtype_itemsize", "is_attention_product", "reexpanding"),
                     "rooflinekit.stages.attention_ops"),
-    **dict.fromkeys(("emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
+    **dict.fromkeys(("OpCounts", "Provenance", "emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.transforms.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",
+    **dict.fromkeys(("TorchDispatchMode", "disable_torch_dispatch"), "rooflinekit.core.compat"),
     "load_model_file": "rooflinekit.stages.workload",
 }
 
@@ -130,6 +133,8 @@ __all__ = [
     "Report",
     # a module's analytic stand-in during capture (rooflinekit_module_model) and the records it emits
     "ModuleModel",
+    "OpCounts",
+    "Provenance",
     "emit",
     "emit_collective",
     "suppressed",
@@ -173,6 +178,7 @@ __all__ = [
     "positions_attended",
     # layers that keep a fixed-size state (SSM, linear attention, RNN, short convolution)
     "STATE_KEYS",
+    "StateCounts",
     "state_cost",
     "state_spec",
     "split_state",
@@ -189,6 +195,10 @@ __all__ = [
     "cached",
     "module_tree",
     "older_than_tested",
+    # torch's dispatch-mode internals, named in one place (rooflinekit.core.compat): the base class
+    # of a mode that sees every aten op, and a context in which no mode sees the ops run inside
+    "TorchDispatchMode",
+    "disable_torch_dispatch",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
     # bounds on the work one analysis may do, and the one-line error past one (rooflinekit.core.limits)

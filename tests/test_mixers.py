@@ -13,7 +13,7 @@ import torch
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.specs import AttentionWorkload
-from rooflinekit.core.state import split_state, state_cost, state_spec
+from rooflinekit.core.state import StateCounts, split_state, state_cost, state_spec
 from rooflinekit.outputs.render import to_text
 from rooflinekit_plugins import gqa, linear_attention, mha, ssm
 from tests.conftest import run_profile
@@ -194,8 +194,8 @@ def test_a_pure_recurrent_hybrid_cut_loads(tmp_path):
 
 
 def test_state_cost_closed_form():
-    spec = state_spec("x", 4, 2, 8, 16, state_elements=4 * 8 * 16, conv_elements=3 * 100,
-                      flops_per_token=1000, io_per_token=50)
+    spec = state_spec("x", 4, 2, 8, 16, StateCounts(state_elements=4 * 8 * 16, conv_elements=3 * 100,
+                                                    flops_per_token=1000, io_per_token=50))
     decode = state_cost(spec, AttentionWorkload(batch=3, q_len=1, context=4096, phase="decode",
                                                 cache_itemsize=2, act_itemsize=2))
     per_sequence = (512 + 300) * 2
@@ -211,9 +211,22 @@ def test_state_cost_closed_form():
     assert fp32.cache_bytes_per_sequence == 512 * 4 + 300 * 2
 
 
+def test_state_spec_takes_the_counts_as_keywords_until_0_4():
+    """The form before 0.3 (the counts as keywords of state_spec) gives the same spec, and warns."""
+    counts = StateCounts(state_elements=512, conv_elements=300, flops_per_token=1000, io_per_token=50,
+                         state_itemsize=4)
+    new = state_spec("x", 4, 2, 8, 16, counts, d_conv=4, notes=("n",))
+    with pytest.warns(DeprecationWarning, match=r"state_spec\(\.\.\., StateCounts\(\.\.\.\)\)"):
+        old = state_spec("x", 4, 2, 8, 16, state_elements=512, conv_elements=300, flops_per_token=1000,
+                         io_per_token=50, state_itemsize=4, d_conv=4, notes=("n",))
+    assert old == new and list(old.extra) == list(new.extra)
+    with pytest.raises(TypeError, match="counts"):
+        state_spec("x", 4, 2, 8, 16, state_elements=512)
+
+
 def test_split_state_halves_the_state_with_the_heads():
-    spec = state_spec("x", 8, 2, 16, 16, state_elements=8 * 256, conv_elements=300, flops_per_token=800,
-                      io_per_token=40)
+    spec = state_spec("x", 8, 2, 16, 16, StateCounts(state_elements=8 * 256, conv_elements=300,
+                                                     flops_per_token=800, io_per_token=40))
     shard = split_state(spec, 2)
     assert (shard.spec.num_heads, shard.spec.num_kv_heads) == (4, 1)
     assert shard.spec.extra["state_elements"] == 4 * 256 and shard.spec.extra["conv_elements"] == 150

@@ -358,7 +358,7 @@ def test_no_hook_is_called_by_its_name_as_a_string():
 
     by_name = re.compile(r"\.(call_first|call_all)\(|getattr\([^)]*\.hook,|\.implemented\(\s*[\"']")
     offenders = []
-    for path in [*(ROOT / "rooflinekit").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+    for path in [p for d in ("rooflinekit", "plugins", "examples", "benchmarks") for p in (ROOT / d).rglob("*.py")]:
         for number, line in enumerate(path.read_text().splitlines(), 1):
             if by_name.search(line) and not line.lstrip().startswith(("def ", "#", '"""')):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")

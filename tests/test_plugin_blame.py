@@ -38,7 +38,7 @@ def _plugin(**hooks) -> types.ModuleType:
 def _state_spec(**sizes):
     counts = dict(state_elements=1024, conv_elements=64, flops_per_token=4096, io_per_token=64)
     counts.update(sizes)
-    return rp.state_spec("blamed_state", 8, 2, 32, 32, **counts)
+    return rp.state_spec("blamed_state", 8, 2, 32, 32, rp.StateCounts(**counts))
 
 
 def _only_blame(warnings: list[str], hook: str, *needles: str) -> None:

@@ -136,3 +136,43 @@ def test_the_docs_hook_examples_register(index):
     host.register(plugin, f"docs_example_{index}", "docs", "0")
     assert not host.warnings, (host.warnings, code)
     assert host.infos and host.infos[-1].hooks, code
+
+
+def _emitted(calls) -> list:
+    """The records `calls` (emits of rooflinekit.plugin) add to a capture in progress."""
+    from rooflinekit.stages.capture.forward import active
+    from rooflinekit.stages.capture.recorder import Recorder
+    from rooflinekit.stages.formulas import FormulaBook
+
+    recorder = Recorder(FormulaBook(), {})
+    with active(recorder):
+        calls()
+    return [dataclasses.asdict(r) for r in recorder.ops]
+
+
+def test_emit_takes_its_fields_as_keywords_until_0_4():
+    """emit and emit_collective in the form before 0.3 (counts, module, dtype and assumption as
+    keywords) add the same records as with OpCounts and Provenance, and warn."""
+    rp = rooflinekit.plugin
+    at = rp.Provenance(module="m.experts", dtype="fp8", assumption="uniform")
+
+    def new():
+        rp.emit("moe.up", rp.OpCounts(flops=8, bytes_read=4, bytes_written=2, param_bytes=1), at=at,
+                shapes="2x2", experts={"tokens": 2, "k": 1, "experts": 4, "share": 1})
+        rp.emit_collective("all_to_all", group_size=4, message_bytes=64, at=at, copies=2, experts=8)
+
+    def old():
+        rp.emit("moe.up", flops=8, bytes_read=4, bytes_written=2, param_bytes=1, module="m.experts", dtype="fp8",
+                assumption="uniform", shapes="2x2", experts={"tokens": 2, "k": 1, "experts": 4, "share": 1})
+        rp.emit_collective("all_to_all", group_size=4, message_bytes=64, module="m.experts", dtype="fp8",
+                           assumption="uniform", copies=2, experts=8)
+
+    with pytest.warns(DeprecationWarning, match=r"deprecated since rooflinekit 0\.3") as caught:
+        before = _emitted(old)
+    assert len(caught) == 2 and all(w.filename == __file__ for w in caught)
+    assert before == _emitted(new) and len(before) == 2
+    assert rp.emit("x", rp.OpCounts(1, 1, 1)) is None  # outside a capture
+    with pytest.raises(TypeError, match="unexpected keyword argument 'flop'"):
+        rp.emit("x", flop=1, bytes_read=1, bytes_written=1)
+    with pytest.raises(TypeError, match="both"):
+        rp.emit("x", rp.OpCounts(1, 1, 1), flops=1)

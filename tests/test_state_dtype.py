@@ -18,7 +18,14 @@ import torch
 from rooflinekit.analyses.profile import profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionWorkload
-from rooflinekit.core.state import STATE_ATTR, kept_state, state_cost, state_spec, with_kept_state
+from rooflinekit.core.state import (
+    STATE_ATTR,
+    StateCounts,
+    kept_state,
+    state_cost,
+    state_spec,
+    with_kept_state,
+)
 from rooflinekit.stages.workload import load_source
 from rooflinekit_plugins import linear_attention, ssm
 from tests.conftest import run_profile
@@ -196,6 +203,7 @@ def test_an_unreadable_declaration_is_ignored():
     mixer = _Mamba2Mixer()
     setattr(mixer, STATE_ATTR, (("bogus", (4,), torch.float32),))
     assert kept_state(mixer) is None
-    spec = state_spec("x", 1, 1, 1, 1, state_elements=10, conv_elements=0, flops_per_token=1, io_per_token=1)
+    spec = state_spec("x", 1, 1, 1, 1, StateCounts(state_elements=10, conv_elements=0, flops_per_token=1,
+                                                   io_per_token=1))
     assert with_kept_state(spec, mixer) is spec
     assert linear_attention.recognise(torch.nn.Linear(2, 2)) is None

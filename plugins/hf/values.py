@@ -19,7 +19,7 @@ The assumption is the inputs': the loader's token ids are all 0 (no padding toke
 ids), its positions `0..S-1` per sequence; each value answered is named in a note with the model
 line that read it.
 
-Standalone like `loader` (imports nothing from rooflinekit).
+Imports from rooflinekit only torch's dispatch-mode internals, through `rooflinekit.plugin`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import traceback
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from rooflinekit.plugin import TorchDispatchMode, disable_torch_dispatch
 
 #: The attribute holding a meta tensor's recipe.
 RECIPE = "_rooflinekit_recipe"
@@ -135,7 +136,7 @@ def value(tensor: torch.Tensor) -> torch.Tensor:
         raise Unknown("a value computed from parameters or activations")
     if isinstance(source, torch.Tensor):
         return source
-    with torch._C._DisableTorchDispatch(), torch.no_grad():
+    with disable_torch_dispatch(), torch.no_grad():
         return source.evaluate()
 
 
@@ -252,12 +253,12 @@ class KnownValues(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _SCALAR or func in _NONZERO or func in _COPY:
-            with torch._C._DisableTorchDispatch():
+            with disable_torch_dispatch():
                 answer = self._read(func, args, kwargs)
             if answer is not NotImplemented:
                 return answer
         if func in _INDEXING and len(args) > 1 and any(_is_mask(i) for i in args[1]):
-            with torch._C._DisableTorchDispatch():
+            with disable_torch_dispatch():
                 indices = self._positions(args[1])
             if indices is not None:
                 args = (args[0], indices, *args[2:])

@@ -86,10 +86,7 @@ def check_options(tp: int, ep: int, trace: str | None) -> None:
 def meta_collectives_supported() -> bool:
     """Whether this torch has meta kernels for c10d collectives (a meta-device run needs them)."""
 
-    try:
-        return bool(torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", "Meta"))
-    except Exception:
-        return True  # cannot tell: let the forward say
+    return compat.c10d_has_meta_kernels()
 
 
 def backend_for(device: str) -> str:
@@ -237,7 +234,7 @@ def run_ranks(run: Callable[[Callable[[str], None]], dict], device: str) -> dict
     own = init(device, timeout)
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        store = dist.distributed_c10d._get_default_store()
+        store = compat.default_store()
         board = Board(store, rank, world, timeout + 30.0)
         statuses = None
         report = None

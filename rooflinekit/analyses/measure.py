@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rooflinekit.core.codec import encode
+from rooflinekit.core.compat import RecordFunctionFast
 from rooflinekit.core.files import write_atomic
 from rooflinekit.core.report import (
     Report,
@@ -66,11 +67,6 @@ else:  # pragma: no cover - Python 3.10
 
 STEP_PREFIX = "rk:step#"
 _RANGE = re.compile(r"^rk#(\d+)(?: |$)")
-
-try:  # a C++ range: no op is dispatched, so no dispatch mode sees it (torch >= 2.2)
-    _Range = torch._C._profiler._RecordFunctionFast
-except AttributeError:  # pragma: no cover - older torch
-    _Range = torch.autograd.profiler.record_function
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,7 +92,7 @@ class _TimedRecorder(Recorder):
         name = self._recorded_name(func)
         if name is None:  # views and free ops: not recorded, so not timed
             return func(*args, **kwargs)
-        with _Range(f"rk#{len(self.ops)} {name}"):
+        with RecordFunctionFast(f"rk#{len(self.ops)} {name}"):
             return func(*args, **kwargs)
 
     def _recorded_name(self, func) -> str | None:
@@ -118,7 +114,7 @@ class _TimedRecorder(Recorder):
         self.emit(OpRecord(0, SDPA_NAME, self.module, 0.0, 0.0, 0.0, "", False, kind="fused"))
 
     def fused_sdpa(self, func, args, kwargs):
-        with _Range(f"rk#{len(self.ops)} {SDPA_NAME}"):
+        with RecordFunctionFast(f"rk#{len(self.ops)} {SDPA_NAME}"):
             return super().fused_sdpa(func, args, kwargs)
 
 
@@ -316,7 +312,7 @@ def _profiled_forwards(model: torch.nn.Module, supply: Callable[[], object], dev
             for r in range(repeats):
                 inputs = _next_inputs(supply, sync)
                 # the modes are entered outside the step range: hook set-up is not step time
-                with timed_recording(model, formulas) as rec, _Range(f"{STEP_PREFIX}{r}"):
+                with timed_recording(model, formulas) as rec, RecordFunctionFast(f"{STEP_PREFIX}{r}"):
                     call_forward(model, inputs)
                     sync()
                 del inputs

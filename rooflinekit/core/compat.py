@@ -1,4 +1,5 @@
-"""Differences between torch releases, in one place; each entry names the version that needs it."""
+"""Differences between torch releases, and the torch internals rooflinekit relies on, in one place;
+each entry names the version that needs it, or the private torch name it stands for."""
 
 from __future__ import annotations
 
@@ -9,9 +10,18 @@ import types
 from functools import cache
 
 import torch
+from torch._ops import OpOverload as _OpOverload
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules import module as nn_module
 from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
+
+#: `DeviceContext` (torch.utils._device): the torch function mode `torch.device(...)` enters; with
+#: `device_constructors()`, the functions it gives its device to. None on a torch without them.
+try:
+    from torch.utils._device import DeviceContext, _device_constructors
+except ImportError:  # pragma: no cover - a torch without them: calls go through it as they come
+    DeviceContext = None
 
 TORCH_VERSION = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
 
@@ -116,3 +126,90 @@ def mark_not_compiled() -> None:
             fn = cells["fn"].cell_contents if "fn" in cells else None
             if fn is not None and getattr(fn, "__dynamo_disable", None) is None:
                 fn.__dynamo_disable = fn
+
+
+# ----------------------------------------------------------------------------------------------
+# torch internals with no public name: each is named once here, so a torch release that moves one
+# is one change in this module. Aliases (not wrappers) where they sit on the capture's hot path.
+# ----------------------------------------------------------------------------------------------
+
+#: `TorchDispatchMode` (torch.utils._python_dispatch): the base class of a mode that sees every
+#: aten op as it dispatches; torch has no public path to it.
+TorchDispatchMode = _TorchDispatchMode
+
+#: `OpOverload` (torch._ops): the type of one overload of an op (`aten.mm.default`); its `_op` is
+#: the C++ callable without `__call__`'s Python frame.
+OpOverload = _OpOverload
+
+#: `torch._C.DisableTorchFunction`: a context in which no torch function mode (the workload's
+#: device context, the capture's) sees the calls made inside: metadata reads, bookkeeping.
+disable_torch_function = torch._C.DisableTorchFunction
+
+#: `torch._C._DisableTorchDispatch`: a context in which no dispatch mode or tensor subclass sees
+#: the ops run inside (ops a mode runs for itself, views it need not record).
+disable_torch_dispatch = torch._C._DisableTorchDispatch
+
+#: `torch._C._len_torch_dispatch_stack`: how many dispatch modes are active.
+dispatch_mode_depth = torch._C._len_torch_dispatch_stack
+
+#: The torch function mode stack (torch._C): its depth, the mode at a position, and popping and
+#: pushing the top one, to run a call past a mode that would pass it on unchanged.
+function_mode_depth = torch._C._len_torch_function_stack
+function_mode_at = torch._C._get_function_stack_at
+pop_function_mode = torch._C._pop_torch_function_stack
+push_function_mode = torch._C._push_on_torch_function_stack
+
+#: `torch._C._storage_Use_Count`: the reference count of a storage by its `_cdata`, the liveness
+#: test on meta (a meta storage has no memory whose release a weak reference could see).
+storage_use_count = torch._C._storage_Use_Count
+
+#: `torch.UntypedStorage._expired`: whether a storage is gone, by the `cdata` of a StorageWeakRef.
+untyped_storage_expired = torch.UntypedStorage._expired
+
+
+try:  # a C++ range: no op is dispatched, so no dispatch mode sees it (torch >= 2.2)
+    #: `torch._C._profiler._RecordFunctionFast`: a profiler range by name (record_function before 2.2).
+    RecordFunctionFast = torch._C._profiler._RecordFunctionFast
+except AttributeError:  # pragma: no cover - older torch
+    RecordFunctionFast = torch.autograd.profiler.record_function
+
+
+def device_constructors() -> set:
+    """The functions a `torch.device(...)` context gives its device to (torch.utils._device's
+    `_device_constructors`); empty on a torch without them."""
+    return _device_constructors() if DeviceContext is not None else set()
+
+
+def fake_mode_active() -> bool:
+    """True inside a FakeTensorMode (DTensor's sharding propagation runs ops on fake tensors):
+    torch._C._get_dispatch_mode(_TorchDispatchModeKey.FAKE); False on a torch without them."""
+    getter = getattr(torch._C, "_get_dispatch_mode", None)
+    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
+    if getter is None or key is None:
+        return False
+    return getter(key) is not None
+
+
+def resolve_process_group(name: str):
+    """The process group of a group name, as functional collectives carry it (c10d_functional ops
+    name their group): torch.distributed.distributed_c10d._resolve_process_group."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name)
+
+
+def default_store():
+    """The default process group's key-value store, which the ranks of a distributed run share:
+    torch.distributed.distributed_c10d._get_default_store."""
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    return _get_default_store()
+
+
+def c10d_has_meta_kernels() -> bool:
+    """Whether this torch has meta kernels for c10d collectives (a meta-device run needs them):
+    torch._C._dispatch_has_kernel_for_dispatch_key; True where that cannot tell."""
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", "Meta"))
+    except Exception:
+        return True  # cannot tell: let the forward say

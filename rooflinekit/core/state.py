@@ -18,7 +18,8 @@ and `state_cost` turns them into an `AttentionCost` with the same meaning for ev
 
 from __future__ import annotations
 
-from dataclasses import replace
+import warnings
+from dataclasses import dataclass, replace
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.specs import AttentionCost, AttentionShard, AttentionSpec, AttentionWorkload
@@ -33,23 +34,55 @@ SPLIT_KEYS = STATE_KEYS
 STATE_ATTR = "rooflinekit_state_tensors"
 
 
-def state_spec(arch: str, heads: int, groups: int, rows: int, cols: int, *, state_elements: float,
-               conv_elements: float, flops_per_token: float, io_per_token: float,
-               state_itemsize: float | None = None, conv_itemsize: float | None = None,
+@dataclass(frozen=True)
+class StateCounts:
+    """The numbers `state_cost` reads of a fixed-state layer: per sequence and layer, the elements
+    of its state and of its convolution state; per new token, the recurrence's FLOPs and the
+    elements of its inputs and output; the bytes per element the code keeps each state at (None:
+    the layer's dtype)."""
+
+    state_elements: float
+    conv_elements: float
+    flops_per_token: float
+    io_per_token: float
+    state_itemsize: float | None = None
+    conv_itemsize: float | None = None
+
+
+#: The `StateCounts` fields `state_spec` took as keywords before 0.3 (accepted with a warning until 0.4).
+_COUNT_FIELDS = ("state_elements", "conv_elements", "flops_per_token", "io_per_token", "state_itemsize",
+                 "conv_itemsize")
+
+
+def state_spec(arch: str, heads: int, groups: int, rows: int, cols: int, counts: StateCounts | None = None, *,
                notes: tuple[str, ...] = (), **sizes) -> AttentionSpec:
     """The spec of a fixed-state layer: `heads` state heads of `rows` x `cols` (the spec's heads,
     `head_dim` and `v_head_dim`), `groups` shared key/input groups (its K/V heads), the numbers
-    `state_cost` reads, and the family's own sizes (`sizes`) for the report's `extra`.
-    `state_itemsize`/`conv_itemsize`: bytes per element the code keeps each at (None: the layer's
-    dtype)."""
-    extra = {**sizes, "state_elements": state_elements, "conv_elements": conv_elements,
-             "flops_per_token": flops_per_token, "io_per_token": io_per_token}
-    if state_itemsize:
-        extra["state_itemsize"] = state_itemsize
-    if conv_itemsize:
-        extra["conv_itemsize"] = conv_itemsize
+    `state_cost` reads (`counts`), and the family's own sizes (`sizes`) for the report's `extra`.
+
+    Deprecated since 0.3, until 0.4: the counts as keywords (`state_elements=`, ...) instead of
+    `counts`, with a DeprecationWarning."""
+    if counts is None:
+        counts = _counts_from_keywords(sizes)
+    extra = {**sizes, "state_elements": counts.state_elements, "conv_elements": counts.conv_elements,
+             "flops_per_token": counts.flops_per_token, "io_per_token": counts.io_per_token}
+    if counts.state_itemsize:
+        extra["state_itemsize"] = counts.state_itemsize
+    if counts.conv_itemsize:
+        extra["conv_itemsize"] = counts.conv_itemsize
     return AttentionSpec(arch=arch, num_heads=heads, num_kv_heads=groups, head_dim=rows, v_head_dim=cols,
                          extra=extra, notes=notes, fixed_state=True)
+
+
+def _counts_from_keywords(sizes: dict) -> StateCounts:
+    """The `StateCounts` of a call in the form before 0.3, taken out of `sizes` (warns)."""
+    missing = [f for f in _COUNT_FIELDS[:4] if f not in sizes]
+    if missing:
+        raise TypeError(f"state_spec() missing argument 'counts' (a StateCounts), or keyword {missing[0]!r}")
+    warnings.warn("state_spec(..., state_elements=, conv_elements=, flops_per_token=, io_per_token=, ...) is "
+                  "deprecated since rooflinekit 0.3: pass state_spec(..., StateCounts(...))", DeprecationWarning,
+                  stacklevel=3)
+    return StateCounts(**{f: sizes.pop(f) for f in _COUNT_FIELDS if f in sizes})
 
 
 def _itemsize(dtype: object) -> float:

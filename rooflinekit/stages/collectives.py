@@ -44,7 +44,8 @@ import math
 
 import torch
 import torch.distributed as dist
-from torch.distributed.distributed_c10d import _resolve_process_group
+
+from rooflinekit.core.compat import fake_mode_active, resolve_process_group
 
 #: Ring factors: wire bytes per GPU = factor(N) * message bytes.
 RING_FACTORS = {
@@ -287,7 +288,7 @@ def _group_size(bound: dict) -> int:
     if isinstance(name, str):
         try:
 
-            return int(_resolve_process_group(name).size())
+            return int(resolve_process_group(name).size())
         except Exception:
             pass
     try:
@@ -324,11 +325,7 @@ def defer_to_subclass(types) -> bool:
 
 def faking() -> bool:
     """True inside a FakeTensorMode (DTensor's sharding propagation runs ops on fake tensors)."""
-    getter = getattr(torch._C, "_get_dispatch_mode", None)
-    key = getattr(getattr(torch._C, "_TorchDispatchModeKey", None), "FAKE", None)
-    if getter is None or key is None:
-        return False
-    return getter(key) is not None
+    return fake_mode_active()
 
 
 def _row(a: dict, hw) -> dict:

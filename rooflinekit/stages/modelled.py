@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
@@ -39,20 +40,29 @@ def suppressed() -> Iterator[None]:
             rec.suppress -= 1
 
 
-def emit(
-    name: str,
-    *,
-    flops: float,
-    bytes_read: float,
-    bytes_written: float,
-    param_bytes: float = 0.0,
-    dtype: str = "bf16",
-    module: str = "",
-    assumption: str = "",
-    counted: bool = True,
-    shapes: str = "",
-    experts: Mapping[str, float] | None = None,
-) -> OpRecord | None:
+@dataclass(frozen=True)
+class OpCounts:
+    """What one modelled op does: its FLOPs, the bytes it reads and writes, and of those read the
+    weight bytes (`param_bytes`). Each must be a finite number >= 0 (checked by `emit`)."""
+
+    flops: float
+    bytes_read: float
+    bytes_written: float
+    param_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the records of one module model's call share: the module's path, the dtype the work
+    runs at, and the assumption the numbers rest on (named in the report)."""
+
+    module: str = ""
+    dtype: str = "bf16"
+    assumption: str = ""
+
+
+def emit(name: str, counts: OpCounts | None = None, *, at: Provenance | None = None, counted: bool = True,
+         shapes: str = "", experts: Mapping[str, float] | None = None, **before_0_3) -> OpRecord | None:
     """Add one modelled op to the capture in progress (no-op outside a capture).
 
     Counts must be finite numbers >= 0: anything else stops the run with one line naming the
@@ -61,21 +71,53 @@ def emit(
     times the expected distinct experts E*(1-(1-k/E)^T) x share, with {"tokens": T, "k": k,
     "experts": E, "share": share}, and its other counts polynomial: a step model then fits them
     from a few batches (rooflinekit.stages.stepmodel).
+
+    Deprecated since 0.3, until 0.4 (`before_0_3`): the counts and provenance as keywords
+    (`flops=`, `bytes_read=`, `bytes_written=`, `param_bytes=`, `module=`, `dtype=`, `assumption=`),
+    with a DeprecationWarning.
     """
+    if before_0_3:
+        counts, at = _from_keywords("emit", before_0_3, counts, at)
+    if counts is None:
+        raise TypeError("emit() missing argument 'counts' (an OpCounts)")
+    at = at or Provenance()
     rec = active_recorder()
     if rec is None:
         return None
-    for field_name, value in (("flops", flops), ("bytes_read", bytes_read), ("bytes_written", bytes_written),
-                              ("param_bytes", param_bytes)):
-        _check_count(name, module, field_name, value)
+    for field_name in ("flops", "bytes_read", "bytes_written", "param_bytes"):
+        _check_count(name, at.module, field_name, getattr(counts, field_name))
     return rec.emit(
         OpRecord(
-            index=0, name=name, module=module, flops=float(flops), bytes_read=float(bytes_read),
-            bytes_written=float(bytes_written), dtype=dtype, counted=counted, kind="modelled",
-            param_bytes=float(param_bytes), shapes=shapes,
-            attrs={"assumption": assumption, **({"expected_experts": dict(experts)} if experts else {})},
+            index=0, name=name, module=at.module, flops=float(counts.flops), bytes_read=float(counts.bytes_read),
+            bytes_written=float(counts.bytes_written), dtype=at.dtype, counted=counted, kind="modelled",
+            param_bytes=float(counts.param_bytes), shapes=shapes,
+            attrs={"assumption": at.assumption, **({"expected_experts": dict(experts)} if experts else {})},
         )
     )
+
+
+def _from_keywords(function: str, given: dict, counts: OpCounts | None,
+                   at: Provenance | None) -> tuple[OpCounts | None, Provenance | None]:
+    """`counts` and `at` of a call in the form before 0.3 (the fields as keywords), with a warning."""
+    count_fields = ("flops", "bytes_read", "bytes_written", "param_bytes") if function == "emit" else ()
+    known = {*count_fields, "module", "dtype", "assumption"}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    if (counts is not None and set(given) & set(count_fields)) or (at is not None and set(given) - set(count_fields)):
+        raise TypeError(f"{function}() got both {'counts' if counts is not None else 'at'} and its fields as keywords")
+    new = "emit(name, OpCounts(...), at=Provenance(...), ...)" if function == "emit" else \
+        "emit_collective(collective, ..., at=Provenance(...))"
+    warnings.warn(f"{function}() with {', '.join(f'{k}=' for k in given)} is deprecated since rooflinekit 0.3: "
+                  f"call {new}", DeprecationWarning, stacklevel=3)
+    if counts is None and count_fields:
+        missing = [f for f in count_fields[:3] if f not in given]
+        if missing:
+            raise TypeError(f"{function}() missing keyword argument {missing[0]!r}")
+        counts = OpCounts(**{f: given[f] for f in count_fields if f in given})
+    if at is None:
+        at = Provenance(**{f: given[f] for f in ("module", "dtype", "assumption") if f in given})
+    return counts, at
 
 
 #: The module model whose forward is running (named in errors about its counts).
@@ -248,18 +290,8 @@ def _linked(rec, first: int, inputs: tuple, output):
     return output
 
 
-def emit_collective(
-    collective: str,
-    *,
-    group_size: int,
-    message_bytes: float,
-    module: str = "",
-    dtype: str = "bf16",
-    assumption: str = "",
-    shapes: str = "",
-    copies: int = 0,
-    experts: int = 0,
-) -> OpRecord | None:
+def emit_collective(collective: str, *, group_size: int, message_bytes: float, at: Provenance | None = None,
+                    shapes: str = "", copies: int = 0, experts: int = 0, **before_0_3) -> OpRecord | None:
     """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
 
     An expert-parallel all-to-all may give its routing: each token's `copies` (top-k) over
@@ -268,17 +300,22 @@ def emit_collective(
 
     `message_bytes` follows rooflinekit.stages.collectives' conventions (all-reduce: the buffer; all-to-all:
     this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
-    """
 
+    Deprecated since 0.3, until 0.4 (`before_0_3`): `module=`, `dtype=` and `assumption=` as
+    keywords instead of `at`, with a DeprecationWarning.
+    """
+    if before_0_3:
+        _, at = _from_keywords("emit_collective", before_0_3, None, at)
+    at = at or Provenance()
     rec = active_recorder()
     if rec is None:
         return None
     return rec.emit(
         OpRecord(
-            index=0, name=f"comm.{collective}", module=module, flops=0.0, bytes_read=0.0,
-            bytes_written=0.0, dtype=dtype, counted=True, kind="collective", shapes=shapes,
+            index=0, name=f"comm.{collective}", module=at.module, flops=0.0, bytes_read=0.0,
+            bytes_written=0.0, dtype=at.dtype, counted=True, kind="collective", shapes=shapes,
             attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
-                                    assumption=assumption,
+                                    assumption=at.assumption,
                                     **({"copies": int(copies), "experts": int(experts)} if copies and experts else {})),
         )
     )

@@ -106,14 +106,14 @@ MODEL = textwrap.dedent(
     import os
 
     from rooflinekit.plugin import hookimpl
-    from rooflinekit.stages.modelled import ModuleModel, emit
+    from rooflinekit.stages.modelled import ModuleModel, OpCounts, Provenance, emit
 
     class NegativeMLP(ModuleModel):
         assumption = "an MLP costs minus one FLOP"
 
         def forward(self, module, path, args, kwargs):
-            emit("rkbad.mlp", flops=-1.0, bytes_read=0.0, bytes_written=0.0, module=path,
-                 assumption=self.assumption)
+            emit("rkbad.mlp", OpCounts(flops=-1.0, bytes_read=0.0, bytes_written=0.0),
+                 at=Provenance(module=path, assumption=self.assumption))
             return args[0]
 
     @hookimpl

@@ -88,7 +88,7 @@ def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None)
     gc.disable()
     try:
         with torch.no_grad(), recording(model, formulas) as rec:
-            with torch._C.DisableTorchFunction():
+            with compat.disable_torch_function():
                 rec.live.existing(inputs)
             call_forward(model, inputs)
             live = rec.live.finish()

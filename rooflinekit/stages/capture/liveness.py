@@ -20,15 +20,14 @@ from collections.abc import Callable, Iterable
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+from rooflinekit.core.compat import storage_use_count, untyped_storage_expired
+
 #: The end of an allocation freed only by the garbage collector after the forward.
 GARBAGE = -1
 
 #: How deep the walk for tensors passed in goes into containers and objects (a cache object's
 #: layers' key and value tensors are three levels down).
 INPUT_DEPTH = 5
-
-_use_count = torch._C._storage_Use_Count
-_expired = torch.UntypedStorage._expired
 
 
 def _key(t: torch.Tensor) -> int | None:
@@ -82,9 +81,9 @@ class LiveStorages:
 
     def _sweep(self) -> None:
         """Close the allocations that died since the last one (a meta storage held only here)."""
-        dead = [key for key in self._meta if _use_count(key) <= 1]
+        dead = [key for key in self._meta if storage_use_count(key) <= 1]
         if self._weak:
-            dead += [key for key, (ref, _) in self._weak.items() if _expired(ref.cdata)]
+            dead += [key for key, (ref, _) in self._weak.items() if untyped_storage_expired(ref.cdata)]
         now = len(self.sids)
         for key in dead:
             entry = self._meta.pop(key, None) or self._weak.pop(key)
@@ -129,8 +128,8 @@ class LiveStorages:
         self._sweep()
         if self._meta or self._weak:
             gc.collect(0)  # the objects made during the forward only: the capture keeps the collector off
-            dead = [key for key in self._meta if _use_count(key) <= 1]
-            dead += [key for key, (ref, _) in self._weak.items() if _expired(ref.cdata)]
+            dead = [key for key in self._meta if storage_use_count(key) <= 1]
+            dead += [key for key, (ref, _) in self._weak.items() if untyped_storage_expired(ref.cdata)]
             for key in dead:
                 entry = self._meta.pop(key, None) or self._weak.pop(key)
                 self.ends[entry[1]] = GARBAGE

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
-try:  # the mode torch.device(...) enters, and the functions it gives a device to
-    from torch.utils._device import DeviceContext as _DeviceContext
-    from torch.utils._device import _device_constructors
-except ImportError:  # pragma: no cover - a torch without them: calls go through it as they come
-    _DeviceContext = None
-
+from rooflinekit.core.compat import (
+    DeviceContext,
+    TorchDispatchMode,
+    device_constructors,
+    disable_torch_dispatch,
+    dispatch_mode_depth,
+    function_mode_at,
+    function_mode_depth,
+    pop_function_mode,
+    push_function_mode,
+)
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture.heads import einsum_hint, matmul_hint
 from rooflinekit.stages.capture.recorder import Recorder
@@ -112,26 +116,26 @@ class FunctionRecorder(TorchFunctionMode):
         #: every other one goes straight on.
         self.special = {**dict.fromkeys(_VIEW_FUNCS, "view"), **dict.fromkeys(_MATMULS, "matmul"),
                         torch.einsum: "einsum", SDPA: "sdpa"}
-        self.constructors = _device_constructors() if _DeviceContext is not None else set()
+        self.constructors = device_constructors()
 
     def _below(self, func, args, kwargs):
         """func(*args, **kwargs) as the modes below this one take it. When the only one is the
         workload's device context and func constructs nothing, that mode would pass the call on
         unchanged, popped while it runs: the call goes past it the same way, without its Python."""
-        if (torch._C._len_torch_function_stack() == 1 and func not in self.constructors
-                and type(torch._C._get_function_stack_at(0)) is _DeviceContext):
-            below = torch._C._pop_torch_function_stack()
+        if (function_mode_depth() == 1 and func not in self.constructors
+                and type(function_mode_at(0)) is DeviceContext):
+            below = pop_function_mode()
             try:
                 return func(*args, **kwargs)
             finally:
-                torch._C._push_on_torch_function_stack(below)
+                push_function_mode(below)
         return func(*args, **kwargs)
 
     def _view(self, func, args, kwargs):
-        if _plain_view(func, args) and torch._C._len_torch_dispatch_stack() == 1:
+        if _plain_view(func, args) and dispatch_mode_depth() == 1:
             # Nothing to record (views only): the dispatch mode is skipped, a few microseconds
             # for each of the thousands of views a forward takes.
-            with torch._C._DisableTorchDispatch():
+            with disable_torch_dispatch():
                 return self._below(func, args, kwargs)
         return func(*args, **kwargs)
 

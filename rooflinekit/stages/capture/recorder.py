@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import torch
 
+from rooflinekit.core.compat import disable_torch_function
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.model_facts import module_tree
 from rooflinekit.stages import collectives
@@ -106,7 +107,7 @@ class Recorder:
         self.module_names.update({id(m): n for n, m in tree})
         # Metadata reads only: past the torch function modes in effect (the workload's device),
         # which would otherwise see every one of them in Python (10^3 parameters).
-        with torch._C.DisableTorchFunction():
+        with disable_torch_function():
             self.param_storages, self.param_total = param_storages(
                 model, tree, self.storages.id, self.param_owners, self.param_names)
 
@@ -119,7 +120,7 @@ class Recorder:
         if self.root is None and not self.stack:
             self.adopt(module)
             self.root_inputs = (tuple(args), {})
-            with torch._C.DisableTorchFunction():
+            with disable_torch_function():
                 self.live.existing(args)  # passed in: not allocations of the forward
         name = self.module_names.get(id(module))
         if name is None:

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torch._ops import OpOverload
-
+from rooflinekit.core.compat import OpOverload
 from rooflinekit.stages.capture.meta_memo import memoisable
 
 #: Matrix-multiply ops whose non-parameter operands can carry K/V (attention sinks).

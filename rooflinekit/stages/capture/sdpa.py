@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 import torch.nn.functional as F
 
+from rooflinekit.core.compat import disable_torch_function
 from rooflinekit.stages.capture.heads import distinct_heads
 from rooflinekit.stages.capture.records import OpRecord, shape_text
 from rooflinekit.stages.capture.swap import swapped
@@ -103,7 +104,7 @@ def run_fused(rec: Recording, func, args, kwargs):
     """
     rec.suppress += 1
     try:
-        with torch._C.DisableTorchFunction():
+        with disable_torch_function():
             q, v = args[0] if args else kwargs["query"], (args[2] if len(args) > 2 else kwargs["value"])
             shape = tuple(q.shape[:-1]) + (v.shape[-1],)
             out = _fused_layout(shape, q) if q.is_meta else None
@@ -113,7 +114,7 @@ def run_fused(rec: Recording, func, args, kwargs):
                 out = _fused_layout(shape, q).copy_(out)
     finally:
         rec.suppress -= 1
-    with torch._C.DisableTorchFunction():
+    with disable_torch_function():
         rec.record_sdpa(args, kwargs, out)
     return out
 

@@ -74,8 +74,8 @@ def _attn(**attrs):
 
 def _ask(host, module):
     spec = AttentionSpec(arch="gqa", num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128)
-    return host.call_first("rooflinekit_attention_window", module=module, path="model.layers.0.self_attn",
-                           call=None, spec=spec)
+    return host.first(host.hook.rooflinekit_attention_window, module=module, path="model.layers.0.self_attn",
+                      call=None, spec=spec)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("1024", 1024), ("0", 0), ("full", 0), ("", None), (None, None)])
