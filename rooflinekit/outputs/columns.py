@@ -191,10 +191,10 @@ def _step_share(time_s: float | None, report: Report) -> float | None:
 
 
 def _att(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
-         unit: str = "", *, hint: str = "", **layout: Any) -> Col:
+         unit: str = "", **layout: Any) -> Col:
     """An attention column both views read from the same field (the text report from a group's first row)."""
     return Col(key, text, html, cell=lambda g, v: fmt(getattr(g[0], name)), value=lambda a, v: getattr(a, name),
-               kind=kind, unit=unit, hint=hint, **layout)
+               kind=kind, unit=unit, **layout)
 
 
 def _heads(value) -> str:
@@ -328,10 +328,10 @@ RANKS: tuple[Col, ...] = (
 
 
 def _point(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
-           unit: str = "", *, hint: str = "", **layout: Any) -> Col:
+           unit: str = "", **layout: Any) -> Col:
     """A point column both views read from the same field (the text report from the point's dict)."""
     return Col(key, text, html, cell=lambda r, v: fmt(r[name]), value=lambda p, v: getattr(p, name), kind=kind,
-               unit=unit, hint=hint, **layout)
+               unit=unit, **layout)
 
 
 def _fits(value: bool | None) -> str:
