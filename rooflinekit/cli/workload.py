@@ -42,7 +42,7 @@ def _keep(ctx: click.Context, param: click.Parameter, value):
 
 
 def setting_option(setting: Setting):
-    """The click option of one setting, from its declaration: `--kv-dtype` for kv_dtype, its rule's
+    """The click option of one setting, from its declaration: `--weight-dtype` for weight_dtype, its rule's
     type, its help; not given, the Deployment's default applies."""
     rule = setting.rule
     names = [setting.flag] + ([setting.short] if setting.short else [])

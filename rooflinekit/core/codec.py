@@ -15,6 +15,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, Union
 
+from rooflinekit.core.request import Deployment
+
 # -- encode ---------------------------------------------------------------------------------------
 
 
@@ -224,8 +226,8 @@ def upgrade_profile(data: dict) -> dict:
     return out
 
 
-#: Schema 2.0 kept these deployment settings in the workload section, and these in its options.
-_DEPLOYMENT_FIELDS = ("weight_dtype", "weight_group_size", "kv_dtype", "quantize_embeddings")
+#: Schema 2.0 kept the format settings in the workload section (any Deployment field found there
+#: moves), and these in its options.
 _DEPLOYMENT_OPTIONS = {"_tp": "tp", "_ep": "ep", "_memory_fraction": "memory_fraction"}
 
 
@@ -237,7 +239,7 @@ def upgrade_deployment(data: dict) -> dict:
     if not version or version.split(".")[0] not in ("1", "2") or not isinstance(data.get("workload"), dict):
         return data
     workload = dict(data["workload"])
-    deployment = {k: workload.pop(k) for k in _DEPLOYMENT_FIELDS if k in workload}
+    deployment = {k: workload.pop(k) for k in [f.name for f in dataclasses.fields(Deployment)] if k in workload}
     options = workload.get("options")
     if isinstance(options, dict):
         deployment.update({name: options[key] for key, name in _DEPLOYMENT_OPTIONS.items() if key in options})

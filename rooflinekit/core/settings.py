@@ -129,7 +129,7 @@ Words = Callable[[Any, Any, "str | None"], "str | None"]
 class Setting:
     """One deployment setting. `cli` False: the Python API and JSON only (no command-line option);
     `short`: a one-letter flag beside `--name`; `cli_default`: the flag's default when it is not
-    the field's (None: not given, the field's default applies)."""
+    the field's (None: not given, the field's default applies); `title`: a line of its own on the HTML page."""
 
     name: str
     annotation: str
@@ -141,6 +141,8 @@ class Setting:
     short: str | None = None
     metavar: str | None = None
     show_default: bool = False
+    #: The label of its own line in the HTML report's deployment card (None: only in the words).
+    title: str | None = None
 
     @property
     def flag(self) -> str:
@@ -247,13 +249,14 @@ SETTINGS: tuple[Setting, ...] = (
             help="Tokens the busiest expert-parallel rank receives over the mean [default: 1, the uniform "
                  "expectation]: its experts' rows and all-to-all bytes scale by F."),
     Setting("weight_dtype", "str | None", None, Choice(tuple(WEIGHT_BITS), optional=True), _weight_words,
+            title="weight format",
             help=f"Stored format of linear and expert weights: {', '.join(WEIGHT_BITS)} (default: the --dtype). "
                  "Read at that size plus scales; embedding and lm_head stay bf16. See docs/accounting.md."),
     Setting("weight_group_size", "int | None", None, Whole(1, MAX_GROUP_SIZE, optional=True),
             help="Weight elements per scale (int8/int4 default 128, fp16 scales; fp8 default one fp32 scale "
                  "per output channel)."),
     Setting("kv_dtype", "str | None", None, Choice(tuple(KV_BYTES), optional=True), _format_words("KV"),
-            help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype)."),
+            title="KV cache format", help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype)."),
     Setting("quantize_embeddings", "bool", False, Flag(), _said("embeddings quantized", False),
             help="Also quantize the token embedding and the output head (lm_head)."),
     Setting("kernels", "str", "as-written", Choice(KERNELS), _said("{v} kernels", "as-written"),

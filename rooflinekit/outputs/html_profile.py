@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from rooflinekit.core.report import Report
+from rooflinekit.core.request import deployment_settings
 from rooflinekit.core.units import seconds
 from rooflinekit.outputs.columns import op_time
 from rooflinekit.outputs.groups import Group, fold
@@ -160,7 +161,7 @@ def _header_profile(report: Report) -> dict:
                   item("memory needed per GPU", mem.total_bytes, "si", "B")]
     d = report.deployment
     quant = [item("deployment", deployment_words(d, w.dtype) or "one GPU, as run"),
-             item("weight format", d.weight_dtype), item("KV cache format", d.kv_dtype)]
+             *(item(s.title, getattr(d, s.name)) for s in deployment_settings() if s.title)]
     cards = [
         {"title": "Model", "items": [item("name", model.name), item("kind", model.kind), item("path", model.path),
                                      item("parameters", model.parameters, "si"),

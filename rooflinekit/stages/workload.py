@@ -22,7 +22,7 @@ N > 1). The cache's `context` slots then hold context-N earlier tokens plus the 
 (the last N slots); new token i (0-based) attends the context-N+i+1 positions up to itself (causal
 among the new tokens, the mask aligned to the bottom right).
 
-Quantized weights and caches (`weight_dtype`, `weight_group_size`, `kv_dtype`) and fp8 activations
+Quantized weights and caches (the format settings of rooflinekit.core.settings) and fp8 activations
 (`dtype="fp8"`) are not run: the model runs in bf16 and its capture is transformed
 (rooflinekit.transforms.quantize).
 """
