@@ -29,8 +29,8 @@ _LAZY = {
     "advise": ("rooflinekit.api", "advise"),
     "plan": ("rooflinekit.api_search", "plan"),
     "Capture": ("rooflinekit.api", "Capture"),
-    # the report with its text and HTML views (the data type itself: rooflinekit.core.report.Report)
-    "Report": ("rooflinekit.outputs.render", "ViewedReport"),
+    # the report (rooflinekit.core.report.Report), served from the module that registers its views
+    "Report": ("rooflinekit.outputs.views", "Report"),
 }
 
 __all__ = ["SCHEMA_VERSION", "RooflineError", "UserError", "__version__", "trace", *_LAZY]

@@ -31,8 +31,10 @@ from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_
 from rooflinekit.analyses.profile import profile as run_profile
 from rooflinekit.analyses.sweep import MAX_BATCH as SWEEP_MAX_BATCH
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.core.report import Report
 from rooflinekit.core.request import (
     PHASES,
     Deployment,
@@ -40,8 +42,8 @@ from rooflinekit.core.request import (
     Workload,
     deployment_settings,
 )
-from rooflinekit.outputs.render import ViewedReport
-from rooflinekit.outputs.viewed import ViewedAdvice, ViewedSweep
+from rooflinekit.core.sweep_report import SweepReport
+from rooflinekit.outputs import views  # noqa: F401  (every result's views: repr, str, HTML, DataFrame)
 from rooflinekit.stages.capture.forward import recording
 from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
@@ -58,9 +60,9 @@ from rooflinekit.stages.workload import (
     validate,
     validate_levers,
 )
+from rooflinekit.trace import views as trace_views  # noqa: F401  (the trace report's views)
 from rooflinekit.trace.analyse import analyse as analyse_trace
 from rooflinekit.trace.report import TraceReport
-from rooflinekit.trace.views import ViewedTrace
 
 __all__ = ["Capture", "advise", "capture", "profile", "profile_file", "sweep"]
 
@@ -341,7 +343,7 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
             context: int | None = None, q_len: int = 1, dtype: str | None = None, device: str | None = None,
             options: dict | None = None, deployment: Deployment | None = None, depth: int | None = None,
             group_layers: bool = False, host: PluginHost | None = None, settings: Mapping[str, object],
-            **unknown) -> ViewedReport:
+            **unknown) -> Report:
     """What `rooflinekit profile MODEL` does, for a model in memory or a path (MODEL_RULE).
 
     A module runs on `model(*args, **inputs)` (meta, cpu or cuda tensors; `infer_workload` says what
@@ -357,15 +359,14 @@ def profile(model: torch.nn.Module | str, *args, inputs: Mapping | None = None,
     host = host or get_host()
     source, workload = source_and_workload(model, args, inputs, asked, make_inputs=make_inputs, host=host)
     report_options = ReportOptions(depth=depth, group_layers=group_layers, measure=False)
-    return ViewedReport.of(run_profile(source, workload, asked.deployed(), options=report_options,
-                                       host=host).report)
+    return run_profile(source, workload, asked.deployed(), options=report_options, host=host).report
 
 
 @takes_settings(hardware=DEFAULT_HARDWARE)
 def profile_file(path: str, *, phase: str = "decode", batch: int = 1, context: int = 4096, dtype: str = "bf16",
                  device: str = "meta", options: dict | None = None, depth: int | None = None,
                  group_layers: bool = False, host: PluginHost | None = None, q_len: int = 1,
-                 deployment: Deployment | None = None, settings: Mapping[str, object]) -> ViewedReport:
+                 deployment: Deployment | None = None, settings: Mapping[str, object]) -> Report:
     """`profile(path, ...)` with a path only: what `rooflinekit profile PATH` does (a model file,
     a transformers config.json, hf:TYPE, or anything a loader plugin reads)."""
     if not _is_path(path):
@@ -385,7 +386,7 @@ class Capture:
     """What `capture()` yields: its `report` is set when the block ends."""
 
     hardware: str
-    report: ViewedReport | None = None
+    report: Report | None = None
     model: torch.nn.Module | None = None
 
 
@@ -430,7 +431,7 @@ def capture(hardware: str = DEFAULT_HARDWARE, *, phase: str | None = None, batch
     out.model = model
     report = place(counting, source, workload, deployment, hw, ReportOptions(depth=depth, group_layers=group_layers),
                    ([], list(host.warnings + db.problems)))
-    out.report = ViewedReport.of(with_memory(report, counting, hw, deployment))
+    out.report = with_memory(report, counting, hw, deployment)
 
 
 def _counts(name: str, values: object, most: int) -> list[int]:
@@ -446,7 +447,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
           q_len: int = 1, dtype: str | None = None, device: str | None = None, options: dict | None = None,
           deployment: Deployment | None = None, critical: bool = True, max_batch: int = SWEEP_MAX_BATCH,
           fit: bool = True, host: PluginHost | None = None, settings: Mapping[str, object],
-          **unknown) -> ViewedSweep:
+          **unknown) -> SweepReport:
     """What `rooflinekit sweep MODEL -b ... -s ...` does: every (batch, context), the critical batch
     per context (`critical`, probing up to `max_batch`; the CLI's --no-critical is critical=False),
     points from exactly fitted counts on meta (`fit`; --no-fit is fit=False). `model` is a path, or a
@@ -470,7 +471,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
                        options=SweepOptions(critical=critical, max_batch=max_batch, fit=fit))
     if result.interrupted:
         raise KeyboardInterrupt
-    return ViewedSweep.of(result)
+    return result
 
 
 @takes_settings(hardware=DEFAULT_HARDWARE, kernels="serving")
@@ -479,7 +480,7 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
            options: dict | None = None, deployment: Deployment | None = None, combine: bool = False,
            max_combinations: int = COMBINE_LIMIT, draft: str | None = None, draft_options: dict | None = None,
            mtp: int | None = None, accept: float = DEFAULT_ACCEPT, host: PluginHost | None = None,
-           settings: Mapping[str, object], **unknown) -> ViewedAdvice:
+           settings: Mapping[str, object], **unknown) -> AdviceReport:
     """What `rooflinekit advise MODEL` does: the step profiled (the serving view unless
     kernels="as-written", as the CLI), then every lever that applies priced and ranked; `combine`,
     `max_combinations`, `draft` (a draft model's path) with `draft_options`, `mtp` and `accept` are
@@ -509,10 +510,10 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
         raise WorkloadError("draft_options= are the draft model's: give draft= too")
     deployed = asked.deployed()
     validate_levers(workload, deployed)
-    return ViewedAdvice.of(run_advise(source, workload, deployed, host=host, extras=extras))
+    return run_advise(source, workload, deployed, host=host, extras=extras)
 
 
 def trace(path: str, hardware: str | None = None, step: int | None = None) -> TraceReport:
     """The roofline of what a torch.profiler trace ran (a file or a folder of rank files), the
     report `rooflinekit trace` prints: `report.to_dict()` is its JSON (docs/trace.md)."""
-    return ViewedTrace.of(analyse_trace(str(path), hardware, step))
+    return analyse_trace(str(path), hardware, step)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 from conftest import EXAMPLES, TINY_LLAMA, run_profile
@@ -165,3 +167,34 @@ def test_encode_writes_dataclasses_field_by_field():
     assert codec.encode(value) == {"a": 1, "b": None, "inner": {"x": None, "tags": [1, 2.5]}, "maybe": None,
                                    "items": [{"x": 1.0, "tags": []}, {"k": None}]}
     assert list(codec.encode(Outer(0, 0.0, Inner(0.0), note="n"))) == ["a", "b", "inner", "note", "maybe", "items"]
+
+
+def test_each_report_kind_is_one_class_with_its_views():
+    """`rooflinekit.Report` is the plugin's and core's Report; the views are the kind's own methods,
+    drawn by the renderers rooflinekit.outputs registers (core imports none)."""
+    import rooflinekit
+    import rooflinekit.plugin
+
+    assert rooflinekit.Report is rooflinekit.plugin.Report is Report
+    report = Report.from_dict(json.loads((DATA / "report-1.0-gqa.json").read_text()))
+    assert repr(report).startswith("<Report llama_gqa decode B=4 S=4096 on H800 SXM5")
+    assert str(report) == report.table() and "<svg" in report._repr_html_()
+
+
+def test_without_the_outputs_a_report_says_what_to_import():
+    """Read where no output was imported (a plugin's view): the dataclass repr, and a clear error."""
+    code = f"""
+import json, sys
+from rooflinekit.core.report import Report
+from rooflinekit.core.views import NoViewError
+report = Report.from_dict(json.loads(open({str(DATA / "report-1.0-gqa.json")!r}).read()))
+assert "rooflinekit.outputs" not in sys.modules
+assert repr(report).startswith("Report(workload=WorkloadInfo(phase='decode'")
+try:
+    str(report)
+except NoViewError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("Report has no text view registered: import rooflinekit.outputs (the Python API, "
+                                  "the CLI and the notebook helpers do)")

@@ -4,7 +4,9 @@
     report = place(counted, hw, ...)                       # the roofline placement (and fused view)
     report = annotate(report, ...)                         # memory, measurement, a second entry
 
-`profile` runs the whole list; a sweep's design captures stop after `count`. The transforms run in
+`profile` runs the whole list; a sweep's design captures stop after `count`. What passes between
+the stages (docs/architecture.md, The pipeline): the capture's `CaptureResult`, the attributed and
+transformed `Counted`, `count`'s `Counting` (those counts with the model), `profile`'s `Profiled`. The transforms run in
 the stated order `TRANSFORMS` (formats, then the parallel shard, then a lever's restatement); the
 CLI, the Python API, sweep and advise all go through here.
 """
@@ -33,7 +35,7 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, ModelSource, Workload
 from rooflinekit.core.version import model_library, untested_notes
 from rooflinekit.stages import mixed
-from rooflinekit.stages.attribute import attribute_attention
+from rooflinekit.stages.attribute import AttentionSite, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.engine import engine_cost, with_engine
@@ -83,20 +85,10 @@ class ReportOptions:
 
 
 @dataclass
-class Profiled:
-    report: Report | None  # None where the pipeline stopped after counting (a sweep's design captures)
-    model: torch.nn.Module
-    capture: object
-    #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionSite).
-    attention: list = field(default_factory=list)
-    #: The module models plugins put in place during the capture (rooflinekit.stages.modelled).
-    models: list = field(default_factory=list)
-
-
-@dataclass
 class Counting:
-    """What `count` hands on: the built model and inputs, the transformed counts, the module models
-    in place during the capture, and the notes from the source and the module models."""
+    """The count stage's result (`count`, build to transforms): the built model and inputs, the
+    transformed counts (`Counted`, around the capture's `CaptureResult`), the module models in place
+    during the capture, and the notes from the source and the module models."""
 
     model: torch.nn.Module
     inputs: object
@@ -111,6 +103,34 @@ class Counting:
     #: Each modelled module's call, and the module models in place by path (recounted).
     calls: list[ModelCall] = field(default_factory=list)
     modelled: dict[str, type] = field(default_factory=dict)
+
+
+@dataclass
+class Profiled:
+    """The pipeline's result (`profile`): the placed and annotated report with the counts it was
+    placed from (`counted`: the counts alone, `report` None, as a sweep's design captures need)."""
+
+    report: Report | None
+    counting: Counting
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.counting.model
+
+    @property
+    def capture(self) -> CaptureResult:
+        """The transformed capture the report was placed from."""
+        return self.counting.counted.capture
+
+    @property
+    def attention(self) -> list[AttentionSite]:
+        """The attention sites the report was placed from (rooflinekit.stages.attribute)."""
+        return self.counting.counted.attention
+
+    @property
+    def models(self) -> list:
+        """The module models plugins put in place during the capture (rooflinekit.stages.modelled)."""
+        return self.counting.models
 
 
 def _forward_error(exc: BaseException, source: ModelSource, workload: Workload) -> UserError:
@@ -238,8 +258,7 @@ def counted(source: ModelSource, workload: Workload, deployment: Deployment, hos
     """The pipeline up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
     validate_levers(workload, deployment)
     counting = count(source, workload, deployment, host)
-    return Profiled(report=None, model=counting.model, capture=counting.counted.capture,
-                    attention=counting.counted.attention, models=counting.models)
+    return Profiled(report=None, counting=counting)
 
 
 def place(counting: Counting, source: ModelSource, workload: Workload, deployment: Deployment,
@@ -394,6 +413,4 @@ def profile(
             write_trace(options.trace, measurement.trace, report)
     if alt_hw is not None:
         report = with_alt_placement(report, alt_hw)
-    cap = counting.counted.capture
-    return Profiled(report=report, model=counting.model, capture=cap, attention=counting.counted.attention,
-                    models=counting.models)
+    return Profiled(report=report, counting=counting)

@@ -1,16 +1,19 @@
 """The result of `rooflinekit advise`: each lever priced against the baseline step, the levers
 skipped and why, and the combinations searched (JSON schema advise-N.schema.json, docs/schema.md).
+Its views for people are rendered by rooflinekit.outputs, registered in rooflinekit.core.views.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rooflinekit.core import codec
 from rooflinekit.core.report import OMIT_NONE, HardwareInfo, Memory, ModelInfo, Tool, WorkloadInfo
+from rooflinekit.core.report_base import ReportBase
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION
+from rooflinekit.core.views import render_view
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,8 @@ class SkippedLever:
     source: str = "rooflinekit"
 
 
-@dataclass(frozen=True)
-class AdviceReport:
+@dataclass(frozen=True, repr=False)
+class AdviceReport(ReportBase):
     """What would change a step's time: every lever that applies, ranked by speed-up."""
 
     workload: WorkloadInfo
@@ -116,9 +119,6 @@ class AdviceReport:
     kind: str = "advise"
     tool: Tool = field(default_factory=Tool)
 
-    def to_dict(self) -> dict:
-        return codec.encode(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> AdviceReport:
-        return codec.decode(cls, codec.upgrade_deployment(data))
+    def to_dataframe(self, columns: Sequence[str] | None = None):
+        """The baseline (rank 0) and every lever, as a pandas DataFrame."""
+        return render_view(self, "frame", columns)

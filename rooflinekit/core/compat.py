@@ -11,6 +11,7 @@ from functools import cache
 
 import torch
 from torch._ops import OpOverload as _OpOverload
+from torch.distributed import distributed_c10d
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.nn.modules import module as nn_module
 from torch.utils import flop_counter
@@ -193,17 +194,13 @@ def fake_mode_active() -> bool:
 def resolve_process_group(name: str):
     """The process group of a group name, as functional collectives carry it (c10d_functional ops
     name their group): torch.distributed.distributed_c10d._resolve_process_group."""
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
-    return _resolve_process_group(name)
+    return distributed_c10d._resolve_process_group(name)
 
 
 def default_store():
     """The default process group's key-value store, which the ranks of a distributed run share:
     torch.distributed.distributed_c10d._get_default_store."""
-    from torch.distributed.distributed_c10d import _get_default_store
-
-    return _get_default_store()
+    return distributed_c10d._get_default_store()
 
 
 def c10d_has_meta_kernels() -> bool:

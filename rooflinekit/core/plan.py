@@ -1,10 +1,14 @@
 """The planner's request and result (`rooflinekit plan`), torch-free: the targets, one priced
-configuration, and the search's answer with its Pareto front."""
+configuration, and the search's answer with its Pareto front (its views for people rendered by
+rooflinekit.outputs, registered in rooflinekit.core.views)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+
+from rooflinekit.core.views import HasViews, render_view
 
 #: The JSON schema version of a plan result (rooflinekit/schema/plan-1.1.schema.json).
 PLAN_SCHEMA_VERSION = "1.1"
@@ -187,8 +191,8 @@ def _degrees(tp: int, ep: int) -> str:
     return f"TP {tp}" + (f" EP {ep}" if ep > 1 else "")
 
 
-@dataclass
-class PlanResult:
+@dataclass(repr=False)
+class PlanResult(HasViews):
     """The search's answer: every configuration priced, the Pareto front of tokens/s per GPU
     against tokens/s per user (indices into `configs`), the best that meets the targets."""
 
@@ -224,6 +228,10 @@ class PlanResult:
         d["best"] = None if self.best is None else d["configs"][self.best]
         d["best_index"] = self.best
         return d
+
+    def to_dataframe(self, columns: Sequence[str] | None = None):
+        """One row per priced configuration, with `label`, `pareto` and `best`, as a pandas DataFrame."""
+        return render_view(self, "frame", columns)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:

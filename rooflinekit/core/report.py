@@ -3,20 +3,23 @@
 A report is built once by `rooflinekit.stages.place.build_report` from a capture and a hardware
 entry. Measured times, a second hardware entry and parallel views make *new* reports
 (`dataclasses.replace`); nothing edits a report after it is built. JSON happens only at the edge:
-`Report.to_dict()` / `Report.from_dict()` (rooflinekit.core.codec), against the JSON Schema shipped
-in rooflinekit/schema/ (docs/schema.md).
+`Report.to_dict()` / `Report.from_dict()` (rooflinekit.core.report_base, through rooflinekit.core.codec),
+against the JSON Schema shipped in rooflinekit/schema/ (docs/schema.md). The views for people (repr,
+text, HTML, DataFrame) are rooflinekit.core.views's, rendered by rooflinekit.outputs.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rooflinekit.core import codec
+from rooflinekit.core.report_base import ReportBase
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION, __version__
+from rooflinekit.core.views import render_view
 
 #: The module name the report gives ops that ran outside every module.
 ROOT = "(root)"
@@ -442,8 +445,8 @@ class Memory:
     kv_blocks: int | None = None  # serving view: blocks that fit beside weights and activations
 
 
-@dataclass(frozen=True)
-class Report:
+@dataclass(frozen=True, repr=False)
+class Report(ReportBase):
     """A profile of one step of one model on one accelerator (schema in docs/schema.md)."""
 
     workload: WorkloadInfo
@@ -471,38 +474,26 @@ class Report:
     kind: str = "profile"
     tool: Tool = field(default_factory=Tool)
 
-    # -- the edge: JSON -----------------------------------------------------------------------
-
-    def to_dict(self) -> dict:
-        """The JSON-ready dict the CLI writes with `-f json` (non-finite numbers become null)."""
-        return codec.encode(self)
-
-    def to_json(self, indent: int | None = 2) -> str:
-        """The `-f json` text (codec.dumps's layout); `indent=None`: all on one line."""
-        if indent is None:
-            return json.dumps(self.to_dict(), allow_nan=False) + "\n"
-        return codec.dumps(self.to_dict(), allow_nan=False)
-
     @classmethod
-    def from_dict(cls, data: dict) -> Report:
-        """A report from its JSON form; schema 1.x reports are upgraded first."""
-        return codec.decode(cls, codec.upgrade_deployment(codec.upgrade_profile(data)))
+    def upgraded(cls, data: dict) -> dict:
+        """`data` in the current shape: schema 1.x reports upgraded, then their deployment moved."""
+        return codec.upgrade_deployment(codec.upgrade_profile(data))
 
-    # -- for people in notebooks (the text and HTML views: rooflinekit.outputs.render.ViewedReport) --
+    # -- for people (the renderers: rooflinekit.outputs, registered in rooflinekit.core.views) ----
 
-    def to_dataframe(self, section: str = "modules"):
-        """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame.
+    def to_text(self, fmt: str = "table", top: int | None = 25, *, wide: bool = False) -> str:
+        """The text report the CLI prints (`fmt`: table or markdown)."""
+        return render_view(self, "text", fmt, top, wide=wide)
 
-        pandas is optional: install it to use this.
-        """
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("Report.to_dataframe needs pandas: pip install pandas") from exc
-        rows = getattr(self, section, None)
-        if section.startswith("_") or not isinstance(rows, list):
-            raise ValueError(f"no table section {section!r}: use modules, ops, attention or uncounted_ops")
-        return pd.DataFrame([codec.flatten(codec.encode(r)) for r in rows])
+    def table(self, top: int | None = 25) -> str:
+        """The text report the CLI prints."""
+        return render_view(self, "text", "table", top)
+
+    def to_dataframe(self, section: str = "modules", columns: Sequence[str] | None = None):
+        """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame, the
+        identifying column first and each column named with its unit (rooflinekit.outputs.frames;
+        `columns` selects by new or, deprecated, old names). pandas is optional."""
+        return render_view(self, "frame", section, columns)
 
 
 # -- the shipped JSON Schema -----------------------------------------------------------------------

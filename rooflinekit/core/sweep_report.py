@@ -3,20 +3,22 @@ what was swept (`rooflinekit sweep`; JSON schema sweep-N.schema.json, docs/schem
 
 `SweepReport` is the one type of a sweep's outcome: `run_sweep` (rooflinekit.analyses.sweep)
 returns it, whole and immutable, and its JSON reads back with `from_dict`. Its `header` is what the
-sweep took from its first profile (`SweepHeader`). The Python API hands out the same fields as
-rooflinekit.outputs.viewed.ViewedSweep, a subclass that adds only views (text, HTML, DataFrame):
-this layer imports no output, so the views cannot live here.
+sweep took from its first profile (`SweepHeader`). Its views for people (repr, text, HTML,
+DataFrame) are rendered by rooflinekit.outputs, registered in rooflinekit.core.views.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rooflinekit.core import codec
 from rooflinekit.core.report import OMIT_NONE, HardwareInfo, Memory, ModelInfo, Report, Tool
+from rooflinekit.core.report_base import ReportBase
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.version import SCHEMA_VERSION
+from rooflinekit.core.views import render_view
 
 
 @dataclass(frozen=True)
@@ -146,8 +148,8 @@ class SweepHeader:
 HEADER_FIELDS = ("schema_version", "tool", "model", "hardware")
 
 
-@dataclass(frozen=True)
-class SweepReport:
+@dataclass(frozen=True, repr=False)
+class SweepReport(ReportBase):
     """A model profiled over a grid of batch x context, with the critical batch per context."""
 
     workload: SweepWorkload
@@ -177,10 +179,6 @@ class SweepReport:
         for callers of the former mutable result's `report()`."""
         return self
 
-    def to_dict(self) -> dict:
-        """The JSON document of `sweep -f json`."""
-        return codec.encode(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SweepReport:
-        return codec.decode(cls, codec.upgrade_deployment(data))
+    def to_dataframe(self, section: str = "points", columns: Sequence[str] | None = None):
+        """One row per point (`points`) or per context (`critical_batch`), as a pandas DataFrame."""
+        return render_view(self, "frame", section, columns)

@@ -9,17 +9,14 @@ prefixes, no scientific notation), and colours bounds, titles and warnings when 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
 
 from rooflinekit.core.codec import dumps, encode
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.columns import num
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
-from rooflinekit.outputs.frames import report_frame
 from rooflinekit.outputs.memory_view import memory_lines
-from rooflinekit.outputs.notebook import report_html, report_repr
+from rooflinekit.outputs.notebook import report_html
 from rooflinekit.outputs.pipeline_view import pipeline_lines, pipeline_of, pipeline_table
 from rooflinekit.outputs.sections import (
     attention_notes,
@@ -36,7 +33,7 @@ from rooflinekit.outputs.tables import WIDTH, Style, legend, table, wrap
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 FORMATS = ("table", "json", "csv", "markdown")
-__all__ = ["FORMATS", "TABLES", "ViewedReport", "header_lines", "measured_lines", "parallel_lines", "render",
+__all__ = ["FORMATS", "TABLES", "header_lines", "measured_lines", "parallel_lines", "render",
            "seconds", "to_csv", "to_json", "to_text"]
 
 
@@ -255,42 +252,3 @@ def render(report: Report, fmt: str, top: int | None = 25, *, wide: bool = False
     if fmt == "csv":
         return to_csv(report, table)
     return to_text(report, fmt, top, wide=wide, group_layers=group_layers, ops=ops, colour=colour)
-
-
-@dataclass(frozen=True, repr=False)
-class ViewedReport(Report):
-    """A Report with its views for people: a one-line `repr`, the CLI's text table as `str`,
-    Jupyter's HTML (`_repr_html_`) and `to_dataframe` with units in the column names
-    (rooflinekit.outputs.frames). The data type (rooflinekit.core.report) imports no output; the
-    Python API returns this subclass of it."""
-
-    @classmethod
-    def of(cls, report: Report) -> ViewedReport:
-        """`report` with its views (the same fields, not copied)."""
-        if isinstance(report, cls):
-            return report
-        return cls(**{f.name: getattr(report, f.name) for f in fields(Report)})
-
-    def to_text(self, fmt: str = "table", top: int | None = 25, *, wide: bool = False) -> str:
-        """The text report the CLI prints (`fmt`: table or markdown)."""
-        return to_text(self, fmt, top, wide=wide)
-
-    def table(self, top: int | None = 25) -> str:
-        """The text report the CLI prints."""
-        return to_text(self, "table", top)
-
-    def _repr_html_(self) -> str:
-        return to_html(self)
-
-    def __repr__(self) -> str:
-        """One line: `<Report llama_gqa decode B=4 S=32768 on H800 SXM5, TP 2: step 371 us bound (memory-bound)>`."""
-        return report_repr(self)
-
-    def __str__(self) -> str:
-        return to_text(self, "table")
-
-    def to_dataframe(self, section: str = "modules", columns: Sequence[str] | None = None):
-        """One section (`modules`, `ops`, `attention`, `uncounted_ops`) as a pandas DataFrame, the
-        identifying column first and each column named with its unit (rooflinekit.outputs.frames;
-        `columns` selects by new or, deprecated, old names). pandas is optional."""
-        return report_frame(self, section, columns)

@@ -1,5 +1,6 @@
 """The trace report: plain dataclasses, what the text, Markdown, CSV and JSON views print.
-Times are seconds, rates per second, as in every other rooflinekit report."""
+Times are seconds, rates per second, as in every other rooflinekit report. Its views for people
+(repr, text, HTML) are rooflinekit.trace.views's, registered in rooflinekit.core.views."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rooflinekit.core import codec
+from rooflinekit.core.views import HasViews
 from rooflinekit.trace.counters import CounterRow
 
 #: The JSON trace report's schema version (bumped when its shape changes).
@@ -179,8 +181,8 @@ class AcrossRanks:
     skipped: list[str] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class TraceReport:
+@dataclass(frozen=True, repr=False)
+class TraceReport(HasViews):
     """The roofline of what a torch.profiler trace ran, one RankReport per rank file."""
 
     source: str

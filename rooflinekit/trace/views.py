@@ -5,10 +5,11 @@ under the roofs of every dtype the hardware entry lists."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 from rooflinekit.core.units import seconds, share, si
+from rooflinekit.core.views import register_views
 from rooflinekit.outputs.chart_data import Chart, Series
 from rooflinekit.outputs.html import (
     PLAIN_TABLE,
@@ -228,22 +229,16 @@ def notebook_html(report: TraceReport, rows: int = 15) -> str:
     return notebook_view(title, parts, list(report.notes) + list(rank.notes))
 
 
-@dataclass(frozen=True)
-class ViewedTrace(TraceReport):
-    """The trace report the Python API returns: its fields, with a one-line repr, the text as str,
-    and the notebook view."""
+def trace_repr(report: TraceReport) -> str:
+    """One line: the trace file, the hardware, the ranks, and the first rank's busy time and HFU."""
+    t = report.ranks[0].total if report.ranks else None
+    busy = f", busy {seconds(t.busy_s)} of {seconds(t.span_s)}, HFU {share(t.hfu)}" if t else ""
+    return f"<rooflinekit trace {Path(report.source).name} on {report.hardware}: {len(report.ranks)} rank(s){busy}>"
 
-    def __repr__(self) -> str:
-        t = self.ranks[0].total if self.ranks else None
-        busy = f", busy {seconds(t.busy_s)} of {seconds(t.span_s)}, HFU {share(t.hfu)}" if t else ""
-        return f"<rooflinekit trace {Path(self.source).name} on {self.hardware}: {len(self.ranks)} rank(s){busy}>"
 
-    def __str__(self) -> str:
-        return render(top_rows(self, 15), "table", 100)
+def trace_text(report: TraceReport) -> str:
+    """The text `rooflinekit trace` prints, its tables cut to 15 rows."""
+    return render(top_rows(report, 15), "table", 100)
 
-    def _repr_html_(self) -> str:
-        return notebook_html(self)
 
-    @classmethod
-    def of(cls, report: TraceReport) -> ViewedTrace:
-        return cls(**{f.name: getattr(report, f.name) for f in fields(report)})
+register_views(TraceReport, repr=trace_repr, text=trace_text, html=notebook_html)
