@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.analyses.profile import profile  # noqa: E402
+from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
@@ -102,7 +102,7 @@ def run_config(cfg: Config) -> dict:
 def single(path: str, options: dict, batch: int = 1, context: int = CONTEXT) -> dict:
     source = load_source(str(ROOT / path), options)
     workload = Workload("decode", batch, context, options=tuple(sorted(options.items())))
-    return profile(source, workload, Deployment(HARDWARE)).report.to_dict()
+    return run_profile(source, workload, Deployment(HARDWARE)).report.to_dict()
 
 
 def per_layer_cache(report_or_row: dict) -> float:

@@ -27,8 +27,7 @@ import torch
 from rooflinekit.analyses.advise import AdviseOptions
 from rooflinekit.analyses.advise import advise as run_advise
 from rooflinekit.analyses.combine import COMBINE_LIMIT
-from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_memory
-from rooflinekit.analyses.profile import profile as run_profile
+from rooflinekit.analyses.profile import ReportOptions, attributed, place, run_profile, with_memory
 from rooflinekit.analyses.sweep import MAX_BATCH as SWEEP_MAX_BATCH
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.errors import HardwareError, ModelError, WorkloadError

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
@@ -33,7 +33,7 @@ GQA8 = {"layers": 1, "heads": 32, "kv_heads": 8, "head_dim": 32, "hidden": 1024,
 def planned(path, tp=1, ep=1, batch=4, context=32768, host=None, **options):
     workload = Workload("decode", batch, context, "bf16", "meta", tuple(sorted(options.items())))
     kwargs = {"host": host} if host is not None else {}
-    return profile(load_source(str(path), options, host), workload, Deployment("H800", tp=tp, ep=ep),
+    return run_profile(load_source(str(path), options, host), workload, Deployment("H800", tp=tp, ep=ep),
                    **kwargs).report.to_dict()
 
 
@@ -198,7 +198,7 @@ def test_ep_divides_experts_and_adds_two_all_to_alls():
 
 def _ep_report(ep: int, **settings) -> dict:
     workload = Workload("decode", 4, 8, "bf16", "meta", ())
-    return profile(load_source(str(MOE), {}), workload, Deployment("H800", ep=ep, **settings)).report.to_dict()
+    return run_profile(load_source(str(MOE), {}), workload, Deployment("H800", ep=ep, **settings)).report.to_dict()
 
 
 def test_redundant_experts_hold_whole_slots_and_split_their_hits():

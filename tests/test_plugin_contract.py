@@ -20,7 +20,7 @@ import pytest
 
 import rooflinekit.plugin
 from rooflinekit.analyses.advise import advise
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, ROOT
@@ -94,7 +94,7 @@ def test_a_plugin_written_against_rooflinekit_plugin_gets_the_request_and_its_le
     workload = rooflinekit.plugin.Workload("decode", 2, 64, options=(("layers", 1),))
     deployment = rooflinekit.plugin.Deployment("H800", tp=2)
     source = load_source(str(EXAMPLES / "llama_gqa.py"), {"layers": 1}, host)
-    profiled = profile(source, workload, deployment, host=host)
+    profiled = run_profile(source, workload, deployment, host=host)
     assert profiled.report is not None and not host.warnings, host.warnings
     assert plugin.SEEN, "rooflinekit_module_model was never asked"
     for _path, seen_workload, seen_deployment in plugin.SEEN:

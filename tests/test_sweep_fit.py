@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from rooflinekit.analyses.gridfit import regions
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
 from rooflinekit.core.request import Deployment, Workload
@@ -45,7 +45,7 @@ def _workload(phase, batch, context, options):
 
 
 def _reference(path, phase, batch, context, options):
-    return profile(load_source(str(path), options), _workload(phase, batch, context, options),
+    return run_profile(load_source(str(path), options), _workload(phase, batch, context, options),
                    Deployment("H800")).report
 
 

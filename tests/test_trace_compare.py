@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 from torch.profiler import ProfilerActivity, profile
 
-from rooflinekit.analyses.profile import profile as rooflinekit_profile
+from rooflinekit.analyses.profile import run_profile as rooflinekit_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.workload import build, load_source

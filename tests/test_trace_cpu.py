@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from rooflinekit.analyses.profile import profile as rooflinekit_profile
+from rooflinekit.analyses.profile import run_profile as rooflinekit_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.workload import build, load_source
 from rooflinekit.trace.analyse import analyse

@@ -15,7 +15,7 @@ from bad_inputs.plugins import BAD_ENTRY, GOOD_ENTRY, installed_site
 
 from rooflinekit.analyses import calibrate as cal_mod
 from rooflinekit.analyses.calibrate import Timing, measure_matmul
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
@@ -159,7 +159,7 @@ def _formula_plugin(answer):
 def _profile(host, path=GQA, hardware="H800", tp=1, **extra):
     options = dict(TINY_LLAMA, **extra)
     workload = Workload("decode", 1, 64, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, Deployment(hardware, tp=tp), host=host).report
+    return run_profile(load_source(str(path), options, host), workload, Deployment(hardware, tp=tp), host=host).report
 
 
 @pytest.mark.parametrize("answer,why", [

@@ -19,7 +19,8 @@ from dataclasses import dataclass, fields, replace
 
 from rooflinekit.analyses import combine as combining
 from rooflinekit.analyses import speculate
-from rooflinekit.analyses.profile import Profiled, ReportOptions, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions
+from rooflinekit.analyses.profile import run_profile as profile
 from rooflinekit.core.advice_report import AdviceReport, LeverResult, SkippedLever
 from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import RooflineError, UserError

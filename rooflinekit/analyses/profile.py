@@ -1,16 +1,17 @@
-"""The pipeline: build -> capture -> attribute -> transforms -> place -> annotate.
+"""The profile's stages: build -> capture -> attribute -> transforms -> place -> annotate.
 
     counted = count(source, workload, deployment)          # build, capture, attribute, transforms
     report = place(counted, hw, ...)                       # the roofline placement (and fused view)
     report = annotate(report, ...)                         # memory, measurement, a second entry
 
-`profile` runs the whole list; a sweep's design captures stop after `count`. The transforms run in
+`run_profile` runs the whole list; a sweep's design captures stop after `count`. The transforms run in
 the stated order `TRANSFORMS` (formats, then the parallel shard, then a lever's restatement); the
 CLI, the Python API, sweep and advise all go through here.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -84,7 +85,7 @@ class ReportOptions:
 
 @dataclass
 class Profiled:
-    report: Report | None  # None where the pipeline stopped after counting (a sweep's design captures)
+    report: Report | None  # None where the stages stopped after counting (a sweep's design captures)
     model: torch.nn.Module
     capture: object
     #: The attention sites the report was placed from (rooflinekit.stages.attribute.AttentionSite).
@@ -235,7 +236,7 @@ def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, d
 
 
 def counted(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost) -> Profiled:
-    """The pipeline up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
+    """The stages up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
     validate_levers(workload, deployment)
     counting = count(source, workload, deployment, host)
     return Profiled(report=None, model=counting.model, capture=counting.counted.capture,
@@ -343,7 +344,7 @@ def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options
     return measure
 
 
-def profile(
+def run_profile(
     source: ModelSource,
     workload: Workload,
     deployment: Deployment | None = None,
@@ -354,7 +355,7 @@ def profile(
     lever: Transform | TransformFunction | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> Profiled:
-    """The whole pipeline for one request: count, place on the deployment's hardware, annotate.
+    """Every stage for one request: count, place on the deployment's hardware, annotate.
 
     `deployment.hardware` "auto" takes the local GPU's entry (NVML), else DEFAULT_HARDWARE. The
     annotate steps are the memory section, measured mode (`options.measure`: times real forwards
@@ -397,3 +398,12 @@ def profile(
     cap = counting.counted.capture
     return Profiled(report=report, model=counting.model, capture=cap, attention=counting.counted.attention,
                     models=counting.models)
+
+
+def __getattr__(name: str):
+    """`profile`, this module's entry point's name before 0.3, with a DeprecationWarning until 0.4."""
+    if name == "profile":
+        warnings.warn("rooflinekit.analyses.profile.profile is deprecated since rooflinekit 0.3: call "
+                      "run_profile (or the Python API's rooflinekit.profile)", DeprecationWarning, stacklevel=2)
+        return run_profile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

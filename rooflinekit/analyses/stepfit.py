@@ -24,9 +24,9 @@ from rooflinekit.analyses.profile import (
     Counting,
     ReportOptions,
     count,
-    profile,
     recounted,
 )
+from rooflinekit.analyses.profile import run_profile as profile
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, ModelSource, Workload

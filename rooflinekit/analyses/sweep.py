@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 from rooflinekit.analyses.critical_batch import MAX_BATCH, assumption, critical_batch, summarised
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
-from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, run_profile
 from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
@@ -219,10 +219,10 @@ class Profiler:
                     result = counted(source, workload, self.deployment, self.host)
             elif plan is not None:
                 with skipping(plan):
-                    result = profile(source, workload, self.deployment, options=options, host=self.host,
+                    result = run_profile(source, workload, self.deployment, options=options, host=self.host,
                                      db=self.db)
             else:
-                result = profile(source, workload, self.deployment, options=options, host=self.host, db=self.db)
+                result = run_profile(source, workload, self.deployment, options=options, host=self.host, db=self.db)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))

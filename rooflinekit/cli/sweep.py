@@ -77,7 +77,7 @@ def decorate(f):
 @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
               help="Largest batch the critical-batch check and search profile, and the largest reported.")
 @debug_option
-def sweep(model, phase, batches, contexts, dtype, device, options, fmt, output, plot_path,
+def sweep_cmd(model, phase, batches, contexts, dtype, device, options, fmt, output, plot_path,
           no_critical, max_batch, debug, no_fit=False, wide=False):
     fmt = output_format(fmt, output)
     base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options)
