@@ -64,7 +64,7 @@ def main() -> None:
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.stages.capture.forward import call_forward
     from rooflinekit.stages.capture.recorder import Recorder
-    from rooflinekit.stages.workload import build, in_effect, load_source
+    from rooflinekit.stages.model_source import build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})
     import_s = time.perf_counter() - t0

@@ -95,7 +95,7 @@ def run(args) -> str:
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.core.units import si
     from rooflinekit.stages.hardware import hardware_db
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -26,7 +26,7 @@ from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 #: (model, GPUs, the search's options beyond the default, their words)
 QUESTIONS = (

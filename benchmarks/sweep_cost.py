@@ -35,7 +35,8 @@ from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep  # noqa: E402
 from rooflinekit.core.codec import encode  # noqa: E402
 from rooflinekit.core.request import Deployment, Workload  # noqa: E402
-from rooflinekit.stages.workload import load_source, parse_options  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
+from rooflinekit.stages.request_checks import parse_options  # noqa: E402
 
 BATCHES = [2 ** i for i in range(10)]  # 1 .. 512
 CONTEXTS = [2 ** i for i in range(9, 19)]  # 512 .. 262144

@@ -153,7 +153,7 @@ def command(row: dict, phase: str, batch: int, context: int, kernels: str) -> st
 def _api():
     from rooflinekit.analyses.profile import ReportOptions, run_profile
     from rooflinekit.core.request import Deployment, Workload
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
     return run_profile, ReportOptions, Workload, Deployment, load_source
 
 

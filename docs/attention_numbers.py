@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 B, S = 4, 32768

@@ -27,7 +27,7 @@ from rooflinekit.core.request import Deployment, Workload  # noqa: E402
 from rooflinekit.outputs.chart_data import Chart, sweep_series  # noqa: E402
 from rooflinekit.outputs.plot import write_chart  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import load_source  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 HARDWARE = "H800"
 CONTEXT = 32768

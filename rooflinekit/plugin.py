@@ -76,8 +76,8 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.attribute import AttentionSite, attention_workload
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
+    from rooflinekit.stages.model_source import load_model_file
     from rooflinekit.stages.modelled import OpCounts, Provenance, emit, emit_collective, suppressed
-    from rooflinekit.stages.workload import load_model_file
     from rooflinekit.transforms.base import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.transforms.tp_plan import resolve, structural_plan
 
@@ -95,7 +95,7 @@ _LAZY = {
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",
     **dict.fromkeys(("TorchDispatchMode", "disable_torch_dispatch"), "rooflinekit.core.compat"),
-    "load_model_file": "rooflinekit.stages.workload",
+    "load_model_file": "rooflinekit.stages.model_source",
 }
 
 

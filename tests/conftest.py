@@ -18,7 +18,7 @@ from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.report import ADVISE_SCHEMA_FILE, SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

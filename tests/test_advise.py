@@ -20,7 +20,7 @@ from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins.mla_absorb import absorb
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
 

@@ -11,7 +11,7 @@ import pytest
 from rooflinekit.analyses.advise import AdviseOptions, advise
 from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

@@ -31,7 +31,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.transforms.tp_plan import attention_shard, structural_plan
 from rooflinekit_plugins import gqa, mha, mla
 from tests import warm_python

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = (EXAMPLES / "llama_gqa.py", {"layers": 2, "heads": 8, "kv_heads": 4, "head_dim": 32, "hidden": 256,

@@ -21,7 +21,7 @@ else:  # pragma: no cover - Python 3.10
 
 from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT
 
 CONFIGS = EXAMPLES / "configs"

@@ -27,7 +27,7 @@ from torch import nn
 import rooflinekit
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import moe
 from tests.conftest import EXAMPLES, MODELS, ROOT
 

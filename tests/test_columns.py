@@ -27,7 +27,7 @@ from rooflinekit.outputs.html import profile_html, sweep_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
 from rooflinekit.outputs.sweep_text import sweep_to_text
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, profile_dict
 
 #: A text report's section title -> its table.

@@ -14,7 +14,7 @@ from rooflinekit.analyses.profile import run_profile
 from rooflinekit.api import profile as profile_module
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, profile_dict
 
 CONFIGS = EXAMPLES / "configs"

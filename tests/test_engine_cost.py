@@ -20,7 +20,7 @@ from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.engine import engine_cost, engines
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = str(EXAMPLES / "llama_gqa.py")

@@ -16,7 +16,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import TABLE_FILE, expected_step
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 if sys.version_info >= (3, 11):

@@ -14,7 +14,7 @@ from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"

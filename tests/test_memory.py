@@ -29,7 +29,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import load_file
 from rooflinekit.stages.memory import activation_peak
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error
 
 CONFIGS = EXAMPLES / "configs"

@@ -18,7 +18,7 @@ from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import recorder as capture_mod
 from rooflinekit.stages.capture.meta_memo import MetaMemo, memoisable
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 CONFIGS = EXAMPLES / "configs"

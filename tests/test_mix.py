@@ -15,7 +15,7 @@ from conftest import EXAMPLES, TINY_LLAMA, one_line_error
 from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.request import Deployment, Segment, Workload, mixed_workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 GQA = EXAMPLES / "llama_gqa.py"
 LLAMA8B = EXAMPLES / "configs" / "llama-3.1-8b.json"

@@ -8,7 +8,7 @@ import pytest
 
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
 
 RAN_BATCH = 3

@@ -18,7 +18,7 @@ from rooflinekit.cli.main import cli as main
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages import collectives
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
 from tests.test_expected import GQA, PRODUCTS, TABLE, TINY
 

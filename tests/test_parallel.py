@@ -14,7 +14,8 @@ from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.workload import build, load_source, validate_levers
+from rooflinekit.stages.model_source import build, load_source
+from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms.tp_plan import (
     normalise_style,
     resolve,
@@ -389,5 +390,5 @@ def test_the_deployment_carries_the_sizes():
     assert (d.tp, d.ep, d.parallel) == (4, 1, True) and dict(w.options) == {}
     assert not Deployment(tp=1, ep=1).parallel
     with pytest.raises(UserError):
-        validate_levers(w, Deployment(tp=0))
+        validate_request(w, Deployment(tp=0))
     assert torch.nn  # keep the import: tests build models on meta

@@ -22,8 +22,8 @@ from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.linesum import max_linear_sum
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.queueing import wait_quantile
-from rooflinekit.stages.workload import load_source
 
 MODEL = "examples/llama_gqa.py"
 

@@ -23,7 +23,7 @@ from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload, mixed_workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 SEED = 20261203
 FAST = ReportOptions(detail=False, measure=False)

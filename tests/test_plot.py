@@ -361,7 +361,7 @@ def test_measured_points_sit_at_their_achieved_rate_joined_to_their_bound():
     from rooflinekit.analyses.profile import ReportOptions, run_profile
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.outputs.plot import figure
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
 
     options = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
                "vocab": 1000}

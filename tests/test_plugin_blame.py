@@ -14,7 +14,7 @@ import pytest
 import rooflinekit.plugin as rp
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 

@@ -22,7 +22,7 @@ import rooflinekit.plugin
 from rooflinekit.analyses.advise import advise
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT
 
 #: A plugin module as a third party writes it: `rooflinekit.plugin` its only rooflinekit import.

@@ -12,13 +12,13 @@ import pytest
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.pipeline_parallel import (
     default_micro_batches,
     pipelined_step,
     split_layers,
     steady_step,
 )
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

@@ -13,7 +13,7 @@ from rooflinekit.analyses.profile import run_profile
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.keys import pairs_attended, positions_attended
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 GQA_FILE = EXAMPLES / "llama_gqa.py"
 MLA_FILE = EXAMPLES / "deepseek_mla.py"

@@ -12,7 +12,7 @@ from conftest import EXAMPLES, MODELS, TINY_LLAMA
 
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 CONFIGS = EXAMPLES / "configs"
 GQA_FILE = EXAMPLES / "llama_gqa.py"

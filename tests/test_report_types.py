@@ -17,7 +17,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.schemas import report_schema
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 DATA = EXAMPLES.parent / "tests" / "data"
 GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"

@@ -17,7 +17,7 @@ from rooflinekit.cli.main import cli
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "examples" / "configs"

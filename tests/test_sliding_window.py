@@ -20,7 +20,7 @@ from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionCall, AttentionSpec, AttentionWindow
 from rooflinekit.stages.capture import mask_keys_max
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import sliding_window
 from tests.conftest import EXAMPLES, MODELS, profile_dict
 

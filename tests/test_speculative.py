@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from rooflinekit.analyses.advise import AdviseOptions, advise
 from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.speculative import (
     DEFAULT_ACCEPT,
     check_accept,
     expected_tokens,
     speculative_cycle,
 )
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"

@@ -24,8 +24,8 @@ from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.expected import committed_tables
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.spread import MIN_ROWS, load_spreads, table_facts
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
 if sys.version_info >= (3, 11):

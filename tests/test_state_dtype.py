@@ -26,7 +26,7 @@ from rooflinekit.core.state import (
     state_spec,
     with_kept_state,
 )
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import linear_attention, ssm
 from tests.conftest import profile_dict
 

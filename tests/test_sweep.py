@@ -14,7 +14,7 @@ from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sw
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepHeader, SweepReport
 from rooflinekit.stages.fitting import AffineFit
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = EXAMPLES / "llama_gqa.py"

@@ -19,7 +19,7 @@ from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.fitting import Design
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 CONFIGS = EXAMPLES / "configs"

@@ -19,8 +19,8 @@ from rooflinekit.core.request import ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, skipping_layers, stand_ins, under
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.memory import ScaledPeak
+from rooflinekit.stages.model_source import build, load_source
 from rooflinekit.stages.repeated_layers import layer_plan, skipping
-from rooflinekit.stages.workload import build, load_source
 from rooflinekit_plugins.hf import skipped_cache_layers
 from rooflinekit_plugins.hf.cache import CACHE_PARAMS
 from tests.conftest import EXAMPLES, ROOT

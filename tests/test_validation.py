@@ -23,7 +23,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.outputs.report_io import check_values, load_report
 from rooflinekit.stages.formulas import FormulaBook, flops_problem
 from rooflinekit.stages.hardware import BOUNDS, HardwareDB, check_value, hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_hardware_db import DB_DIR
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA

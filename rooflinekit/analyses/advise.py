@@ -33,8 +33,9 @@ from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.collectives import binding as time_binding
 from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
+from rooflinekit.stages.request_checks import MAX_BATCH, check_workload
+from rooflinekit.stages.request_checks import validate_request as validate_levers
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.workload import MAX_BATCH, check_workload, validate_levers
 from rooflinekit.transforms.adapter import as_transform, transform_problem
 from rooflinekit.transforms.base import Transform
 

@@ -26,7 +26,7 @@ from rooflinekit.core.advice_report import CombineSearch, LeverResult
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import MAX_BATCH
+from rooflinekit.stages.request_checks import MAX_BATCH
 
 #: At most this many combinations are priced unless --max-combinations says otherwise.
 COMBINE_LIMIT = 24

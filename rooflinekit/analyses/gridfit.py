@@ -22,7 +22,7 @@ from rooflinekit.core.units import plain
 from rooflinekit.stages.fitted_capture import FittedCapture, windows
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError
 from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan
-from rooflinekit.stages.workload import MAX_BATCH
+from rooflinekit.stages.request_checks import MAX_BATCH
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.
 MARGIN = 2

@@ -52,9 +52,9 @@ from rooflinekit.stages.pipeline_parallel import (
     steady_step,
 )
 from rooflinekit.stages.repeated_layers import layer_plan
+from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.spread import load_spreads
-from rooflinekit.stages.workload import torch_dtype
 from rooflinekit.transforms.parallel import weights_per_gpu
 from rooflinekit.transforms.tp_plan import Plan
 

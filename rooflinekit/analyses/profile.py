@@ -43,18 +43,18 @@ from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
 from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warnings
-from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
-from rooflinekit.stages.place import Presentation, build_report
-from rooflinekit.stages.workload import (
+from rooflinekit.stages.model_source import (
     Built,
     build,
     exit_error,
     in_effect,
     inputs_for,
     multi_token_note,
-    validate_levers,
 )
-from rooflinekit.stages.workload import _user_frame as user_frame
+from rooflinekit.stages.model_source import _user_frame as user_frame
+from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
+from rooflinekit.stages.place import Presentation, build_report
+from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms import quantize
 from rooflinekit.transforms.adapter import TransformFunction, as_transform
 from rooflinekit.transforms.base import Counted, Transform, TransformContext, run_transforms
@@ -237,7 +237,7 @@ def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, d
 
 def counted(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost) -> Profiled:
     """The stages up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
-    validate_levers(workload, deployment)
+    validate_request(workload, deployment)
     counting = count(source, workload, deployment, host)
     return Profiled(report=None, model=counting.model, capture=counting.counted.capture,
                     attention=counting.counted.attention, models=counting.models)
@@ -321,7 +321,7 @@ def resolve_hardware(deployment: Deployment, db: HardwareDB, host: PluginHost | 
 
 def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options: ReportOptions) -> bool:
     """Refuse what cannot be combined, in one line each; returns whether measured mode is on."""
-    validate_levers(workload, deployment)  # formats, q_len and degrees, as the command line checks them
+    validate_request(workload, deployment)  # formats, q_len and degrees, as the command line checks them
     measure = workload.device.startswith("cuda") if options.measure is None else options.measure
     if measure and workload.device == "meta":
         raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "

@@ -34,10 +34,10 @@ from rooflinekit.core.skips import skipping_layers
 from rooflinekit.stages.fitted_capture import _slots
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
+from rooflinekit.stages.model_source import build
 from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan, skipping
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
-from rooflinekit.stages.workload import build
 from rooflinekit.transforms.base import Counted, TransformContext, run_transforms
 
 

@@ -44,9 +44,9 @@ from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fitting import Probe
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point
+from rooflinekit.stages.model_source import build
 from rooflinekit.stages.repeated_layers import LayerPlan, skipping
 from rooflinekit.stages.roofline import intensity
-from rooflinekit.stages.workload import build
 
 #: How a point evaluated from a fit has its activation peak.
 FITTED_ACTIVATIONS = (ACTIVATION_NOTE + "; at a point evaluated from fitted counts, the liveness is the fit's "

@@ -24,7 +24,7 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import make_workload, workload_options
+from rooflinekit.cli.request_options import make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
@@ -32,7 +32,7 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import profile_html
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS, TABLES, render
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 #: The most --warmup or --repeats forwards a measured run takes.
 MAX_REPEATS = 10_000

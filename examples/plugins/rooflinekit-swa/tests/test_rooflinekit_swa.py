@@ -23,7 +23,8 @@ from rooflinekit.core.plugins import PluginHost  # noqa: E402
 from rooflinekit.core.request import Deployment  # noqa: E402
 from rooflinekit.core.specs import AttentionSpec  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
+from rooflinekit.core.request import Workload  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 import rooflinekit_swa  # noqa: E402
 from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
