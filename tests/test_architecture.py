@@ -32,7 +32,7 @@ from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
 from rooflinekit.stages.model_source import load_source
-from rooflinekit.transforms.tp_plan import attention_shard, structural_plan
+from rooflinekit.transforms.tp_plan import attention_shard, structural_tp_plan
 from rooflinekit_plugins import gqa, mha, mla
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, profile_dict
@@ -287,7 +287,7 @@ def test_an_architecture_without_a_shard_answer_splits_as_heads_and_says_so():
     model.attn.o_proj = torch.nn.Linear(64, 64)
     host = PluginHost()
     spec = AttentionSpec(arch="plain", num_heads=4, num_kv_heads=4, head_dim=16, v_head_dim=16)
-    plan = structural_plan(model, {"attn": spec}, host)
+    plan = structural_tp_plan(model, {"attn": spec}, host)
     assert plan == {"attn.q_proj": "colwise", "attn.o_proj": "rowwise"}
     shard = attention_shard(spec, 2, host)
     assert shard.spec.num_heads == 2 and "no plugin says how arch 'plain' splits" in shard.note

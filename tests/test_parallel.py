@@ -18,8 +18,8 @@ from rooflinekit.stages.model_source import build, load_source
 from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms.tp_plan import (
     normalise_style,
-    resolve,
-    structural_plan,
+    resolve_tp_plan,
+    structural_tp_plan,
 )
 from tests.conftest import EXAMPLES, MODELS
 
@@ -289,7 +289,7 @@ def test_resolve_patterns_exact_paths_and_transformers_styles():
             "layers.*.mlp.down_proj": "rowwise_rep", "lm_head": "colwise_gather_output",
             "embed_tokens": "embedding_rowwise", "layers.*.mlp.gate_proj": "mystery",
             "layers.*.mlp.experts.gate_up_proj": "packed_colwise"}
-    styles, notes = resolve(plan, modules)
+    styles, notes = resolve_tp_plan(plan, modules)
     assert styles["layers.0.self_attn.q_proj"] == "colwise"
     assert styles["layers.1.self_attn.q_proj"] == "replicate"  # an exact path beats a pattern
     assert styles["layers.0.mlp.down_proj"] == "rowwise"
@@ -305,7 +305,7 @@ def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
     modules = _modules(EXAMPLES / "gpt2_mha.py", layers=1, hidden=64, heads=4, vocab=100, max_positions=32)
     model = modules[""]
     spec = AttentionSpec(arch="mha", num_heads=4, num_kv_heads=4, head_dim=16, v_head_dim=16)
-    plan = structural_plan(model, {"h.0.attn": spec})
+    plan = structural_tp_plan(model, {"h.0.attn": spec})
     assert plan["h.0.attn.c_attn"] == "colwise" and plan["h.0.attn.c_proj"] == "rowwise"
     assert plan["h.0.mlp.c_fc"] == "colwise" and plan["h.0.mlp.c_proj"] == "rowwise"
     assert plan["wte"] == "vocab" and "wpe" not in plan
@@ -314,7 +314,7 @@ def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
 
 def test_structural_plan_leaves_a_moe_router_replicated():
     model = _modules(MOE)[""]
-    plan = structural_plan(model, {})
+    plan = structural_tp_plan(model, {})
     assert "moe.router" not in plan
     assert plan["mlp.down_proj"] == "rowwise" and plan["mlp.gate_proj"] == plan["mlp.up_proj"] == "colwise"
 

@@ -241,4 +241,4 @@ def test_layers_called_out_of_order_are_captured_whole(tmp_path):
         "def build_model():\n    return M()\n\n"
         "def make_inputs(batch, context, phase):\n    return (torch.zeros(batch, context, 32),)\n")
     prof = check_points(path, "decode", {}, samples=[(8, 512), (3, 1024)])
-    assert all(f.fitted.plan.skipped == [] for fits in prof.fits.values() for f in fits)
+    assert all(f.fitted.repeats.skipped == [] for fits in prof.fits.values() for f in fits)

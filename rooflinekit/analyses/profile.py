@@ -26,7 +26,7 @@ from rooflinekit.analyses.measured import (
     modelled_modules,
     with_measurement,
 )
-from rooflinekit.analyses.pipeline_parallel import with_pipeline
+from rooflinekit.analyses.pipeline_parallel import with_pipeline_parallel
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
@@ -382,8 +382,8 @@ def run_profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
-    report = with_pipeline(report, counting, hw, workload, deployment,  # --pp: the pipelined step
-                           lambda micro: count(source, micro, deployment, host, lever=lever))
+    report = with_pipeline_parallel(report, counting, hw, workload, deployment,  # --pp: the pipelined step
+                                    lambda micro: count(source, micro, deployment, host, lever=lever))
     report = with_engine(report, engine_cost(deployment.engine), workload.batch)  # after --pp: once a step
     report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:

@@ -35,7 +35,9 @@ from rooflinekit.stages.fitted_capture import _slots
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
 from rooflinekit.stages.model_source import build
-from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan, skipping
+from rooflinekit.stages.repeated_layers import LayerRepeats as LayerPlan
+from rooflinekit.stages.repeated_layers import layer_repeats as layer_plan
+from rooflinekit.stages.repeated_layers import skipping
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.transforms.base import Counted, TransformContext, run_transforms

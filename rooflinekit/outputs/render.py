@@ -20,7 +20,7 @@ from rooflinekit.outputs.csv_tables import TABLES, to_csv
 from rooflinekit.outputs.frames import report_frame
 from rooflinekit.outputs.memory_view import memory_lines
 from rooflinekit.outputs.notebook import report_html, report_repr
-from rooflinekit.outputs.pipeline_view import pipeline_lines, pipeline_of, pipeline_table
+from rooflinekit.outputs.pipeline_parallel_view import pipeline_lines, pipeline_of, pipeline_table
 from rooflinekit.outputs.sections import (
     attention_notes,
     attention_table,

@@ -1,6 +1,6 @@
 """The one adapter from what a plugin answers to a `Transform`: a lever's `transform=` and a
 `rooflinekit_option_transform` answer are each made a `PluginTransform` where they are collected,
-so the pipeline runs `Transform`s only.
+so the profile's stages run `Transform`s only.
 
 A plugin may answer with either form:
 
