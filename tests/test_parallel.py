@@ -299,7 +299,7 @@ def test_resolve_patterns_exact_paths_and_transformers_styles():
     assert normalise_style("packed_colwise") == "colwise" and normalise_style("nope") is None
 
 
-def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
+def test_structural_tp_plan_of_gpt2_keeps_position_embeddings_whole():
     from rooflinekit.core.specs import AttentionSpec
 
     modules = _modules(EXAMPLES / "gpt2_mha.py", layers=1, hidden=64, heads=4, vocab=100, max_positions=32)
@@ -312,7 +312,7 @@ def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
     assert plan.get("lm_head") == "colwise_gather"
 
 
-def test_structural_plan_leaves_a_moe_router_replicated():
+def test_structural_tp_plan_leaves_a_moe_router_replicated():
     model = _modules(MOE)[""]
     plan = structural_tp_plan(model, {})
     assert "moe.router" not in plan

@@ -407,7 +407,7 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
     import rooflinekit.analyses.profile
     import rooflinekit.analyses.sweep
 
-    real = rooflinekit.analyses.profile.profile
+    real = rooflinekit.analyses.profile.run_profile
 
     def noted(source, workload, *args, **kwargs):
         out = real(source, workload, *args, **kwargs)
@@ -416,7 +416,7 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
             warnings=[*out.report.warnings, f"warning of B={workload.batch}"])
         return out
 
-    monkeypatch.setattr(rooflinekit.analyses.sweep, "profile", noted)
+    monkeypatch.setattr(rooflinekit.analyses.sweep, "run_profile", noted)
     data = sweep(GQA, [1, 2], [64], layers=1, hidden=256, heads=8, kv_heads=2, head_dim=32, intermediate=512,
                  vocab=1000).to_dict()
     notes, warnings = data["notes"], data["warnings"]
