@@ -43,7 +43,7 @@ from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.analyses.plan_pricing import Planner
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_parts  # noqa: E402  (one step split by part: shared with compare_aic.py)

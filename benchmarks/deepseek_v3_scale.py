@@ -60,11 +60,11 @@ def main() -> None:
     args = parser.parse_args()
 
     t0 = time.perf_counter()
-    from rooflinekit.analyses.profile import profile
+    from rooflinekit.analyses.profile import run_profile
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.stages.capture.forward import call_forward
     from rooflinekit.stages.capture.recorder import Recorder
-    from rooflinekit.stages.workload import build, in_effect, load_source
+    from rooflinekit.stages.model_source import build, in_effect, load_source
 
     source = load_source(str(CONFIG), {})
     import_s = time.perf_counter() - t0
@@ -85,7 +85,7 @@ def main() -> None:
             call_forward(built.model, built.inputs)
 
     def analyse(w, src):
-        return profile(src, w, Deployment("H800")).report.to_dict()
+        return run_profile(src, w, Deployment("H800")).report.to_dict()
 
     w = workload()
     bare(w, source)  # first meta forward pays torch's one-off meta-kernel imports
@@ -116,7 +116,7 @@ def main() -> None:
     plain_ratio = statistics.median(p[2] / p[0] for p in plain)
     rows.append((f"profile with the meta memo off (median of {runs} pairs), ratio to the bare forward",
                  f"{statistics.median(p[2] for p in plain):.3f} s, {plain_ratio:.2f}x"))
-    memo = profile(source, w, Deployment("H800")).capture.memo_counts
+    memo = run_profile(source, w, Deployment("H800")).capture.memo_counts
     rows.append(("meta memo: calls answered from it / kernels run", f"{memo[0]} / {memo[1]}"))
     for label, kw in [("context 1024", {"context": 1024}), ("context 131072", {"context": 131072}),
                       ("batch 1", {"batch": 1})]:

@@ -91,11 +91,11 @@ def run(args) -> str:
     import torch
 
     from rooflinekit.analyses.calibrate import calibrate, datasheet_entry, save
-    from rooflinekit.analyses.profile import ReportOptions, profile
+    from rooflinekit.analyses.profile import ReportOptions, run_profile
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.core.units import si
     from rooflinekit.stages.hardware import hardware_db
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
 
     device = args.device
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -127,7 +127,7 @@ def run(args) -> str:
                 options = dict(base, layers=args.layers, **(SMALL[label] if args.small else {}))
                 workload = Workload("decode", batch, context, dtype, device, tuple(sorted(options.items())))
                 t0 = time.perf_counter()
-                result = profile(load_source(str(ROOT / path), options), workload, Deployment(str(entry)),
+                result = run_profile(load_source(str(ROOT / path), options), workload, Deployment(str(entry)),
                                  options=ReportOptions(measure=True, warmup=args.warmup, repeats=args.repeats,
                                                        compare_hardware=sheet))
                 r = result.report.to_dict()

@@ -22,11 +22,11 @@ import time
 
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 #: (model, GPUs, the search's options beyond the default, their words)
 QUESTIONS = (
@@ -54,7 +54,7 @@ def question(model: str, gpus: int, extra: dict | None = None, words: str = "") 
     if "draft" in extra:
         extra["draft"] = load_source(extra["draft"], {}, host)
     start = time.perf_counter()
-    profile(source, Workload("decode", 64, 4096 + 512), Deployment(hardware="H800", kernels="serving", tp=8),
+    run_profile(source, Workload("decode", 64, 4096 + 512), Deployment(hardware="H800", kernels="serving", tp=8),
             options=ReportOptions(measure=False), host=host)
     one = time.perf_counter() - start
     start = time.perf_counter()

@@ -31,11 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.analyses.profile import profile  # noqa: E402
+from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep  # noqa: E402
 from rooflinekit.core.codec import encode  # noqa: E402
 from rooflinekit.core.request import Deployment, Workload  # noqa: E402
-from rooflinekit.stages.workload import load_source, parse_options  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
+from rooflinekit.stages.request_checks import parse_options  # noqa: E402
 
 BATCHES = [2 ** i for i in range(10)]  # 1 .. 512
 CONTEXTS = [2 ** i for i in range(9, 19)]  # 512 .. 262144
@@ -52,7 +53,7 @@ def _workload(phase: str, batch: int, context: int, options: dict) -> Workload:
 def one_profile(model: str, phase: str, options: dict, hardware: str) -> tuple[float, float]:
     """(wall, cpu) seconds of one profile from the model file: load, build, capture, attribute, place."""
     wall, cpu = time.perf_counter(), time.process_time()
-    profile(load_source(model, options), _workload(phase, *POINT, options), Deployment(hardware))
+    run_profile(load_source(model, options), _workload(phase, *POINT, options), Deployment(hardware))
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -76,7 +77,7 @@ def check_points(model: str, phase: str, options: dict, hardware: str, prof: Pro
     worst = 0.0
     for b, s in points:
         row = encode(prof.row(b, s))
-        ref = encode(point_row(profile(load_source(model, options), _workload(phase, b, s, options),
+        ref = encode(point_row(run_profile(load_source(model, options), _workload(phase, b, s, options),
                                        Deployment(hardware)).report))
         for key in CHECKED:
             x, y = row[key], ref[key]
@@ -121,7 +122,7 @@ def main() -> int:
     ok = True
 
     start = time.perf_counter()
-    profile(load_source(args.model, options), _workload(args.phase, 1, 64, options), Deployment(args.hardware))
+    run_profile(load_source(args.model, options), _workload(args.phase, 1, 64, options), Deployment(args.hardware))
     print(f"warm-up profile: {time.perf_counter() - start:.2f} s (excluded)")
     singles, sweeps = [], []
     for _ in range(args.repeats):

@@ -37,7 +37,7 @@ from rooflinekit.core.plugins import get_host  # noqa: E402
 from rooflinekit.core.request import Workload  # noqa: E402
 from rooflinekit.stages.engine import engine_cost  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import load_source  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 ROOT = vp.ROOT
 RESULTS_PATH = ROOT / "benchmarks" / "plan_published.json"

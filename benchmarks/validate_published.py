@@ -151,10 +151,10 @@ def command(row: dict, phase: str, batch: int, context: int, kernels: str) -> st
 # --- the tool --------------------------------------------------------------------------------
 
 def _api():
-    from rooflinekit.analyses.profile import ReportOptions, profile
+    from rooflinekit.analyses.profile import ReportOptions, run_profile
     from rooflinekit.core.request import Deployment, Workload
-    from rooflinekit.stages.workload import load_source
-    return profile, ReportOptions, Workload, Deployment, load_source
+    from rooflinekit.stages.model_source import load_source
+    return run_profile, ReportOptions, Workload, Deployment, load_source
 
 
 def tool_version() -> str:
@@ -163,8 +163,8 @@ def tool_version() -> str:
 
 
 def _totals(source, workload, deployment) -> dict:
-    profile, ReportOptions, *_ = _api()
-    report = profile(source, workload, deployment, options=ReportOptions(detail=False)).report
+    run_profile, ReportOptions, *_ = _api()
+    report = run_profile(source, workload, deployment, options=ReportOptions(detail=False)).report
     return report.to_dict()["totals"]
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 B, S = 4, 32768
@@ -27,7 +27,7 @@ CASES = [
 def row(label: str, file: str, options: dict) -> list[str]:
     options = {"layers": 1, **options}
     workload = Workload("decode", B, S, "bf16", "meta", tuple(sorted(options.items())))
-    report = profile(load_source(str(ROOT / "examples" / file), options), workload, "H800").report.to_dict()
+    report = run_profile(load_source(str(ROOT / "examples" / file), options), workload, "H800").report.to_dict()
     a = report["attention"][0]
     ridge = report["hardware"]["ridge"]
     return [

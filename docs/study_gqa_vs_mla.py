@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rooflinekit.analyses.profile import profile  # noqa: E402
+from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.analyses.sweep import run_sweep  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.files import check_writable, write_atomic  # noqa: E402
@@ -27,7 +27,7 @@ from rooflinekit.core.request import Deployment, Workload  # noqa: E402
 from rooflinekit.outputs.chart_data import Chart, sweep_series  # noqa: E402
 from rooflinekit.outputs.plot import write_chart  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import load_source  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 HARDWARE = "H800"
 CONTEXT = 32768
@@ -102,7 +102,7 @@ def run_config(cfg: Config) -> dict:
 def single(path: str, options: dict, batch: int = 1, context: int = CONTEXT) -> dict:
     source = load_source(str(ROOT / path), options)
     workload = Workload("decode", batch, context, options=tuple(sorted(options.items())))
-    return profile(source, workload, Deployment(HARDWARE)).report.to_dict()
+    return run_profile(source, workload, Deployment(HARDWARE)).report.to_dict()
 
 
 def per_layer_cache(report_or_row: dict) -> float:

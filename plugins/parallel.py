@@ -3,7 +3,7 @@
 A transformers model carries its own plan (`model.tp_plan`: e.g. "model.layers.*.self_attn.q_proj":
 "colwise"); it is used where it names a module. Everything it leaves out (DeepSeek-V3's config has
 no plan for its MLA attention; model files have none at all) gets rooflinekit's structural rules
-(`rooflinekit.transforms.tp_plan.structural_plan`: attention output projection rowwise, other attention
+(`rooflinekit.transforms.tp_plan.structural_tp_plan`: attention output projection rowwise, other attention
 projections colwise except MLA's low-rank down projections, MLP down projection rowwise and the
 others colwise, the vocabulary embedding and head vocab-parallel, the rest replicated).
 """
@@ -37,11 +37,11 @@ def transformers_plan(model) -> dict:
 @hookimpl(trylast=True)
 def rooflinekit_tp_plan(model, attention, shards):
     # these need torch: imported when the hook runs, so that loading the plugin imports none
-    from rooflinekit.plugin import resolve, structural_plan
+    from rooflinekit.plugin import resolve_tp_plan, structural_tp_plan
 
-    plan = structural_plan(model, attention, shards=shards)
+    plan = structural_tp_plan(model, attention, shards=shards)
     hf = transformers_plan(model)
     if hf:  # transformers' own entries win where they name a module
-        resolved, _ = resolve(hf, dict(model.named_modules()))
+        resolved, _ = resolve_tp_plan(hf, dict(model.named_modules()))
         plan.update(resolved)
     return plan

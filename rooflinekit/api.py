@@ -27,8 +27,7 @@ import torch
 from rooflinekit.analyses.advise import AdviseOptions
 from rooflinekit.analyses.advise import advise as run_advise
 from rooflinekit.analyses.combine import COMBINE_LIMIT
-from rooflinekit.analyses.profile import ReportOptions, attributed, place, with_memory
-from rooflinekit.analyses.profile import profile as run_profile
+from rooflinekit.analyses.profile import ReportOptions, attributed, place, run_profile, with_memory
 from rooflinekit.analyses.sweep import MAX_BATCH as SWEEP_MAX_BATCH
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.advice_report import AdviceReport
@@ -48,18 +47,18 @@ from rooflinekit.stages.capture.forward import recording
 from rooflinekit.stages.capture.records import CaptureResult
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, dtype_key, hardware_db
-from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.workload import (
+from rooflinekit.stages.model_source import load_source
+from rooflinekit.stages.request_checks import (
     DTYPES,
     MAX_BATCH,
     MAX_CONTEXT,
     MAX_Q_LEN,
     MODELLED_DTYPES,
-    load_source,
     parse_options,
     validate,
-    validate_levers,
+    validate_request,
 )
+from rooflinekit.stages.speculative import DEFAULT_ACCEPT
 from rooflinekit.trace import views as trace_views  # noqa: F401  (the trace report's views)
 from rooflinekit.trace.analyse import analyse as analyse_trace
 from rooflinekit.trace.report import TraceReport
@@ -466,7 +465,7 @@ def sweep(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
         for c in contexts:
             validate(base.phase, b, c, base.dtype, base.device)
     deployed = asked.deployed()
-    validate_levers(base, deployed)
+    validate_request(base, deployed)
     result = run_sweep(source, base, deployed, batches, contexts,
                        options=SweepOptions(critical=critical, max_batch=max_batch, fit=fit))
     if result.interrupted:
@@ -509,7 +508,7 @@ def advise(model: torch.nn.Module | str, *, make_inputs: Callable | None = None,
     elif draft_options:
         raise WorkloadError("draft_options= are the draft model's: give draft= too")
     deployed = asked.deployed()
-    validate_levers(workload, deployed)
+    validate_request(workload, deployed)
     return run_advise(source, workload, deployed, host=host, extras=extras)
 
 

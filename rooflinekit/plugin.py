@@ -16,6 +16,7 @@ from a hook, still loads without torch.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 from rooflinekit.core.errors import UserError
@@ -76,10 +77,10 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.attribute import AttentionSite, attention_workload
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
+    from rooflinekit.stages.model_source import load_model_file
     from rooflinekit.stages.modelled import OpCounts, Provenance, emit, emit_collective, suppressed
-    from rooflinekit.stages.workload import load_model_file
     from rooflinekit.transforms.base import Counted, Transform, TransformContext, rebuild_ops
-    from rooflinekit.transforms.tp_plan import resolve, structural_plan
+    from rooflinekit.transforms.tp_plan import resolve_tp_plan, structural_tp_plan
 
 #: Name -> the module it is imported from on first use (PEP 562): these modules import torch, or
 #: are slow to import (the report's types).
@@ -90,16 +91,25 @@ _LAZY = {
     **dict.fromkeys(("downstream", "dtype_itemsize", "is_attention_product", "reexpanding"),
                     "rooflinekit.stages.attention_ops"),
     **dict.fromkeys(("OpCounts", "Provenance", "emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
-    **dict.fromkeys(("resolve", "structural_plan"), "rooflinekit.transforms.tp_plan"),
+    **dict.fromkeys(("resolve_tp_plan", "structural_tp_plan"), "rooflinekit.transforms.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
     "Report": "rooflinekit.core.report",
     **dict.fromkeys(("TorchDispatchMode", "disable_torch_dispatch"), "rooflinekit.core.compat"),
-    "load_model_file": "rooflinekit.stages.workload",
+    "load_model_file": "rooflinekit.stages.model_source",
 }
 
 
+#: Names renamed in 0.3 (old -> new): served with a DeprecationWarning until 0.4.
+_RENAMED = {"resolve": "resolve_tp_plan", "structural_plan": "structural_tp_plan"}
+
+
 def __getattr__(name: str):
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"rooflinekit.plugin.{name} is deprecated since rooflinekit 0.3: import "
+                      f"rooflinekit.plugin.{new}", DeprecationWarning, stacklevel=2)
+        return __getattr__(new) if new not in globals() else globals()[new]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -154,8 +164,8 @@ __all__ = [
     "reexpanding",
     "dtype_key",
     # tensor-parallel plans (rooflinekit_tp_plan): the structural rules, and a plan's patterns resolved
-    "structural_plan",
-    "resolve",
+    "structural_tp_plan",
+    "resolve_tp_plan",
     # the model-file loader (rooflinekit_workload_loader)
     "load_model_file",
     # head recognition

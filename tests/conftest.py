@@ -12,13 +12,13 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.report import ADVISE_SCHEMA_FILE, SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -29,11 +29,11 @@ TINY_LLAMA = {"layers": 1, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim":
               "intermediate": 512, "vocab": 1000}
 
 
-def run_profile(path, phase="decode", batch=1, context=64, dtype="bf16", device="meta",
+def profile_dict(path, phase="decode", batch=1, context=64, dtype="bf16", device="meta",
                 hardware="H800", **options):
     """Profile a model file and return the report dict."""
     workload = Workload(phase, batch, context, dtype, device, tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment(hardware)).report.to_dict()
+    return run_profile(load_source(str(path), options), workload, Deployment(hardware)).report.to_dict()
 
 
 @pytest.fixture(scope="session")

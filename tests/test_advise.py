@@ -14,13 +14,13 @@ from dataclasses import replace
 import pytest
 
 from rooflinekit.analyses.advise import advise
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.levers import LeverProposal
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins.mla_absorb import absorb
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
 
@@ -50,7 +50,7 @@ COUNTS = ReportOptions(measure=False)
 
 
 def _step(workload: Workload, hw: str, **deployment) -> float:
-    return profile(load_source(str(GQA), OPTIONS), workload, Deployment(hw, **deployment),
+    return run_profile(load_source(str(GQA), OPTIONS), workload, Deployment(hw, **deployment),
                    options=COUNTS).report.totals.predicted_step_s
 
 
@@ -71,7 +71,7 @@ def test_levers_are_the_profiles_of_their_workloads(advice, small_hw):
     assert by["fp8 KV cache"].predicted_step_s == _step(w, small_hw, kv_dtype="fp8")
     assert by["q_len 4"].predicted_step_s == _step(replace(w, decode_q_len=4), small_hw)
     assert by["q_len 4"].tokens == 4 * w.batch
-    fused = profile(load_source(str(GQA), OPTIONS), w, Deployment(small_hw), options=COUNTS).report.totals.fused
+    fused = run_profile(load_source(str(GQA), OPTIONS), w, Deployment(small_hw), options=COUNTS).report.totals.fused
     assert by["fused kernels"].predicted_step_s == fused.predicted_step_s
 
 
@@ -153,7 +153,7 @@ def test_absorbed_mla_from_the_models_own_mode():
     report = advise(load_source(path, naive), w, Deployment("H800"))
     (lever,) = [lv for lv in report.levers if lv.lever == "absorbed MLA"]
     absorbed = dict(MLA_OPTIONS, mode="absorbed")
-    expected = profile(load_source(path, absorbed), replace(w, options=tuple(sorted(absorbed.items()))),
+    expected = run_profile(load_source(path, absorbed), replace(w, options=tuple(sorted(absorbed.items()))),
                        Deployment("H800"), options=COUNTS).report.totals.predicted_step_s
     assert lever.predicted_step_s == expected and lever.changes == {"mode": "absorbed"}
 
@@ -168,7 +168,7 @@ def test_absorbed_mla_restates_a_naive_capture_to_closed_forms():
     h, r, rope, nope, v = (c["num_attention_heads"], c["kv_lora_rank"], c["qk_rope_head_dim"],
                            c["qk_nope_head_dim"], c["v_head_dim"])
     source = load_source(str(EXAMPLES / "configs/deepseek-v2-lite.json"), {})
-    done = profile(source, Workload("decode", b, s), Deployment("H800"), options=COUNTS, lever=absorb)
+    done = run_profile(source, Workload("decode", b, s), Deployment("H800"), options=COUNTS, lever=absorb)
     rows = done.report.attention
     assert len(rows) == c["num_hidden_layers"] and {a.mode for a in rows} == {"absorbed"}
     for a in rows:

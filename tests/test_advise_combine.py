@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from rooflinekit.analyses.advise import AdviseOptions, advise
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -30,7 +30,7 @@ def test_a_combined_row_is_a_separate_profile_of_its_deployment():
     for row in combos:
         changed = {k: v for k, v in row.changes.items() if k in Deployment.__dataclass_fields__}
         batch = row.changes.get("batch", w.batch)
-        alone = profile(load_source(str(GQA), options), replace(w, batch=batch), replace(d, **changed),
+        alone = run_profile(load_source(str(GQA), options), replace(w, batch=batch), replace(d, **changed),
                         options=COUNTS).report
         assert row.expected_step_s == alone.totals.expected_step_s, row.lever
         assert row.tokens_per_s_per_gpu == alone.totals.tokens_per_s_per_gpu
@@ -55,11 +55,11 @@ def test_mode_absorbed_on_a_deepseek_config_is_the_absorbed_lever():
     d = Deployment("H800")
     advice = advise(load_source(LITE, {"layers": 2}), w, d)
     (lever,) = [lv for lv in advice.levers if lv.lever == "absorbed MLA"]
-    absorbed = profile(load_source(LITE, {"layers": 2, "mode": "absorbed"}),
+    absorbed = run_profile(load_source(LITE, {"layers": 2, "mode": "absorbed"}),
                        replace(w, options=(("layers", 2), ("mode", "absorbed"))), d, options=COUNTS).report
     assert {a.mode for a in absorbed.attention} == {"absorbed"}
     assert absorbed.totals.expected_step_s == lever.expected_step_s
-    naive = profile(load_source(LITE, {"layers": 2}), w, d, options=COUNTS).report
+    naive = run_profile(load_source(LITE, {"layers": 2}), w, d, options=COUNTS).report
     assert absorbed.totals.expected_step_s < naive.totals.expected_step_s / 4
 
 
@@ -83,7 +83,7 @@ def test_deepseek_v2_best_combination_fits_where_no_single_lever_does():
     assert singles and not any(lv.fits for lv in singles)
     best = report.levers[0]
     assert best.kind == "combination" and best.fits is True, best
-    again = profile(load_source(V2, {"layers": 4}), replace(w, batch=best.changes.get("batch", 8)),
+    again = run_profile(load_source(V2, {"layers": 4}), replace(w, batch=best.changes.get("batch", 8)),
                     replace(d, **{k: v for k, v in best.changes.items() if k in Deployment.__dataclass_fields__}),
                     options=COUNTS, lever=_absorb() if "absorbed MLA" in best.lever else None).report
     assert again.totals.expected_step_s == best.expected_step_s and again.memory.fits

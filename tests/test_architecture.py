@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import pip_install_site, write_distribution
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core import hookspecs
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.plugins import PluginHost
@@ -31,11 +31,11 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionShard, AttentionSpec
 from rooflinekit.plugin import hookimpl, split_heads
 from rooflinekit.stages.attribute import attribute_attention
-from rooflinekit.stages.workload import load_source
-from rooflinekit.transforms.tp_plan import attention_shard, structural_plan
+from rooflinekit.stages.model_source import load_source
+from rooflinekit.transforms.tp_plan import attention_shard, structural_tp_plan
 from rooflinekit_plugins import gqa, mha, mla
 from tests import warm_python
-from tests.conftest import EXAMPLES, ROOT, run_profile
+from tests.conftest import EXAMPLES, ROOT, profile_dict
 
 ARCH_NAMES = {"mha", "gqa", "mqa", "mla"}
 MLA_FILE = EXAMPLES / "deepseek_mla.py"
@@ -168,7 +168,7 @@ def test_plugins_declare_what_they_provide():
 
 def test_mla_fields_travel_in_extra_and_the_plugin_is_the_recogniser():
     batch, context = 2, 1024
-    report = run_profile(MLA_FILE, batch=batch, context=context, layers=1, mode="absorbed")
+    report = profile_dict(MLA_FILE, batch=batch, context=context, layers=1, mode="absorbed")
     (row,) = report["attention"]
     r, rope, nope, v, h = 512, 64, 128, 128, 128  # the example's DeepSeek-V3 sizes
     assert row["extra"] == {"kv_lora_rank": r, "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "v_head_dim": v}
@@ -176,7 +176,7 @@ def test_mla_fields_travel_in_extra_and_the_plugin_is_the_recogniser():
     assert row["kv_bytes_min"] == batch * context * (r + rope) * 2
     assert row["flops_model"] == 2 * batch * h * context * ((r + rope) + r)
     assert row["flops_alt"]["unabsorbed"] == 2 * batch * h * context * ((nope + rope) + v)
-    gqa_row = run_profile(EXAMPLES / "llama_gqa.py", layers=1, heads=8, kv_heads=2, head_dim=32, hidden=256,
+    gqa_row = profile_dict(EXAMPLES / "llama_gqa.py", layers=1, heads=8, kv_heads=2, head_dim=32, hidden=256,
                           intermediate=512, vocab=1000)["attention"][0]
     assert gqa_row["extra"] == {} and gqa_row["plugin"] == "gqa"
 
@@ -197,7 +197,7 @@ def test_the_core_fills_spec_plugin():
     options = {"layers": 1, "heads": 8, "kv_heads": 2, "head_dim": 32, "hidden": 256, "intermediate": 512,
                "vocab": 1000}
     workload = Workload("decode", 1, 64, "bf16", "meta", tuple(sorted(options.items())))
-    done = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload, Deployment("H800"),
+    done = run_profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload, Deployment("H800"),
                    host=host)
     (row,) = attribute_attention(done.capture, done.model, workload, host)
     assert row.plugin == row.spec.plugin == "liar"
@@ -268,7 +268,7 @@ def test_parallel_follows_the_shard_answer():
     options = {"layers": 1, "heads": 8, "kv_heads": 2, "head_dim": 32, "hidden": 256, "intermediate": 512,
                "vocab": 1000}
     workload = Workload("decode", 4, 64, "bf16", "meta", tuple(sorted(options.items())))
-    report = profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload,
+    report = run_profile(load_source(str(EXAMPLES / "llama_gqa.py"), options, host), workload,
                      Deployment("H800", tp=4), host=host).report.to_dict()
     (att,) = report["attention"]
     assert (att["arch"], att["num_heads"], att["num_kv_heads"]) == ("ring", 2, 2)
@@ -287,7 +287,7 @@ def test_an_architecture_without_a_shard_answer_splits_as_heads_and_says_so():
     model.attn.o_proj = torch.nn.Linear(64, 64)
     host = PluginHost()
     spec = AttentionSpec(arch="plain", num_heads=4, num_kv_heads=4, head_dim=16, v_head_dim=16)
-    plan = structural_plan(model, {"attn": spec}, host)
+    plan = structural_tp_plan(model, {"attn": spec}, host)
     assert plan == {"attn.q_proj": "colwise", "attn.o_proj": "rowwise"}
     shard = attention_shard(spec, 2, host)
     assert shard.spec.num_heads == 2 and "no plugin says how arch 'plain' splits" in shard.note

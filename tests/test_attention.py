@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import EXAMPLES, MODELS, run_profile
+from tests.conftest import EXAMPLES, MODELS, profile_dict
 
 GQA = EXAMPLES / "llama_gqa.py"
 MLA = EXAMPLES / "deepseek_mla.py"
@@ -18,7 +18,7 @@ def _rows(report):
 
 def test_gqa_example_minimum_bytes_and_intensity():
     h, h_kv, d = 32, 8, 128
-    report = run_profile(GQA, batch=B, context=S, layers=1)
+    report = profile_dict(GQA, batch=B, context=S, layers=1)
     (row,) = _rows(report)
     assert (row["arch"], row["num_heads"], row["num_kv_heads"], row["head_dim"]) == ("gqa", h, h_kv, d)
     assert row["kv_bytes_min"] == 2 * B * S * h_kv * d * 2
@@ -31,7 +31,7 @@ def test_gqa_example_minimum_bytes_and_intensity():
 
 @pytest.mark.parametrize("heads,kv_heads,expected", [(8, 8, 1.0), (8, 1, 8.0), (16, 4, 4.0)])
 def test_mha_mqa_gqa_intensity_is_group_size(heads, kv_heads, expected):
-    report = run_profile(GQA, batch=B, context=S, layers=1, hidden=heads * 64, heads=heads,
+    report = profile_dict(GQA, batch=B, context=S, layers=1, hidden=heads * 64, heads=heads,
                          kv_heads=kv_heads, head_dim=64, intermediate=256, vocab=256)
     (row,) = _rows(report)
     assert row["arch"] == {1.0: "mha", 8.0: "mqa", 4.0: "gqa"}[expected]
@@ -39,7 +39,7 @@ def test_mha_mqa_gqa_intensity_is_group_size(heads, kv_heads, expected):
 
 
 def test_mla_absorbed_128_heads():
-    report = run_profile(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=128)
+    report = profile_dict(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=128)
     (row,) = _rows(report)
     assert (row["arch"], row["mode"]) == ("mla", "absorbed")
     assert row["cache_bytes_per_token"] == (512 + 64) * 2 == 1152
@@ -51,13 +51,13 @@ def test_mla_absorbed_128_heads():
 
 
 def test_mla_absorbed_16_heads_tp8_view():
-    report = run_profile(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=16)
+    report = profile_dict(MLA, batch=B, context=S, layers=1, mode="absorbed", heads=16)
     (row,) = _rows(report)
     assert row["intensity_min"] == pytest.approx(16 * 1088 / 576, rel=0.01)  # 30.2
 
 
 def test_mla_naive_caches_per_head_kv():
-    report = run_profile(MLA, batch=B, context=S, layers=1, mode="naive", heads=128)
+    report = profile_dict(MLA, batch=B, context=S, layers=1, mode="naive", heads=128)
     (row,) = _rows(report)
     assert row["kv_read_bytes"] == pytest.approx(B * S * 128 * (192 + 128) * 2, rel=0.01)
     assert row["kv_bytes_executed"] == pytest.approx(B * S * 128 * (192 + 128) * 2, rel=0.01)
@@ -66,14 +66,14 @@ def test_mla_naive_caches_per_head_kv():
 
 @pytest.mark.parametrize("path,kw", [(GQA, {"layers": 1}), (MLA, {"layers": 1, "mode": "absorbed"})])
 def test_attention_intensity_does_not_depend_on_batch(path, kw):
-    values = [_rows(run_profile(path, batch=b, context=4096, **kw))[0]["intensity_min"] for b in (1, 4, 48)]
+    values = [_rows(profile_dict(path, batch=b, context=4096, **kw))[0]["intensity_min"] for b in (1, 4, 48)]
     assert max(values) == pytest.approx(min(values), rel=0.01)
 
 
 def test_repeated_kv_amplification():
     # tests/models/repeat_kv_sdpa.py: H=8, H_kv=2 (g=4), static cache, repeat_kv before SDPA.
     g, ctx = 4, 2048
-    (row,) = _rows(run_profile(MODELS / "repeat_kv_sdpa.py", batch=2, context=ctx))[:1]
+    (row,) = _rows(profile_dict(MODELS / "repeat_kv_sdpa.py", batch=2, context=ctx))[:1]
     assert (row["arch"], row["num_kv_heads"]) == ("gqa", 2)
     # SDPA reads the repeated K/V: g times the cache
     assert row["read_amplification"] == pytest.approx(g, rel=0.01)
@@ -82,7 +82,7 @@ def test_repeated_kv_amplification():
 
 
 def test_no_repeat_amplification_is_one():
-    (row,) = _rows(run_profile(MODELS / "fused_qkv_mqa.py", batch=2, context=2048))[:1]
+    (row,) = _rows(profile_dict(MODELS / "fused_qkv_mqa.py", batch=2, context=2048))[:1]
     assert row["arch"] == "mqa"
     assert row["amplification"] == pytest.approx(1.0, rel=0.01)
 
@@ -90,7 +90,7 @@ def test_no_repeat_amplification_is_one():
 def test_einsum_attention_with_cat_cache():
     # einsum QK^T/PV, repeat_interleave to 8 heads, torch.cat cache update: H=8, H_kv=2, d=32
     ctx, b = 2048, 2
-    (row,) = _rows(run_profile(MODELS / "einsum_attn.py", batch=b, context=ctx))[:1]
+    (row,) = _rows(profile_dict(MODELS / "einsum_attn.py", batch=b, context=ctx))[:1]
     assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("gqa", 8, 2)
     assert row["kv_bytes_min"] == 2 * b * ctx * 2 * 32 * 2
     assert row["read_amplification"] == pytest.approx(4, rel=0.01)
@@ -98,7 +98,7 @@ def test_einsum_attention_with_cat_cache():
 
 
 def test_nn_multihead_attention_recognised():
-    rows = _rows(run_profile(MODELS / "torch_mha.py", batch=2, context=256))
+    rows = _rows(profile_dict(MODELS / "torch_mha.py", batch=2, context=256))
     assert all(r["arch"] == "mha" and r["num_heads"] == 8 for r in rows)
     assert all(r["intensity_min"] == pytest.approx(1.0, rel=0.01) for r in rows)
 
@@ -113,7 +113,7 @@ def test_unrecognised_attention_is_reported_and_counted(tmp_path):
         "def make_inputs(b, c, p):\n"
         "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
     )
-    report = run_profile(tmp_path / "anon.py", batch=2, context=100)
+    report = profile_dict(tmp_path / "anon.py", batch=2, context=100)
     (row,) = report["attention"]
     assert row["arch"] == "unrecognised" and not row["recognised"]
     assert row["flops_executed"] == 4 * 2 * 3 * 100 * 16
@@ -146,7 +146,7 @@ UNDECLARED = MODELS / "undeclared_heads.py"
 )
 def test_kv_heads_from_the_call_when_the_module_does_not_declare_them(attn, kv_heads, declare, arch, device):
     b, ctx, h, d = 2, 512, 8, 32
-    report = run_profile(UNDECLARED, batch=b, context=ctx, device=device, attn=attn, kv_heads=kv_heads,
+    report = profile_dict(UNDECLARED, batch=b, context=ctx, device=device, attn=attn, kv_heads=kv_heads,
                          declare_heads=declare)
     (row,) = _rows(report)
     assert (row["arch"], row["num_heads"], row["num_kv_heads"], row["head_dim"]) == (arch, h, kv_heads, d)
@@ -157,9 +157,9 @@ def test_kv_heads_from_the_call_when_the_module_does_not_declare_them(attn, kv_h
 
 def test_expand_is_read_once_and_repeat_is_a_copy():
     b, ctx = 2, 512
-    (expand,) = _rows(run_profile(UNDECLARED, batch=b, context=ctx, kv_heads=1))
+    (expand,) = _rows(profile_dict(UNDECLARED, batch=b, context=ctx, kv_heads=1))
     assert expand["read_amplification"] == pytest.approx(1.0, rel=1e-3)  # stride-0 heads: one read
-    (repeat,) = _rows(run_profile(UNDECLARED, batch=b, context=ctx, kv_heads=2))
+    (repeat,) = _rows(profile_dict(UNDECLARED, batch=b, context=ctx, kv_heads=2))
     g = 8 // 2
     assert repeat["read_amplification"] == pytest.approx(g, rel=1e-3)
     assert repeat["amplification"] == pytest.approx(1 + 2 * g, rel=0.01)  # + the copy's read and write
@@ -176,7 +176,7 @@ def test_heads_assumed_equal_are_said_so(tmp_path):
         "def make_inputs(b, c, p):\n"
         "    return (torch.randn(b, 3, 1, 16), torch.randn(b, 3, c, 16), torch.randn(b, 3, c, 16))\n"
     )
-    (row,) = _rows(run_profile(tmp_path / "folded.py", batch=2, context=100))
+    (row,) = _rows(profile_dict(tmp_path / "folded.py", batch=2, context=100))
     assert (row["arch"], row["num_kv_heads"]) == ("mha", 3)
     assert any("taken as 3, the query heads" in n for n in row["notes"])
 
@@ -187,7 +187,7 @@ def test_heads_assumed_equal_are_said_so(tmp_path):
 @pytest.mark.parametrize("device", ["meta", "cpu"])
 def test_encoder_and_cross_attention_are_full_decoder_self_attention_causal(device):
     b, n, h, d = 2, 96, 4, 16
-    report = run_profile(MODELS / "encoder_decoder.py", phase="prefill", batch=b, context=n, device=device)
+    report = profile_dict(MODELS / "encoder_decoder.py", phase="prefill", batch=b, context=n, device=device)
     rows = {r["module"]: r for r in _rows(report)}
     assert set(rows) == {"encoder.self_attn", "decoder.self_attn", "decoder.multihead_attn"}
     full = 2 * b * h * n * n * (d + d)  # every query row sees all n keys
@@ -201,6 +201,6 @@ def test_encoder_and_cross_attention_are_full_decoder_self_attention_causal(devi
 
 def test_an_explicit_mask_is_assumed_causal_and_said_so():
     # matmul attention in prefill: the additive mask's values are not read
-    (row,) = _rows(run_profile(UNDECLARED, phase="prefill", batch=1, context=64, attn="matmul", kv_heads=2))
+    (row,) = _rows(profile_dict(UNDECLARED, phase="prefill", batch=1, context=64, attn="matmul", kv_heads=2))
     assert row["flops_model"] == 2 * 8 * (64 * 65 // 2) * 64
     assert any("not inspected" in n and "causal" in n for n in row["notes"])

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = (EXAMPLES / "llama_gqa.py", {"layers": 2, "heads": 8, "kv_heads": 4, "head_dim": 32, "hidden": 256,
@@ -27,7 +27,7 @@ def _totals(model, phase, batch, context, tp, ep, kernels, hardware="H800"):
     path, options = model
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
     deployment = Deployment(hardware, tp=tp, ep=ep, kernels=kernels)
-    return profile(load_source(str(path), options), workload, deployment).report.totals
+    return run_profile(load_source(str(path), options), workload, deployment).report.totals
 
 
 @given(st.sampled_from(["dense", "moe"]), st.sampled_from(["decode", "prefill"]), st.integers(1, 64),

@@ -19,9 +19,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT
 
 CONFIGS = EXAMPLES / "configs"
@@ -72,7 +72,7 @@ def test_qwen_14b_serving_max_batch_is_the_paged_closed_form():
     context, block, fraction = 32768, 16, 0.9
     deployment = Deployment("H800", kernels="serving")
     assert deployment.kv_block_size == block
-    m = profile(load_source(str(CONFIGS / "qwen2.5-14b.json"), {}), Workload("decode", 1, context), deployment,
+    m = run_profile(load_source(str(CONFIGS / "qwen2.5-14b.json"), {}), Workload("decode", 1, context), deployment,
                 options=ReportOptions(measure=False)).report.memory
     weights = decoder_params(c) * BF16
     activations = m.activation_peak_bytes

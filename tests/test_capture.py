@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.stages.capture import capture, unique_bytes
-from tests.conftest import EXAMPLES, MODELS, TINY_LLAMA, run_profile
+from tests.conftest import EXAMPLES, MODELS, TINY_LLAMA, profile_dict
 
 DEVICES = ["meta", "cpu"]
 
@@ -134,7 +134,7 @@ def test_unique_bytes_of_expanded_tensor():
 
 
 def test_ops_without_formula_are_listed_not_zeroed():
-    report = run_profile(MODELS / "tiny_gqa.py", context=32)
+    report = profile_dict(MODELS / "tiny_gqa.py", context=32)
     names = {u["name"] for u in report["uncounted_ops"]}
     assert {"aten.mul", "aten.silu"} <= names
     counted_bytes = sum(op["bytes_read"] + op["bytes_written"] for op in report["ops"] if not op["counted"])
@@ -159,8 +159,8 @@ def test_ops_without_formula_are_listed_not_zeroed():
 )
 def test_meta_and_cpu_agree(path, options, phase):
     kw = dict(phase=phase, batch=2, context=24, dtype="fp32")
-    meta = run_profile(path, device="meta", **kw, **options)
-    cpu = run_profile(path, device="cpu", **kw, **options)
+    meta = profile_dict(path, device="meta", **kw, **options)
+    cpu = profile_dict(path, device="cpu", **kw, **options)
     assert meta["totals"]["flops"] == cpu["totals"]["flops"]
     assert meta["totals"]["bytes"] == cpu["totals"]["bytes"]
     assert [o["name"] for o in meta["ops"]] == [o["name"] for o in cpu["ops"]]
@@ -177,7 +177,7 @@ def test_builds_are_seeded_so_data_dependent_runs_repeat(tmp_path):
         "def make_inputs(b, c, p):\n    return (torch.randn(b, c),)\n"
     )
     before = torch.get_rng_state()
-    runs = [run_profile(tmp_path / "gather.py", batch=4, context=4096, device="cpu", dtype="fp32")
+    runs = [profile_dict(tmp_path / "gather.py", batch=4, context=4096, device="cpu", dtype="fp32")
             for _ in range(2)]
     assert torch.equal(torch.get_rng_state(), before)  # the caller's generator is left as it was
     mul = [next(o for o in r["ops"] if o["name"] == "aten.mul") for r in runs]
@@ -319,7 +319,7 @@ def test_functions_called_as_unheld_modules_belong_to_their_caller(tmp_path, pha
     source = MODELS / "repeat_kv_sdpa.py"
     wrapped = tmp_path / "wrapped.py"
     wrapped.write_text(_WRAPPED_MODEL.format(path=str(source)))
-    plain, inner = (run_profile(p, phase=phase, batch=2, context=64) for p in (source, wrapped))
+    plain, inner = (profile_dict(p, phase=phase, batch=2, context=64) for p in (source, wrapped))
     assert [op["module"] for op in inner["ops"]] == [op["module"] for op in plain["ops"]]
     assert not any("Func" in op["module"] for op in inner["ops"])
     assert len(inner["attention"]) == len(plain["attention"]) == 2

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import rooflinekit
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import moe
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
@@ -99,7 +99,7 @@ def meta(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 
 def model_file(path, phase: str, batch: int, context: int, tp: int = 1, **options) -> dict:
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment("H800", tp=tp)).report.to_dict()
+    return run_profile(load_source(str(path), options), workload, Deployment("H800", tp=tp)).report.to_dict()
 
 
 def only(rows: list[dict], **match) -> dict:
@@ -339,7 +339,7 @@ def test_the_experts_model_takes_its_touched_count_from_expected_distinct_expert
     options = {"hidden": hidden, "inter": inter, "experts": 16, "top_k": 2}
     report = model_file(MODELS / "experts3d.py", "decode", 4, 8, **options)
     workload = Workload("decode", 4, 8, "bf16", "meta", tuple(sorted(options.items())))
-    report_ep = profile(load_source(str(MODELS / "experts3d.py"), options), workload,
+    report_ep = run_profile(load_source(str(MODELS / "experts3d.py"), options), workload,
                         Deployment("H800", ep=ep)).report.to_dict()
     # tests/models/experts3d.py: gate_up [E, 2*inter, hidden] and down [E, hidden, inter] per expert
     per_expert = (2 * inter * hidden + hidden * inter) * BF16

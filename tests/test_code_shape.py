@@ -32,8 +32,8 @@ WIDE_ENTRY_POINTS = {
     ("rooflinekit/cli/plan.py", "plan_cmd"),
     ("rooflinekit/cli/plot.py", "plot"),
     ("rooflinekit/cli/plugins.py", "plugins_cmd"),
-    ("rooflinekit/cli/profile.py", "profile"),
-    ("rooflinekit/cli/sweep.py", "sweep"),
+    ("rooflinekit/cli/profile.py", "profile_cmd"),
+    ("rooflinekit/cli/sweep.py", "sweep_cmd"),
     ("rooflinekit/cli/trace.py", "trace_cmd"),
     # the Python API: one keyword per option, as the command line has
     ("rooflinekit/api.py", "check_common"),

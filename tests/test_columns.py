@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
@@ -27,8 +27,8 @@ from rooflinekit.outputs.html import profile_html, sweep_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
 from rooflinekit.outputs.sweep_text import sweep_to_text
-from rooflinekit.stages.workload import load_source
-from tests.conftest import EXAMPLES, ROOT, run_profile
+from rooflinekit.stages.model_source import load_source
+from tests.conftest import EXAMPLES, ROOT, profile_dict
 
 #: A text report's section title -> its table.
 TITLES = {"Modules": MODULES, "Attention": ATTENTION, "Mixers": ATTENTION, "The ": OPS,
@@ -56,9 +56,9 @@ def _states(report: dict) -> dict:
 @pytest.fixture(scope="module")
 def reports() -> dict[str, Report]:
     """A measured report, one with collectives (TP 2) and ranks, and one with a fixed-state layer."""
-    tp = profile(load_source(str(EXAMPLES / "tp_mlp.py"), {}), Workload("decode", 4, 256, "bf16", "meta"),
+    tp = run_profile(load_source(str(EXAMPLES / "tp_mlp.py"), {}), Workload("decode", 4, 256, "bf16", "meta"),
                  Deployment("H800", tp=2)).report.to_dict()
-    gqa = run_profile(EXAMPLES / "llama_gqa.py", batch=2, context=256, layers=2)
+    gqa = profile_dict(EXAMPLES / "llama_gqa.py", batch=2, context=256, layers=2)
     return {"measured": load_report(str(ROOT / "tests" / "data" / "report-1.0-gqa.json"), ("profile",)),
             "tp": Report.from_dict(_distributed(tp)), "states": Report.from_dict(_states(gqa))}
 

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.api import profile as profile_module
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
-from tests.conftest import EXAMPLES, run_profile
+from rooflinekit.stages.model_source import load_source
+from tests.conftest import EXAMPLES, profile_dict
 
 CONFIGS = EXAMPLES / "configs"
 
@@ -51,7 +51,7 @@ def test_deepseek_v2_decode_model_flops_keep_the_new_tokens_kv_b_proj():
     c = _cfg("deepseek-v2")
     assert (c["hidden_size"], c["num_hidden_layers"], c["n_routed_experts"]) == (5120, 60, 160)
     b, s = 8, 8192
-    report = run_profile(CONFIGS / "deepseek-v2.json", batch=b, context=s)
+    report = profile_dict(CONFIGS / "deepseek-v2.json", batch=b, context=s)
     expected = deepseek_v2_decode_flops(c, b, s, c["num_hidden_layers"])
     assert report["totals"]["flops_model"] == pytest.approx(expected, rel=0.005)
 
@@ -60,7 +60,7 @@ def test_deepseek_v2_decode_model_flops_keep_the_new_tokens_kv_b_proj():
 def test_mla_reexpansion_leaves_the_new_tokens_projection_in_model_flops():
     c = _cfg("deepseek-v2-lite")
     b, s, layers = 8, 1024, 2
-    report = run_profile(CONFIGS / "deepseek-v2-lite.json", batch=b, context=s, layers=layers)
+    report = profile_dict(CONFIGS / "deepseek-v2-lite.json", batch=b, context=s, layers=layers)
     per_row = 2 * c["kv_lora_rank"] * c["num_attention_heads"] * (c["qk_nope_head_dim"] + c["v_head_dim"])
     # the cached positions' re-expansion only: S - 1 of the S rows kv_b_proj ran over
     assert all(r["kv_reexpand_flops"] == b * (s - 1) * per_row for r in report["attention"])
@@ -115,7 +115,7 @@ def test_olmoe_k_norm_upcast_leaves_its_16_kv_heads(tmp_path):
     pytest.importorskip("transformers")
     config = tmp_path / "olmoe.json"
     config.write_text(json.dumps({"model_type": "olmoe"}))
-    report = run_profile(config, batch=2, context=1024, layers=1)
+    report = profile_dict(config, batch=2, context=1024, layers=1)
     (row,) = report["attention"]
     # OLMoE's default config: 16 heads, 16 K/V heads of 128
     assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("mha", 16, 16)
@@ -129,7 +129,7 @@ def test_olmoe_k_norm_upcast_leaves_its_16_kv_heads(tmp_path):
 def _gemma2(host=None, context=8192):
     workload = Workload("decode", 1, context, "bf16", "meta", (("layers", 2),))
     source = load_source(str(CONFIGS / "gemma-2-9b.json"), {"layers": 2}, host)
-    return profile(source, workload, Deployment("H800"), host=host).report
+    return run_profile(source, workload, Deployment("H800"), host=host).report
 
 
 def test_gemma2_sliding_rows_carry_their_window_at_8192():

@@ -206,7 +206,7 @@ def test_gpu_check_script_removes_its_temporary_entry_on_error(tmp_path, monkeyp
     import tempfile
 
     import rooflinekit.analyses.calibrate as cal_mod
-    import rooflinekit.analyses.profile as pipeline
+    import rooflinekit.analyses.profile as profile_module
     from benchmarks.gpu_check import main
     from rooflinekit.analyses.calibrate import Calibration, Timing
 
@@ -229,7 +229,7 @@ def test_gpu_check_script_removes_its_temporary_entry_on_error(tmp_path, monkeyp
         raise UserError("the forward failed")
 
     monkeypatch.setattr(cal_mod, "save", save)
-    monkeypatch.setattr(pipeline, "profile", failing_profile)
+    monkeypatch.setattr(profile_module, "run_profile", failing_profile)
     with pytest.raises(SystemExit) as exc:
         main(["--device", "cpu", "--small", "--output", str(tmp_path / "check.md")])
     assert exc.value.code == 2 and "gpu_check: the forward failed" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plan import Targets
@@ -27,7 +27,7 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.expected import TABLE_FILE, load_table, with_efficiency
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES
 
 if sys.version_info >= (3, 11):
@@ -69,7 +69,7 @@ def sources(tmp_path_factory):
 def _step(source: str | None, hardware: str = "H800", kernels: str = "as-written", workload: Workload = PREFILL,
           **deployment) -> float:
     host = get_host()
-    report = profile(load_source(GQA, OPTIONS, host), workload,
+    report = run_profile(load_source(GQA, OPTIONS, host), workload,
                      Deployment(hardware, kernels=kernels, efficiency=source, **deployment), options=FAST,
                      host=host).report
     return report.totals.expected_step_s
@@ -167,7 +167,7 @@ def test_the_planner_prices_with_the_source_and_agrees_with_profile(sources):
     for a, b in pairs:
         assert a.label() == b.label()
         assert b.step_s == pytest.approx(2 * a.step_s, rel=1e-9), b.label()
-        again = profile(source, Workload("decode", b.batch, b.step_context, b.dtype),
+        again = run_profile(source, Workload("decode", b.batch, b.step_context, b.dtype),
                         Deployment("H800", tp=b.tp, kernels=b.kernels, efficiency=str(halved), memory_fraction=0.9),
                         options=FAST, host=host).report.totals.expected_step_s
         assert b.step_s == pytest.approx(again, rel=1e-6), b.label()
@@ -199,7 +199,7 @@ def test_a_plugin_source_reaches_profile_through_its_host(sources):
     host = PluginHost()
     host.register(_Halved(halved), "halved-source")
     workload = Workload("prefill", 2, 512, "bf16")
-    named = profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", efficiency="team-halved"),
+    named = run_profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", efficiency="team-halved"),
                     options=FAST, host=host).report.totals.expected_step_s
     assert named == pytest.approx(_step(str(halved)), rel=1e-12)
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import EXAMPLES, one_line_error, run_profile
+from tests.conftest import EXAMPLES, one_line_error, profile_dict
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -25,7 +25,7 @@ def test_bert_base_prefill_is_two_flops_per_weight_plus_bidirectional_attention(
     attention = 4 * layers * t * t * h  # QK^T and PV over every pair: no causal halving
     expected = 2 * t * (encoder + mlm_head) + attention
 
-    report = run_profile(BERT, phase="prefill", batch=1, context=t)
+    report = profile_dict(BERT, phase="prefill", batch=1, context=t)
     assert report["totals"]["flops"] == pytest.approx(expected, rel=0.02)
     assert report["totals"]["flops_model"] == pytest.approx(expected, rel=0.02)
     rows = report["attention"]
@@ -75,7 +75,7 @@ def test_decode_reads_the_cross_attention_kv_every_step_in_rows_of_their_own(tmp
     b, s = 2, 256
     options = {} if encoder_len is None else {"encoder_len": encoder_len}
     enc = encoder_len or s  # the source is as long as the context unless given
-    report = run_profile(_write(tmp_path, config), phase="decode", batch=b, context=s, **options)
+    report = profile_dict(_write(tmp_path, config), phase="decode", batch=b, context=s, **options)
     rows = report["attention"]
     cross = [r for r in rows if r["mode"] == "cross"]
     own = [r for r in rows if r["mode"] is None]
@@ -98,7 +98,7 @@ def test_decode_reads_the_cross_attention_kv_every_step_in_rows_of_their_own(tmp
 def test_prefill_encodes_the_source_and_writes_the_cross_kv_once(tmp_path, config):
     layers, heads, d = _decoder(config)
     b, s = 1, 128
-    report = run_profile(_write(tmp_path, config), phase="prefill", batch=b, context=s)
+    report = profile_dict(_write(tmp_path, config), phase="prefill", batch=b, context=s)
     rows = report["attention"]
     encoder = [r for r in rows if r["mode"] == "encoder"]
     cross = [r for r in rows if r["mode"] == "cross"]

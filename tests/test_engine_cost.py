@@ -14,13 +14,13 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.engine import engine_cost, engines
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = str(EXAMPLES / "llama_gqa.py")
@@ -46,7 +46,7 @@ def test_the_committed_costs_follow_from_their_published_figures():
 def _report(engine: str | None, **kw):
     host = get_host()
     workload = kw.pop("workload", Workload("decode", 8, 2048, "bf16"))
-    return profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", kernels="serving", engine=engine, **kw),
+    return run_profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", kernels="serving", engine=engine, **kw),
                    options=FAST, host=host).report
 
 
@@ -98,7 +98,7 @@ def test_the_planner_adds_it_to_every_step_and_agrees_with_profile():
         assert b.tpot_s == pytest.approx(a.tpot_s + mixed, rel=1e-9), b.label()
         assert b.step_s == pytest.approx(a.step_s + step, rel=1e-9), b.label()
         assert b.tpot_bound_s == a.tpot_bound_s and b.step_bound_s == a.step_bound_s
-        again = profile(source, Workload("decode", b.batch, b.step_context, b.dtype),
+        again = run_profile(source, Workload("decode", b.batch, b.step_context, b.dtype),
                         Deployment("H800", tp=b.tp, pp=b.pp, kernels=b.kernels, memory_fraction=0.9, engine="vllm"),
                         options=FAST, host=host).report.totals.expected_step_s
         assert b.step_s == pytest.approx(again, rel=1e-6), b.label()
@@ -111,8 +111,8 @@ def test_the_fused_view_and_a_speculative_cycle_pay_the_host_time_once():
     source = load_source(GQA, OPTIONS, host)
     workload = Workload("decode", 8, 2048, "bf16")
     full = ReportOptions(measure=False)
-    plain = profile(source, workload, Deployment("H800"), options=full, host=host).report.totals
-    priced = profile(source, workload, Deployment("H800", engine="vllm-v0"), options=full, host=host).report.totals
+    plain = run_profile(source, workload, Deployment("H800"), options=full, host=host).report.totals
+    priced = run_profile(source, workload, Deployment("H800", engine="vllm-v0"), options=full, host=host).report.totals
     assert priced.fused.expected_step_s == pytest.approx(plain.fused.expected_step_s + 4e-3, rel=1e-12)
     cycles = {}
     for engine in (None, "vllm-v0"):
@@ -148,13 +148,13 @@ def test_captured_graph_sizes_and_the_padding_they_cause():
 
 def test_a_decode_report_states_padding_clocks_and_the_expert_load():
     moe = str(MODELS / "experts3d.py")
-    r = profile(load_source(GQA, OPTIONS), Workload("decode", 9, 256, options=tuple(OPTIONS.items())),
+    r = run_profile(load_source(GQA, OPTIONS), Workload("decode", 9, 256, options=tuple(OPTIONS.items())),
                 Deployment("H800", engine="vllm"), options=FAST).report
     lines = r.totals.expected_conventions
     assert any(line.startswith("CUDA-graph padding (stated, not priced): vllm runs 9 sequences") for line in lines)
     assert any(line.startswith("clocks (stated, not applied)") for line in lines)
     assert not any(line.startswith("expert-parallel load") for line in lines)  # no EP here
-    r = profile(load_source(moe, {}), Workload("decode", 8, 256), Deployment("H800", ep=4, ep_imbalance=1.5),
+    r = run_profile(load_source(moe, {}), Workload("decode", 8, 256), Deployment("H800", ep=4, ep_imbalance=1.5),
                 options=FAST).report
     load = [line for line in r.totals.expected_conventions if line.startswith("expert-parallel load")]
     assert len(load) == 1 and "1.5x the mean tokens" in load[0] and "2.56" in load[0]

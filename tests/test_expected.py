@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.expected import TABLE_FILE, expected_step
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 if sys.version_info >= (3, 11):
@@ -34,7 +34,7 @@ PRODUCTS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._scaled_m
 def report(path=GQA, phase="decode", batch=2, context=64, tp=1, ep=1, **options):
     options = options or TINY
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment("H800", tp=tp, ep=ep)).report
+    return run_profile(load_source(str(path), options), workload, Deployment("H800", tp=tp, ep=ep)).report
 
 
 def by_hand(r) -> float:
@@ -102,7 +102,7 @@ def test_a_part_is_priced_with_its_generations_table_by_hand(hardware, table):
     without one takes the Hopper table and the report says so."""
     global TABLE
     workload = Workload("prefill", 1, 256, "bf16", "meta", tuple(sorted(TINY.items())))
-    r = profile(load_source(str(GQA), TINY), workload, Deployment(hardware)).report
+    r = run_profile(load_source(str(GQA), TINY), workload, Deployment(hardware)).report
     saved, TABLE = TABLE, tomllib.loads((TABLE_FILE.parent / table).read_text())
     try:
         assert r.totals.expected_step_s == pytest.approx(by_hand(r), rel=1e-9)

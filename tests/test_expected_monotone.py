@@ -10,8 +10,8 @@ from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.stepmodel import _kernel_time
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES
 
 CONFIGS = EXAMPLES / "configs"

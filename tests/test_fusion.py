@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import EXAMPLES, run_profile
+from conftest import EXAMPLES, profile_dict
 from torch import nn
 
 import rooflinekit
@@ -227,7 +227,7 @@ def llama_prefill_floor() -> int:
 @pytest.mark.slow
 @pytest.mark.hf
 def test_llama_8b_prefill_fused_bytes_by_hand():
-    report = run_profile(LLAMA_8B, phase="prefill", batch=1, context=4096)
+    report = profile_dict(LLAMA_8B, phase="prefill", batch=1, context=4096)
     fused, eager = report["totals"]["fused"]["bytes"], report["totals"]["bytes"]
     by_hand, floor = llama_prefill_fused_by_hand(), llama_prefill_floor()
     # acceptance: within 2%; the hand count follows every kernel, so it holds far closer
@@ -243,7 +243,7 @@ def test_llama_8b_prefill_fused_bytes_by_hand():
 @pytest.mark.slow
 @pytest.mark.hf
 def test_llama_8b_decode_barely_changes():
-    report = run_profile(LLAMA_8B, phase="decode", batch=1, context=4096)
+    report = profile_dict(LLAMA_8B, phase="decode", batch=1, context=4096)
     t = report["totals"]
     assert t["fused"]["bytes"] <= t["bytes"]
     assert abs(t["fused"]["bytes"] / t["bytes"] - 1) < 0.02

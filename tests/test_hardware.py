@@ -80,13 +80,13 @@ def test_user_folder_entry_is_loaded(tmp_path, monkeypatch):
 
 
 def test_missing_dtype_peak_falls_back_with_a_note(tmp_path, monkeypatch):
-    from tests.conftest import EXAMPLES, TINY_LLAMA, run_profile
+    from tests.conftest import EXAMPLES, TINY_LLAMA, profile_dict
 
     (tmp_path / "nofp16.toml").write_text(
         "name = 'No FP16'\nmemory_bandwidth = 1e12\n[peak_flops]\nbf16 = 2e14\nfp32 = 5e13\n"
         "[sources]\npeak_flops = 'test'\nmemory_bandwidth = 'test'\n"
     )
     monkeypatch.setenv("ROOFLINEKIT_HARDWARE_PATH", str(tmp_path))
-    report = run_profile(EXAMPLES / "llama_gqa.py", dtype="fp16", hardware="No FP16", **TINY_LLAMA)
+    report = profile_dict(EXAMPLES / "llama_gqa.py", dtype="fp16", hardware="No FP16", **TINY_LLAMA)
     assert report["hardware"]["peak_flops"] == 2e14
     assert any("no dense fp16 peak" in n and "bf16" in n for n in report["notes"])

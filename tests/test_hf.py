@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
-from tests.conftest import EXAMPLES, run_profile
+from rooflinekit.stages.model_source import load_source
+from tests.conftest import EXAMPLES, profile_dict
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -42,7 +42,7 @@ def llama_params(c) -> int:
 def test_llama_8b_decode_weights_and_kv():
     c = _cfg("llama-3.1-8b")
     b, s = 1, 8192
-    report = run_profile(CONFIGS / "llama-3.1-8b.json", batch=b, context=s)
+    report = profile_dict(CONFIGS / "llama-3.1-8b.json", batch=b, context=s)
     params = llama_params(c)
     assert params == pytest.approx(8.03e9, rel=0.01)
     assert report["model"]["parameters"] == params
@@ -65,7 +65,7 @@ def _expert_records(report):
 def test_mixtral_experts_touched(batch, expected):
     c = _cfg("mixtral-8x7b")
     h, i = c["hidden_size"], c["intermediate_size"]
-    report = run_profile(CONFIGS / "mixtral-8x7b.json", batch=batch, context=512, layers=1)
+    report = profile_dict(CONFIGS / "mixtral-8x7b.json", batch=batch, context=512, layers=1)
     per_expert = 3 * h * i * 2  # gate, up, down in bf16
     weights = sum(o["param_bytes"] for o in _expert_records(report))
     assert weights / per_expert == pytest.approx(expected, rel=1e-6)
@@ -77,7 +77,7 @@ def test_mixtral_experts_touched(batch, expected):
 def test_deepseek_v3_cache_and_moe_weights():
     c = _cfg("deepseek-v3")
     b, layers = 48, 5  # 3 dense layers, then 2 MoE layers
-    report = run_profile(CONFIGS / "deepseek-v3.json", batch=b, context=1024, layers=layers)
+    report = profile_dict(CONFIGS / "deepseek-v3.json", batch=b, context=1024, layers=layers)
     rows = report["attention"]
     assert len(rows) == layers and all(r["arch"] == "mla" for r in rows)
     assert report["attention_totals"]["cache_bytes_per_token"] == layers * 1152
@@ -102,7 +102,7 @@ def test_deepseek_v3_cache_and_moe_weights():
 
 
 def test_full_deepseek_v3_minimum_cache_per_token():
-    report = run_profile(CONFIGS / "deepseek-v3.json", batch=2, context=256)
+    report = profile_dict(CONFIGS / "deepseek-v3.json", batch=2, context=256)
     assert report["model"]["parameters"] == pytest.approx(671e9, rel=0.01)
     at = report["attention_totals"]
     assert at["cache_bytes_per_token"] == 61 * 1152
@@ -115,9 +115,9 @@ def test_full_deepseek_v3_minimum_cache_per_token():
 def test_every_shipped_config_profiles(name, phase):
     if name in ENCODERS and phase == "decode":  # an encoder has one step: every position at once
         with pytest.raises(RooflineError, match="an encoder has no decode step"):
-            run_profile(CONFIGS / f"{name}.json", phase=phase, batch=2, context=64, layers=2)
+            profile_dict(CONFIGS / f"{name}.json", phase=phase, batch=2, context=64, layers=2)
         return
-    report = run_profile(CONFIGS / f"{name}.json", phase=phase, batch=2, context=64, layers=2)
+    report = profile_dict(CONFIGS / f"{name}.json", phase=phase, batch=2, context=64, layers=2)
     assert report["totals"]["flops"] > 0
     assert report["attention"] and all(r["recognised"] for r in report["attention"])
 
@@ -189,7 +189,7 @@ def test_falcon_multi_query_caches_one_kv_head(tmp_path, phase):
     path = _write(tmp_path, {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 4,
                              "multi_query": True, "new_decoder_architecture": False, "bias": False})
     b, s, d = 2, 256, 64
-    rows = run_profile(path, phase=phase, batch=b, context=s)["attention"]
+    rows = profile_dict(path, phase=phase, batch=b, context=s)["attention"]
     assert len(rows) == 2
     for row in rows:
         assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("mqa", 4, 1)
@@ -209,7 +209,7 @@ def test_a_class_refusing_sdpa_is_built_eager_and_says_so(tmp_path):
         refuses = False
     except ValueError:
         refuses = True
-    report = run_profile(path, batch=2, context=512)
+    report = profile_dict(path, batch=2, context=512)
     assert [r["num_kv_heads"] for r in report["attention"]] == [2, 2]
     assert any("eager" in n for n in report["notes"]) == refuses
 
@@ -224,12 +224,12 @@ def test_a_window_the_plugins_do_not_model_is_flagged(tmp_path):
     s, window = 1024, 256
     workload = Workload("decode", 2, s, "bf16", "meta", ())
     host = PluginHost(disabled={"sliding_window"})
-    report = profile(load_source(str(path), {}, host), workload, Deployment("H800"), host=host).report.to_dict()
+    report = run_profile(load_source(str(path), {}, host), workload, Deployment("H800"), host=host).report.to_dict()
     for row in report["attention"]:
         assert row["window"] is None
         assert row["read_amplification"] == pytest.approx(window / s, rel=0.01)
         assert any("fewer positions than the spec assumes" in n for n in row["notes"])
-    for row in run_profile(path, batch=2, context=s)["attention"]:
+    for row in profile_dict(path, batch=2, context=s)["attention"]:
         assert row["window"] == window
         assert row["read_amplification"] == pytest.approx(1, rel=0.01)
         assert not any("fewer positions than the spec assumes" in n for n in row["notes"])

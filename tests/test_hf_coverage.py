@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import one_line_error, run_profile
+from tests.conftest import one_line_error, profile_dict
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -95,7 +95,7 @@ def test_a_file_with_per_layer_lists_profiles_at_fewer_layers_each_layer_of_its_
         "model_type": "gemma3_text", "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 6, "vocab_size": 1000,
         "sliding_window": window, "layer_types": kinds, "max_position_embeddings": 4096}))
-    report = run_profile(path, phase="decode", batch=2, context=1024, layers=2)
+    report = profile_dict(path, phase="decode", batch=2, context=1024, layers=2)
     rows = report["attention"]
     assert [r["window"] for r in rows] == [None, window]
     assert rows[0]["kv_bytes_min"] == 2 * 2 * 32 * 1024 * 2 * 2  # K and V, 2 heads of 32, 1024 positions
@@ -165,7 +165,7 @@ def test_models_that_read_cache_lengths_and_masks_run_on_meta(tmp_path):
     opt.write_text(json.dumps({"model_type": "opt", "hidden_size": 128, "num_attention_heads": 4, "ffn_dim": 256,
                                "num_hidden_layers": 2, "vocab_size": 1000, "word_embed_proj_dim": 128}))
     b, s, heads, d = 2, 512, 4, 32
-    report = run_profile(opt, phase="decode", batch=b, context=s)
+    report = profile_dict(opt, phase="decode", batch=b, context=s)
     assert [r["kv_bytes_min"] for r in report["attention"]] == [2 * heads * d * s * b * 2] * 2
     assert any("cache lengths are answered from the workload" in n for n in report["notes"])
     # RoFormer's encoder makes an all-ones padding mask and asks whether SDPA can skip it
@@ -173,7 +173,7 @@ def test_models_that_read_cache_lengths_and_masks_run_on_meta(tmp_path):
     roformer.write_text(json.dumps({"model_type": "roformer", "hidden_size": 128, "num_attention_heads": 4,
                                     "intermediate_size": 256, "num_hidden_layers": 1, "vocab_size": 1000,
                                     "embedding_size": 128}))
-    report = run_profile(roformer, phase="prefill", batch=1, context=s)
+    report = profile_dict(roformer, phase="prefill", batch=1, context=s)
     (row,) = report["attention"]
     assert row["mode"] == "encoder" and row["flops_model"] == 4 * s * s * 128  # no mask: every pair
     assert any("taken as all ones (no padding)" in n for n in report["notes"])

@@ -17,7 +17,7 @@ import inspect
 import pytest
 import torch
 
-from tests.conftest import run_profile
+from tests.conftest import profile_dict
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -30,7 +30,7 @@ def _config(model_type: str):
 
 
 def _profile(model_type: str, phase: str, batch: int, context: int) -> dict:
-    return run_profile(f"hf:{model_type}", phase=phase, batch=batch, context=context, layers=2)
+    return profile_dict(f"hf:{model_type}", phase=phase, batch=batch, context=context, layers=2)
 
 
 def _module_flops(report: dict, suffix: str) -> list[float]:

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.analyses.measure import align, measure, timed_recording
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -40,7 +40,7 @@ def one_thread():
 def measured(path, options, phase="decode", batch=2, context=64, hardware="H800", warmup=1, repeats=2,
              device="cpu", **kw):
     workload = Workload(phase, batch, context, "fp32", device, tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment(hardware),
+    return run_profile(load_source(str(path), options), workload, Deployment(hardware),
                    options=ReportOptions(measure=True, warmup=warmup, repeats=repeats, **kw)).report.to_dict()
 
 
@@ -132,7 +132,7 @@ def test_measured_mfu_is_model_flops_where_model_and_executed_differ():
     an MFU computed from executed FLOPs fails here."""
     workload = Workload("decode", 2, 16, "fp32", "cpu", tuple(sorted(dict(TINY_MLA, mode="naive").items())),
                         decode_q_len=8)
-    report = profile(load_source(str(MLA), dict(TINY_MLA, mode="naive")), workload, Deployment("H800"),
+    report = run_profile(load_source(str(MLA), dict(TINY_MLA, mode="naive")), workload, Deployment("H800"),
                      options=ReportOptions(measure=True, warmup=1, repeats=2)).report.to_dict()
     hw = hardware_db().get("H800")
     peak = hw.peak_flops["fp32"]
@@ -503,7 +503,7 @@ def test_modelled_records_keep_the_numbering_and_get_no_time(tmp_path):
     path = tmp_path / "fused_moe.py"
     path.write_text(FUSED_MOE)
     workload = Workload("decode", 4, 8, "fp32", "cpu", ())
-    report = profile(load_source(str(path), {}, host), workload, Deployment("H800"),
+    report = run_profile(load_source(str(path), {}, host), workload, Deployment("H800"),
                      options=ReportOptions(measure=True, warmup=1, repeats=2), host=host).report.to_dict()
     kinds = [(op["name"], op["kind"]) for op in report["ops"]]
     assert kinds[0] == ("aten.addmm", "op") and kinds[-1] == ("aten.addmm", "op")
@@ -527,7 +527,7 @@ def test_step_times_report_min_median_and_max_beside_the_mean():
     from rooflinekit.outputs.render import measured_lines, seconds
 
     workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(TINY_LLAMA.items())))
-    report = profile(load_source(str(GQA), TINY_LLAMA), workload, Deployment("H800"),
+    report = run_profile(load_source(str(GQA), TINY_LLAMA), workload, Deployment("H800"),
                      options=ReportOptions(measure=True, warmup=1, repeats=4)).report
     m = report.totals.measured
     steps = sorted(m.step_times_s)
@@ -591,7 +591,7 @@ def _one_matmul(tmp_path, hardware, **kw):
     path = tmp_path / "one_matmul.py"
     path.write_text(ONE_MATMUL)
     workload = Workload("prefill", 8, 1, "fp32", "cpu", ())
-    return profile(load_source(str(path), {}), workload, Deployment(hardware), options=ReportOptions(**kw)).report
+    return run_profile(load_source(str(path), {}), workload, Deployment(hardware), options=ReportOptions(**kw)).report
 
 
 @pytest.mark.parametrize("peak,bandwidth,op_s,figures,first_cause", [

@@ -14,7 +14,7 @@ from rooflinekit.analyses.profile import ReportOptions, counted_forward, measure
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import Built, build, inputs_for, load_source
+from rooflinekit.stages.model_source import Built, build, inputs_for, load_source
 from tests.conftest import EXAMPLES
 
 pytest.importorskip("transformers")

@@ -23,13 +23,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import rooflinekit
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.analyses.sweep import run_sweep
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import capture
 from rooflinekit.stages.hardware import load_file
 from rooflinekit.stages.memory import activation_peak
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error
 
 CONFIGS = EXAMPLES / "configs"
@@ -65,7 +65,7 @@ def kv_per_sequence(c: dict, context: int) -> int:
 
 
 def _profile(name: str, workload: Workload, tp: int = 1):
-    return profile(load_source(str(CONFIGS / f"{name}.json"), {}), workload, Deployment("H800", tp=tp),
+    return run_profile(load_source(str(CONFIGS / f"{name}.json"), {}), workload, Deployment("H800", tp=tp),
                    options=ReportOptions(measure=False)).report
 
 
@@ -236,7 +236,7 @@ def test_sweep_marks_points_that_do_not_fit(tmp_path):
     assert {p["fits"] for p in points} == {True, False}
     # a fitted point's activation peak is the one a capture at that point measures
     fitted = next(p for p in points if p["batch"] == 64 and p["context"] == 4096)
-    captured = profile(source, Workload("decode", 64, 4096, options=base.options), Deployment(str(hw)),
+    captured = run_profile(source, Workload("decode", 64, 4096, options=base.options), Deployment(str(hw)),
                        options=ReportOptions(measure=False))
     assert fitted["memory"]["activation_peak_bytes"] == captured.report.memory.activation_peak_bytes
     for c in result.to_dict()["critical_batch"]:

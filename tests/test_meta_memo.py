@@ -14,11 +14,11 @@ import dataclasses
 import pytest
 import torch
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture import recorder as capture_mod
 from rooflinekit.stages.capture.meta_memo import MetaMemo, memoisable
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 CONFIGS = EXAMPLES / "configs"
@@ -120,7 +120,7 @@ def test_which_ops_may_use_the_memo():
 def _profiled(path, phase, options, memo, monkeypatch):
     monkeypatch.setattr(capture_mod.Recorder, "memo_meta", memo)
     workload = Workload(phase, 2, 96, options=tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment("H800"))
+    return run_profile(load_source(str(path), options), workload, Deployment("H800"))
 
 
 def _without_time(report: dict) -> dict:

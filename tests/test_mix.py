@@ -12,10 +12,10 @@ import json
 import pytest
 from conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.request import Deployment, Segment, Workload, mixed_workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 GQA = EXAMPLES / "llama_gqa.py"
 LLAMA8B = EXAMPLES / "configs" / "llama-3.1-8b.json"
@@ -29,7 +29,7 @@ def close(a: float, b: float, rel: float = 1e-9) -> bool:
 
 
 def run(path, workload: Workload, options: dict):
-    return profile(load_source(str(path), options), workload, Deployment("H800")).report
+    return run_profile(load_source(str(path), options), workload, Deployment("H800")).report
 
 
 def plain(options: dict, phase: str, batch: int, context: int, q_len: int = 1) -> Workload:
@@ -138,7 +138,7 @@ def test_measure_refuses_a_mixed_step():
     step = mixed_workload(plain(TINY_LLAMA, "decode", 1, 1, ), ((64, 2),))
     step = Workload(**{**step.__dict__, "device": "cpu"})
     with pytest.raises(UserError, match="drop --measure"):
-        profile(load_source(str(GQA), TINY_LLAMA), step, Deployment("H800"), options=ReportOptions(measure=True))
+        run_profile(load_source(str(GQA), TINY_LLAMA), step, Deployment("H800"), options=ReportOptions(measure=True))
 
 
 def test_cli_mix_json(invoke):

@@ -16,7 +16,7 @@ from rooflinekit.core.specs import AttentionWorkload
 from rooflinekit.core.state import StateCounts, split_state, state_cost, state_spec
 from rooflinekit.outputs.render import to_text
 from rooflinekit_plugins import gqa, linear_attention, mha, ssm
-from tests.conftest import run_profile
+from tests.conftest import profile_dict
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -73,7 +73,7 @@ def mamba2_state_bytes(c) -> int:
 def test_qwen3_next_linear_layers_keep_a_fixed_state_whatever_the_context():
     c = default_config("qwen3_next")
     b = 2
-    reports = {s: run_profile("hf:qwen3_next", batch=b, context=s, layers=4) for s in (1024, 8192)}
+    reports = {s: profile_dict("hf:qwen3_next", batch=b, context=s, layers=4) for s in (1024, 8192)}
     per_sequence = deltanet_state_bytes(c)
     assert per_sequence == 2_162_688  # 32 x 128 x 128 elements in fp32 + 4 x 8192 in bf16
     for s, report in reports.items():
@@ -97,7 +97,7 @@ def test_qwen3_next_linear_layers_keep_a_fixed_state_whatever_the_context():
 def test_mamba_state_is_its_cache(phase, passes):
     c = default_config("mamba")
     b, s = 2, 1024 if phase == "decode" else 16
-    report = run_profile("hf:mamba", phase=phase, batch=b, context=s, layers=2)
+    report = profile_dict("hf:mamba", phase=phase, batch=b, context=s, layers=2)
     rows = report["attention"]
     assert [r["arch"] for r in rows] == ["mamba", "mamba"]
     per_sequence = mamba_state_bytes(c)
@@ -115,7 +115,7 @@ def test_mamba_state_is_its_cache(phase, passes):
 def test_mamba2_state_is_its_cache():
     c = default_config("mamba2")
     b = 2
-    report = run_profile("hf:mamba2", batch=b, context=1024, layers=2)
+    report = profile_dict("hf:mamba2", batch=b, context=1024, layers=2)
     inner = int(c.expand * c.hidden_size)
     for row in report["attention"]:
         assert (row["arch"], row["num_heads"], row["num_kv_heads"]) == ("mamba2", c.num_heads, c.n_groups)
@@ -129,7 +129,7 @@ def test_a_mamba_decode_reads_and_writes_its_state_at_least_once():
     reads and writes of its fp32 SSM state."""
     c = default_config("mamba")
     b = 2
-    report = run_profile("hf:mamba", batch=b, context=4096, layers=1)
+    report = profile_dict("hf:mamba", batch=b, context=4096, layers=1)
     (row,) = report["attention"]
     state = c.intermediate_size * c.state_size * FP32
     assert row["kv_read_bytes"] >= b * state and row["kv_copy_bytes"] >= b * state
@@ -141,7 +141,7 @@ def test_a_mamba_decode_reads_and_writes_its_state_at_least_once():
 
 def test_rwkv_time_mixing_state(tmp_path):
     c = default_config("rwkv")
-    report = run_profile("hf:rwkv", batch=2, context=1024, layers=2)
+    report = profile_dict("hf:rwkv", batch=2, context=1024, layers=2)
     rows = report["attention"]
     assert [r["module_class"] for r in rows] == ["RwkvSelfAttention"] * 2
     a, h = c.attention_hidden_size, c.hidden_size
@@ -152,7 +152,7 @@ def test_rwkv_time_mixing_state(tmp_path):
 def test_xlstm_matrix_memory(tmp_path):
     c = default_config("xlstm")
     path = write_config(tmp_path, "xlstm", num_hidden_layers=2, num_blocks=2)  # xLSTM counts blocks
-    report = run_profile(path, batch=2, context=1024)
+    report = profile_dict(path, batch=2, context=1024)
     rows = report["attention"]
     assert [r["module_class"] for r in rows] == ["xLSTMBackend"] * 2  # the recurrence, once per layer
     per_sequence = c.num_heads * (c.qk_head_dim * c.v_head_dim + c.qk_head_dim + 1) * BF16
@@ -162,7 +162,7 @@ def test_xlstm_matrix_memory(tmp_path):
 def test_lfm2_short_convolution_and_attention(tmp_path):
     c = default_config("lfm2")
     path = write_config(tmp_path, "lfm2", num_hidden_layers=2, layer_types=["conv", "full_attention"])
-    report = run_profile(path, batch=2, context=1024)
+    report = profile_dict(path, batch=2, context=1024)
     conv, attention = report["attention"]
     assert (conv["arch"], attention["arch"]) == ("short_conv", "gqa")
     assert conv["cache_bytes_per_sequence"] == c.conv_L_cache * c.hidden_size * BF16  # kept kernel-wide
@@ -171,21 +171,21 @@ def test_lfm2_short_convolution_and_attention(tmp_path):
 
 def test_minimax_lightning_layers(tmp_path):
     c = default_config("minimax")
-    report = run_profile("hf:minimax", batch=2, context=1024, layers=2)
+    report = profile_dict("hf:minimax", batch=2, context=1024, layers=2)
     (lightning,) = rows_of(report, "lightning")
     d = c.hidden_size // c.num_attention_heads
     assert lightning["cache_bytes_per_sequence"] == c.num_attention_heads * d * d * BF16
 
 
 def test_falcon_h1_hybrid_layers_each_get_their_kind():
-    report = run_profile("hf:falcon_h1", batch=2, context=1024, layers=2)
+    report = profile_dict("hf:falcon_h1", batch=2, context=1024, layers=2)
     assert [r["arch"] for r in report["attention"]] == ["mamba2", "gqa"] * 2
 
 
 def test_a_pure_recurrent_hybrid_cut_loads(tmp_path):
     """Bamba's default config cut to 2 layers keeps only Mamba layers: transformers' mask code asks
     the cache for a length only attention layers track; the loader answers it."""
-    report = run_profile("hf:bamba", batch=2, context=1024, layers=2)
+    report = profile_dict("hf:bamba", batch=2, context=1024, layers=2)
     assert [r["arch"] for r in report["attention"]] == ["mamba2", "mamba2"]
     assert any("no attention layer in this model's cache" in n for n in report["notes"])
 
@@ -264,7 +264,7 @@ def test_mixer_sites_are_named_by_class_and_attributes():
 
 
 def test_the_table_says_mixers_and_per_sequence():
-    report = Report.from_dict(run_profile("hf:mamba", batch=1, context=256, layers=1))
+    report = Report.from_dict(profile_dict("hf:mamba", batch=1, context=256, layers=1))
     text = to_text(report)
     assert "mixer (per layer)" in text and "/seq" in text and "Mixers:" in text
     per_sequence = report.attention[0].cache_bytes_per_sequence
@@ -277,7 +277,7 @@ def test_state_mixers_are_recognised_on_the_installed_transformers(model_type):
     no model holds: still one recognised state layer per mixer, named as the model names it, reading
     and writing its whole state once (2 x B x the state per sequence), and no unrecognised layer."""
     b = 2
-    report = run_profile(f"hf:{model_type}", batch=b, context=256, layers=2)
+    report = profile_dict(f"hf:{model_type}", batch=b, context=256, layers=2)
     assert not [w for w in report["warnings"] if "not recognised" in w or "no layer of its own" in w]
     states = [r for r in report["attention"] if r["arch"] in ("mamba", "mamba2")]
     assert states and all(r["recognised"] for r in report["attention"])

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
 
 RAN_BATCH = 3
@@ -31,7 +31,7 @@ def make_inputs(batch, context, phase):
 
 def _report(path, phase, batch, context, deployment):
     workload = Workload(phase, batch, context, "bf16", "meta", ())
-    return profile(load_source(str(path), {}), workload, deployment).report.to_dict()
+    return run_profile(load_source(str(path), {}), workload, deployment).report.to_dict()
 
 
 @pytest.mark.parametrize("phase", ["decode", "prefill"])

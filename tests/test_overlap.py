@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.cli.main import cli as main
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages import collectives
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
 from tests.test_expected import GQA, PRODUCTS, TABLE, TINY
 
@@ -28,7 +28,7 @@ MOE = MODELS / "experts3d.py"
 def _report(path, phase, batch, context, options, overlap, tp=1, ep=1, kernels="as-written"):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
     deployment = Deployment("H800", tp=tp, ep=ep, kernels=kernels, overlap=overlap)
-    return profile(load_source(str(path), options), workload, deployment).report
+    return run_profile(load_source(str(path), options), workload, deployment).report
 
 
 def _class(r, op, in_attention):
@@ -192,7 +192,7 @@ def fitted(request):
 def test_a_step_model_prices_two_batches_as_profile_does(fitted):
     fitter, deployment, model, db = fitted
     for batch, context in ((3, 300), (64, 1000)):
-        report = profile(fitter.built, replace_workload(fitter, batch, context), deployment, host=fitter.host,
+        report = run_profile(fitter.built, replace_workload(fitter, batch, context), deployment, host=fitter.host,
                          db=db).report
         assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-9)
         assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-9)

@@ -7,18 +7,19 @@ import json
 import pytest
 import torch
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.collectives import binding, summary, wire_bytes
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.workload import build, load_source, validate_levers
+from rooflinekit.stages.model_source import build, load_source
+from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms.tp_plan import (
     normalise_style,
-    resolve,
-    structural_plan,
+    resolve_tp_plan,
+    structural_tp_plan,
 )
 from tests.conftest import EXAMPLES, MODELS
 
@@ -33,7 +34,7 @@ GQA8 = {"layers": 1, "heads": 32, "kv_heads": 8, "head_dim": 32, "hidden": 1024,
 def planned(path, tp=1, ep=1, batch=4, context=32768, host=None, **options):
     workload = Workload("decode", batch, context, "bf16", "meta", tuple(sorted(options.items())))
     kwargs = {"host": host} if host is not None else {}
-    return profile(load_source(str(path), options, host), workload, Deployment("H800", tp=tp, ep=ep),
+    return run_profile(load_source(str(path), options, host), workload, Deployment("H800", tp=tp, ep=ep),
                    **kwargs).report.to_dict()
 
 
@@ -198,7 +199,7 @@ def test_ep_divides_experts_and_adds_two_all_to_alls():
 
 def _ep_report(ep: int, **settings) -> dict:
     workload = Workload("decode", 4, 8, "bf16", "meta", ())
-    return profile(load_source(str(MOE), {}), workload, Deployment("H800", ep=ep, **settings)).report.to_dict()
+    return run_profile(load_source(str(MOE), {}), workload, Deployment("H800", ep=ep, **settings)).report.to_dict()
 
 
 def test_redundant_experts_hold_whole_slots_and_split_their_hits():
@@ -288,7 +289,7 @@ def test_resolve_patterns_exact_paths_and_transformers_styles():
             "layers.*.mlp.down_proj": "rowwise_rep", "lm_head": "colwise_gather_output",
             "embed_tokens": "embedding_rowwise", "layers.*.mlp.gate_proj": "mystery",
             "layers.*.mlp.experts.gate_up_proj": "packed_colwise"}
-    styles, notes = resolve(plan, modules)
+    styles, notes = resolve_tp_plan(plan, modules)
     assert styles["layers.0.self_attn.q_proj"] == "colwise"
     assert styles["layers.1.self_attn.q_proj"] == "replicate"  # an exact path beats a pattern
     assert styles["layers.0.mlp.down_proj"] == "rowwise"
@@ -298,22 +299,22 @@ def test_resolve_patterns_exact_paths_and_transformers_styles():
     assert normalise_style("packed_colwise") == "colwise" and normalise_style("nope") is None
 
 
-def test_structural_plan_of_gpt2_keeps_position_embeddings_whole():
+def test_structural_tp_plan_of_gpt2_keeps_position_embeddings_whole():
     from rooflinekit.core.specs import AttentionSpec
 
     modules = _modules(EXAMPLES / "gpt2_mha.py", layers=1, hidden=64, heads=4, vocab=100, max_positions=32)
     model = modules[""]
     spec = AttentionSpec(arch="mha", num_heads=4, num_kv_heads=4, head_dim=16, v_head_dim=16)
-    plan = structural_plan(model, {"h.0.attn": spec})
+    plan = structural_tp_plan(model, {"h.0.attn": spec})
     assert plan["h.0.attn.c_attn"] == "colwise" and plan["h.0.attn.c_proj"] == "rowwise"
     assert plan["h.0.mlp.c_fc"] == "colwise" and plan["h.0.mlp.c_proj"] == "rowwise"
     assert plan["wte"] == "vocab" and "wpe" not in plan
     assert plan.get("lm_head") == "colwise_gather"
 
 
-def test_structural_plan_leaves_a_moe_router_replicated():
+def test_structural_tp_plan_leaves_a_moe_router_replicated():
     model = _modules(MOE)[""]
-    plan = structural_plan(model, {})
+    plan = structural_tp_plan(model, {})
     assert "moe.router" not in plan
     assert plan["mlp.down_proj"] == "rowwise" and plan["mlp.gate_proj"] == plan["mlp.up_proj"] == "colwise"
 
@@ -389,5 +390,5 @@ def test_the_deployment_carries_the_sizes():
     assert (d.tp, d.ep, d.parallel) == (4, 1, True) and dict(w.options) == {}
     assert not Deployment(tp=1, ep=1).parallel
     with pytest.raises(UserError):
-        validate_levers(w, Deployment(tp=0))
+        validate_request(w, Deployment(tp=0))
     assert torch.nn  # keep the import: tests build models on meta

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions, wide_eps
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.analyses.stepfit import Shape, StepFitter
 from rooflinekit.cli.main import cli
 from rooflinekit.core.plan import WEIGHT_FORMATS, Targets, pareto_front, parse_layout
@@ -22,8 +22,8 @@ from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.linesum import max_linear_sum
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.queueing import wait_quantile
-from rooflinekit.stages.workload import load_source
 
 MODEL = "examples/llama_gqa.py"
 
@@ -75,7 +75,7 @@ def test_step_model_equals_a_full_profile_at_unseen_points(fitter, deployment):
     shape = Shape("decode", 1, (1, 2), (512, 640))
     model = f.step_model(shape, deployment, hw)
     for batch, context in ((7, 600), (32, 1000)):
-        report = profile(f.built, Workload("decode", batch, context), deployment,
+        report = run_profile(f.built, Workload("decode", batch, context), deployment,
                          options=ReportOptions(detail=False, measure=False), host=f.host, db=db).report
         assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-9)
         assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-9)
@@ -106,7 +106,7 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     assert best.tokens_per_s_per_gpu == max(c.tokens_per_s_per_gpu for c in result.configs if c.meets_slo)
     deployment = Deployment(hardware="H800", kernels="serving", tp=best.decode.tp, ep=best.decode.ep,
                             weight_dtype=WEIGHT_FORMATS[best.weight_dtype][0], kv_dtype=best.kv_dtype)
-    report = profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2, best.dtype), deployment,
+    report = run_profile(source, Workload("decode", best.batch, targets.isl + targets.osl // 2, best.dtype), deployment,
                      options=ReportOptions(detail=False, measure=False)).report
     assert report.totals.expected_step_s == pytest.approx(best.tpot_s, rel=0.05)
     # the disaggregated figures by hand: without a TTFT target, the arrivals fill 95% of the prefill
@@ -121,9 +121,9 @@ def test_best_tpot_is_a_profile_of_its_decode_step(planned):
     assert best.ttft_wait_s == pytest.approx(wait, rel=1e-12)
     # time to first token: one prefill of the prompt, then its KV cache sent to the decode pool
     prefill_deployment = replace(deployment, tp=best.prefill.tp, ep=best.prefill.ep)
-    prefill = profile(source, Workload("prefill", 1, targets.isl, best.dtype), prefill_deployment,
+    prefill = run_profile(source, Workload("prefill", 1, targets.isl, best.dtype), prefill_deployment,
                       options=ReportOptions(detail=False, measure=False)).report
-    held = profile(source, Workload("decode", 1, targets.isl, best.dtype), deployment,
+    held = run_profile(source, Workload("decode", 1, targets.isl, best.dtype), deployment,
                    options=ReportOptions(detail=False, measure=False)).report
     hw = hardware_db(get_host()).get("H800")
     kv = held.memory.kv_bytes_per_sequence * best.decode.tp
@@ -234,7 +234,7 @@ def test_text_fits_100_columns(planned):
 
 
 def _decode_step(source, deployment, batch, context):
-    return profile(source, Workload("decode", batch, context), deployment,
+    return run_profile(source, Workload("decode", batch, context), deployment,
                    options=ReportOptions(detail=False, measure=False)).report
 
 
@@ -254,7 +254,7 @@ def test_the_search_dominates_a_hand_grid():
         for w in ("bf16", "fp8"):
             for kv in ("bf16", "fp8"):
                 deployment = Deployment(hardware="H800", kernels="serving", tp=tp, weight_dtype=w, kv_dtype=kv)
-                prefill = profile(source, Workload("prefill", 1, targets.isl), deployment,
+                prefill = run_profile(source, Workload("prefill", 1, targets.isl), deployment,
                                   options=ReportOptions(detail=False, measure=False)).report.totals.expected_step_s
                 for batch in (1, 4, 16, 64):
                     step = _decode_step(source, deployment, batch, targets.isl + targets.osl // 2)
@@ -315,8 +315,8 @@ def test_speculative_decoding_priced_whole_with_a_draft_model():
     middle = targets.isl + targets.osl // 2
     deployment = Deployment(hardware="H800", kernels="serving")
     options = ReportOptions(detail=False, measure=False)
-    verify = profile(load_source(MODEL, {}, host), Workload("decode", 4, middle, decode_q_len=2), deployment,
+    verify = run_profile(load_source(MODEL, {}, host), Workload("decode", 4, middle, decode_q_len=2), deployment,
                      options=options).report.totals.expected_step_s
-    drafted = profile(draft, Workload("decode", 4, middle), deployment, options=options).report.totals.expected_step_s
+    drafted = run_profile(draft, Workload("decode", 4, middle), deployment, options=options).report.totals.expected_step_s
     assert c.speculative.tokens_per_step == pytest.approx(1.6, rel=1e-12)
     assert c.tpot_s == pytest.approx((drafted + verify) / 1.6, rel=0.01)

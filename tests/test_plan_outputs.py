@@ -243,7 +243,7 @@ def test_a_real_plan_validates_and_renders(tmp_path):
     from rooflinekit.analyses.plan import run_plan
     from rooflinekit.analyses.plan_options import PlanOptions
     from rooflinekit.core.plugins import get_host
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
 
     host = get_host()
     src = load_source(str(EXAMPLES / "configs" / "llama-3.1-8b.json"), {}, host)

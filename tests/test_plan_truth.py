@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions
 from rooflinekit.analyses.plan_pricing import _pools
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload, mixed_workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 SEED = 20261203
 FAST = ReportOptions(detail=False, measure=False)
@@ -52,7 +52,7 @@ def _sample(configs: list[PlanConfig], n: int, tag: str) -> list[PlanConfig]:
 
 def _check(source, host, targets: Targets, c: PlanConfig) -> None:
     deployment = _deployment(c)
-    step = profile(source, Workload("decode", c.batch, c.step_context, c.dtype), deployment, options=FAST,
+    step = run_profile(source, Workload("decode", c.batch, c.step_context, c.dtype), deployment, options=FAST,
                    host=host).report
     assert c.step_s == pytest.approx(step.totals.expected_step_s, rel=1e-6), c.label()
     assert c.step_bound_s == pytest.approx(step.totals.time_bound_s, rel=1e-6), c.label()
@@ -62,7 +62,7 @@ def _check(source, host, targets: Targets, c: PlanConfig) -> None:
         workload = mixed_workload(Workload("decode", 1, held, c.dtype), ((held, c.batch),), chunk, 0)
     else:
         workload = Workload("decode", c.batch, held, c.dtype)
-    memory = profile(source, workload, deployment, options=FAST, host=host).report.memory
+    memory = run_profile(source, workload, deployment, options=FAST, host=host).report.memory
     assert c.memory_per_gpu_bytes == memory.total_bytes, c.label()
 
 
@@ -102,7 +102,7 @@ def test_disaggregated_tpot_is_the_mean_of_every_profiled_step():
                                              weight_dtypes=("bf16",), kv_dtypes=("bf16",)))
     c = next(c for c in result.configs if c.batch == 8 and c.tpot_s is not None)
     deployment = _deployment(c)
-    steps = [profile(source, Workload("decode", c.batch, s), deployment, options=FAST, host=host).report
+    steps = [run_profile(source, Workload("decode", c.batch, s), deployment, options=FAST, host=host).report
              for s in range(targets.isl, targets.isl + targets.osl)]
     assert c.tpot_s == pytest.approx(sum(r.totals.expected_step_s for r in steps) / targets.osl, rel=1e-9)
     assert c.tpot_bound_s == pytest.approx(sum(r.totals.time_bound_s for r in steps) / targets.osl, rel=1e-9)
@@ -147,7 +147,7 @@ def test_the_batch_search_reaches_the_memory_limit():
     c = max(limits, key=lambda c: c.batch)
     held = targets.isl + targets.osl
     for batch, fits in ((c.batch, True), (c.batch + 1, False)):
-        memory = profile(source, Workload("decode", batch, held), _deployment(c), options=FAST,
+        memory = run_profile(source, Workload("decode", batch, held), _deployment(c), options=FAST,
                          host=host).report.memory
         assert (memory.total_bytes <= c.usable_bytes) is fits, (batch, memory.total_bytes, c.usable_bytes)
 
@@ -172,7 +172,7 @@ def test_a_stack_whose_layer_kind_changes_is_fitted_exactly(config, layers):
     deployment = Deployment(hardware="H800", ep=4, weight_dtype="fp8", kv_dtype="fp8", kernels="serving")
     model = fitter.step_model(Shape("decode", 1, (1, 2), (4096, 5120)), deployment, db.get("H800"))
     for batch, context in ((3, 4609), (64, 5000)):
-        report = profile(fitter.built, replace(base, batch=batch, context=context), deployment, options=FAST,
+        report = run_profile(fitter.built, replace(base, batch=batch, context=context), deployment, options=FAST,
                          host=host, db=db).report
         assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-12)
         assert model.bound(batch, context) == pytest.approx(report.totals.time_bound_s, rel=1e-12)

@@ -13,7 +13,7 @@ from rooflinekit.core.errors import UserError
 from rooflinekit.core.report import ModuleRow
 from rooflinekit.outputs.chart_data import chart_for, module_points
 from rooflinekit.outputs.plot import MISSING, placed, write_plot
-from tests.conftest import EXAMPLES, one_line_error, run_profile
+from tests.conftest import EXAMPLES, one_line_error, profile_dict
 
 GQA = EXAMPLES / "llama_gqa.py"
 MLA = EXAMPLES / "deepseek_mla.py"
@@ -22,7 +22,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def mla_report():
-    return run_profile(MLA, batch=16, context=4096, layers=2)
+    return profile_dict(MLA, batch=16, context=4096, layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_layers_merge_only_when_equal():
 def test_dense_and_moe_layers_are_separate_points(tmp_path):
     """A real model with two kinds of layer under one name: each point is a real layer's intensity."""
     (tmp_path / "mixed.py").write_text(MIXED)
-    report = run_profile(tmp_path / "mixed.py", batch=4, context=1)
+    report = profile_dict(tmp_path / "mixed.py", batch=4, context=1)
     points = {label: x for s in chart_for(report).series if s.kind == "module" for x, label in s.points}
     h, wide, narrow, b = 256, 1024, 512, 4
 
@@ -292,7 +292,7 @@ def _sweep_with_contexts(n_contexts, batches=(1, 2, 4, 8, 16, 32)):
 @pytest.fixture(scope="module")
 def readme_report():
     """The README's example: every point at about 4 FLOP/B, where labels used to print over each other."""
-    return run_profile(GQA, batch=4, context=32768)
+    return profile_dict(GQA, batch=4, context=32768)
 
 
 def test_no_two_labels_overlap(mla_report, readme_report, sweep_report):
@@ -358,15 +358,15 @@ def test_marker_area_is_proportional_to_the_share_of_step_time(mla_report):
 
 
 def test_measured_points_sit_at_their_achieved_rate_joined_to_their_bound():
-    from rooflinekit.analyses.profile import ReportOptions, profile
+    from rooflinekit.analyses.profile import ReportOptions, run_profile
     from rooflinekit.core.request import Deployment, Workload
     from rooflinekit.outputs.plot import figure
-    from rooflinekit.stages.workload import load_source
+    from rooflinekit.stages.model_source import load_source
 
     options = {"layers": 2, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "intermediate": 512,
                "vocab": 1000}
     workload = Workload("decode", 2, 64, "fp32", "cpu", tuple(sorted(options.items())))
-    measured = profile(load_source(str(GQA), options), workload, Deployment("H800"),
+    measured = run_profile(load_source(str(GQA), options), workload, Deployment("H800"),
                        options=ReportOptions(measure=True, warmup=1, repeats=2)).report.to_dict()
     chart = chart_for(measured)
     assert chart.measured

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 import rooflinekit.plugin as rp
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 
@@ -24,7 +24,7 @@ def _report(plugin=None, tp: int = 1):
         host.register(plugin, "blame", "tests", "0")
     source = load_source(str(EXAMPLES / "llama_gqa.py"), TINY_LLAMA, host)
     workload = rp.Workload("decode", 2, 64, options=tuple(sorted(TINY_LLAMA.items())))
-    report = profile(source, workload, rp.Deployment("H800", tp=tp), host=host).report
+    report = run_profile(source, workload, rp.Deployment("H800", tp=tp), host=host).report
     return report, host.warnings
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import re
 import types
 from dataclasses import replace
@@ -20,9 +21,9 @@ import pytest
 
 import rooflinekit.plugin
 from rooflinekit.analyses.advise import advise
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.plugins import PluginHost
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT
 
 #: A plugin module as a third party writes it: `rooflinekit.plugin` its only rooflinekit import.
@@ -67,13 +68,30 @@ def test_every_exported_name_imports():
         rooflinekit.plugin.not_a_name  # noqa: B018
 
 
+@pytest.mark.parametrize(("module", "old", "new"), [
+    ("rooflinekit.plugin", "resolve", "resolve_tp_plan"),
+    ("rooflinekit.plugin", "structural_plan", "structural_tp_plan"),
+    ("rooflinekit.analyses.profile", "profile", "run_profile"),
+    ("rooflinekit.stages.workload", "load_source", "load_source"),
+    ("rooflinekit.stages.workload", "load_model_file", "load_model_file"),
+])
+def test_names_renamed_in_0_3_still_import_with_a_warning(module, old, new):
+    """A name renamed or moved in 0.3 imports as before until 0.4, with a DeprecationWarning naming
+    the new one; the new one is what it returns."""
+    namespace: dict = {}
+    with pytest.warns(DeprecationWarning, match=new):
+        exec(f"from {module} import {old}", namespace)
+    assert namespace[old].__name__ == new
+    assert old not in getattr(importlib.import_module(module), "__all__", ())
+
+
 def test_the_hook_types_are_exported():
     """What the hooks take and return, by the hook specs' annotations, is named by rooflinekit.plugin."""
     exported = set(rooflinekit.plugin.__all__)
     for needed in ("Workload", "Deployment", "ModelSource", "ModuleModel", "Report", "LeverProposal",
                    "Transform", "Counted", "TransformContext", "CaptureResult", "OpRecord", "AttentionSite",
                    "PluginHost", "emit", "emit_collective", "suppressed", "attention_workload",
-                   "dtype_itemsize", "dtype_key", "resolve", "structural_plan"):
+                   "dtype_itemsize", "dtype_key", "resolve_tp_plan", "structural_tp_plan"):
         assert needed in exported, needed
     hookspecs = ast.parse((ROOT / "rooflinekit" / "core" / "hookspecs.py").read_text())
     annotated = {n.id for f in hookspecs.body if isinstance(f, ast.FunctionDef)
@@ -94,7 +112,7 @@ def test_a_plugin_written_against_rooflinekit_plugin_gets_the_request_and_its_le
     workload = rooflinekit.plugin.Workload("decode", 2, 64, options=(("layers", 1),))
     deployment = rooflinekit.plugin.Deployment("H800", tp=2)
     source = load_source(str(EXAMPLES / "llama_gqa.py"), {"layers": 1}, host)
-    profiled = profile(source, workload, deployment, host=host)
+    profiled = run_profile(source, workload, deployment, host=host)
     assert profiled.report is not None and not host.warnings, host.warnings
     assert plugin.SEEN, "rooflinekit_module_model was never asked"
     for _path, seen_workload, seen_deployment in plugin.SEEN:

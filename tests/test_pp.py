@@ -9,16 +9,16 @@ import math
 
 import pytest
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.hardware import hardware_db
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.pipeline_parallel import (
     default_micro_batches,
     pipelined_step,
     split_layers,
     steady_step,
 )
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -30,7 +30,7 @@ HIDDEN, BATCH, CONTEXT = 1024, 8, 2048
 
 def run(path=GQA, batch=BATCH, phase="decode", options=SMALL, **deployment):
     workload = Workload(phase, batch, CONTEXT, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment("H800", **deployment))
+    return run_profile(load_source(str(path), options), workload, Deployment("H800", **deployment))
 
 
 def layer_of(module: str) -> int | None:

@@ -9,11 +9,11 @@ import json
 import pytest
 from conftest import EXAMPLES, TINY_LLAMA
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.analyses.sweep import SweepOptions, run_sweep
 from rooflinekit.core.keys import pairs_attended, positions_attended
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 GQA_FILE = EXAMPLES / "llama_gqa.py"
 MLA_FILE = EXAMPLES / "deepseek_mla.py"
@@ -27,7 +27,7 @@ def pairs(n: int, context: int) -> int:
 
 def run(path, batch, context, q_len, **options):
     w = Workload("decode", batch, context, options=tuple(sorted(options.items())), decode_q_len=q_len)
-    return profile(load_source(str(path), options), w, Deployment("H800"))
+    return run_profile(load_source(str(path), options), w, Deployment("H800"))
 
 
 def test_pairs_attended_counts_the_bottom_right_triangle():

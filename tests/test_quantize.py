@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 from conftest import EXAMPLES, MODELS, TINY_LLAMA
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 CONFIGS = EXAMPLES / "configs"
 GQA_FILE = EXAMPLES / "llama_gqa.py"
@@ -23,7 +23,7 @@ def run(path, workload: Workload, deployment: Deployment | None = None, hardware
     """Profile `path` at `workload` (its -O options from workload.options) under `deployment` (its
     formats and degrees) on `hardware`."""
     deployment = replace(deployment or Deployment(), hardware=hardware)
-    return profile(load_source(str(path), dict(workload.options)), workload, deployment)
+    return run_profile(load_source(str(path), dict(workload.options)), workload, deployment)
 
 
 def config(name: str) -> dict:

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from rooflinekit.cli.mix import parse_mix
-from rooflinekit.cli.workload import parse_count, parse_counts
+from rooflinekit.cli.request_options import parse_count, parse_counts
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.paths import default_depth, layer_pattern
 from rooflinekit.core.report import Report

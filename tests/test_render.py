@@ -190,9 +190,9 @@ def test_colour_only_on_a_terminal(monkeypatch):
 def test_coloured_text_still_fits():
     from rooflinekit.core.report import Report
     from rooflinekit.outputs.render import to_text
-    from tests.conftest import run_profile
+    from tests.conftest import profile_dict
 
-    report = Report.from_dict(run_profile(GQA, batch=4, context=32768))
+    report = Report.from_dict(profile_dict(GQA, batch=4, context=32768))
     text = to_text(report, colour=True)
     assert ANSI in text and "memory" in text
     assert widest(text) <= 100

@@ -9,17 +9,17 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, TINY_LLAMA, run_profile
+from conftest import EXAMPLES, TINY_LLAMA, profile_dict
 
 from rooflinekit.analyses.alt_placement import with_alt_placement
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core import codec
 from rooflinekit.core.report import SCHEMA_FILE, SWEEP_SCHEMA_FILE, Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.schemas import report_schema
 from rooflinekit.core.version import SCHEMA_VERSION
 from rooflinekit.stages.hardware import hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 DATA = EXAMPLES.parent / "tests" / "data"
 GQA, MLA = EXAMPLES / "llama_gqa.py", EXAMPLES / "deepseek_mla.py"
@@ -38,7 +38,7 @@ def test_the_schema_rejects_what_the_types_reject():
     import jsonschema
 
     schema = json.loads(SCHEMA_FILE.read_text())
-    data = run_profile(GQA, batch=1, context=64, **TINY_LLAMA)
+    data = profile_dict(GQA, batch=1, context=64, **TINY_LLAMA)
     jsonschema.validate(data, schema)
     for broken in (dict(data, totals=dict(data["totals"], bound=3)), {k: v for k, v in data.items() if k != "totals"},
                    dict(data, ops=[dict(data["ops"][0], counted="yes")])):
@@ -47,14 +47,14 @@ def test_the_schema_rejects_what_the_types_reject():
 
 
 def test_json_round_trip_is_exact():
-    data = run_profile(MLA, batch=4, context=256, layers=2, mode="absorbed")
+    data = profile_dict(MLA, batch=4, context=256, layers=2, mode="absorbed")
     again = Report.from_dict(data).to_dict()
     assert again == data
     assert data["schema_version"] == "3.0" and data["kind"] == "profile"
 
 
 def test_decode_names_the_field_that_does_not_fit():
-    data = run_profile(GQA, batch=1, context=64, **TINY_LLAMA)
+    data = profile_dict(GQA, batch=1, context=64, **TINY_LLAMA)
     data["totals"]["flops"] = "many"
     with pytest.raises(codec.DecodeError, match=r"totals\.flops: expected a number"):
         Report.from_dict(data)
@@ -66,7 +66,7 @@ def test_decode_names_the_field_that_does_not_fit():
 def test_reports_are_frozen_and_new_placements_are_new_values():
     source = load_source(str(GQA), dict(TINY_LLAMA))
     workload = Workload("decode", 2, 64, options=tuple(sorted(TINY_LLAMA.items())))
-    report = profile(source, workload, Deployment("H800")).report
+    report = run_profile(source, workload, Deployment("H800")).report
     before = report.to_dict()
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.totals = None

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "examples" / "configs"
@@ -27,7 +27,7 @@ EXAMPLES = ROOT / "examples"
 def _profiled(path: Path, workload: Workload, kernels: str, host=None, **deployment):
     host = host or get_host()
     source = load_source(str(path), dict(workload.options), host)
-    return profile(source, workload, Deployment("H800", kernels=kernels, **deployment), host=host).report
+    return run_profile(source, workload, Deployment("H800", kernels=kernels, **deployment), host=host).report
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 BATCH, CONTEXT, BF16 = 4, 4096, 2
@@ -34,7 +34,7 @@ STYLES = {
 def _reports(path, options):
     source = load_source(str(path), options)
     workload = Workload("decode", BATCH, CONTEXT, "bf16", "meta", tuple(sorted(options.items())))
-    return {kernels: profile(source, workload, Deployment("H800", kernels=kernels)).report
+    return {kernels: run_profile(source, workload, Deployment("H800", kernels=kernels)).report
             for kernels in ("as-written", "serving")}
 
 

@@ -13,16 +13,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.keys import pairs_attended, positions_attended
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionCall, AttentionSpec, AttentionWindow
 from rooflinekit.stages.capture import mask_keys_max
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import sliding_window
-from tests.conftest import EXAMPLES, MODELS, run_profile
+from tests.conftest import EXAMPLES, MODELS, profile_dict
 
 CONFIGS = EXAMPLES / "configs"
 WINDOWED = MODELS / "windowed_attn.py"
@@ -196,7 +196,7 @@ def _row(report):
 @pytest.mark.parametrize("declare", ["sliding_window", "window_size"])
 def test_declared_window_caps_decode(declare):
     b, s, w = 2, 512, 64
-    row = _row(run_profile(WINDOWED, batch=b, context=s, window=w, declare=declare))
+    row = _row(profile_dict(WINDOWED, batch=b, context=s, window=w, declare=declare))
     assert (row["arch"], row["window"]) == ("gqa", w)
     assert row["kv_bytes_min"] == kv_min(b, w)
     assert row["flops_model"] == 2 * b * H * w * (D + D)  # QK^T and PV over the window
@@ -206,7 +206,7 @@ def test_declared_window_caps_decode(declare):
 
 def test_declared_window_prefill_pairs():
     b, s, w = 2, 256, 64
-    row = _row(run_profile(WINDOWED, phase="prefill", batch=b, context=s, window=w, mask=True))
+    row = _row(profile_dict(WINDOWED, phase="prefill", batch=b, context=s, window=w, mask=True))
     pairs = w * (w + 1) // 2 + (s - w) * w  # query i sees min(i + 1, w) keys
     assert row["flops_model"] == 2 * b * H * pairs * (D + D)
     assert row["kv_bytes_min"] == kv_min(b, s)  # every new token's K/V is needed by some query
@@ -216,9 +216,9 @@ def test_declared_window_prefill_pairs():
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_a_window_not_below_the_context_changes_no_number(phase):
     s = 128
-    full = _row(run_profile(WINDOWED, phase=phase, batch=2, context=s))
+    full = _row(profile_dict(WINDOWED, phase=phase, batch=2, context=s))
     for w in (s, 4 * s):
-        row = _row(run_profile(WINDOWED, phase=phase, batch=2, context=s, window=w))
+        row = _row(profile_dict(WINDOWED, phase=phase, batch=2, context=s, window=w))
         assert row["window"] == w
         for key in ("kv_bytes_min", "bytes_min", "flops_model", "kv_bytes_executed", "flops_executed"):
             assert row[key] == full[key], key
@@ -228,7 +228,7 @@ def test_a_window_not_below_the_context_changes_no_number(phase):
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_banded_mask_on_cpu(phase):
     b, s, w = 2, 256, 64
-    row = _row(run_profile(WINDOWED, phase=phase, batch=b, context=s, device="cpu", window=w, declare=None,
+    row = _row(profile_dict(WINDOWED, phase=phase, batch=b, context=s, device="cpu", window=w, declare=None,
                            mask=True))
     assert row["window"] == w
     assert any("attention mask's values" in n for n in row["notes"])
@@ -239,14 +239,14 @@ def test_banded_mask_on_cpu(phase):
         assert row["kv_bytes_min"] == kv_min(b, s)
         assert row["flops_model"] == 2 * b * H * (w * (w + 1) // 2 + (s - w) * w) * (D + D)
     # on meta the same mask holds no values: no window, the full-context minimum
-    meta = _row(run_profile(WINDOWED, phase=phase, batch=b, context=s, window=w, declare=None, mask=True))
+    meta = _row(profile_dict(WINDOWED, phase=phase, batch=b, context=s, window=w, declare=None, mask=True))
     assert meta["window"] is None
     assert meta["kv_bytes_min"] == kv_min(b, s)
 
 
 def test_chunked_attention_decode_and_prefill():
     b, s, c = 2, 300, 128
-    decode = _row(run_profile(WINDOWED, batch=b, context=s, chunk=c, mask=True))
+    decode = _row(profile_dict(WINDOWED, batch=b, context=s, chunk=c, mask=True))
     # the decode query is at position 299, in the chunk starting at 256: it sees 44 keys
     own = (s - 1) % c + 1
     assert own == 44
@@ -254,7 +254,7 @@ def test_chunked_attention_decode_and_prefill():
     assert decode["kv_bytes_min"] == kv_min(b, own)
     assert decode["flops_model"] == 2 * b * H * own * (D + D)
     assert any("chunked attention, chunks of 128" in n for n in decode["notes"])
-    prefill = _row(run_profile(WINDOWED, phase="prefill", batch=b, context=s, chunk=c, mask=True))
+    prefill = _row(profile_dict(WINDOWED, phase="prefill", batch=b, context=s, chunk=c, mask=True))
     full_chunks, rest = divmod(s, c)
     pairs = full_chunks * c * (c + 1) // 2 + rest * (rest + 1) // 2  # a triangle per chunk
     assert prefill["flops_model"] == 2 * b * H * pairs * (D + D)
@@ -283,7 +283,7 @@ def _with(answer) -> PluginHost:
 
 def _profile(path, host, phase="decode", batch=1, context=1024, **options):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, Deployment("H800"), host=host).report.to_dict()
+    return run_profile(load_source(str(path), options, host), workload, Deployment("H800"), host=host).report.to_dict()
 
 
 def test_a_window_on_mla():
@@ -342,7 +342,7 @@ def test_gemma_2_9b_decode_local_layers_capped_global_not():
     b, s, w = 2, 16384, 4096
     c = _cfg("gemma-2-9b")
     assert (c["num_hidden_layers"], c["sliding_window"], c["head_dim"], c["num_key_value_heads"]) == (42, w, 256, 8)
-    rows = run_profile(CONFIGS / "gemma-2-9b.json", batch=b, context=s)["attention"]
+    rows = profile_dict(CONFIGS / "gemma-2-9b.json", batch=b, context=s)["attention"]
     assert len(rows) == 42
     local = [r for r in rows if r["window"] == w]
     glob = [r for r in rows if r["window"] is None]
@@ -358,7 +358,7 @@ def test_gemma_2_alternates_windows(phase):
     pytest.importorskip("transformers")
     b, w = 1, 4096
     s = 16384 if phase == "decode" else 8192
-    rows = run_profile(CONFIGS / "gemma-2-9b.json", phase=phase, batch=b, context=s, layers=2)["attention"]
+    rows = profile_dict(CONFIGS / "gemma-2-9b.json", phase=phase, batch=b, context=s, layers=2)["attention"]
     assert [r["window"] for r in rows] == [w, None]
     h, d = 16, 256
     if phase == "decode":
@@ -376,7 +376,7 @@ def test_mistral_7b_v01_capped_at_its_window():
     pytest.importorskip("transformers")
     b, s, w = 2, 32768, 4096
     c = _cfg("mistral-7b")
-    rows = run_profile(CONFIGS / "mistral-7b.json", batch=b, context=s, layers=2)["attention"]
+    rows = profile_dict(CONFIGS / "mistral-7b.json", batch=b, context=s, layers=2)["attention"]
     d = c["hidden_size"] // c["num_attention_heads"]
     for row in rows:
         assert row["window"] == w
@@ -390,7 +390,7 @@ def test_qwen2_unused_window_is_not_applied():
     c = _cfg("qwen2.5-7b")
     assert c["use_sliding_window"] is False and c["sliding_window"] == 131072
     # even a window below the context stays off while use_sliding_window is false
-    rows = run_profile(CONFIGS / "qwen2.5-7b.json", batch=b, context=s, layers=2,
+    rows = profile_dict(CONFIGS / "qwen2.5-7b.json", batch=b, context=s, layers=2,
                        config={"sliding_window": 1024})["attention"]
     d = c["hidden_size"] // c["num_attention_heads"]
     for row in rows:
@@ -404,11 +404,11 @@ def test_phi_3_and_gpt_oss_configs():
     b, s = 2, 4096
     phi = _cfg("phi-3-mini-4k")
     d = phi["hidden_size"] // phi["num_attention_heads"]
-    for row in run_profile(CONFIGS / "phi-3-mini-4k.json", batch=b, context=s, layers=2)["attention"]:
+    for row in profile_dict(CONFIGS / "phi-3-mini-4k.json", batch=b, context=s, layers=2)["attention"]:
         assert (row["arch"], row["window"]) == ("mha", 2047)
         assert row["kv_bytes_min"] == kv_min(b, 2047, phi["num_key_value_heads"], d, d)
     oss = _cfg("gpt-oss-20b")
-    rows = run_profile(CONFIGS / "gpt-oss-20b.json", batch=b, context=s, layers=2)["attention"]
+    rows = profile_dict(CONFIGS / "gpt-oss-20b.json", batch=b, context=s, layers=2)["attention"]
     assert [r["window"] for r in rows] == [128, None]
     per = [kv_min(b, n, oss["num_key_value_heads"], oss["head_dim"], oss["head_dim"]) for n in (128, s)]
     assert [r["kv_bytes_min"] for r in rows] == per
@@ -425,7 +425,7 @@ def test_llama_4_chunked_layers(tmp_path, phase):
     path = tmp_path / "llama4.json"
     path.write_text(json.dumps(config))
     b, s, c = 2, 300, 128
-    rows = run_profile(path, phase=phase, batch=b, context=s)["attention"]
+    rows = profile_dict(path, phase=phase, batch=b, context=s)["attention"]
     assert len(rows) == 4  # layers 0-2 chunked, every 4th (no rope) attends fully
     chunked, full = rows[:3], rows[3]
     if phase == "decode":

@@ -13,15 +13,15 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rooflinekit.analyses.advise import AdviseOptions, advise
-from rooflinekit.analyses.profile import ReportOptions, profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.speculative import (
     DEFAULT_ACCEPT,
     check_accept,
     expected_tokens,
     speculative_cycle,
 )
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA, one_line_error
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -80,8 +80,8 @@ def test_the_q_len_lever_with_a_draft_is_the_cycle_of_two_separate_profiles():
     d = Deployment("H800", kernels="serving")
     report = advise(target, w, d, extras=AdviseOptions(draft=draft, draft_options=d_opts, accept=0.6))
     (row,) = [lv for lv in report.levers if lv.lever == "q_len 4"]
-    verify = profile(target, replace(w, decode_q_len=4), d, options=COUNTS).report.totals.expected_step_s
-    draft_s = profile(draft, replace(w, options=d_opts), d, options=COUNTS).report.totals.expected_step_s
+    verify = run_profile(target, replace(w, decode_q_len=4), d, options=COUNTS).report.totals.expected_step_s
+    draft_s = run_profile(draft, replace(w, options=d_opts), d, options=COUNTS).report.totals.expected_step_s
     e = 1 + 0.6 + 0.36 + 0.216
     spec = row.speculative
     assert spec.k == 3 and spec.accept == 0.6
@@ -112,7 +112,7 @@ def test_mtp_prices_one_decoder_layer_and_the_head_per_draft():
     report = advise(target, w, Deployment("H800"), extras=AdviseOptions(mtp=1))
     assert {lv.lever for lv in report.levers if lv.lever.startswith("q_len")} == {"q_len 2"}
     (row,) = [lv for lv in report.levers if lv.lever == "q_len 2"]
-    base = profile(target, w, Deployment("H800"), options=COUNTS).report
+    base = run_profile(target, w, Deployment("H800"), options=COUNTS).report
     layer = [op for op in base.ops if op.module.startswith("layers.3.") or op.module == "layers.3"
              or op.module.split(".")[-1] == "lm_head"]
     assert layer, sorted({op.module for op in base.ops})

@@ -17,15 +17,15 @@ from click.testing import CliRunner
 
 from rooflinekit.analyses.plan import run_plan
 from rooflinekit.analyses.plan_options import PlanOptions
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.expected import committed_tables
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.spread import MIN_ROWS, load_spreads, table_facts
-from rooflinekit.stages.workload import load_source
 from tests.conftest import EXAMPLES, MODELS, ROOT
 
 if sys.version_info >= (3, 11):
@@ -94,7 +94,7 @@ def test_a_class_with_too_few_rows_borrows_all_rows():
 
 def _totals(phase, batch, context, **deployment):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(SMALL.items())))
-    return profile(load_source(GQA, SMALL), workload, Deployment("H800", **deployment)).report.totals
+    return run_profile(load_source(GQA, SMALL), workload, Deployment("H800", **deployment)).report.totals
 
 
 @pytest.mark.parametrize("phase, batch, context, expected_class", [("decode", 8, 1024, "decode"),
@@ -111,7 +111,7 @@ def test_a_profile_carries_its_class_range(phase, batch, context, expected_class
 def test_a_step_its_collectives_dominate_is_communication_heavy():
     """Experts over 16 GPUs on two nodes at batch 1: the all-to-alls are most of the step."""
     workload = Workload("decode", 1, 64, "bf16", "meta", ())
-    t = profile(load_source(str(MODELS / "experts3d.py"), {}), workload,
+    t = run_profile(load_source(str(MODELS / "experts3d.py"), {}), workload,
                 Deployment("H800", ep=16, kernels="serving")).report.totals
     assert t.expected_class == "communication"
     assert t.expected_high_s == pytest.approx(t.expected_step_s * load_spreads()["communication"].high)

@@ -15,7 +15,7 @@ import json
 import pytest
 import torch
 
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.specs import AttentionWorkload
 from rooflinekit.core.state import (
@@ -26,9 +26,9 @@ from rooflinekit.core.state import (
     state_spec,
     with_kept_state,
 )
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_plugins import linear_attention, ssm
-from tests.conftest import run_profile
+from tests.conftest import profile_dict
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.hf
@@ -126,7 +126,7 @@ def allocated_per_layer(model_type: str) -> tuple[list[int], list[str]]:
 @pytest.mark.parametrize("model_type", sorted(TINY))
 def test_state_per_sequence_is_what_the_code_keeps(model_type, tmp_path):
     config = tiny_config(model_type)
-    report = run_profile(tiny_file(model_type, tmp_path), batch=2, context=32, device="cpu")
+    report = profile_dict(tiny_file(model_type, tmp_path), batch=2, context=32, device="cpu")
     rows = [r for r in report["attention"] if r["arch"] == ARCH[model_type]]
     allocated, words = allocated_per_layer(model_type)
     print(model_type, *words, sep="\n  ")
@@ -144,7 +144,7 @@ def test_qwen3_next_state_per_layer_and_sequence():
     convolution state 8,192 x 4 in bf16 (65,536 B); the report said 1,097,728 B (all bf16, kernel - 1
     wide), half what the code keeps, and put the other half on the code reading the state twice."""
     c = transformers.AutoConfig.for_model("qwen3_next")
-    report = run_profile("hf:qwen3_next", batch=1, context=1024, layers=4)
+    report = profile_dict("hf:qwen3_next", batch=1, context=1024, layers=4)
     rows = [r for r in report["attention"] if r["arch"] == "gated_deltanet"]
     assert deltanet_bytes(c) == 2_162_688
     for row in rows:
@@ -166,7 +166,7 @@ def test_kv_dtype_sets_the_state_format_only_when_asked(tmp_path):
     for kv, per_sequence in ((None, deltanet_bytes(config)), ("fp8", hv * dk * dv + conv),
                              ("bf16", (hv * dk * dv + conv) * BF16)):  # bf16 asked of a bf16 model: both at 2 B
         workload = Workload("decode", 1, 32, "bf16", "meta", ())
-        report = profile(load_source(path, {}), workload, Deployment("H800", kv_dtype=kv)).report.to_dict()
+        report = run_profile(load_source(path, {}), workload, Deployment("H800", kv_dtype=kv)).report.to_dict()
         (row,) = [r for r in report["attention"] if r["arch"] == "gated_deltanet"]
         assert row["cache_bytes_per_sequence"] == per_sequence, kv
 

@@ -9,12 +9,12 @@ import math
 import pytest
 
 from rooflinekit.analyses.critical_batch import critical_batch, probe_batches, search_critical
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.analyses.sweep import Profiler, SweepOptions, point_row, run_sweep
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepHeader, SweepReport
 from rooflinekit.stages.fitting import AffineFit
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
 
 GQA = EXAMPLES / "llama_gqa.py"
@@ -232,7 +232,7 @@ def test_moe_bytes_are_not_affine_so_the_batch_is_searched():
     source = load_source(str(MOE), {})
 
     def intensity(b):
-        return profile(source, Workload("decode", b, 16), Deployment("H20")).report.totals.intensity
+        return run_profile(source, Workload("decode", b, 16), Deployment("H20")).report.totals.intensity
 
     assert intensity(cb.critical_batch) >= H20_RIDGE > intensity(cb.critical_batch - 1)
     assert result.critical_batch_attention_minimum == []  # no attention: nothing to put at its minimum
@@ -259,7 +259,7 @@ def test_model_is_built_once():
 def test_point_row_byte_split_closed_form():
     h, heads, kv_heads, d, inter, vocab = 4096, 32, 8, 128, 14336, 32000  # llama_gqa.py defaults
     batch, context = 2, 128
-    rep = profile(load_source(str(GQA), {"layers": 1}),
+    rep = run_profile(load_source(str(GQA), {"layers": 1}),
                   Workload("decode", batch, context, options=(("layers", 1),)), Deployment("H800")).report
     row = point_row(rep)
     params = (h * heads * d + 2 * h * kv_heads * d + heads * d * h  # q, k, v, o
@@ -323,7 +323,7 @@ def _bend_crossing(h, passes, ridge):
 
 def _bend_intensity(path, batch, **options):
     workload = Workload("decode", batch, 1, options=tuple(sorted(options.items())))
-    return profile(load_source(str(path), options), workload, Deployment("H800")).report.totals.intensity
+    return run_profile(load_source(str(path), options), workload, Deployment("H800")).report.totals.intensity
 
 
 def test_critical_batch_is_profiled_where_the_fit_bends(bend_model):
@@ -407,7 +407,7 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
     import rooflinekit.analyses.profile
     import rooflinekit.analyses.sweep
 
-    real = rooflinekit.analyses.profile.profile
+    real = rooflinekit.analyses.profile.run_profile
 
     def noted(source, workload, *args, **kwargs):
         out = real(source, workload, *args, **kwargs)
@@ -416,7 +416,7 @@ def test_notes_and_warnings_of_every_point_are_kept(monkeypatch):
             warnings=[*out.report.warnings, f"warning of B={workload.batch}"])
         return out
 
-    monkeypatch.setattr(rooflinekit.analyses.sweep, "profile", noted)
+    monkeypatch.setattr(rooflinekit.analyses.sweep, "run_profile", noted)
     data = sweep(GQA, [1, 2], [64], layers=1, hidden=256, heads=8, kv_heads=2, head_dim=32, intermediate=512,
                  vocab=1000).to_dict()
     notes, warnings = data["notes"], data["warnings"]

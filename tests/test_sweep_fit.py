@@ -14,12 +14,12 @@ from fractions import Fraction
 import pytest
 
 from rooflinekit.analyses.gridfit import regions
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.analyses.sweep import Profiler, point_row, run_sweep
 from rooflinekit.core.codec import encode
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.fitting import Design
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, TINY_LLAMA
 
 CONFIGS = EXAMPLES / "configs"
@@ -45,7 +45,7 @@ def _workload(phase, batch, context, options):
 
 
 def _reference(path, phase, batch, context, options):
-    return profile(load_source(str(path), options), _workload(phase, batch, context, options),
+    return run_profile(load_source(str(path), options), _workload(phase, batch, context, options),
                    Deployment("H800")).report
 
 
@@ -241,4 +241,4 @@ def test_layers_called_out_of_order_are_captured_whole(tmp_path):
         "def build_model():\n    return M()\n\n"
         "def make_inputs(batch, context, phase):\n    return (torch.zeros(batch, context, 32),)\n")
     prof = check_points(path, "decode", {}, samples=[(8, 512), (3, 1024)])
-    assert all(f.fitted.plan.skipped == [] for fits in prof.fits.values() for f in fits)
+    assert all(f.fitted.repeats.skipped == [] for fits in prof.fits.values() for f in fits)

@@ -19,8 +19,8 @@ from rooflinekit.core.request import ModelSource, Workload
 from rooflinekit.core.skips import skipped_layers, skipping_layers, stand_ins, under
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.memory import ScaledPeak
-from rooflinekit.stages.repeated_layers import layer_plan, skipping
-from rooflinekit.stages.workload import build, load_source
+from rooflinekit.stages.model_source import build, load_source
+from rooflinekit.stages.repeated_layers import layer_repeats, skipping
 from rooflinekit_plugins.hf import skipped_cache_layers
 from rooflinekit_plugins.hf.cache import CACHE_PARAMS
 from tests.conftest import EXAMPLES, ROOT
@@ -137,7 +137,7 @@ def test_the_loader_leaves_the_skipped_layers_cache_empty():
     source = load_source(str(EXAMPLES / "configs" / "llama-3.1-8b.json"), options)
     workload = Workload("decode", 1, 64, options=tuple(options.items()))
     model = build(source, workload).model
-    plan = layer_plan(model)
+    plan = layer_repeats(model)
     assert sorted(plan.skipped) == ["model.layers.1", "model.layers.2", "model.layers.3"]
     assert skipped_cache_layers(model) == frozenset()
     with skipping(plan):
@@ -167,7 +167,7 @@ def test_each_source_keeps_its_own_empty_layers():
     plain = wrapped(load_hf_config(path, options))
     fixed = wrapped(load_hf_config(path, options, empty_layers=lambda model: frozenset({2})))
     model = build(by_plugin, workload).model
-    with skipping(layer_plan(model)):
+    with skipping(layer_repeats(model)):
         caches = {name: _cache(build(source, workload).inputs)
                   for name, source in (("plugin", by_plugin), ("plain", plain), ("fixed", fixed))}
     filled = {name: [layer.is_initialized for layer in cache.layers] for name, cache in caches.items()}

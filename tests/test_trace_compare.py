@@ -14,10 +14,10 @@ import torch
 from click.testing import CliRunner
 from torch.profiler import ProfilerActivity, profile
 
-from rooflinekit.analyses.profile import profile as rooflinekit_profile
+from rooflinekit.analyses.profile import run_profile as rooflinekit_profile
 from rooflinekit.cli.main import cli
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import build, load_source
+from rooflinekit.stages.model_source import build, load_source
 from tests.conftest import EXAMPLES
 
 OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128,

@@ -19,9 +19,9 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from rooflinekit.analyses.profile import profile as rooflinekit_profile
+from rooflinekit.analyses.profile import run_profile as rooflinekit_profile
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import build, load_source
+from rooflinekit.stages.model_source import build, load_source
 from rooflinekit.trace.analyse import analyse
 from rooflinekit.trace.cpu import CPU_TIMING
 from rooflinekit.trace.render import render

@@ -15,7 +15,7 @@ from bad_inputs.plugins import BAD_ENTRY, GOOD_ENTRY, installed_site
 
 from rooflinekit.analyses import calibrate as cal_mod
 from rooflinekit.analyses.calibrate import Timing, measure_matmul
-from rooflinekit.analyses.profile import profile
+from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plugins import PluginHost
@@ -23,7 +23,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.outputs.report_io import check_values, load_report
 from rooflinekit.stages.formulas import FormulaBook, flops_problem
 from rooflinekit.stages.hardware import BOUNDS, HardwareDB, check_value, hardware_db
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 from rooflinekit_hardware_db import DB_DIR
 from tests import warm_python
 from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA
@@ -159,7 +159,7 @@ def _formula_plugin(answer):
 def _profile(host, path=GQA, hardware="H800", tp=1, **extra):
     options = dict(TINY_LLAMA, **extra)
     workload = Workload("decode", 1, 64, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, Deployment(hardware, tp=tp), host=host).report
+    return run_profile(load_source(str(path), options, host), workload, Deployment(hardware, tp=tp), host=host).report
 
 
 @pytest.mark.parametrize("answer,why", [

@@ -11,7 +11,7 @@ import pytest
 
 from rooflinekit.core import version as v
 from rooflinekit.core.plugins import PluginHost, reset_host
-from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error, run_profile
+from tests.conftest import EXAMPLES, ROOT, TINY_LLAMA, one_line_error, profile_dict
 
 
 @pytest.mark.parametrize("text,numbers", [("2.13.0+cpu", (2, 13, 0)), ("5.26.0.dev0", (5, 26, 0)),
@@ -36,12 +36,12 @@ def test_a_report_made_past_the_tested_range_says_so(monkeypatch):
     pytest.importorskip("transformers")
     high = v.TESTED["transformers"][1]
     newer = f"{v.release(high)[0]}.{v.release(high)[1] + 1}.0"
-    report = run_profile("hf:llama", batch=1, context=32, layers=1)
+    report = profile_dict("hf:llama", batch=1, context=32, layers=1)
     assert not [n for n in report["notes"] if "releases rooflinekit is tested with" in n]
     # the module transformers left in sys.modules once the model was built
     monkeypatch.setattr(sys.modules["transformers"], "__version__", newer)
     monkeypatch.setattr(torch, "__version__", "2.4.0")
-    report = run_profile("hf:llama", batch=1, context=32, layers=1)
+    report = profile_dict("hf:llama", batch=1, context=32, layers=1)
     notes = [n for n in report["notes"] if "releases rooflinekit is tested with" in n]
     assert any(n.startswith(f"transformers {newer} is newer than") and v.tested_range("transformers") in n
                for n in notes), notes
@@ -55,8 +55,8 @@ def test_unrecognised_layers_name_the_library_version_once_per_kind(monkeypatch)
     monkeypatch.setenv("ROOFLINEKIT_DISABLE_PLUGINS", "mha,gqa")
     reset_host(PluginHost())
     try:
-        report = run_profile("hf:llama", batch=1, context=32, layers=2)
-        plain = run_profile(EXAMPLES / "llama_gqa.py", batch=1, context=32, **TINY_LLAMA)
+        report = profile_dict("hf:llama", batch=1, context=32, layers=2)
+        plain = profile_dict(EXAMPLES / "llama_gqa.py", batch=1, context=32, **TINY_LLAMA)
     finally:
         reset_host(None)
     transformers = sys.modules["transformers"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields, replace
 
 from rooflinekit.analyses import combine as combining
 from rooflinekit.analyses import speculate
-from rooflinekit.analyses.profile import Profiled, ReportOptions, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions, run_profile
 from rooflinekit.core.advice_report import AdviceReport, LeverResult, SkippedLever
 from rooflinekit.core.codec import encode
 from rooflinekit.core.errors import RooflineError, UserError
@@ -32,8 +32,8 @@ from rooflinekit.core.units import ratio, si
 from rooflinekit.stages.collectives import binding as time_binding
 from rooflinekit.stages.expected import serving_gpus, throughput
 from rooflinekit.stages.hardware import HardwareDB, hardware_db
+from rooflinekit.stages.request_checks import MAX_BATCH, check_workload, validate_request
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.workload import MAX_BATCH, check_workload, validate_levers
 from rooflinekit.transforms.adapter import as_transform, transform_problem
 from rooflinekit.transforms.base import Transform
 
@@ -289,7 +289,7 @@ def proposal_problem(p: object, w: Workload, d: Deployment) -> str | None:
         return transform_problem(p.transform)
     try:
         check_workload(p.workload or w)
-        validate_levers(p.workload or w, p.deployment or d)
+        validate_request(p.workload or w, p.deployment or d)
     except RooflineError as exc:
         return f"its request cannot run ({exc})"
     except Exception as exc:  # a field of a type no check expects (a str tp, ...)
@@ -375,7 +375,7 @@ class _Run:
     def profile(self, workload: Workload, deployment: Deployment, transform=None, rebuild: bool = False) -> Report:
         """One request through the pipeline, counts only (the model reused unless `rebuild`)."""
         self.profiles += 1
-        return profile(self.source if rebuild else self.once, workload, deployment,
+        return run_profile(self.source if rebuild else self.once, workload, deployment,
                        options=ReportOptions(measure=False), host=self.host, db=self.db, lever=transform).report
 
     def price(self, name: str, report: Report, assumption: str, workload: Workload, deployment: Deployment,
@@ -430,7 +430,7 @@ def _draft(run: _Run, extras: AdviseOptions) -> speculate.Draft:
         run.progress(f"draft {draft.name}")
     run.profiles += 1
     # the draft's steps run inside the verify's cycle: the engine's host time is the verify step's, once
-    report = profile(draft, replace(run.workload, decode_q_len=1, options=extras.draft_options),
+    report = run_profile(draft, replace(run.workload, decode_q_len=1, options=extras.draft_options),
                      replace(run.deployment, engine=None), options=ReportOptions(measure=False), host=run.host,
                      db=run.db).report
     return speculate.model_draft(draft.name, report)
@@ -478,7 +478,7 @@ def advise(
     if workload.device != "meta":  # levers re-profile at other sizes and formats: counts only
         extra_notes.append(f"advise counts on the meta device (device {workload.device} given): no lever is timed")
         workload = replace(workload, device="meta")
-    base = profile(source, workload, deployment, options=ReportOptions(measure=False), host=host, db=db)
+    base = run_profile(source, workload, deployment, options=ReportOptions(measure=False), host=host, db=db)
     if (deployment.hardware or "auto") == "auto":  # resolved once: the entry the baseline was placed on
         deployment = replace(deployment, hardware=base.report.hardware.source or base.report.hardware.name)
     run = _Run(source, replace(source, build_model=_always(base.model)), workload, deployment, host, db, base,

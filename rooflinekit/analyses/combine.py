@@ -5,7 +5,7 @@ tensor-parallel degree, the weight format, the KV cache format, and every plugin
 restates the capture or changes a model option (absorbed MLA). A combination takes one value per
 axis, at least two away from the baseline (one is the single lever, already priced), and is ONE
 request (`Deployment` with every change, the plugins' transform last) re-profiled through
-`rooflinekit.analyses.profile.profile` like any lever. A combination that fits with room for more
+`rooflinekit.analyses.profile.run_profile` like any lever. A combination that fits with room for more
 sequences is priced again at the largest batch that fits ("batch up to what fits").
 
 Bounded: an axis value whose single lever neither raised tokens/s per GPU nor lowered memory per
@@ -26,7 +26,7 @@ from rooflinekit.core.advice_report import CombineSearch, LeverResult
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.workload import MAX_BATCH
+from rooflinekit.stages.request_checks import MAX_BATCH
 
 #: At most this many combinations are priced unless --max-combinations says otherwise.
 COMBINE_LIMIT = 24

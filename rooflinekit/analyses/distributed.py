@@ -43,7 +43,7 @@ from rooflinekit.core.report import Report
 
 ENV_TIMEOUT = "ROOFLINEKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 300.0
-#: Checkpoints every rank passes, in order (the pipeline calls the first two).
+#: Checkpoints every rank passes, in order (run_profile calls the first two).
 STAGES = ("built", "captured", "reported")
 STAGE_WORDS = {
     "built": "while loading and building the model",

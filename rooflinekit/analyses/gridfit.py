@@ -21,8 +21,8 @@ from rooflinekit.core.request import Workload
 from rooflinekit.core.units import plain
 from rooflinekit.stages.fitted_capture import FittedCapture, windows
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError
-from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan
-from rooflinekit.stages.workload import MAX_BATCH
+from rooflinekit.stages.repeated_layers import LayerRepeats, layer_repeats
+from rooflinekit.stages.request_checks import MAX_BATCH
 
 #: Contexts within this many positions of a window or chunk size are fitted (in batch) alone.
 MARGIN = 2
@@ -33,8 +33,8 @@ SMALL_CONTEXT = 2
 #: quadratic (every query against every earlier key).
 DESIGN_CONTEXTS = {"decode": 2, "prefill": 3}
 
-#: run(batch, context, plan) -> a profile at that point, with the layers `plan` skips skipped.
-Run = Callable[[int, int, "LayerPlan | None"], Profiled]
+#: run(batch, context, repeats) -> a profile at that point, with the layers `repeats` skips skipped.
+Run = Callable[[int, int, "LayerRepeats | None"], Profiled]
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Grid:
     (`top_batch`, the critical batch's bound), where each fit is checked."""
 
     run: Run
-    plan: LayerPlan
+    repeats: LayerRepeats
     base: Workload
     host: PluginHost
     batches: tuple[int, ...]
@@ -131,16 +131,16 @@ def fit_grid(run: Run, model, base: Workload, host: PluginHost, batches: list[in
     if parallel:
         return {}, ["counts not fitted under --tp/--ep (collectives' link traffic is not fitted): every point "
                     "is captured"]
-    plan = layer_plan(model)
+    repeats = layer_repeats(model)
     b_design = design_batches(batches)
     first_context = min(contexts)
     try:
-        first = run(b_design[0], first_context, plan)
+        first = run(b_design[0], first_context, repeats)
     except UserError:
-        if not plan.skipped:
+        if not repeats.skipped:
             raise
-        plan = LayerPlan()  # skipping repeated layers breaks this model's forward: capture them
-        first = run(b_design[0], first_context, plan)
+        repeats = LayerRepeats()  # skipping repeated layers breaks this model's forward: capture them
+        first = run(b_design[0], first_context, repeats)
     why = _not_polynomial(first.models)
     if why:
         return {}, [why]
@@ -148,7 +148,7 @@ def fit_grid(run: Run, model, base: Workload, host: PluginHost, batches: list[in
     if chunks:
         return {}, [f"counts not fitted: chunked attention (chunks of {', '.join(map(str, sorted(chunks)))} "
                     "positions) is not polynomial in context; every point is captured"]
-    grid = Grid(run, plan, base, host, tuple(batches), top_batch)
+    grid = Grid(run, repeats, base, host, tuple(batches), top_batch)
     fits: dict[int, list[RegionFit]] = {}
     notes: list[str] = []
     for region in regions(contexts, sizes):
@@ -173,13 +173,13 @@ def _fit_region(grid: Grid, b_design: tuple[int, int], region: list[int],
                 seed: dict) -> list[tuple[RegionFit, str]]:
     """The fits for one region's contexts: one over every batch, or, where batch 1 runs other ops
     than larger batches (a copy a view makes at B > 1), one at B=1 and one from B=2 on."""
-    run, plan, batches, top_batch = grid.run, grid.plan, grid.batches, grid.top_batch
+    run, repeats, batches, top_batch = grid.run, grid.repeats, grid.batches, grid.top_batch
     contexts = tuple(region[:DESIGN_CONTEXTS.get(grid.base.phase, 3)])
     captures = dict(seed)
     b1, b2 = b_design
     try:
-        first = captures.get((b1, contexts[0])) or run(b1, contexts[0], plan)
-        second = run(b2, contexts[0], plan)
+        first = captures.get((b1, contexts[0])) or run(b1, contexts[0], repeats)
+        second = run(b2, contexts[0], repeats)
     except UserError as exc:
         raise FitError(f"a design capture failed ({exc})") from None
     captures[(b1, contexts[0])], captures[(b2, contexts[0])] = first, second
@@ -197,7 +197,7 @@ def _fit_region(grid: Grid, b_design: tuple[int, int], region: list[int],
 
 def _fit(grid: Grid, design: Design, checks: list[int], region: list[int], captures: dict, min_batch: int,
          max_batch: int | None) -> tuple[RegionFit, str]:
-    run, plan = grid.run, grid.plan
+    run, repeats = grid.run, grid.repeats
     template, failure = None, None
     for b in checks:
         try:
@@ -208,11 +208,11 @@ def _fit(grid: Grid, design: Design, checks: list[int], region: list[int], captu
     if template is None:
         raise FitError(f"the check capture failed ({failure})")
     check = replace(grid.base, batch=template.report.workload.batch, context=region[-1])
-    skipped = len(plan.skipped)
+    skipped = len(repeats.skipped)
     try:
-        designs = [captures.get(p) or run(*p, plan) for p in design.points]
+        designs = [captures.get(p) or run(*p, repeats) for p in design.points]
         fitted = FittedCapture(design, [(d.capture, d.attention) for d in designs], template.capture,
-                               template.attention, check, plan, grid.host)
+                               template.attention, check, repeats, grid.host)
     except (FitError, UserError):
         if not skipped:
             raise
@@ -220,8 +220,8 @@ def _fit(grid: Grid, design: Design, checks: list[int], region: list[int], captu
         skipped = 0
         designs = [run(*p, None) for p in design.points]
         fitted = FittedCapture(design, [(d.capture, d.attention) for d in designs], template.capture,
-                               template.attention, check, LayerPlan(), grid.host)
-    how = f"; {skipped} of {len(plan.rep)} repeated layers skipped in those" if skipped else ""
+                               template.attention, check, LayerRepeats(), grid.host)
+    how = f"; {skipped} of {len(repeats.rep)} repeated layers skipped in those" if skipped else ""
     where = ("B=1" if max_batch == 1 else f"B>={min_batch}" if min_batch > 1 else "every batch")
     degree_b = len(design.batches) - 1
     note = (f"counts fitted for {_span(region)}, {where}: every op's FLOPs and bytes as an exact polynomial of "

@@ -1,10 +1,10 @@
 """Planned pipeline parallelism: the layer stack cut into `--pp N` stages, the step pipelined over
 micro-batches (docs/parallel.md, Pipeline parallelism).
 
-An annotate step of the profile (`with_pipeline`), after the placement and the memory section:
+An annotate step of the profile (`with_pipeline_parallel`), after the placement and the memory section:
 the capture (already one GPU's share under --tp/--ep) is grouped by stage, and
 
-- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.repeated_layers.layer_plan),
+- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.repeated_layers.layer_repeats),
   split as evenly as possible (rooflinekit.stages.pipeline_parallel.split_layers); an op outside
   the stack belongs to the stage of the last layer that ran before it (the embedding to the first
   stage, the final norm and the head to the last);
@@ -51,12 +51,12 @@ from rooflinekit.stages.pipeline_parallel import (
     split_layers,
     steady_step,
 )
-from rooflinekit.stages.repeated_layers import layer_plan
+from rooflinekit.stages.repeated_layers import layer_repeats
+from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.spread import load_spreads
-from rooflinekit.stages.workload import torch_dtype
 from rooflinekit.transforms.parallel import weights_per_gpu
-from rooflinekit.transforms.tp_plan import Plan
+from rooflinekit.transforms.tp_plan import ShardPlan
 
 ASSUMPTIONS = (
     "planned pipeline parallelism: the largest layer stack cut into N contiguous stages as evenly as "
@@ -105,7 +105,7 @@ def layout_of(model: torch.nn.Module, pp: int) -> Layout:
     """The stages of `model` under `pp`: its largest layer stack split evenly. Refuses a pp the
     stack cannot take (more stages than layers, or no stack)."""
     stacks: dict[str, list[str]] = {}
-    for child in layer_plan(model).modules:
+    for child in layer_repeats(model).modules:
         stacks.setdefault(child.rpartition(".")[0], []).append(child)
     if not stacks:
         raise UserError(f"--pp {pp}: the model has no stack of repeated layers (a ModuleList or Sequential) "
@@ -231,12 +231,12 @@ def stage_weights(counting, layout: Layout, modules: dict[str, int], deployment:
     return out
 
 
-def _plan_of(section: dict, deployment: Deployment) -> Plan | None:
+def _plan_of(section: dict, deployment: Deployment) -> ShardPlan | None:
     """The TP plan a parallel section lists (its styles and colwise shares), None without TP."""
     if deployment.tp <= 1 or not section.get("plan"):
         return None
     rows = section["plan"]
-    return Plan(tp=deployment.tp, styles={r["module"]: r["style"] for r in rows},
+    return ShardPlan(tp=deployment.tp, styles={r["module"]: r["style"] for r in rows},
                 fractions={r["module"]: r["fraction"] for r in rows
                            if r["style"] in ("colwise", "colwise_gather", "vocab")})
 
@@ -306,8 +306,8 @@ def stage_memory(report: Report, counting, layout: Layout, modules: dict[str, in
     return out
 
 
-def with_pipeline(report: Report, counting, hw: HardwareSpec, workload: Workload,
-                  deployment: Deployment, recount: Callable[[Workload], object] | None = None) -> Report:
+def with_pipeline_parallel(report: Report, counting, hw: HardwareSpec, workload: Workload,
+                           deployment: Deployment, recount: Callable[[Workload], object] | None = None) -> Report:
     """Annotate: the report under `deployment.pp` stages (module docstring); unchanged at pp 1.
     `recount(workload)` counts the step at the micro-batch's sequences (the same capture when a
     micro-batch is the whole batch)."""

@@ -53,9 +53,9 @@ from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB
+from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.queueing import MAX_UTILISATION
 from rooflinekit.stages.spread import load_spreads
-from rooflinekit.stages.workload import load_source
 
 # -- the search ------------------------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak
+from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.spread import Spread, load_spreads
-from rooflinekit.stages.workload import torch_dtype
 
 T = TypeVar("T")
 

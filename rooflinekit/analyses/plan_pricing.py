@@ -26,9 +26,9 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.memory import activation_peak
 from rooflinekit.stages.pipeline_parallel import steady_step
 from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
+from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.speculative import speculative_cycle
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
-from rooflinekit.stages.workload import torch_dtype
 
 
 class Planner(DeploymentModels):

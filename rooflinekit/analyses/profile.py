@@ -1,18 +1,20 @@
-"""The pipeline: build -> capture -> attribute -> transforms -> place -> annotate.
+"""The profile's stages: build -> capture -> attribute -> transforms -> place -> annotate.
 
     counted = count(source, workload, deployment)          # build, capture, attribute, transforms
     report = place(counted, hw, ...)                       # the roofline placement (and fused view)
     report = annotate(report, ...)                         # memory, measurement, a second entry
 
-`profile` runs the whole list; a sweep's design captures stop after `count`. What passes between
-the stages (docs/architecture.md, The pipeline): the capture's `CaptureResult`, the attributed and
-transformed `Counted`, `count`'s `Counting` (those counts with the model), `profile`'s `Profiled`. The transforms run in
+`run_profile` runs the whole list; a sweep's design captures stop after `count`. What passes
+between the stages (docs/architecture.md, The profile's stages): the capture's `CaptureResult`, the
+attributed and transformed `Counted`, `count`'s `Counting` (those counts with the model),
+`run_profile`'s `Profiled`. The transforms run in
 the stated order `TRANSFORMS` (formats, then the parallel shard, then a lever's restatement); the
 CLI, the Python API, sweep and advise all go through here.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -27,7 +29,7 @@ from rooflinekit.analyses.measured import (
     modelled_modules,
     with_measurement,
 )
-from rooflinekit.analyses.pipeline_parallel import with_pipeline
+from rooflinekit.analyses.pipeline_parallel import with_pipeline_parallel
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.model_facts import cached, fact
 from rooflinekit.core.plugins import PluginHost, get_host
@@ -44,18 +46,18 @@ from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.lazy_state import counted_apart
 from rooflinekit.stages.memory import activation_peak, memory_of, unrecognised_warnings
-from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
-from rooflinekit.stages.place import Presentation, build_report
-from rooflinekit.stages.workload import (
+from rooflinekit.stages.model_source import (
     Built,
     build,
     exit_error,
     in_effect,
     inputs_for,
     multi_token_note,
-    validate_levers,
 )
-from rooflinekit.stages.workload import _user_frame as user_frame
+from rooflinekit.stages.model_source import _user_frame as user_frame
+from rooflinekit.stages.modelled import ModelCall, answers_for, modelled_paths, module_models, rerun
+from rooflinekit.stages.place import Presentation, build_report
+from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms import quantize
 from rooflinekit.transforms.adapter import TransformFunction, as_transform
 from rooflinekit.transforms.base import Counted, Transform, TransformContext, run_transforms
@@ -255,8 +257,8 @@ def attributed(model: torch.nn.Module, cap: CaptureResult, workload: Workload, d
 
 
 def counted(source: ModelSource, workload: Workload, deployment: Deployment, host: PluginHost) -> Profiled:
-    """The pipeline up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
-    validate_levers(workload, deployment)
+    """The stages up to the transforms, nothing placed (a sweep's design captures fit the counts)."""
+    validate_request(workload, deployment)
     counting = count(source, workload, deployment, host)
     return Profiled(report=None, counting=counting)
 
@@ -339,7 +341,7 @@ def resolve_hardware(deployment: Deployment, db: HardwareDB, host: PluginHost | 
 
 def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options: ReportOptions) -> bool:
     """Refuse what cannot be combined, in one line each; returns whether measured mode is on."""
-    validate_levers(workload, deployment)  # formats, q_len and degrees, as the command line checks them
+    validate_request(workload, deployment)  # formats, q_len and degrees, as the command line checks them
     measure = workload.device.startswith("cuda") if options.measure is None else options.measure
     if measure and workload.device == "meta":
         raise UserError("--measure (measured mode) times the real forward: pass --device cpu or --device cuda "
@@ -362,7 +364,7 @@ def _check(workload: Workload, deployment: Deployment, hw: HardwareSpec, options
     return measure
 
 
-def profile(
+def run_profile(
     source: ModelSource,
     workload: Workload,
     deployment: Deployment | None = None,
@@ -373,7 +375,7 @@ def profile(
     lever: Transform | TransformFunction | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> Profiled:
-    """The whole pipeline for one request: count, place on the deployment's hardware, annotate.
+    """Every stage for one request: count, place on the deployment's hardware, annotate.
 
     `deployment.hardware` "auto" takes the local GPU's entry (NVML), else DEFAULT_HARDWARE. The
     annotate steps are the memory section, measured mode (`options.measure`: times real forwards
@@ -400,8 +402,8 @@ def profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
-    report = with_pipeline(report, counting, hw, workload, deployment,  # --pp: the pipelined step
-                           lambda micro: count(source, micro, deployment, host, lever=lever))
+    report = with_pipeline_parallel(report, counting, hw, workload, deployment,  # --pp: the pipelined step
+                                    lambda micro: count(source, micro, deployment, host, lever=lever))
     report = with_engine(report, engine_cost(deployment.engine), workload.batch)  # after --pp: once a step
     report = with_views(report, counting, workload, deployment, hw, host, lever)
     if measure:
@@ -414,3 +416,12 @@ def profile(
     if alt_hw is not None:
         report = with_alt_placement(report, alt_hw)
     return Profiled(report=report, counting=counting)
+
+
+def __getattr__(name: str):
+    """`profile`, this module's entry point's name before 0.3, with a DeprecationWarning until 0.4."""
+    if name == "profile":
+        warnings.warn("rooflinekit.analyses.profile.profile is deprecated since rooflinekit 0.3: call "
+                      "run_profile (or the Python API's rooflinekit.profile)", DeprecationWarning, stacklevel=2)
+        return run_profile
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ model's own MTP heads, `--mtp K`) it becomes a speculative cycle of k = N - 1 dr
 emits (1 - a^(k+1)) / (1 - a) at acceptance a. The draft's step is:
 
 - `--draft MODEL`: that model's decode step (q_len 1) profiled at the same batch and context in
-  the same deployment (hardware, TP, formats, kernels), through the same pipeline; its memory
+  the same deployment (hardware, TP, formats, kernels), through the same stages; its memory
   (weights, KV cache, activations per GPU) is added to the verify step's.
 - `--mtp K`: one MTP head per drafted token; a head is one of the model's own decoder layers plus
   its output head (DeepSeek-V3's MTP module: a transformer block and the shared head). Its step is

@@ -24,8 +24,8 @@ from rooflinekit.analyses.profile import (
     Counting,
     ReportOptions,
     count,
-    profile,
     recounted,
+    run_profile,
 )
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import PluginHost
@@ -34,14 +34,14 @@ from rooflinekit.core.skips import skipping_layers
 from rooflinekit.stages.fitted_capture import _slots
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec
-from rooflinekit.stages.repeated_layers import LayerPlan, layer_plan, skipping
+from rooflinekit.stages.model_source import build
+from rooflinekit.stages.repeated_layers import LayerRepeats, layer_repeats, skipping
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
-from rooflinekit.stages.workload import build
 from rooflinekit.transforms.base import Counted, TransformContext, run_transforms
 
 
-def boundary_plan(plan: LayerPlan) -> LayerPlan:
+def boundary_plan(plan: LayerRepeats) -> LayerRepeats:
     """The layers a design capture runs, so that every kind of boundary between layers is seen
     (the serving view fuses a layer's residual add with the next layer's norm, whose form depends
     on both layers): a child's kind is its fingerprint with its next sibling's; per stack, the
@@ -65,7 +65,7 @@ def boundary_plan(plan: LayerPlan) -> LayerPlan:
                 rep[child] = second[kind] = child
             else:
                 rep[child] = second[kind]
-    return LayerPlan(rep=rep, modules=dict(plan.modules))
+    return LayerRepeats(rep=rep, modules=dict(plan.modules))
 
 
 def _always(model):
@@ -98,7 +98,7 @@ class StepFitter:
     captures: int = 0
     _model: object = None
     _facts: ModelFacts | None = None
-    _plan: LayerPlan | None = None
+    _plan: LayerRepeats | None = None
     _raw: dict = field(default_factory=dict)
     _transformed: dict = field(default_factory=dict)
     _layouts: dict = field(default_factory=dict)
@@ -117,7 +117,7 @@ class StepFitter:
         if self._model is None:
             self._model = build(self.source, self.base).model
             self._facts = ModelFacts(self._model)
-            self._plan = boundary_plan(layer_plan(self._model))
+            self._plan = boundary_plan(layer_repeats(self._model))
         return self._model
 
     def facts(self):
@@ -228,7 +228,7 @@ class StepFitter:
         `profile --pp` puts it (the last layer run before it)."""
         counted = self.transformed(workload, deployment, skip)
         ops = counted.capture.ops
-        plan = self._plan if skip else LayerPlan()
+        plan = self._plan if skip else LayerRepeats()
         slots, _ = _slots(ops, plan)
         stands = Counter(plan.rep.values())
         multiplicity = [stands[g] if g else 1 for g, _, _ in slots]
@@ -238,7 +238,7 @@ class StepFitter:
         return DesignCapture(ops, attention, multiplicity, [bool(g) for g, _, _ in slots],
                              [(g, rel, op.name) for (g, _, rel), op in zip(slots, ops, strict=True)])
 
-    def _stage_multiplicity(self, ops, slots, multiplicity: list[int], plan: LayerPlan, layout: Layout,
+    def _stage_multiplicity(self, ops, slots, multiplicity: list[int], plan: LayerRepeats, layout: Layout,
                             k: int) -> list[int]:
         span = layout.ranges[k]
         within: Counter = Counter()
@@ -290,7 +290,7 @@ class StepFitter:
         the expected step and the bound; FitError beyond `tolerance`."""
         workload = self._workload(shape, batch, context)
         with using(self._facts):
-            report = profile(self.built, workload, deployment, options=ReportOptions(detail=False, measure=False),
+            report = run_profile(self.built, workload, deployment, options=ReportOptions(detail=False, measure=False),
                              host=self.host, db=self.db).report
         self.captures += 1
         misses = (relative_difference(model.expected(batch, context), report.totals.expected_step_s),

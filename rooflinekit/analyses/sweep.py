@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 from rooflinekit.analyses.critical_batch import MAX_BATCH, assumption, critical_batch, summarised
 from rooflinekit.analyses.gridfit import RegionFit, fit_grid
-from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, profile
+from rooflinekit.analyses.profile import Profiled, ReportOptions, counted, run_profile
 from rooflinekit.core.codec import decode, encode
 from rooflinekit.core.model_facts import ModelFacts, using
 from rooflinekit.core.plugins import get_host
@@ -44,9 +44,9 @@ from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fitting import Probe
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point
-from rooflinekit.stages.repeated_layers import LayerPlan, skipping
+from rooflinekit.stages.model_source import build
+from rooflinekit.stages.repeated_layers import LayerRepeats, skipping
 from rooflinekit.stages.roofline import intensity
-from rooflinekit.stages.workload import build
 
 #: How a point evaluated from a fit has its activation peak.
 FITTED_ACTIVATIONS = (ACTIVATION_NOTE + "; at a point evaluated from fitted counts, the liveness is the fit's "
@@ -206,23 +206,23 @@ class Profiler:
         """The fit that serves (batch, context), if any."""
         return next((f for f in self.fits.get(context, ()) if f.serves(batch)), None)
 
-    def run(self, batch: int, context: int, plan: LayerPlan | None = None, *, detail: bool = False) -> Profiled:
-        """Profile (batch, context), with the layers `plan` skips skipped (a fit's design capture);
+    def run(self, batch: int, context: int, repeats: LayerRepeats | None = None, *, detail: bool = False) -> Profiled:
+        """Profile (batch, context), with the layers `repeats` skips skipped (a fit's design capture);
         its report has op rows and the fused view only with `detail` (a row reads neither)."""
         workload = replace(self.base, batch=batch, context=context)
         source = self._built or self.source
         # the built model's module tree, parameters and plugins' answers about its modules, once
         with using(self._facts) if self._facts is not None else nullcontext():
             options = ReportOptions(depth=self.depth, detail=detail, measure=False)
-            if plan is not None and plan.skipped:  # a design capture: its counts are fitted, no report
-                with skipping(plan):
+            if repeats is not None and repeats.skipped:  # a design capture: its counts are fitted, no report
+                with skipping(repeats):
                     result = counted(source, workload, self.deployment, self.host)
-            elif plan is not None:
-                with skipping(plan):
-                    result = profile(source, workload, self.deployment, options=options, host=self.host,
+            elif repeats is not None:
+                with skipping(repeats):
+                    result = run_profile(source, workload, self.deployment, options=options, host=self.host,
                                      db=self.db)
             else:
-                result = profile(source, workload, self.deployment, options=options, host=self.host, db=self.db)
+                result = run_profile(source, workload, self.deployment, options=options, host=self.host, db=self.db)
         self.profiles += 1
         if self._built is None:
             self._built = replace(self.source, build_model=_always(result.model))
@@ -235,7 +235,7 @@ class Profiler:
             self.header = SweepHeader.of(r)
         self.notes.update(dict.fromkeys(r.notes))
         self.warnings.update(dict.fromkeys(r.warnings))
-        if plan is None or not plan.skipped:
+        if repeats is None or not repeats.skipped:
             self.rows.setdefault((batch, context), point_row(r))
         return result
 

@@ -17,7 +17,7 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.workload import make_workload, workload_options
+from rooflinekit.cli.request_options import make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.stdio import stdout_to_stderr
@@ -25,8 +25,9 @@ from rooflinekit.outputs.advice_plot import write_advice_plot
 from rooflinekit.outputs.advise_view import ADVISE_FORMATS, render_advice
 from rooflinekit.outputs.html import advise_html
 from rooflinekit.outputs.plot import check_target
+from rooflinekit.stages.model_source import load_source
+from rooflinekit.stages.request_checks import parse_options
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
-from rooflinekit.stages.workload import load_source, parse_options
 
 ADVISE_HELP = f"""Price every lever that would change MODEL's step time, ranked by tokens/s.
 

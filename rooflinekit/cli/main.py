@@ -14,9 +14,9 @@ from rooflinekit.core.version import version_text
 
 #: command name -> (module, attribute, one-line help shown by `rooflinekit --help`)
 COMMANDS = {
-    "profile": ("rooflinekit.cli.profile", "profile",
+    "profile": ("rooflinekit.cli.profile", "profile_cmd",
                 "Profile MODEL: count FLOPs and bytes per op and module, attribute attention, place..."),
-    "sweep": ("rooflinekit.cli.sweep", "sweep",
+    "sweep": ("rooflinekit.cli.sweep", "sweep_cmd",
               "Profile MODEL at every BATCH x CONTEXT; find the critical batch per context."),
     "advise": ("rooflinekit.cli.advise", "advise_cmd",
                "Price every lever that would change MODEL's step time, ranked by tokens/s."),

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from rooflinekit.cli.workload import COUNT, parse_count
+from rooflinekit.cli.request_options import COUNT, parse_count
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.request import Workload, mixed_workload
-from rooflinekit.stages.workload import validate_levers
+from rooflinekit.stages.request_checks import validate_request
 
 
 def mix_options(f):
@@ -71,5 +71,5 @@ def apply_mix(workload: Workload, deployment, mix: str | None, chunk: int | None
     if offset < 0:
         raise WorkloadError(f"--chunk-offset must be at least 0 cached tokens, got {offset}")
     step = mixed_workload(workload, groups, chunk or 0, offset)
-    validate_levers(step, deployment)
+    validate_request(step, deployment)
     return step

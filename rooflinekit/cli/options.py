@@ -1,7 +1,7 @@
 """Options and helpers shared by several commands (inputs, output, --debug).
 
 Torch-free, so that the commands that run no model start fast; the workload options of those
-that do are in rooflinekit.cli.workload.
+that do are in rooflinekit.cli.request_options.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.workload import parse_count, setting_help
+from rooflinekit.cli.request_options import parse_count, setting_help
 from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
@@ -29,7 +29,8 @@ from rooflinekit.outputs.plan_plot import plot_plan
 from rooflinekit.outputs.plan_text import commands_lines, plan_to_text
 from rooflinekit.outputs.plan_view import plan_to_csv, plan_to_html
 from rooflinekit.outputs.plot import check_target
-from rooflinekit.stages.workload import load_source, parse_options
+from rooflinekit.stages.model_source import load_source
+from rooflinekit.stages.request_checks import parse_options
 
 PLAN_HELP = """Search the deployments of MODEL on --gpus GPUs for the best that meets the targets.
 
@@ -87,7 +88,7 @@ def _rate(text: str) -> float:
 
 
 def _tokens(text: str, option: str) -> int:
-    """'4096', '4k' (x 1024), '1M' (x 1024^2) -> tokens (rooflinekit.cli.workload.parse_count)."""
+    """'4096', '4k' (x 1024), '1M' (x 1024^2) -> tokens (rooflinekit.cli.request_options.parse_count)."""
     value = parse_count(text, option)
     if value < 1:
         raise WorkloadError(f"{option} {text!r}: give at least 1 token")

@@ -11,8 +11,7 @@ from rooflinekit.analyses.distributed import (
     requested,
     run_ranks,
 )
-from rooflinekit.analyses.profile import ReportOptions
-from rooflinekit.analyses.profile import profile as run_profile
+from rooflinekit.analyses.profile import ReportOptions, run_profile
 from rooflinekit.cli.base import CONTEXT_SETTINGS, Command
 from rooflinekit.cli.mix import apply_mix, mix_options
 from rooflinekit.cli.options import (
@@ -25,7 +24,7 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import make_workload, workload_options
+from rooflinekit.cli.request_options import make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input
@@ -33,7 +32,7 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import profile_html
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS, TABLES, render
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
 
 #: The most --warmup or --repeats forwards a measured run takes.
 MAX_REPEATS = 10_000
@@ -95,7 +94,7 @@ MODEL may also be a transformers config.json (needs the hf extra) or anything a 
               help="Profile every rank of a torchrun job (default: on when WORLD_SIZE > 1); rank 0 "
                    "writes one merged report. See docs/parallel.md.")
 @debug_option
-def profile(model, phase, batch, context, dtype, device, options, depth, group_layers, top, fmt, output, debug,
+def profile_cmd(model, phase, batch, context, dtype, device, options, depth, group_layers, top, fmt, output, debug,
             measure=None, warmup=2, repeats=5, trace=None, compare_hardware=None, plot_path=None, plot_depth=None,
             distributed=None, ops_shown=0, wide=False, csv_table=None, plot_ops=False, mix=None,
             chunk=None, chunk_offset=None):

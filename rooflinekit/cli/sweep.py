@@ -18,7 +18,7 @@ from rooflinekit.cli.options import (
     use_colour,
     wide_option,
 )
-from rooflinekit.cli.workload import count_list, make_workload, workload_options
+from rooflinekit.cli.request_options import count_list, make_workload, workload_options
 from rooflinekit.core import compat
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import check_not_input, is_special, partial_path, write_atomic
@@ -27,8 +27,8 @@ from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.html import sweep_html
 from rooflinekit.outputs.plot import check_target, write_plot
 from rooflinekit.outputs.render import FORMATS
-from rooflinekit.stages.workload import MAX_BATCH as BATCH_LIMIT
-from rooflinekit.stages.workload import load_source
+from rooflinekit.stages.model_source import load_source
+from rooflinekit.stages.request_checks import MAX_BATCH as BATCH_LIMIT
 
 SWEEP_HELP = """Profile MODEL at every BATCH x CONTEXT; find the critical batch per context.
 
@@ -77,7 +77,7 @@ def decorate(f):
 @click.option("--max-batch", default=MAX_BATCH, show_default=True, type=click.IntRange(1),
               help="Largest batch the critical-batch check and search profile, and the largest reported.")
 @debug_option
-def sweep(model, phase, batches, contexts, dtype, device, options, fmt, output, plot_path,
+def sweep_cmd(model, phase, batches, contexts, dtype, device, options, fmt, output, plot_path,
           no_critical, max_batch, debug, no_fit=False, wide=False):
     fmt = output_format(fmt, output)
     base, deployment, opts = make_workload(phase, batches[0], contexts[0], dtype, device, options)

@@ -161,7 +161,7 @@ def rooflinekit_attention_shard(spec: AttentionSpec, tp: int) -> AttentionShard 
     How an attention layer of this spec's `arch` splits under planned tensor parallelism
     (`--tp N`): what one GPU holds, which of the layer's projections stay whole, what the
     output projection reads. Asked once per layer for the plan (with N, and with N = 1 by
-    `structural_plan`, whose rules do not depend on N) and once per layer to re-cost it.
+    `structural_tp_plan`, whose rules do not depend on N) and once per layer to re-cost it.
     `rooflinekit.plugin.split_heads(spec, tp)` answers for heads split N ways with K/V heads
     split or replicated; without any answer the core uses it and says so in a note.
 
@@ -273,7 +273,7 @@ def rooflinekit_tp_plan(
         as the attention plugins recognised them in the unsplit capture.
     :param shards: dict of the same paths -> `AttentionShard`: how each layer splits N ways, as
         its architecture's plugin answered `rooflinekit_attention_shard` (the projections it keeps
-        whole, the output projection's width). Pass it to `structural_plan` to follow it.
+        whole, the output projection's width). Pass it to `structural_tp_plan` to follow it.
     :return: a dict mapping a module path, or a pattern whose ``*`` matches one path component
         (``"layers.*.self_attn.q_proj"``), to a style: ``"colwise"`` (output features split:
         FLOPs, weights and output / N, input whole), ``"rowwise"`` (input features split: FLOPs,

@@ -2,7 +2,7 @@
 
 `SETTINGS` is the one table the rest is derived from: the fields of `rooflinekit.Deployment`
 (and so its JSON keys and the report schema), the command line's options (`--kv-dtype`, one
-channel from click to the Deployment: rooflinekit.cli.workload), the Python API's keyword-only
+channel from click to the Deployment: rooflinekit.cli.request_options), the Python API's keyword-only
 arguments and their checks (rooflinekit.api), and `Deployment.words`. Adding a setting is one
 entry here plus the transform that reads it (docs/architecture.md, "Adding a deployment setting").
 

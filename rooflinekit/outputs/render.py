@@ -17,7 +17,7 @@ from rooflinekit.outputs.columns import num
 from rooflinekit.outputs.csv_tables import TABLES, to_csv
 from rooflinekit.outputs.memory_view import memory_lines
 from rooflinekit.outputs.notebook import report_html
-from rooflinekit.outputs.pipeline_view import pipeline_lines, pipeline_of, pipeline_table
+from rooflinekit.outputs.pipeline_parallel_view import pipeline_lines, pipeline_of, pipeline_table
 from rooflinekit.outputs.sections import (
     attention_notes,
     attention_table,

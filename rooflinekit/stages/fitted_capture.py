@@ -50,7 +50,7 @@ from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_dif
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import Presentation, build_report
-from rooflinekit.stages.repeated_layers import LayerPlan
+from rooflinekit.stages.repeated_layers import LayerRepeats
 
 #: The counts of an op that are fitted.
 OP_FIELDS = ("flops", "bytes_read", "bytes_written", "param_bytes")
@@ -68,26 +68,26 @@ def windows(sites: list[AttentionSite]) -> tuple[set[int], set[int]]:
 # -- a capture fitted over a design -----------------------------------------------------------
 
 
-def _slots(ops: list[OpRecord], plan: LayerPlan) -> tuple[list[tuple[str, int, str]], dict[str, int]]:
+def _slots(ops: list[OpRecord], repeats: LayerRepeats) -> tuple[list[tuple[str, int, str]], dict[str, int]]:
     """Per op (group, ordinal, module within the layer): the group is the representative of the
     layer the op ran in ('' outside layers), the ordinal counts the ops of that layer (or of all
     ops outside layers). Also the number of ops per layer ('' for outside)."""
     counts: dict[str, int] = defaultdict(int)
     slots = []
     for op in ops:
-        child = plan.owner(op.module)
+        child = repeats.owner(op.module)
         if child is None:
             slots.append(("", counts[""], op.module))
             counts[""] += 1
         else:
-            slots.append((plan.rep[child], counts[child], op.module[len(child):]))
+            slots.append((repeats.rep[child], counts[child], op.module[len(child):]))
             counts[child] += 1
     return slots, counts
 
 
-def _site_slot(site: AttentionSite, plan: LayerPlan) -> tuple[str, str]:
-    child = plan.owner(site.module)
-    return ("", site.module) if child is None else (plan.rep[child], site.module[len(child):])
+def _site_slot(site: AttentionSite, repeats: LayerRepeats) -> tuple[str, str]:
+    child = repeats.owner(site.module)
+    return ("", site.module) if child is None else (repeats.rep[child], site.module[len(child):])
 
 
 def _bare(spec):
@@ -142,26 +142,26 @@ class FittedCapture:
     """A template capture whose every count is a polynomial fitted on design captures.
 
     `designs` are (capture, attention sites) at `design.points`, in that order, taken with the
-    layers of `plan` skipped; `template` is a full capture at `workload`'s batch and context, not
+    layers of `repeats` skipped; `template` is a full capture at `workload`'s batch and context, not
     a design point, with its sites. Raises FitError when the ops do not align or a prediction
     misses the template.
     """
 
     def __init__(self, design: Design, designs: list[tuple[CaptureResult, list[AttentionSite]]],
-                 template: CaptureResult, sites: list[AttentionSite], workload: Workload, plan: LayerPlan,
+                 template: CaptureResult, sites: list[AttentionSite], workload: Workload, repeats: LayerRepeats,
                  host: PluginHost):
-        self.design, self.template, self.sites, self.plan, self.host = design, template, sites, plan, host
+        self.design, self.template, self.sites, self.repeats, self.host = design, template, sites, repeats, host
         self.point = point = (workload.batch, workload.context)
         self._tokens = workload.tokens
         if any(op.kind == "collective" for op in template.ops):
             raise FitError("collectives carry link traffic that is not fitted")
-        t_slots, t_counts = _slots(template.ops, plan)
+        t_slots, t_counts = _slots(template.ops, repeats)
         aligned: list[list[OpRecord]] = []
         for (b, s), (cap, _) in zip(design.points, designs, strict=True):
-            d_slots, d_counts = _slots(cap.ops, plan)
+            d_slots, d_counts = _slots(cap.ops, repeats)
             where = f"B={b}, S={s}"
             for unit, n in t_counts.items():
-                expected = d_counts.get(plan.rep.get(unit, unit), 0)
+                expected = d_counts.get(repeats.rep.get(unit, unit), 0)
                 if n != expected:
                     raise FitError(f"{unit or 'outside the layers'} ran {n} ops at B={point[0]}, S={point[1]} "
                                    f"and {expected} at {where}")
@@ -239,10 +239,10 @@ class FittedCapture:
         by_index = {op.index: op for op in self.template.ops}
         keyed = []
         for _, sites in designs:
-            keyed.append({_site_slot(site, self.plan): site for site in sites})
+            keyed.append({_site_slot(site, self.repeats): site for site in sites})
         out = []
         for site in self.sites:
-            slot = _site_slot(site, self.plan)
+            slot = _site_slot(site, self.repeats)
             matches = [k.get(slot) for k in keyed]
             if any(m is None for m in matches):
                 raise FitError(f"attention layer {site.module} has no counterpart in every design capture")

@@ -1,7 +1,7 @@
 """Repeated layers: the layers of a model's stacks that equal an earlier one, and skipping them.
 
 A layer whose modules, attributes and parameters equal an earlier layer's (`fingerprint`) can stand
-in for it: under `skipping(layer_plan(model))` it returns that layer's output without running, so a
+in for it: under `skipping(layer_repeats(model))` it returns that layer's output without running, so a
 design capture runs one layer of each kind (rooflinekit.stages.fitted_capture, a sweep's fits;
 rooflinekit.analyses.stepfit, a plan's step models; rooflinekit.analyses.pipeline_parallel).
 """
@@ -43,7 +43,7 @@ def fingerprint(module: torch.nn.Module) -> tuple:
 
 
 @dataclass
-class LayerPlan:
+class LayerRepeats:
     """Layer stacks (ModuleList, Sequential) of a model: each child's representative, the first
     child of its stack with the same fingerprint (itself when none is earlier)."""
 
@@ -71,32 +71,32 @@ class LayerPlan:
         return found
 
 
-def layer_plan(model: torch.nn.Module) -> LayerPlan:
+def layer_repeats(model: torch.nn.Module) -> LayerRepeats:
     """The repeated layers of `model`; stacks inside a stack's child run with their layer."""
-    plan = LayerPlan()
+    repeats = LayerRepeats()
     for path, module in model.named_modules():
         if not isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
             continue
-        if any(path.startswith(child + ".") for child in plan.rep):
+        if any(path.startswith(child + ".") for child in repeats.rep):
             continue
         children = [(f"{path}.{name}" if path else name, child) for name, child in module.named_children()]
         if len(children) < 2:
             continue
         first: dict[tuple, str] = {}
         for child_path, child in children:
-            plan.rep[child_path] = first.setdefault(fingerprint(child), child_path)
-            plan.modules[child_path] = child
-    plan._owners.clear()
-    return plan
+            repeats.rep[child_path] = first.setdefault(fingerprint(child), child_path)
+            repeats.modules[child_path] = child
+    repeats._owners.clear()
+    return repeats
 
 
 @contextmanager
-def skipping(plan: LayerPlan) -> Iterator[None]:
+def skipping(repeats: LayerRepeats) -> Iterator[None]:
     """Layers that have an earlier equal layer return its output (of this forward) without running,
     its hidden states replaced by their own input's (`_passed_through`), so that the next layer that
     runs reads what the last run layer wrote: the serving view fuses a layer's residual add with the
     norm of the layer that reads it, which must be a run layer for every run layer."""
-    skipped = plan.skipped
+    skipped = repeats.skipped
     outputs: dict[str, object] = {}
     handles = []
 
@@ -114,11 +114,11 @@ def skipping(plan: LayerPlan) -> Iterator[None]:
 
     try:
         with ExitStack() as patches:
-            for rep in dict.fromkeys(plan.rep[c] for c in skipped):
-                handles.append(plan.modules[rep].register_forward_hook(keep(rep)))
+            for rep in dict.fromkeys(repeats.rep[c] for c in skipped):
+                handles.append(repeats.modules[rep].register_forward_hook(keep(rep)))
             for child in skipped:
-                patches.enter_context(own_attribute(plan.modules[child], "forward", stand_in(plan.rep[child], child)))
-            with skipping_layers({child: plan.rep[child] for child in skipped}):  # inputs (a loader's KV cache) may leave these layers' parts empty
+                patches.enter_context(own_attribute(repeats.modules[child], "forward", stand_in(repeats.rep[child], child)))
+            with skipping_layers({child: repeats.rep[child] for child in skipped}):  # inputs (a loader's KV cache) may leave these layers' parts empty
                 yield
     finally:
         for handle in handles:

@@ -1,6 +1,6 @@
 """The one adapter from what a plugin answers to a `Transform`: a lever's `transform=` and a
 `rooflinekit_option_transform` answer are each made a `PluginTransform` where they are collected,
-so the pipeline runs `Transform`s only.
+so the profile's stages run `Transform`s only.
 
 A plugin may answer with either form:
 
@@ -31,7 +31,7 @@ TransformFunction = Callable[[CaptureResult, list, Workload, PluginHost], tuple[
 class PluginTransform:
     """A plugin's transform (an object of the protocol, or a function of the functional form) as a
     `Transform`. With a `plugin` named, it runs under the guard (see the module); without one (a
-    function a caller hands `profile(lever=...)` itself), what the function raises propagates."""
+    function a caller hands `run_profile(lever=...)` itself), what the function raises propagates."""
 
     inner: Transform | TransformFunction
     plugin: str | None = None

@@ -1,9 +1,9 @@
 """The one shape of a transform: `Transform`, the `Counted` capture it restates and the
-`TransformContext` it reads, and `run_transforms`, the pipeline's loop over a stated list.
+`TransformContext` it reads, and `run_transforms`, the profile's loop over a stated list.
 
-Between attribution and placement, the pipeline runs a stated list of transforms, each a
+Between attribution and placement, the profile's stages run a stated list of transforms, each a
 `Transform`: stored formats the model does not run (quantization), the serving view, one GPU's
-share of a split model (the parallel plan), the options a plugin restates, a plugin's lever
+share of a split model (the TP shard plan), the options a plugin restates, a plugin's lever
 (absorbed MLA, ...). Each takes the `Counted` capture and the `TransformContext` (the request and
 the model) and returns a new `Counted`; none edits what it was given. Placement then treats the
 result as any capture. A plugin's transform, a function or an object, is made a `Transform` once,

@@ -3,7 +3,7 @@
 `rooflinekit profile model.py --tp N [--ep M]` captures the single-GPU model as usual, then:
 
 1. a TP plan maps module paths to styles (plugins' `rooflinekit_tp_plan`, the built-in one reading
-   a transformers model's `tp_plan` and filling the rest with `structural_plan`:
+   a transformers model's `tp_plan` and filling the rest with `structural_tp_plan`:
    rooflinekit.transforms.tp_plan);
 2. `shard_capture` (a pure function: records in, per-GPU records out) scales every op by the share
    of its data one GPU holds, and inserts the collectives the split implies;
@@ -41,13 +41,13 @@ from rooflinekit.stages.attribute import AttentionSite, attention_workload, attr
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.transforms.base import Counted, TransformContext
 from rooflinekit.transforms.tp_plan import (
-    Plan,
+    ShardPlan,
     attention_shard,
     attention_shards,
-    build_plan,
-    checked_plan,
-    resolve,
-    structural_plan,
+    build_shard_plan,
+    checked_tp_plan,
+    resolve_tp_plan,
+    structural_tp_plan,
 )
 
 ASSUMPTIONS = (
@@ -82,7 +82,7 @@ _NOTES = {
 }
 
 
-def shard_capture(cap: CaptureResult, plan: Plan) -> CaptureResult:
+def shard_capture(cap: CaptureResult, plan: ShardPlan) -> CaptureResult:
     """One GPU's records: every op scaled by the share of its data one GPU holds, collectives added.
 
     Modelled records (module models) and captured collectives pass unchanged: module models read
@@ -201,7 +201,7 @@ def shard_attention(rows: list[AttentionSite], tp: int, workload: Workload, host
     return out, summary
 
 
-def weights_per_gpu(model: torch.nn.Module, plan: Plan | None, par: Deployment,
+def weights_per_gpu(model: torch.nn.Module, plan: ShardPlan | None, par: Deployment,
                     stored: dict[str, float] | None = None, only: Callable[[str], bool] | None = None) -> float:
     """Parameter bytes one GPU holds: split modules' share, experts / EP (or / TP), the rest whole.
     `stored`: parameter name -> its bytes in a quantized format (rooflinekit.transforms.quantize).
@@ -253,7 +253,7 @@ class Planned:
 
 
 def _tp_plan(model: torch.nn.Module, modules: dict, attention: dict[str, AttentionSpec], workload: Workload, host,
-             par: Deployment) -> tuple[Plan, list[str]]:
+             par: Deployment) -> tuple[ShardPlan, list[str]]:
     """The TP plan: plugins' answers first, rooflinekit's structural rules for the rest."""
     styles: dict[str, str] = {}
     notes: list[str] = []
@@ -262,19 +262,19 @@ def _tp_plan(model: torch.nn.Module, modules: dict, attention: dict[str, Attenti
     answers = host.each(host.hook.rooflinekit_tp_plan, model=model, workload=workload, deployment=par,
                             attention=attention, shards=shards)
     for answer, plugin in answers:
-        resolved, more = resolve(checked_plan(answer, plugin, host), modules)
+        resolved, more = resolve_tp_plan(checked_tp_plan(answer, plugin, host), modules)
         notes.extend(more)
         for path, style in resolved.items():
             styles.setdefault(path, style)
         sources.append(plugin)
     # rooflinekit's structural rules fill in whatever no plugin named (the built-in `parallel`
     # plugin answers with them already; they also stand in when it is not installed)
-    rules, _ = resolve(structural_plan(model, attention, host, shards), modules)
+    rules, _ = resolve_tp_plan(structural_tp_plan(model, attention, host, shards), modules)
     added = {p: st for p, st in rules.items() if p not in styles}
     if added:
         styles.update(added)
         sources.append("structural rules")
-    plan = build_plan(styles, modules, attention, par.tp, host, shards)
+    plan = build_shard_plan(styles, modules, attention, par.tp, host, shards)
     plan.sources, plan.notes = sources, list(notes)
     return plan, notes
 

@@ -45,7 +45,7 @@ def normalise_style(style: object) -> str | None:
     return STYLE_ALIASES.get(str(style).lower()) if style is not None else None
 
 
-def checked_plan(plan: dict, plugin: str, host) -> dict:
+def checked_tp_plan(plan: dict, plugin: str, host) -> dict:
     """A plugin's TP plan less the entries rooflinekit cannot use (a key that is no module path,
     a style it does not know), each plugin's such entries named in one warning."""
     usable: dict[str, object] = {}
@@ -74,7 +74,7 @@ def _pattern(key: str) -> re.Pattern:
     return re.compile(r"\.".join("[^.]+" if p == "*" else re.escape(p) for p in parts) + r"\Z")
 
 
-def resolve(plan: dict, modules: dict[str, torch.nn.Module]) -> tuple[dict[str, str], list[str]]:
+def resolve_tp_plan(plan: dict, modules: dict[str, torch.nn.Module]) -> tuple[dict[str, str], list[str]]:
     """Concrete module path -> rooflinekit style for a plan of paths and `*` patterns.
 
     An exact path beats a pattern; among patterns the first listed wins. Keys naming no module
@@ -179,9 +179,9 @@ def _out_projection(lins: list[tuple[str, torch.nn.Linear]], spec: AttentionSpec
     return cands[-1] if cands else (lins[-1][0] if lins else None)
 
 
-def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
-                    host: PluginHost | None = None,
-                    shards: dict[str, AttentionShard] | None = None) -> dict[str, str]:
+def structural_tp_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
+                       host: PluginHost | None = None,
+                       shards: dict[str, AttentionShard] | None = None) -> dict[str, str]:
     """Styles from the model's structure, and what each attention layer's plugin says about it.
 
     - in each attention block, the Linear that consumes the attention output (by name: o_proj,
@@ -249,7 +249,7 @@ def structural_plan(model: torch.nn.Module, attention: dict[str, AttentionSpec],
 
 
 @dataclass
-class Plan:
+class ShardPlan:
     """A resolved TP plan: styles per module and the share of output each colwise module keeps."""
 
     tp: int
@@ -271,16 +271,16 @@ def _colwise_fraction(lin: torch.nn.Module, shard: AttentionShard | None, tp: in
     return share, shard.note
 
 
-def build_plan(styles: dict[str, str], modules: dict[str, torch.nn.Module],
-               attention: dict[str, AttentionSpec], tp: int, host: PluginHost | None = None,
-               shards: dict[str, AttentionShard] | None = None) -> Plan:
+def build_shard_plan(styles: dict[str, str], modules: dict[str, torch.nn.Module],
+                     attention: dict[str, AttentionSpec], tp: int, host: PluginHost | None = None,
+                     shards: dict[str, AttentionShard] | None = None) -> ShardPlan:
     """Check that the heads divide (and that each architecture can split N ways: its plugin's
     `rooflinekit_attention_shard`; `shards` by site when already asked), and work out each colwise
     module's share."""
     if shards is None:
         shards = attention_shards(attention, tp, host or get_host())
     shards = {block: shards[site] for block, site in _block_sites(modules, attention).items()}
-    plan = Plan(tp=tp, styles=dict(styles))
+    plan = ShardPlan(tp=tp, styles=dict(styles))
     for path, style in styles.items():
         if style in ("colwise", "colwise_gather", "vocab"):
             parent = path.rpartition(".")[0]

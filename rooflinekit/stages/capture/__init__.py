@@ -16,7 +16,7 @@ Modules:
 - schema: what an op's schema says of its operands (read, written, aliased), once per op.
 - traffic: bytes an op moves (distinct views, stride-0 dims, aliases, gathers, partial writes).
 - storages: serial numbers of the storages ops touch.
-- heads: attention heads through matmuls and einsums, and the operand facts of a product.
+- matmul_heads: attention heads through matmuls and einsums, and the operand facts of a product.
 - sdpa: F.scaled_dot_product_attention as one fused record, and the swap of its module name.
 - modules: the model's parameter storages, their owners and names.
 - liveness: what the forward allocates and when each allocation dies (activation memory).
@@ -25,7 +25,7 @@ Modules:
 """
 
 from rooflinekit.stages.capture.forward import active_recorder, call_forward, capture, recording
-from rooflinekit.stages.capture.heads import distinct_heads, einsum_hint
+from rooflinekit.stages.capture.matmul_heads import distinct_heads, einsum_hint
 from rooflinekit.stages.capture.recorder import Recorder
 from rooflinekit.stages.capture.records import CaptureResult, OpRecord
 from rooflinekit.stages.capture.schema import MATMUL_OPS

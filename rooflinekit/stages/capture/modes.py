@@ -18,7 +18,7 @@ from rooflinekit.core.compat import (
     push_function_mode,
 )
 from rooflinekit.stages import collectives
-from rooflinekit.stages.capture.heads import einsum_hint, matmul_hint
+from rooflinekit.stages.capture.matmul_heads import einsum_hint, matmul_hint
 from rooflinekit.stages.capture.recorder import Recorder
 from rooflinekit.stages.capture.sdpa import SDPA
 

@@ -15,8 +15,8 @@ from rooflinekit.core.compat import disable_torch_function
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.model_facts import module_tree
 from rooflinekit.stages import collectives
-from rooflinekit.stages.capture.heads import matmul_operands
 from rooflinekit.stages.capture.liveness import LiveStorages
+from rooflinekit.stages.capture.matmul_heads import matmul_operands
 from rooflinekit.stages.capture.meta_memo import MetaMemo
 from rooflinekit.stages.capture.modules import param_storages
 from rooflinekit.stages.capture.records import OpRecord, shape_text

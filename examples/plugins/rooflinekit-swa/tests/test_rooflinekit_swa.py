@@ -17,13 +17,14 @@ PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, not installed
     sys.path.insert(0, str(PLUGIN_ROOT))
 
-from rooflinekit.analyses.profile import profile  # noqa: E402
+from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.plugins import PluginHost  # noqa: E402
 from rooflinekit.core.request import Deployment  # noqa: E402
 from rooflinekit.core.specs import AttentionSpec  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.stages.workload import Workload, load_source  # noqa: E402
+from rooflinekit.core.request import Workload  # noqa: E402
+from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 import rooflinekit_swa  # noqa: E402
 from rooflinekit_swa import attention, card, grouped_mm, hardware  # noqa: E402
@@ -51,7 +52,7 @@ def make_host(with_plugin: bool = True) -> PluginHost:
 
 def run(path, phase, batch, context, options, host, hardware_name="H800"):
     workload = Workload(phase, batch, context, "bf16", "meta", tuple(sorted(options.items())))
-    return profile(load_source(str(path), options, host), workload, Deployment(hardware_name),
+    return run_profile(load_source(str(path), options, host), workload, Deployment(hardware_name),
                    host=host).report.to_dict()
 
 

@@ -19,7 +19,7 @@ import torch
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.request import Deployment, Workload, deployment_settings
 from rooflinekit.core.settings import Choice, Flag, Setting
-from rooflinekit.stages.workload import parse_options, validate, validate_levers
+from rooflinekit.stages.request_checks import parse_options, validate, validate_request
 
 #: Where the click context keeps the settings and --q-len the command was given (`make_workload`
 #: reads them).
@@ -81,7 +81,7 @@ SUFFIXES = {"k": 1024, "K": 1024, "M": 1024 * 1024}
 def parse_count(text, what: str = "value") -> int:
     """'32768', '32k', '32K' (x 1024), '1M' (x 1024^2) -> an integer; a WorkloadError naming `what`
     otherwise. The one parser of batch and context on every command (their ranges are checked where
-    the workload is: stages.workload.validate)."""
+    the workload is: stages.request_checks.validate)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     raw = str(text).strip().replace("_", "")
@@ -180,5 +180,5 @@ def make_workload(phase, batch, context, dtype, device, options, defaults: dict 
                         decode_q_len=1 if q_len is None else q_len)
     given = {s.name: kept[s.name] for s in deployment_settings() if kept.get(s.name) is not None}
     deployment = Deployment(**{"hardware": "auto", **(defaults or {}), **given})
-    validate_levers(workload, deployment)
+    validate_request(workload, deployment)
     return workload, deployment, opts

@@ -1,5 +1,5 @@
-"""The text report's pipeline block under --pp (the report's `parallel.pp`): a header line per
-fact and a table of the stages, each at one micro-batch."""
+"""The text report's pipeline-parallel block under --pp (the report's `parallel.pp`): a header
+line per fact and a table of the stages, each at one micro-batch."""
 
 from __future__ import annotations
 
