@@ -19,7 +19,7 @@ from rooflinekit.analyses.pipeline_parallel import (
 from rooflinekit.analyses.plan_models import DeploymentModels
 from rooflinekit.analyses.plan_variant import Stages, Variant
 from rooflinekit.analyses.stepfit import Shape
-from rooflinekit.core.plan import PlanConfig, Pool, Speculative, Targets
+from rooflinekit.core.plan import PlanConfig, Pool, Speculative, Targets, instance_settings
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.revise import revised
 from rooflinekit.stages import collectives
@@ -165,9 +165,8 @@ class Planner(DeploymentModels):
         per_step = batch * new / t.osl  # prompt tokens arriving per step in the steady state
         gpus = max(d.tp, d.ep) * pp
         replicas = self.options.gpus // gpus
-        base = dict(mode="aggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=replicas, weight_dtype=v.format,
-                    redundant_experts=d.redundant_experts, ep_imbalance=d.ep_imbalance,
-                    dtype=v.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=gpus * replicas, chunk=chunk)
+        base = dict(mode="aggregated", **instance_settings(d), pp=pp, replicas=replicas, weight_dtype=v.format,
+                    dtype=v.dtype, batch=batch, gpus=gpus * replicas, chunk=chunk)
         if per_step > chunk:
             return PlanConfig(**base, fits=False, reject_reason=f"chunk: {per_step:.0f} prompt tokens arrive per step, "
                               f"more than the chunk of {chunk}")
@@ -240,9 +239,8 @@ class Planner(DeploymentModels):
         prefill = Pool(pv.deployment.tp, pv.deployment.ep, 1, n_p, 1, prefill_s, pv.deployment.redundant_experts)
         decode = Pool(d.tp, d.ep, pp, n_d, batch, tpot, d.redundant_experts)
         overlap = "two-batch" if "two-batch" in (pv.deployment.overlap, d.overlap) else None
-        config = PlanConfig(mode="disaggregated", tp=d.tp, ep=d.ep, pp=pp, replicas=n_d, weight_dtype=dv.format, overlap=overlap,
-                            redundant_experts=d.redundant_experts, ep_imbalance=d.ep_imbalance,
-                            dtype=dv.dtype, kv_dtype=d.kv_dtype, kernels=d.kernels, batch=batch, gpus=used, speculative=spec,
+        config = PlanConfig(mode="disaggregated", **instance_settings(d), pp=pp, replicas=n_d, weight_dtype=dv.format,
+                            overlap=overlap, dtype=dv.dtype, batch=batch, gpus=used, speculative=spec,
                             ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (t.osl - 1) * tpot, ttft_bound_s=prefill_bound + transfer,
                             ttft_wait_s=wait, rate_per_s=rate,
                             tpot_bound_s=tpot_bound, tokens_per_s_per_gpu=output / used, tokens_per_s_per_user=1.0 / tpot,

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
+from rooflinekit.core.request import Deployment
 from rooflinekit.core.views import HasViews, render_view
 
 #: The JSON schema version of a plan result (rooflinekit/schema/plan-1.1.schema.json).
@@ -162,6 +163,18 @@ class PlanConfig:
         if self.speculative:
             tail += f", {self.speculative.draft} k={self.speculative.k}"
         return head + tail
+
+
+#: PlanConfig fields named as deployment settings that the plan sets itself: its pipeline stages,
+#: replicas and overlap, and its weight format (a plan format such as w4a16, not the stored dtype).
+_THE_PLANS_OWN = ("pp", "replicas", "overlap", "weight_dtype")
+
+
+def instance_settings(deployment: Deployment) -> dict[str, object]:
+    """The PlanConfig fields an instance's deployment gives, by name: every field the two share
+    but the plan's own choices."""
+    shared = {f.name for f in fields(PlanConfig)} & {f.name for f in fields(Deployment)}
+    return {name: getattr(deployment, name) for name in sorted(shared) if name not in _THE_PLANS_OWN}
 
 
 def parse_layout(text: str) -> tuple[int, int]:
