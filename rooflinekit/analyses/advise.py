@@ -373,7 +373,7 @@ class _Run:
     profiles: int = 1
 
     def profile(self, workload: Workload, deployment: Deployment, transform=None, rebuild: bool = False) -> Report:
-        """One request through the pipeline, counts only (the model reused unless `rebuild`)."""
+        """One request through the profile's stages, counts only (the model reused unless `rebuild`)."""
         self.profiles += 1
         return run_profile(self.source if rebuild else self.once, workload, deployment,
                        options=ReportOptions(measure=False), host=self.host, db=self.db, lever=transform).report

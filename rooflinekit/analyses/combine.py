@@ -201,7 +201,7 @@ def dominated(row: LeverResult, others: list[LeverResult]) -> bool:
 def search(ctx: Context, moves: list[Move], singles: list[LeverResult], baseline: LeverResult,
            limit: int = COMBINE_LIMIT) -> tuple[list[LeverResult], CombineSearch, int]:
     """Price the combinations (see the module docstring): the non-dominated rows, what the search
-    did, and the profiles it ran. A combination the pipeline refuses is left out, its reason noted."""
+    did, and the profiles it ran. A combination the request checks refuse is left out, its reason noted."""
     kept = [m for m in moves if useful(m, baseline)]
     pruned = [f"{m.name}: alone it neither raised tokens/s per GPU nor lowered memory per GPU"
               for m in moves if m not in kept]

@@ -109,7 +109,7 @@ class Counting:
 
 @dataclass
 class Profiled:
-    """The pipeline's result (`profile`): the placed and annotated report with the counts it was
+    """The profile's result (`run_profile`): the placed and annotated report with the counts it was
     placed from (`counted`: the counts alone, `report` None, as a sweep's design captures need)."""
 
     report: Report | None

@@ -4,7 +4,7 @@ The model is built once. A design capture (one forward with the repeated layers 
 rooflinekit.stages.repeated_layers.skipping) is taken per design point and per *capture key*: the parts of a
 deployment the capture itself depends on (tensor and expert degrees only where a module model,
 such as the MoE expected load, shapes its records by them; the KV cache format is the format
-transform's, which prices attention's minimum at it). Every deployment then runs the pipeline's transforms (formats, serving view, parallel
+transform's, which prices attention's minimum at it). Every deployment then runs the profile's transforms (formats, serving view, parallel
 shard) on those captures, which costs milliseconds, and its step model is fitted from them.
 
 A step model is checked once per phase against a full profile at a point the design did not use

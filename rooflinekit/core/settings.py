@@ -4,7 +4,7 @@
 (and so its JSON keys and the report schema), the command line's options (`--kv-dtype`, one
 channel from click to the Deployment: rooflinekit.cli.request_options), the Python API's keyword-only
 arguments and their checks (rooflinekit.api), and `Deployment.words`. Adding a setting is one
-entry here plus the transform that reads it (docs/architecture.md, "Adding a deployment setting").
+entry here plus the transform that reads it (docs/architecture.md, "A deployment setting is declared once").
 
 Torch-free and import-free below rooflinekit.core.errors: the table is read before anything is
 built from it.
