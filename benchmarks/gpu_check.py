@@ -139,8 +139,15 @@ def run(args) -> str:
                     (out / f"{label.lower()}_b{batch}_s{context}.json").write_text(to_json(r))
                 t, m = r["totals"], r["totals"]["measured"]
                 alt = t.get("placement_alt", {})
+                expected = None
+                if sheet:  # the expected step of the same request on the datasheet entry, counted on meta
+                    counted = run_profile(load_source(str(ROOT / path), options),
+                                          Workload("decode", batch, context, dtype, "meta", workload.options),
+                                          Deployment(sheet), options=ReportOptions(measure=False))
+                    expected = counted.report.totals.expected_step_s
                 step_rows.append([
                     label, batch, fmt_s(t["predicted_step_s"]), fmt_s(alt.get("predicted_step_s")),
+                    fmt_s(expected), ratio(m["step_time_s"], expected),
                     fmt_s(m["step_time_s"]), fmt_s(m["op_time_s"]), fmt_s(m["unattributed_s"]),
                     fmt_s(m["step_time_plain_s"]), ratio(m["op_time_s"], t["predicted_step_s"]),
                     pct(m["mfu"]), pct(m["hfu"]), pct(m["mbu"]), t["bound"],
@@ -191,12 +198,15 @@ def run(args) -> str:
         "## Whole step",
         "",
         "Predicted = sum over ops of max(FLOPs/peak, bytes/bandwidth) on the calibrated ceilings "
-        "(and on the datasheet entry). Measured step = mean profiler range of one forward plus "
+        "(and on the datasheet entry). Expected = the report's expected step on the datasheet entry "
+        "(each op's bound over its kernel class's published efficiency, plus launches; counted on "
+        "meta, as the model's code is written). Measured step = mean profiler range of one forward plus "
         "synchronisation; ops = sum of the kernel time attributed to counted ops; unattributed = the "
         "rest (launch gaps, Python). MFU uses model FLOPs, HFU executed FLOPs, MBU executed bytes, all "
         "against the calibrated ceilings.",
         "",
         tabulate(step_rows, headers=["model", "batch", "predicted (calibrated)", "predicted (datasheet)",
+                                     "expected (datasheet)", "measured / expected",
                                      "measured step", "ops", "unattributed", "uninstrumented",
                                      "ops / predicted", "MFU", "HFU", "MBU", "bound"],
                  tablefmt="github", disable_numparse=True),
