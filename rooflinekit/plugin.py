@@ -63,6 +63,7 @@ from rooflinekit.core.state import (
     state_spec,
     with_kept_state,
 )
+from rooflinekit.core.swap import environment, own_attribute, setting, swapped
 from rooflinekit.core.version import older_than_tested
 
 if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or slow to import
@@ -209,6 +210,12 @@ __all__ = [
     # of a mode that sees every aten op, and a context in which no mode sees the ops run inside
     "TorchDispatchMode",
     "disable_torch_dispatch",
+    # patches for the length of a block on what the plugin did not make, each put back as found
+    # (rooflinekit.core.swap)
+    "swapped",
+    "own_attribute",
+    "environment",
+    "setting",
     # a deliberate message to the user (stops the run with one line)
     "UserError",
     # bounds on the work one analysis may do, and the one-line error past one (rooflinekit.core.limits)

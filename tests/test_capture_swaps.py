@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.analyses.measure import timed_recording
+from rooflinekit.core.swap import swapped
 from rooflinekit.stages.capture import SDPA_NAME, call_forward, capture
 from rooflinekit.stages.capture.sdpa import SDPA, patched_sdpa
-from rooflinekit.stages.capture.swap import swapped
 
 
 class _Attention(torch.nn.Module):
@@ -92,7 +92,7 @@ def test_an_own_attribute_is_put_back_as_found_when_the_block_raises():
     its own earlier one."""
     import torch
 
-    from rooflinekit.stages.capture.swap import own_attribute
+    from rooflinekit.core.swap import own_attribute
 
     module = torch.nn.Linear(2, 2)
     with pytest.raises(RuntimeError, match="inside"), own_attribute(module, "forward", lambda x: x):

@@ -3,7 +3,7 @@ file or folder of the repository, and every backticked dotted name starting with
 imports (a module) or resolves (an attribute of one).
 
 A path is read as the doc means it: from the repository root (`rooflinekit/cli/`, `plugins/hf/`,
-`tests/test_layout.py`, `hardware_db/`) or from the package (`stages/capture/swap.py`, `api.py`).
+`tests/test_layout.py`, `hardware_db/`) or from the package (`core/swap.py`, `api.py`).
 A bare file name listed after a path is in that path's folder, as in "`transforms/` (`base.py`)"
 or "`analyses/plan.py`: ... `plan_options.py`"; failing that, in the package.
 """
@@ -83,7 +83,7 @@ DOC_TEXT = DOC.read_text()
 def test_the_doc_names_paths_and_modules():
     """The scan finds what it checks (a wrong pattern would pass by finding nothing)."""
     paths = [p for p, _ in doc_paths(DOC_TEXT)]
-    assert {"stages/capture/swap.py", "rooflinekit/transforms/", "tests/test_layout.py", "base.py"} <= set(paths)
+    assert {"core/swap.py", "rooflinekit/transforms/", "tests/test_layout.py", "base.py"} <= set(paths)
     assert {"rooflinekit.plugin", "rooflinekit.core"} <= set(doc_names(DOC_TEXT))
 
 

@@ -24,19 +24,21 @@ workload fixes in advance; each is answered here from the workload instead:
 - the padding warning of transformers' encoders (`warn_if_padding_and_no_attention_mask`) reads
   the input ids; with no padding by construction it has nothing to say, and is skipped.
 
-Standalone like `loader` (imports nothing from rooflinekit).
+Its patches of transformers and torch for a block are `rooflinekit.plugin`'s, each put back as
+found (the one name it imports from rooflinekit).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import types
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
+
+from rooflinekit.plugin import environment, setting, swapped
 
 from .values import KnownValues
 
@@ -125,19 +127,14 @@ def answer_on_meta(notes: list[str]) -> Iterator[None]:
     positions as one sequence per row (notes say so when they are asked)."""
     from transformers import masking_utils
 
-    saved = {}
-    for name in PADDING_DECISIONS + ("find_packed_sequence_indices",):
-        original = getattr(masking_utils, name, None)
-        if original is None:
-            continue
-        saved[name] = original
-        wrap = _without_meta_packing if name == "find_packed_sequence_indices" else _without_meta_padding
-        setattr(masking_utils, name, wrap(original, notes))
-    try:
+    with ExitStack() as patches:
+        for name in PADDING_DECISIONS + ("find_packed_sequence_indices",):
+            original = getattr(masking_utils, name, None)
+            if original is None:
+                continue
+            wrap = _without_meta_packing if name == "find_packed_sequence_indices" else _without_meta_padding
+            patches.enter_context(swapped(masking_utils, name, wrap(original, notes)))
         yield
-    finally:
-        for name, original in saved.items():
-            setattr(masking_utils, name, original)
 
 
 @contextmanager
@@ -146,19 +143,11 @@ def unchecked_values() -> Iterator[None]:
     open, as its TRANSFORMERS_DISABLE_TORCH_CHECK does, and torch.distributions' argument checks
     (Gemma-3n's Normal(0, 1)): on meta there are no values to check, and a check only raises, it
     changes no count."""
-    saved = os.environ.get(CHECK_VARIABLE)
-    os.environ[CHECK_VARIABLE] = "1"
     distributions = torch.distributions.Distribution
-    validating = distributions._validate_args
-    distributions.set_default_validate_args(False)  # Gemma-3n's Normal(0, 1): its scale > 0 check
-    try:
+    with (environment(CHECK_VARIABLE, "1"),
+          # Gemma-3n's Normal(0, 1): its scale > 0 check
+          setting(lambda: distributions._validate_args, distributions.set_default_validate_args, False)):
         yield
-    finally:
-        distributions.set_default_validate_args(validating)
-        if saved is None:
-            os.environ.pop(CHECK_VARIABLE, None)
-        else:
-            os.environ[CHECK_VARIABLE] = saved
 
 
 def meta_forward(model: torch.nn.Module, notes: list[str]) -> None:

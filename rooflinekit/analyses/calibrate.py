@@ -32,6 +32,7 @@ import re
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ import torch
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.files import write_atomic
+from rooflinekit.core.swap import swapped
 from rooflinekit.stages.detect import detect, find_entry
 from rooflinekit.stages.hardware import (
     HardwareFileError,
@@ -139,10 +141,8 @@ def measure_matmul(device: str, key: str, n: int | None = None, trials: int = 3)
     dtype = _TORCH_DTYPES[key]
     cuda = device.startswith("cuda")
     run = _timer(device)
-    previous = torch.backends.cuda.matmul.allow_tf32 if cuda else None
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
-    try:
+    tf32 = swapped(torch.backends.cuda.matmul, "allow_tf32", key == "tf32") if cuda else nullcontext()
+    with tf32:
         if n is None:
             if cuda:
                 n = 4096 if key == "fp32" else 8192
@@ -161,9 +161,6 @@ def measure_matmul(device: str, key: str, n: int | None = None, trials: int = 3)
         once = run(lambda: torch.mm(a, b, out=out), 1)
         iters = max(1, min(50, int(0.05 / max(once, 1e-9)))) if cuda else max(1, min(5, int(0.1 / max(once, 1e-9))))
         timing = _trials(run, lambda: torch.mm(a, b, out=out), iters, trials)
-    finally:
-        if cuda:
-            torch.backends.cuda.matmul.allow_tf32 = previous
     flops = 2.0 * n**3
     return _rate(flops, timing.best_s), _rate(flops, timing.median_s), n, timing
 

@@ -14,6 +14,8 @@ import os
 import sys
 import tempfile
 
+from rooflinekit.core.swap import swapped
+
 _depth = 0
 
 
@@ -73,17 +75,17 @@ class stdout_to_stderr:  # a context manager, named and used as the function it 
         if redirected:
             _flush_c_stdio()
             os.dup2(2, 1)
-        if sys.stderr is not None:
-            sys.stdout = sys.stderr
+        stream = swapped(sys, "stdout", sys.stderr if sys.stderr is not None else saved_stream)
+        stream.__enter__()
         _depth = 1
-        self._saved = (saved_stream, saved_fd, redirected)
+        self._saved = (stream, saved_fd, redirected)
 
     def __exit__(self, *exc_info) -> bool:
         global _depth
         if self._saved is None:
             _depth -= 1
             return False
-        saved_stream, saved_fd, redirected = self._saved
+        stream, saved_fd, redirected = self._saved
         _depth = 0
         _flush(sys.stdout)
         _flush(sys.stderr)
@@ -92,7 +94,7 @@ class stdout_to_stderr:  # a context manager, named and used as the function it 
             os.dup2(saved_fd, 1)
         if saved_fd is not None:
             os.close(saved_fd)
-        sys.stdout = saved_stream
+        stream.__exit__(None, None, None)  # sys.stdout as found, whatever the code inside set
         return False
 
 

@@ -13,11 +13,12 @@ beforehand is). What was set aside is tallied, and `LazyTally.note` says so in t
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
+from rooflinekit.core.swap import own_attribute
 from rooflinekit.stages.capture import active_recorder
 from rooflinekit.stages.modelled import suppressed
 
@@ -94,16 +95,7 @@ def counted_apart(inputs) -> Iterator[LazyTally]:
     """For one forward on `inputs`: the lazy initialisation of their caches' layers unrecorded and
     tallied (the tally's `note` says what was set aside)."""
     tally = LazyTally()
-    patched = []
-    for cache, idx, layer in lazy_layers(inputs):
-        own = vars(layer).get("lazy_initialization")  # an instance's own, put back after
-        layer.lazy_initialization = _wrapped(cache, idx, layer, tally)
-        patched.append((layer, own))
-    try:
+    with ExitStack() as patches:
+        for cache, idx, layer in lazy_layers(inputs):  # an instance's own method, put back after
+            patches.enter_context(own_attribute(layer, "lazy_initialization", _wrapped(cache, idx, layer, tally)))
         yield tally
-    finally:
-        for layer, own in patched:
-            if own is None:
-                del layer.lazy_initialization
-            else:
-                layer.lazy_initialization = own

@@ -49,6 +49,7 @@ from rooflinekit.core.errors import ModelError, UserError, WorkloadError
 from rooflinekit.core.limits import limit, over
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import ModelSource, Workload
+from rooflinekit.core.swap import setting, swapped
 from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.restated import restated
 
@@ -121,18 +122,17 @@ def load_model_file(path: str) -> ModelSource:
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     # The user's folder is theirs: no __pycache__ written beside their model file.
-    wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise ModelError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
-    except SystemExit as exc:
-        raise exit_error(exc, str(file), "importing the model file") from None
-    except Exception as exc:
-        raise ModelError(f"importing {path} failed: {_user_frame(exc, str(file))}") from exc
-    finally:
-        sys.dont_write_bytecode = wrote_bytecode
-        linecache.checkcache(str(file))
+    with swapped(sys, "dont_write_bytecode", True):
+        try:
+            spec.loader.exec_module(module)
+        except SyntaxError as exc:
+            raise ModelError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
+        except SystemExit as exc:
+            raise exit_error(exc, str(file), "importing the model file") from None
+        except Exception as exc:
+            raise ModelError(f"importing {path} failed: {_user_frame(exc, str(file))}") from exc
+        finally:
+            linecache.checkcache(str(file))
     missing = [f for f in ("build_model", "make_inputs") if not callable(getattr(module, f, None))]
     if missing:
         raise ModelError(
@@ -216,13 +216,8 @@ class Built:
 @contextmanager
 def in_effect(workload: Workload) -> Iterator[None]:
     """The workload's device and default dtype, for building and for the forward alike."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch_dtype(workload))
-    try:
-        with torch.device(workload.device):
-            yield
-    finally:
-        torch.set_default_dtype(previous)
+    with setting(torch.get_default_dtype, torch.set_default_dtype, torch_dtype(workload)), torch.device(workload.device):
+        yield
 
 
 _INIT_METHODS = {"normal_", "uniform_", "trunc_normal_", "fill_", "zero_", "random_", "exponential_",

@@ -21,10 +21,10 @@ from rooflinekit.core.model_facts import cached, fact, module_tree
 from rooflinekit.core.request import Deployment
 from rooflinekit.core.specs import ModuleModel
 from rooflinekit.core.stdio import stdout_to_stderr
+from rooflinekit.core.swap import own_attribute
 from rooflinekit.stages import collectives
 from rooflinekit.stages.capture import OpRecord, active_recorder
 from rooflinekit.stages.capture.forward import active
-from rooflinekit.stages.capture.swap import own_attribute
 
 
 @contextmanager

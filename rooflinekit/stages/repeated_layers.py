@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rooflinekit.core.skips import skipping_layers
-from rooflinekit.stages.capture.swap import own_attribute
+from rooflinekit.core.swap import own_attribute
 from rooflinekit.stages.fitting import FitError
 
 #: Attributes that number a layer rather than configure it (transformers' layer_idx).

@@ -11,6 +11,7 @@ import torch
 
 from rooflinekit.core import compat
 from rooflinekit.core.model_facts import cached, fact
+from rooflinekit.core.swap import setting
 from rooflinekit.stages.capture.modes import (
     DispatchRecorder,
     EagerDispatchRecorder,
@@ -78,24 +79,26 @@ def call_forward(model: torch.nn.Module, inputs):
     return model(inputs)
 
 
+def _collecting(on: bool) -> None:
+    """gc.enable() or gc.disable(): the setter paired with gc.isenabled."""
+    if on:
+        gc.enable()
+    else:
+        gc.disable()
+
+
 def capture(model: torch.nn.Module, inputs, formulas: FormulaBook | None = None) -> CaptureResult:
     """Run one forward of `model` on `inputs` and record every op."""
     formulas = formulas or FormulaBook()
     start = time.perf_counter()
     # The records are long-lived small objects: cyclic GC passes over them (and over the model's
     # thousands of modules) cost more than the capture itself on large models.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with torch.no_grad(), recording(model, formulas) as rec:
-            with compat.disable_torch_function():
-                rec.live.existing(inputs)
-            call_forward(model, inputs)
-            live = rec.live.finish()
-            rec.storages.release()  # freed now, not traversed by the collection that re-enabling starts
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    with setting(gc.isenabled, _collecting, False), torch.no_grad(), recording(model, formulas) as rec:
+        with compat.disable_torch_function():
+            rec.live.existing(inputs)
+        call_forward(model, inputs)
+        live = rec.live.finish()
+        rec.storages.release()  # freed now, not traversed by the collection that re-enabling starts
     modules = cached(model, fact("module_classes"), lambda: {n: type(m).__name__ for n, m in model.named_modules()})
     return CaptureResult(
         ops=rec.ops,

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 
 from rooflinekit.core.compat import disable_torch_function
+from rooflinekit.core.swap import swapped
 from rooflinekit.stages.capture.matmul_heads import distinct_heads
 from rooflinekit.stages.capture.records import OpRecord, shape_text
-from rooflinekit.stages.capture.swap import swapped
 from rooflinekit.stages.capture.traffic import reads, unique_bytes
 from rooflinekit.stages.formulas import sdpa_flops
 from rooflinekit.stages.hardware import dtype_key
