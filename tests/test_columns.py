@@ -1,10 +1,12 @@
-"""Every table the text report prints and the HTML page shows has, in order, the headers of its one
-definition in rooflinekit.outputs.columns: read back from the rendered text, Markdown and page."""
+"""Every table the text report prints, the HTML page and the notebook view show has, in order, the
+headers of its one definition in rooflinekit.outputs.columns: read back from the rendered text,
+Markdown, page and notebook HTML."""
 
 from __future__ import annotations
 
 import json
 import re
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -12,6 +14,7 @@ from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
+from rooflinekit.outputs import notebook
 from rooflinekit.outputs.columns import (
     ATTENTION,
     COMM,
@@ -21,11 +24,14 @@ from rooflinekit.outputs.columns import (
     SWEEP_POINTS,
     UNCOUNTED,
     View,
+    notebook_header,
     shown,
+    text_rows,
 )
 from rooflinekit.outputs.html import profile_html, sweep_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
+from rooflinekit.outputs.sections import attention_groups, module_lines
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, profile_dict
@@ -156,6 +162,40 @@ def test_every_page_table_has_the_headers_of_its_definition(reports, case):
         assert {"measured", "MFU"} <= set(found["modules"])
 
 
+def notebook_tables(html: str) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """class -> (headers, cells of each row) of every table in a notebook view."""
+    out = {}
+    for t in ET.fromstring(html).iter("table"):
+        rows = [[td.text or "" for td in tr] for tr in t.find("tbody")]
+        out[t.get("class")] = ([th.text for th in t.iter("th")], rows)
+    return out
+
+
+@pytest.mark.parametrize("case", ["measured", "tp", "states"])
+def test_the_notebook_tables_have_the_text_columns_under_their_definitions_headers(reports, case):
+    """The notebook shows the text report's columns and cells; its headers are the page's names
+    (the text's where the page has none or the text's follows the view), with the unit."""
+    report = reports[case]
+    found = notebook_tables(notebook.report_html(report))
+    view = _view(report, "text")
+    for cls, cols, rows in (("rk-modules", MODULES, module_lines(report, True)),
+                            ("rk-attention", ATTENTION, attention_groups(report, True))):
+        if not rows:  # an MLP: no attention table
+            assert cls not in found
+            continue
+        headers, cells = found[cls]
+        kept = shown(cols, view, "text")
+        assert headers == [notebook_header(c, view) for c in kept], cls
+        assert [h.split(" [")[0] for h in headers] == [
+            c.header(view) if callable(c.text) or c.html is None else c.html for c in kept], cls
+        assert cells == text_rows(cols, view, rows[:notebook.TOP]), cls
+    modules = found["rk-modules"][0]
+    assert "bytes [B]" in modules and "time bound" in modules
+    assert ({"measured", "x bound", "MFU", "MBU"} <= set(modules)) is (case == "measured")
+    if case == "states":
+        assert found["rk-attention"][0][:1] == ["mixer (per layer)"] and "cache [B]" in found["rk-attention"][0]
+
+
 @pytest.mark.parametrize("memory", [True, False])
 def test_the_sweep_points_table_has_the_headers_of_its_definition(memory):
     data = dict(load_report(str(ROOT / "tests" / "data" / "sweep-3.0-gqa.json"), ("sweep",)))
@@ -171,12 +211,18 @@ def test_the_sweep_points_table_has_the_headers_of_its_definition(memory):
     page = page_tables(sweep_html(SweepReport.from_dict(data)))
     assert page["points"] == [c.html for c in shown(SWEEP_POINTS, page_view, "html")]
     assert ("memory per GPU" in page["points"]) is memory
+    headers, cells = notebook_tables(notebook.sweep_html(SweepReport.from_dict(data)))["rk-points"]
+    assert headers == [notebook_header(c, text_view) for c in shown(SWEEP_POINTS, text_view, "text")]
+    assert [h.split(" [")[0] for h in headers] == [c.html or c.header(text_view)
+                                                   for c in shown(SWEEP_POINTS, text_view, "text")]
+    assert len(cells) == len(data["points"]) and all(len(row) == len(headers) for row in cells)
 
 
 def test_a_header_is_named_once_per_view():
     view = View(None, measured=True, states=True, memory=True)
     for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS):
         assert len({c.key for c in cols}) == len(cols)
-        for where, header in (("text", lambda c: c.header(view)), ("html", lambda c: c.html)):
-            names = [header(c) for c in shown(cols, view, where)]
+        for where, header, shows in (("text", lambda c: c.header(view), "text"), ("html", lambda c: c.html, "html"),
+                                     ("notebook", lambda c: notebook_header(c, view), "text")):
+            names = [header(c) for c in shown(cols, view, shows)]
             assert len(names) == len(set(names)), (where, names)

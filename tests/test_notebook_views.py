@@ -73,8 +73,10 @@ def test_the_html_view_is_tables_and_an_svg_roofline(report):
     tables = _tables(root)
     assert {"rk-totals", "rk-modules", "rk-attention"} <= set(tables)
     heads = [th.text for th in tables["rk-modules"].iter("th")]
-    assert heads[0] == "module" and "intensity [FLOP/B]" in heads and "time bound [s]" in heads
-    assert "bytes [B]" in heads and "share of step [%]" in heads
+    assert heads == ["module", "FLOPs", "bytes [B]", "FLOP/B", "bound", "time bound", "share", "MFU bound"]
+    assert [th.text for th in tables["rk-attention"].iter("th")] == [
+        "attention (per layer)", "arch", "H", "H_kv", "d", "cache/tok [B]", "KV min [B]", "KV executed [B]",
+        "executed/min", "FLOPs model", "FLOPs executed", "I min [FLOP/B]", "bound"]
     for name, t in tables.items():
         _aligned(t, name != "rk-totals")
     first = next(iter(tables["rk-modules"].find("tbody")))
@@ -171,7 +173,11 @@ def test_a_sweep_has_the_views(sweep):
     assert "4 points" in line and len(line) < 300
     root = _tree(sweep._repr_html_())
     assert root.find(".//{http://www.w3.org/2000/svg}svg") is not None
-    _aligned(_tables(root)["rk-points"])
+    points = _tables(root)["rk-points"]
+    _aligned(points)
+    assert [th.text for th in points.iter("th")] == [
+        "batch", "context", "FLOPs", "bytes [B]", "FLOP/B", "bound", "predicted step", "tokens/s", "bound MFU",
+        "weights", "KV", "other", "attn I min [FLOP/B]", "attn I executed [FLOP/B]", "memory", "fits"]
     pytest.importorskip("pandas")
     frame = sweep.to_dataframe()
     assert list(frame.columns[:2]) == ["batch", "context"] and len(frame) == 4

@@ -1,5 +1,7 @@
 """The columns of each profile report table, defined once for every view: the text and Markdown
-report (rooflinekit.outputs.sections) and the HTML page (rooflinekit.outputs.html_tables).
+report (rooflinekit.outputs.sections), the HTML page (rooflinekit.outputs.html_tables) and the
+notebook view (rooflinekit.outputs.notebook: the text report's columns and cells under the page's
+names).
 
 A table is one ordered list of `Col`. Each column names its header in the views that show it (the
 text report's short header, the page's longer one), how a view gets its cell from a row, how the
@@ -90,6 +92,15 @@ def text_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list
     """The text cells of `rows` under the columns the text report shows."""
     kept = shown(cols, view, "text")
     return [[c.cell(r, view) for c in kept] for r in rows]
+
+
+def notebook_header(c: Col, view: View) -> str:
+    """The notebook's header of a column the text report shows: the page's name where the page has
+    one (the text's is abbreviated for a terminal), else, or where the text's name follows the view
+    as its cells do ('cache/tok' or 'cache'), the text's; then `[unit]` where the name does not
+    already say it ('bytes [B]', 'I min [FLOP/B]'; time and share cells carry their own)."""
+    name = c.header(view) if callable(c.text) or not c.html else c.html
+    return f"{name} [{c.unit}]" if c.unit and c.unit not in name else name
 
 
 def page_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list]:

@@ -5,45 +5,65 @@ number through rooflinekit.core.units) and, for a profile and a sweep, an inline
 (rooflinekit.outputs.roofline_svg). It needs no script and no stylesheet of the page: alignment is
 in each cell's own `style` (a notebook front end that drops the <style> block loses only the
 borders and padding). Every text goes through html.escape. The tables show the largest rows
-(folded layers as in the text report); `to_dataframe()` has every row.
+(folded layers as in the text report); `to_dataframe()` has every row. The modules, attention and
+sweep points tables are those of rooflinekit.outputs.columns: the text report's columns and cells,
+under the page's longer names (headers wrap before the table overflows the output).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from html import escape
+from typing import Any
 
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.plan import PlanResult
 from rooflinekit.core.report import Report
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.units import plain, ratio, seconds, share, si
-from rooflinekit.outputs.columns import arch_label, num
+from rooflinekit.outputs.columns import (
+    ATTENTION,
+    MODULES,
+    SWEEP_POINTS,
+    Col,
+    View,
+    notebook_header,
+    num,
+    shown,
+    text_rows,
+)
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
-from rooflinekit.outputs.sections import attention_groups, module_lines
+from rooflinekit.outputs.sections import attention_groups, has_states, module_lines
 from rooflinekit.outputs.words import deployment_words
 
 #: Rows each table shows before "N more rows" (the DataFrame has them all).
 TOP = 15
 #: Cosmetics only, scoped to the view; alignment is in each cell's style attribute.
 STYLE = ("<style>.rk-nb table{border-collapse:collapse;margin:4px 0 12px 0;font-size:12px}"
-         ".rk-nb th,.rk-nb td{padding:2px 8px;white-space:nowrap;border:none}"
-         ".rk-nb th{border-bottom:1px solid #999;font-weight:600}"
+         ".rk-nb th,.rk-nb td{padding:2px 8px;border:none}.rk-nb td{white-space:nowrap}"
+         ".rk-nb th{border-bottom:1px solid #999;font-weight:600;vertical-align:bottom}"
          ".rk-nb tbody tr:nth-child(even){background:rgba(127,127,127,.08)}"
          ".rk-nb caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}</style>")
 _TABLE = 'style="border-collapse:collapse;margin-left:0;margin-right:0;table-layout:auto"'
 _NUM = 'style="text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap"'
 _TEXT = 'style="text-align:left;white-space:nowrap"'
+#: Headers may wrap between words, so that a wide table fits the output by wrapping its headers first.
+_HEAD_NUM = 'style="text-align:right;vertical-align:bottom"'
+_HEAD_TEXT = 'style="text-align:left;vertical-align:bottom"'
 
 
 def _e(text: object) -> str:
     return escape(str(text), quote=True)
 
 
-def html_table(caption: str, columns: list[tuple[str, bool]], rows: list[list[str]], cls: str = "") -> str:
-    """A table: `columns` as (header, numeric); numeric columns are right-aligned."""
-    head = "".join(f"<th {_NUM if n else _TEXT}>{_e(h)}</th>" for h, n in columns)
+def html_table(caption: str, columns: list[tuple[str, bool]], rows: list[list[str]], cls: str = "",
+               hints: Sequence[str] = ()) -> str:
+    """A table: `columns` as (header, numeric); numeric columns are right-aligned. `hints`, where
+    given, are the headers' hover texts."""
+    titles = [f' title="{_e(h)}"' if h else "" for h in hints] or [""] * len(columns)
+    head = "".join(f"<th {_HEAD_NUM if n else _HEAD_TEXT}{t}>{_e(h)}</th>" for (h, n), t in zip(columns, titles, strict=True))
     body = "".join("<tr>" + "".join(f"<td {_NUM if n else _TEXT}>{_e(v)}</td>"
                                     for v, (_, n) in zip(row, columns, strict=True)) + "</tr>" for row in rows)
     return (f'<div style="overflow-x:auto;max-width:100%"><table class="{_e(cls)}" {_TABLE}><caption>'
@@ -174,28 +194,31 @@ def totals_table(report: Report) -> str:
     return html_table("The step", [("figure", False), ("value", True)], [list(r) for r in rows], "rk-totals")
 
 
+def column_table(caption: str, cols: Sequence[Col], view: View, rows: Sequence[Any], cls: str) -> str:
+    """A table of rooflinekit.outputs.columns: the text report's columns and cells (right-aligned
+    where the text aligns them right) under their notebook headers, each explained on hover."""
+    kept = shown(cols, view, "text")
+    heads = [(notebook_header(c, view), c.align == "right") for c in kept]
+    return html_table(caption, heads, text_rows(cols, view, rows), cls, [c.hint or c.legend(view) for c in kept])
+
+
 def modules_table(report: Report) -> str:
+    """The modules, most expensive first, identical layers folded, as the text report has them."""
     lines = module_lines(report, True)
-    cols = [("module", False), ("FLOP", True), ("bytes [B]", True), ("intensity [FLOP/B]", True), ("bound", False),
-            ("time bound [s]", True), ("share of step [%]", True), ("MFU bound [%]", True)]
-    rows = [[m.name, num(m.flops), num(m.bytes, "B"), ratio(m.intensity), m.bound, seconds(m.time_bound_ops_s),
-             share(m.time_share), share(m.mfu_bound)] for m in lines[:TOP]]
-    return (html_table("Modules (by time bound; identical layers folded: xN)", cols, rows, "rk-modules")
+    view = View(report, measured=report.totals.measured is not None)
+    return (column_table("Modules (by time bound; identical layers folded: xN)", MODULES, view, lines[:TOP],
+                         "rk-modules")
             + _more(len(lines) - TOP, "modules", 'report.to_dataframe("modules")'))
 
 
 def attention_html(report: Report) -> str:
+    """The attention / mixer layers, identical layers folded, per layer as the text report has them."""
     groups = attention_groups(report, True)
     if not groups:
         return ""
-    cols = [("layer", False), ("arch", False), ("KV heads", True), ("cache/token [B]", True), ("KV min [B]", True),
-            ("KV exec [B]", True), ("exec/min [x]", True), ("FLOP model", True), ("FLOP exec", True),
-            ("I min [FLOP/B]", True)]
-    rows = [[label, arch_label(a), num(a.num_kv_heads), num(a.cache_bytes_per_token, "B"),
-             num(a.kv_bytes_min and a.kv_bytes_min * n, "B"), num(a.kv_bytes_executed * n, "B"), ratio(a.amplification),
-             num(a.flops_model and a.flops_model * n), num(a.flops_executed * n), ratio(a.intensity_min)]
-            for a, label, n in groups[:TOP]]
-    return (html_table("Attention and mixer layers (per layer group, summed)", cols, rows, "rk-attention")
+    view = View(report, states=has_states(report))
+    return (column_table("Attention and mixer layers (per layer; identical layers folded: xN)", ATTENTION, view,
+                         groups[:TOP], "rk-attention")
             + _more(len(groups) - TOP, "layer groups", 'report.to_dataframe("attention")'))
 
 
@@ -216,18 +239,13 @@ def report_html(report: Report) -> str:
 def sweep_html(sweep: SweepReport) -> str:
     """The notebook view of a sweep: its points on the roofline, one row per point, the critical batch."""
     hw = sweep.hardware
-    cols = [("batch", True), ("context", True), ("FLOP", True), ("bytes [B]", True), ("intensity [FLOP/B]", True),
-            ("bound", False), ("predicted step [s]", True), ("tokens/s", True), ("MFU bound [%]", True),
-            ("fits", False)]
-    rows = [[str(p.batch), str(p.context), si(p.flops), si(p.bytes, "B"), ratio(p.intensity), p.bound,
-             seconds(p.predicted_step_s), si(p.tokens_per_s) if p.tokens_per_s else "-", share(p.mfu_bound),
-             {True: "yes", False: "no"}.get(p.fits, "-")] for p in sweep.points]
+    data = sweep.to_dict()
     pts = [Point(p.intensity, p.attainable_flops, "point", f"B={p.batch} S={p.context}: {ratio(p.intensity)} FLOP/B, "
                  f"{seconds(p.predicted_step_s)}", 4.5) for p in sweep.points if p.intensity]
     title = sweep_repr(sweep)[1:-1]
     crit = [f"S={c.context}: {c.summary}" for c in sweep.critical_batch]
     return _wrap(title, [roofline_svg(pts, hw.peak_flops, hw.bandwidth, hw.dtype, f"Roofline of {title}"),
-                         html_table("Points", cols, rows, "rk-points"),
+                         column_table("Points", SWEEP_POINTS, View(data), data["points"], "rk-points"),
                          "".join(f'<p style="margin:2px 0">critical batch: {_e(c)}</p>' for c in crit),
                          _notes(list(sweep.notes), list(sweep.warnings))])
 
