@@ -1,6 +1,6 @@
-"""Every table the text report prints, the HTML page and the notebook view show has, in order, the
-headers of its one definition in rooflinekit.outputs.columns: read back from the rendered text,
-Markdown, page and notebook HTML."""
+"""Every table the text report prints, the HTML page and the notebook view show (profile, sweep
+points, advice) has, in order, the headers of its one definition in rooflinekit.outputs.columns:
+read back from the rendered text, Markdown, page and notebook HTML."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from rooflinekit.analyses.profile import run_profile
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.outputs import notebook
+from rooflinekit.outputs.advise_view import render_advice
 from rooflinekit.outputs.columns import (
+    ADVICE,
     ATTENTION,
     COMM,
     MODULES,
@@ -24,11 +27,13 @@ from rooflinekit.outputs.columns import (
     SWEEP_POINTS,
     UNCOUNTED,
     View,
+    notebook_columns,
     notebook_header,
+    notebook_rows,
     shown,
     text_rows,
 )
-from rooflinekit.outputs.html import profile_html, sweep_html
+from rooflinekit.outputs.html import advise_html, profile_html, sweep_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
 from rooflinekit.outputs.sections import attention_groups, module_lines
@@ -218,11 +223,41 @@ def test_the_sweep_points_table_has_the_headers_of_its_definition(memory):
     assert len(cells) == len(data["points"]) and all(len(row) == len(headers) for row in cells)
 
 
+@pytest.mark.parametrize("case", ["deepseek_mla", "gpt2_mha", "llama_gqa", "tp_mlp"])
+def test_the_advice_table_has_the_headers_of_its_definition(case):
+    """The ranked levers: the text and Markdown table, the page's and the notebook's, each with the
+    headers ADVICE defines for that view, in order (Markdown adds fits and the assumption)."""
+    advice = AdviceReport.from_dict(json.loads((ROOT / "tests" / "data" / "golden" / f"{case}-advise.json").read_text()))
+    levers = [(0, advice.baseline), *enumerate(advice.levers, 1)]
+    for fmt, md in (("table", False), ("markdown", True)):
+        view = View(advice, markdown=md)
+        want = [c.header(view) for c in shown(ADVICE, view, "text")]
+        lines = render_advice(advice, fmt).splitlines()
+        if md:
+            head = next(line for line in lines if line.startswith("| #"))
+            headers = [h.strip() for h in head.strip("|").split("|")]
+        else:
+            (_, headers), *_ = text_tables("\n".join(lines))
+        assert headers == want, fmt
+    assert want[-2:] == ["fits", "assumption"]
+    view = View(advice)
+    page = page_tables(advise_html(advice))
+    assert page["levers"] == [c.html for c in shown(ADVICE, view, "html")]
+    assert page["levers"][:3] == ["#", "lever", "speed-up"] and "changes" in page["levers"]
+    headers, cells = notebook_tables(notebook.advice_html(advice))["rk-levers"]
+    assert headers == [notebook_header(c, view) for c in notebook_columns(ADVICE, view)]
+    assert headers == ["rank (0: baseline)", "lever", "predicted step [s]", "tokens/s per GPU", "speed-up [x]",
+                       "binds after", "fits"]
+    assert cells == notebook_rows(ADVICE, view, levers)
+    assert [row[0] for row in cells] == [str(i) for i in range(len(levers))]
+
+
 def test_a_header_is_named_once_per_view():
-    view = View(None, measured=True, states=True, memory=True)
-    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS):
+    view = View(None, measured=True, states=True, memory=True, markdown=True)
+    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS, ADVICE):
         assert len({c.key for c in cols}) == len(cols)
-        for where, header, shows in (("text", lambda c: c.header(view), "text"), ("html", lambda c: c.html, "html"),
-                                     ("notebook", lambda c: notebook_header(c, view), "text")):
-            names = [header(c) for c in shown(cols, view, shows)]
+        for where, header, kept in (("text", lambda c: c.header(view), shown(cols, view, "text")),
+                                    ("html", lambda c: c.html, shown(cols, view, "html")),
+                                    ("notebook", lambda c: notebook_header(c, view), notebook_columns(cols, view))):
+            names = [header(c) for c in kept]
             assert len(names) == len(set(names)), (where, names)

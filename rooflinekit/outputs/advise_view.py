@@ -1,4 +1,5 @@
-"""`rooflinekit advise` as text: the ranked levers, the baseline, what was skipped and why."""
+"""`rooflinekit advise` as text: the ranked levers (the columns of rooflinekit.outputs.columns.ADVICE),
+the baseline, what was skipped and why."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import textwrap
 
 from tabulate import tabulate
 
-from rooflinekit.core.advice_report import AdviceReport, LeverResult
+from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.codec import dumps
-from rooflinekit.core.units import ratio, seconds, si
+from rooflinekit.core.units import seconds, si
+from rooflinekit.outputs.columns import ADVICE, View, lever_assumption, shown, text_rows
 from rooflinekit.outputs.memory_view import memory_line
 from rooflinekit.outputs.render import workload_formats
 
@@ -19,24 +21,6 @@ CSV_FIELDS = ["rank", "lever", "predicted_step_s", "tokens_per_s", "speedup", "s
               "gpus", "batch", "memory_bytes", "assumption", "source"]
 #: The text report's width: the table, then each lever's assumption and the notes wrapped to it.
 WIDTH = 100
-
-
-def _fits(value: bool | None) -> str:
-    return {True: "yes", False: "NO"}.get(value, "-")
-
-
-def _assumption(lever: LeverResult) -> str:
-    return lever.assumption if lever.source == "rooflinekit" else f"[{lever.source}] {lever.assumption}"
-
-
-def _row(rank: str, lever: LeverResult, base: LeverResult, md: bool) -> list:
-    """One lever's row: its expected step, tokens/s per GPU and per user, the gain per GPU over the
-    baseline, what binds ("capacity" where it does not fit) and the memory per GPU."""
-    per_gpu, base_gpu = lever.tokens_per_s_per_gpu, base.tokens_per_s_per_gpu
-    gain = per_gpu / base_gpu if per_gpu and base_gpu else None
-    row = [rank, lever.lever, seconds(lever.expected_step_s), si(per_gpu), f"{ratio(gain)}x" if gain else "-",
-           si(lever.tokens_per_s_per_user), lever.binding, si(lever.memory_bytes, "B")]
-    return row + [_fits(lever.fits), _assumption(lever).replace("|", "/")] if md else row
 
 
 def _wrapped(text: str, first: str = "", rest: str = "    ") -> str:
@@ -68,10 +52,9 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
         head.append(memory_line(report.memory))
     head.append(f"{len(report.levers)} levers priced, {len(report.skipped)} skipped; {report.profiles} profiles "
                 f"in {seconds(report.wall_s)}")
-    headers = (["#", "lever", "expected", "tok/s/GPU", "per GPU", "tok/s/user", "binds", "memory"]
-               + (["fits", "assumption"] if md else []))
-    levers = [("0", report.baseline)] + [(str(i), lv) for i, lv in enumerate(report.levers, 1)]
-    table = tabulate([_row(rank, lv, report.baseline, md) for rank, lv in levers], headers=headers,
+    view = View(report, markdown=md)
+    levers = [(0, report.baseline), *enumerate(report.levers, 1)]
+    table = tabulate(text_rows(ADVICE, view, levers), headers=[c.header(view) for c in shown(ADVICE, view, "text")],
                      tablefmt="github" if md else "simple", disable_numparse=True)
     out = io.StringIO()
     if md:
@@ -82,7 +65,7 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     if not md:
         out.write("Assumptions:\n")
         for rank, lever in levers:
-            out.write(_wrapped(_assumption(lever), f"{rank:>3}  ", "     ") + "\n")
+            out.write(_wrapped(lever_assumption(lever), f"{rank:>3}  ", "     ") + "\n")
         out.write("\n")
     if report.skipped:
         out.write("## Skipped\n\n" if md else "Skipped:\n")

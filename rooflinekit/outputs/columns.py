@@ -1,7 +1,7 @@
-"""The columns of each profile report table, defined once for every view: the text and Markdown
-report (rooflinekit.outputs.sections), the HTML page (rooflinekit.outputs.html_tables) and the
-notebook view (rooflinekit.outputs.notebook: the text report's columns and cells under the page's
-names).
+"""The columns of each report table, defined once for every view: the text and Markdown report
+(rooflinekit.outputs.sections, sweep_text, advise_view), the HTML page (rooflinekit.outputs.html_tables,
+html_sweep, html_advise) and the notebook view (rooflinekit.outputs.notebook: the text report's
+columns and cells under the page's names, or a table's own notebook columns where it names them).
 
 A table is one ordered list of `Col`. Each column names its header in the views that show it (the
 text report's short header, the page's longer one), how a view gets its cell from a row, how the
@@ -40,6 +40,7 @@ class View:
     measured: bool = False
     states: bool = False
     memory: bool = False
+    markdown: bool = False
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class Col:
     bool), `hint` is the page header's hover text. `align`, `drop` (lower: left out first at narrow
     widths) and `wide_only` lay out the text column. `when` names the view condition that adds it.
     `meaning` is the text legend's word for a header of this table alone (else the glossary's).
+    `notebook`: its header in the notebook where a table names its own notebook columns (the advice
+    table); the notebook then shows those columns, `cell` giving each cell. A table without any
+    shows the text report's columns in the notebook, under `notebook_header`.
     """
 
     key: str
@@ -67,6 +71,7 @@ class Col:
     wide_only: bool = False
     when: str = ""
     meaning: str = ""
+    notebook: str | None = None
 
     def header(self, view: View) -> str:
         """The text report's header in `view`."""
@@ -94,11 +99,26 @@ def text_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list
     return [[c.cell(r, view) for c in kept] for r in rows]
 
 
+def notebook_columns(cols: Sequence[Col], view: View) -> list[Col]:
+    """The columns the notebook shows in `view`: the table's own notebook columns where it names
+    them, else those the text report shows."""
+    return shown(cols, view, "notebook") or shown(cols, view, "text")
+
+
+def notebook_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list[str]]:
+    """The notebook's cells of `rows` under the columns the notebook shows."""
+    kept = notebook_columns(cols, view)
+    return [[c.cell(r, view) for c in kept] for r in rows]
+
+
 def notebook_header(c: Col, view: View) -> str:
-    """The notebook's header of a column the text report shows: the page's name where the page has
-    one (the text's is abbreviated for a terminal), else, or where the text's name follows the view
-    as its cells do ('cache/tok' or 'cache'), the text's; then `[unit]` where the name does not
-    already say it ('bytes [B]', 'I min [FLOP/B]'; time and share cells carry their own)."""
+    """The notebook's header of a column: its own `notebook` name where it has one; else, for a column
+    the text report shows, the page's name where the page has one (the text's is abbreviated for a
+    terminal), else, or where the text's name follows the view as its cells do ('cache/tok' or
+    'cache'), the text's; then `[unit]` where the name does not already say it ('bytes [B]',
+    'I min [FLOP/B]'; time and share cells carry their own)."""
+    if c.notebook is not None:
+        return c.notebook
     name = c.header(view) if callable(c.text) or not c.html else c.html
     return f"{name} [{c.unit}]" if c.unit and c.unit not in name else name
 
@@ -378,6 +398,70 @@ SWEEP_POINTS: tuple[Col, ...] = (
         value=lambda p, v: p.attention.intensity_executed, kind="num", unit="FLOP/B", drop=4),
     _text("memory_text", "memory", _memory_cell, drop=5, meaning="one GPU's memory (weights, KV cache, activations)"),
     _text("fits_text", "fits", lambda r, v: _fits(r.get("fits")), align="left", meaning="fits in that memory"),
+)
+
+
+# -- advice: rows are (rank, LeverResult), rank 0 the baseline; the view's report the AdviceReport ---------
+
+
+def lever_assumption(lever: Any) -> str:
+    """A lever's assumption, a third-party lever's prefixed with the plugin that proposed it."""
+    return lever.assumption if lever.source == "rooflinekit" else f"[{lever.source}] {lever.assumption}"
+
+
+def _gain(r: tuple, v: View) -> str:
+    """Tokens/s per GPU over the baseline's, '-' where either is missing."""
+    per_gpu, base_gpu = r[1].tokens_per_s_per_gpu, v.report.baseline.tokens_per_s_per_gpu
+    gain = per_gpu / base_gpu if per_gpu and base_gpu else None
+    return f"{ratio(gain)}x" if gain else "-"
+
+
+def _lever(key: str, html: str, name: str, kind: str = "text", unit: str = "", hint: str = "") -> Col:
+    """A lever field only the page shows."""
+    return _page(key, html, lambda r: getattr(r[1], name, None), kind, unit, hint=hint)
+
+
+def _changes(r: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (getattr(r[1], "changes", None) or {}).items())
+
+
+ADVICE: tuple[Col, ...] = (
+    Col("rank", "#", "#", cell=lambda r, v: str(r[0]), value=lambda r, v: r[0], kind="int", hint="rank by speed-up",
+        notebook="rank (0: baseline)"),
+    Col("lever", "lever", "lever", cell=lambda r, v: r[1].lever, value=lambda r, v: r[1].lever, align="left",
+        notebook="lever"),
+    _page("speedup", "speed-up", lambda r: r[1].speedup, "num", "x",
+          hint="tokens/s per GPU at the expected step over the baseline's"),
+    _lever("step_speedup", "step speed-up", "step_speedup", "num", "x", "the baseline's expected step over this one's"),
+    Col("expected", "expected", "expected step", cell=lambda r, v: seconds(r[1].expected_step_s),
+        value=lambda r, v: getattr(r[1], "expected_step_s", None), kind="time",
+        hint="each kernel at its achievable fraction"),
+    Col("step_bound", None, "step bound", cell=lambda r, v: seconds(r[1].predicted_step_s),
+        value=lambda r, v: r[1].predicted_step_s, kind="time", hint="sum of op bounds", notebook="predicted step [s]"),
+    Col("tokens_per_gpu", "tok/s/GPU", "tokens/s per GPU", cell=lambda r, v: si(r[1].tokens_per_s_per_gpu),
+        value=lambda r, v: getattr(r[1], "tokens_per_s_per_gpu", None), kind="num"),
+    Col("notebook_tokens", cell=lambda r, v: si(r[1].tokens_per_s_per_gpu or r[1].tokens_per_s),
+        notebook="tokens/s per GPU"),
+    Col("notebook_speedup", cell=lambda r, v: ratio(r[1].speedup) if r[1].speedup else "-", notebook="speed-up [x]"),
+    _text("gain", "per GPU", _gain),
+    _text("tokens_per_user", "tok/s/user", lambda r, v: si(r[1].tokens_per_s_per_user)),
+    Col("binds", "binds", "binds", cell=lambda r, v: r[1].binding, value=lambda r, v: r[1].binding, align="left",
+        notebook="binds after"),
+    Col("fits", None, "fits", cell=lambda r, v: {True: "yes", False: "no"}.get(r[1].fits, "-"),
+        value=lambda r, v: r[1].fits, kind="bool", align="left", notebook="fits"),
+    Col("memory", "memory", "memory per GPU", cell=lambda r, v: si(r[1].memory_bytes, "B"),
+        value=lambda r, v: getattr(r[1], "memory_bytes", None), kind="si", unit="B"),
+    _text("fits_text", "fits", lambda r, v: _fits(r[1].fits), align="left", when="markdown"),
+    _lever("gpus", "GPUs", "gpus", "int"),
+    _lever("batch", "batch", "batch", "int"),
+    _lever("compute", "compute time", "time_compute_s", "time", hint="compute time bound"),
+    _lever("memory_time", "memory time", "time_memory_s", "time", hint="HBM time bound"),
+    _lever("comm", "communication time", "time_comm_s", "time", hint="interconnect time bound"),
+    _text("assumption_text", "assumption", lambda r, v: lever_assumption(r[1]).replace("|", "/"), align="left",
+          when="markdown"),
+    _lever("assumption", "assumption", "assumption"),
+    _lever("source", "source", "source"),
+    _page("changes", "changes", _changes, hint="what differs from the baseline's workload"),
 )
 
 

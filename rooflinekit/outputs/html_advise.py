@@ -1,11 +1,14 @@
-"""The page's data for an advice report: the baseline, every lever as a bar, the levers skipped."""
+"""The page's data for an advice report: the baseline, every lever as a bar and a row (the columns of
+rooflinekit.outputs.columns.ADVICE), the levers skipped."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from rooflinekit.outputs.columns import ADVICE, View, page_rows
 from rooflinekit.outputs.html_data import TableView, col, item, table
 from rooflinekit.outputs.html_profile import memory_cards
+from rooflinekit.outputs.html_tables import page_columns
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 #: What binds a step after a lever -> its bar's colour.
@@ -32,25 +35,9 @@ def advise_payload(advice: Any) -> dict:
     levers = list(getattr(advice, "levers", []) or [])
     bars = [{"n": lv.lever, "v": lv.speedup, "c": BINDING_COLOURS.get(lv.binding, "#777777"), "k": lv.binding,
              "fits": lv.fits, "tip": _lever_tip(lv)} for lv in levers if lv.speedup]
-    cols = [col("#", "int", hint="rank by speed-up"), col("lever"),
-            col("speed-up", "num", "x", "tokens/s per GPU at the expected step over the baseline's"),
-            col("step speed-up", "num", "x", "the baseline's expected step over this one's"),
-            col("expected step", "time", hint="each kernel at its achievable fraction"),
-            col("step bound", "time", hint="sum of op bounds"), col("tokens/s per GPU", "num"), col("binds"),
-            col("fits", "bool"), col("memory per GPU", "si", "B"), col("GPUs", "int"), col("batch", "int"),
-            col("compute time", "time", hint="compute time bound"), col("memory time", "time", hint="HBM time bound"),
-            col("communication time", "time", hint="interconnect time bound"), col("assumption"), col("source"),
-            col("changes", hint="what differs from the baseline's workload")]
-    rows = []
-    for rank, lv in [(0, base)] + list(enumerate(levers, 1)):
-        changes = ", ".join(f"{k}={v}" for k, v in (getattr(lv, "changes", None) or {}).items())
-        rows.append([rank, lv.lever, lv.speedup, getattr(lv, "step_speedup", None),
-                     getattr(lv, "expected_step_s", None), lv.predicted_step_s,
-                     getattr(lv, "tokens_per_s_per_gpu", None), lv.binding, lv.fits, getattr(lv, "memory_bytes", None), getattr(lv, "gpus", None),
-                     getattr(lv, "batch", None), getattr(lv, "time_compute_s", None),
-                     getattr(lv, "time_memory_s", None), getattr(lv, "time_comm_s", None), lv.assumption,
-                     getattr(lv, "source", None), changes])
-    tables = [table("levers", "Levers, ranked by speed-up", cols, rows, TableView(
+    view = View(advice)
+    rows = page_rows(ADVICE, view, [(0, base), *enumerate(levers, 1)])
+    tables = [table("levers", "Levers, ranked by speed-up", page_columns(ADVICE, view), rows, TableView(
         series="levers", caption="row 0 is the baseline; each lever is priced alone against it"))]
     skipped = list(getattr(advice, "skipped", []) or [])
     if skipped:

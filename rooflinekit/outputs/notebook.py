@@ -5,9 +5,10 @@ number through rooflinekit.core.units) and, for a profile and a sweep, an inline
 (rooflinekit.outputs.roofline_svg). It needs no script and no stylesheet of the page: alignment is
 in each cell's own `style` (a notebook front end that drops the <style> block loses only the
 borders and padding). Every text goes through html.escape. The tables show the largest rows
-(folded layers as in the text report); `to_dataframe()` has every row. The modules, attention and
-sweep points tables are those of rooflinekit.outputs.columns: the text report's columns and cells,
-under the page's longer names (headers wrap before the table overflows the output).
+(folded layers as in the text report); `to_dataframe()` has every row. The modules, attention,
+sweep points and advice tables are those of rooflinekit.outputs.columns: the text report's columns
+and cells under the page's longer names, or the notebook columns a table names itself (the advice's);
+headers wrap before the table overflows the output.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from rooflinekit.core.report import Report
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.units import plain, ratio, seconds, share, si
 from rooflinekit.outputs.columns import (
+    ADVICE,
     ATTENTION,
     MODULES,
     SWEEP_POINTS,
     Col,
     View,
+    notebook_columns,
     notebook_header,
+    notebook_rows,
     num,
-    shown,
-    text_rows,
 )
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
@@ -195,11 +197,12 @@ def totals_table(report: Report) -> str:
 
 
 def column_table(caption: str, cols: Sequence[Col], view: View, rows: Sequence[Any], cls: str) -> str:
-    """A table of rooflinekit.outputs.columns: the text report's columns and cells (right-aligned
-    where the text aligns them right) under their notebook headers, each explained on hover."""
-    kept = shown(cols, view, "text")
+    """A table of rooflinekit.outputs.columns: the notebook's columns and cells (the text report's
+    unless the table names its own; right-aligned where aligned right) under their notebook headers,
+    each explained on hover."""
+    kept = notebook_columns(cols, view)
     heads = [(notebook_header(c, view), c.align == "right") for c in kept]
-    return html_table(caption, heads, text_rows(cols, view, rows), cls, [c.hint or c.legend(view) for c in kept])
+    return html_table(caption, heads, notebook_rows(cols, view, rows), cls, [c.hint or c.legend(view) for c in kept])
 
 
 def modules_table(report: Report) -> str:
@@ -252,14 +255,9 @@ def sweep_html(sweep: SweepReport) -> str:
 
 def advice_html(advice: AdviceReport) -> str:
     """The notebook view of advice: the baseline and every lever, ranked as `rooflinekit advise` ranks them."""
-    cols = [("rank (0: baseline)", True), ("lever", False), ("predicted step [s]", True), ("tokens/s per GPU", True),
-            ("speed-up [x]", True), ("binds after", False), ("fits", False)]
-    levers = [("0", advice.baseline)] + [(str(i), lv) for i, lv in enumerate(advice.levers, 1)]
-    rows = [[rank, lv.lever, seconds(lv.predicted_step_s), si(lv.tokens_per_s_per_gpu or lv.tokens_per_s),
-             ratio(lv.speedup) if lv.speedup else "-", lv.binding, {True: "yes", False: "no"}.get(lv.fits, "-")]
-            for rank, lv in levers]
+    levers = [(0, advice.baseline), *enumerate(advice.levers, 1)]
     skipped = [f"{s.lever}: {s.reason}" for s in advice.skipped]
-    return _wrap(advice_repr(advice)[1:-1], [html_table("Levers", cols, rows, "rk-levers"),
+    return _wrap(advice_repr(advice)[1:-1], [column_table("Levers", ADVICE, View(advice), levers, "rk-levers"),
                                              _notes(skipped + list(advice.notes), list(advice.warnings))])
 
 
