@@ -1,5 +1,5 @@
 """Every table the text report prints, the HTML page and the notebook view show (profile, sweep
-points, advice) has, in order, the headers of its one definition in rooflinekit.outputs.columns:
+points, advice, plan) has, in order, the headers of its one definition in rooflinekit.outputs.columns:
 read back from the rendered text, Markdown, page and notebook HTML."""
 
 from __future__ import annotations
@@ -34,12 +34,16 @@ from rooflinekit.outputs.columns import (
     text_rows,
 )
 from rooflinekit.outputs.html import advise_html, profile_html, sweep_html
+from rooflinekit.outputs.plan_columns import PLAN, front_rows
+from rooflinekit.outputs.plan_text import plan_to_text
+from rooflinekit.outputs.plan_view import plan_to_html
 from rooflinekit.outputs.render import to_text
 from rooflinekit.outputs.report_io import load_report
 from rooflinekit.outputs.sections import attention_groups, module_lines
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, profile_dict
+from tests.test_plan_outputs import small_plan
 
 #: A text report's section title -> its table.
 TITLES = {"Modules": MODULES, "Attention": ATTENTION, "Mixers": ATTENTION, "The ": OPS,
@@ -252,9 +256,30 @@ def test_the_advice_table_has_the_headers_of_its_definition(case):
     assert [row[0] for row in cells] == [str(i) for i in range(len(levers))]
 
 
+@pytest.mark.parametrize("best", [True, False])
+def test_the_plan_table_has_the_headers_of_its_definition(best):
+    """The Pareto front: the text table, the page's sortable table and the notebook's, each with the
+    headers PLAN defines for that view, in order."""
+    plan = small_plan(best=best)
+    view = View(plan)
+    (_, headers), *_ = text_tables(plan_to_text(plan))
+    assert headers == [c.header(view) for c in shown(PLAN, view, "text")]
+    assert headers[:2] == ["configuration", "tok/s/GPU"]
+    table = re.search(r'<table class="rk-table" id="rk-plan-table">.*?</table>', plan_to_html(plan), re.S).group()
+    page = [re.sub(r"<[^>]+>", "", th) for th in re.findall(r"<th .*?</th>", table)]
+    assert page == [c.html for c in shown(PLAN, view, "html")]
+    assert len(re.findall(r"<tr class", table)) == len(plan.pareto)
+    headers, cells = notebook_tables(notebook.plan_html(plan))["rk-front"]
+    assert headers == [notebook_header(c, view) for c in notebook_columns(PLAN, view)]
+    assert headers == ["configuration", "TTFT [s]", "TPOT [s]", "tokens/s per GPU", "tokens/s per user",
+                       "memory per GPU [B]", "meets targets"]
+    front = sorted(front_rows(plan), key=lambda r: -(r[1].tokens_per_s_per_gpu or 0.0))
+    assert cells == notebook_rows(PLAN, view, front[:notebook.TOP])
+
+
 def test_a_header_is_named_once_per_view():
     view = View(None, measured=True, states=True, memory=True, markdown=True)
-    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS, ADVICE):
+    for cols in (MODULES, ATTENTION, OPS, UNCOUNTED, COMM, RANKS, SWEEP_POINTS, ADVICE, PLAN):
         assert len({c.key for c in cols}) == len(cols)
         for where, header, kept in (("text", lambda c: c.header(view), shown(cols, view, "text")),
                                     ("html", lambda c: c.html, shown(cols, view, "html")),

@@ -2,6 +2,8 @@
 (rooflinekit.outputs.sections, sweep_text, advise_view), the HTML page (rooflinekit.outputs.html_tables,
 html_sweep, html_advise) and the notebook view (rooflinekit.outputs.notebook: the text report's
 columns and cells under the page's names, or a table's own notebook columns where it names them).
+The plan's configurations table is defined the same way in rooflinekit.outputs.plan_columns, beside
+the formats of its cells.
 
 A table is one ordered list of `Col`. Each column names its header in the views that show it (the
 text report's short header, the page's longer one), how a view gets its cell from a row, how the
@@ -54,8 +56,9 @@ class Col:
     widths) and `wide_only` lay out the text column. `when` names the view condition that adds it.
     `meaning` is the text legend's word for a header of this table alone (else the glossary's).
     `notebook`: its header in the notebook where a table names its own notebook columns (the advice
-    table); the notebook then shows those columns, `cell` giving each cell. A table without any
-    shows the text report's columns in the notebook, under `notebook_header`.
+    table, the plan's); the notebook then shows those columns, `cell` giving each cell. A table without any
+    shows the text report's columns in the notebook, under `notebook_header`. `page_text`: the
+    page's cell where the page writes its cells itself (the plan's table) beside `value`, its sort key.
     """
 
     key: str
@@ -72,6 +75,7 @@ class Col:
     when: str = ""
     meaning: str = ""
     notebook: str | None = None
+    page_text: Cell | None = None
 
     def header(self, view: View) -> str:
         """The text report's header in `view`."""

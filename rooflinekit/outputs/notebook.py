@@ -6,9 +6,9 @@ number through rooflinekit.core.units) and, for a profile and a sweep, an inline
 in each cell's own `style` (a notebook front end that drops the <style> block loses only the
 borders and padding). Every text goes through html.escape. The tables show the largest rows
 (folded layers as in the text report); `to_dataframe()` has every row. The modules, attention,
-sweep points and advice tables are those of rooflinekit.outputs.columns: the text report's columns
-and cells under the page's longer names, or the notebook columns a table names itself (the advice's);
-headers wrap before the table overflows the output.
+sweep points, advice and plan tables are those of rooflinekit.outputs.columns (the plan's in
+plan_columns): the text report's columns and cells under the page's longer names, or the notebook
+columns a table names itself (the advice's, the plan's); headers wrap before the table overflows.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from rooflinekit.outputs.columns import (
     notebook_columns,
     notebook_header,
     notebook_rows,
-    num,
 )
+from rooflinekit.outputs.plan_columns import PLAN
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
 from rooflinekit.outputs.sections import attention_groups, has_states, module_lines
@@ -280,12 +280,8 @@ def _rate(value: float | None) -> str:
 
 def plan_html(plan: PlanResult) -> str:
     """The notebook view of a plan: the best configuration and the Pareto front as tables."""
-    cols = [("configuration", False), ("TTFT [s]", True), ("TPOT [s]", True), ("tokens/s per GPU", True),
-            ("tokens/s per user", True), ("memory per GPU [B]", True), ("meets targets", False)]
     front = sorted(plan.pareto, key=lambda i: -(plan.configs[i].tokens_per_s_per_gpu or 0.0))
-    rows = [[("* " if i == plan.best else "") + c.label(), seconds(c.ttft_s), seconds(c.tpot_s),
-             _rate(c.tokens_per_s_per_gpu), _rate(c.tokens_per_s_per_user), num(c.memory_per_gpu_bytes, "B"),
-             "yes" if c.meets_slo else (c.reject_reason or "no")] for i, c in ((i, plan.configs[i]) for i in front)]
+    rows = [(i, plan.configs[i]) for i in front]
     parts = []
     best = plan.best_config
     if best is not None:
@@ -293,7 +289,7 @@ def plan_html(plan: PlanResult) -> str:
                                 [list(f) for f in figures(best)], "rk-best"))
     elif plan.closest_miss:
         parts.append(f'<p style="margin:2px 0">closest: {_e(plan.closest_miss)}</p>')
-    parts.append(html_table("Pareto front (tokens/s per GPU against per user; * the best)", cols, rows[:TOP],
-                            "rk-front"))
+    parts.append(column_table("Pareto front (tokens/s per GPU against per user; * the best)", PLAN, View(plan),
+                              rows[:TOP], "rk-front"))
     parts.append(_more(len(rows) - TOP, "configurations on the front", "plan.to_dataframe()"))
     return _wrap(plan_repr(plan)[1:-1], parts + [_notes(list(plan.notes), list(plan.warnings))])

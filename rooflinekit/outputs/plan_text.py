@@ -10,19 +10,11 @@ from collections import Counter
 from tabulate import tabulate
 
 from rooflinekit.core.plan import PlanConfig, PlanResult
+from rooflinekit.outputs.columns import View, shown, text_rows
+from rooflinekit.outputs.plan_columns import PLAN, _gb, _ms, _short, front_rows
 from rooflinekit.outputs.plan_view import targets_words
 
 WIDTH = 100
-
-
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
-
-
-def _gb(nbytes: float | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
 
 
 def _captures(result) -> str:
@@ -52,27 +44,6 @@ def _range(low: float | None, high: float | None) -> str:
 
 def _wrapped(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2))
-
-
-def _short(tp: int, ep: int) -> str:
-    """'TP8', 'TP8 EP8', 'DEP32' (data-parallel attention, experts over EP 32)."""
-    if tp == 1 and ep > 1:
-        return f"DEP{ep}"
-    return f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
-
-
-def short_label(c: PlanConfig) -> str:
-    """A configuration in a table cell: 'agg TP8 x1 fp8/fp8 B32 c512' (weights/KV formats)."""
-    if c.mode == "disaggregated" and c.prefill and c.decode:
-        head = f"dis {c.pool_ratio} P:{_short(c.prefill.tp, c.prefill.ep)} D:{_short(c.decode.tp, c.decode.ep)}"
-    else:
-        head = f"agg {_short(c.tp, c.ep)} x{c.replicas}"
-    if c.pp > 1:
-        head += f" PP{c.pp}"
-    tail = f" {c.weight_dtype}/{c.kv_dtype} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
-    if c.speculative:
-        tail += f" {c.speculative.draft} k{c.speculative.k}"
-    return head + tail
 
 
 def commands_lines(commands: dict[str, list[str]], indent: str = "  ") -> list[str]:
@@ -139,13 +110,10 @@ def plan_to_text(result: PlanResult) -> str:
     else:
         lines.append("best: none: no configuration fits in memory")
     lines += ["", "Pareto front: tokens/s per GPU against tokens/s per user (* meets the targets)"]
-    rows = []
-    for i in result.pareto:
-        c = result.configs[i]
-        rows.append([("* " if c.meets_slo else "  ") + short_label(c), f"{c.tokens_per_s_per_gpu:,.0f}",
-                     f"{c.tokens_per_s_per_user:,.1f}", _ms(c.ttft_s), _ms(c.tpot_s), _gb(c.memory_per_gpu_bytes)])
-    lines.append(tabulate(rows, headers=["configuration", "tok/s/GPU", "tok/s/user", "TTFT", "TPOT", "mem/GPU"],
-                          tablefmt="simple", disable_numparse=True))
+    view = View(result)
+    lines.append(tabulate(text_rows(PLAN, view, front_rows(result)),
+                          headers=[c.header(view) for c in shown(PLAN, view, "text")], tablefmt="simple",
+                          disable_numparse=True))
     reasons = Counter((c.reject_reason or "").split(":")[0] + (
         (": " + c.reject_reason.split(":")[1].split()[0]) if c.reject_reason and c.reject_reason.startswith("target")
         else "") for c in result.configs if c.reject_reason)

@@ -20,7 +20,9 @@ from html import escape
 from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative
 from rooflinekit.core.units import plain, seconds
 from rooflinekit.core.version import __version__
+from rooflinekit.outputs.columns import View, shown
 from rooflinekit.outputs.html import ASSETS, CSP, embed
+from rooflinekit.outputs.plan_columns import PLAN, _rate, front_rows
 from rooflinekit.outputs.plan_io import as_plan
 
 #: Colours of the two serving modes (the PNG uses the same).
@@ -73,12 +75,6 @@ def plan_to_csv(result: PlanResult | dict) -> str:
 
 def _e(text: object) -> str:
     return escape(str(text), quote=True)
-
-
-def _rate(value: float | None) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:,.0f}" if value >= 100 else plain(value, 3)
 
 
 def _gb(nbytes: float | None) -> str:
@@ -319,29 +315,6 @@ def _chart_section(plan: PlanResult) -> str:
 
 # -- the Pareto front's table ----------------------------------------------------------------------------------
 
-def _columns() -> list[tuple]:
-    """The table's columns: (header, kind, a configuration's raw value, its text); "num" sorts as a number."""
-
-    def ms(v):
-        return None if v is None else v * 1e3
-
-    return [
-        ("configuration", "text", lambda c: c.label(), lambda c: c.label()),
-        ("GPUs", "num", lambda c: c.gpus, lambda c: str(c.gpus)),
-        ("per GPU (tok/s)", "num", lambda c: c.tokens_per_s_per_gpu, lambda c: _rate(c.tokens_per_s_per_gpu)),
-        ("per user (tok/s)", "num", lambda c: c.tokens_per_s_per_user,
-         lambda c: _rate(c.tokens_per_s_per_user)),
-        ("TTFT (ms)", "num", lambda c: ms(c.ttft_s), lambda c: "-" if c.ttft_s is None else plain(c.ttft_s * 1e3, 3)),
-        ("TPOT (ms)", "num", lambda c: ms(c.tpot_s), lambda c: "-" if c.tpot_s is None else plain(c.tpot_s * 1e3, 3)),
-        ("e2e (s)", "num", lambda c: c.e2e_s, lambda c: "-" if c.e2e_s is None else plain(c.e2e_s, 3)),
-        ("memory/GPU (GB)", "num", lambda c: c.memory_per_gpu_bytes,
-         lambda c: "-" if c.memory_per_gpu_bytes is None else f"{c.memory_per_gpu_bytes / 1e9:.1f}"),
-        ("binds", "text", lambda c: c.binding or "", lambda c: c.binding or "-"),
-        ("meets targets", "text", lambda c: "yes" if c.meets_slo else "no",
-         lambda c: "yes" if c.meets_slo else "no"),
-    ]
-
-
 def _sort_value(value) -> str:
     if isinstance(value, float):
         return repr(value) if math.isfinite(value) else ""
@@ -351,14 +324,15 @@ def _sort_value(value) -> str:
 def pareto_table(plan: PlanResult) -> str:
     """The Pareto front as a sortable table (one row per configuration on the front, by tokens/s
     per GPU descending; each cell carries its raw value for the script's sort)."""
-    cols = _columns()
+    view = View(plan)
+    cols = [(c, "text" if c.kind == "text" else "num") for c in shown(PLAN, view, "html")]
     head = "".join(f'<th class="{"rk-num" if kind == "num" else ""}" data-kind="{kind}"><button type="button">'
-                   f'{_e(name)}<span class="rk-arrow"></span></button></th>' for name, kind, _, _ in cols)
+                   f'{_e(c.html)}<span class="rk-arrow"></span></button></th>' for c, kind in cols)
     rows = []
-    for i in plan.pareto:
-        c = plan.configs[i]
-        cells = "".join(f'<td class="{"rk-num" if kind == "num" else ""}" data-v="{_e(_sort_value(value(c)))}">'
-                        f"{_e(text(c))}</td>" for _, kind, value, text in cols)
+    for r in front_rows(plan):
+        i = r[0]
+        cells = "".join(f'<td class="{"rk-num" if kind == "num" else ""}" data-v="{_e(_sort_value(c.value(r, view)))}">'
+                        f"{_e(c.page_text(r, view))}</td>" for c, kind in cols)
         best = " rk-plan-best-row" if i == plan.best else ""
         rows.append(f'<tr class="rk-clickable{best}" data-i="{i}">{cells}</tr>')
     return (f'<section class="rk-table-section"><h2>Pareto front</h2>\n<p class="rk-caption">{len(rows)} '
