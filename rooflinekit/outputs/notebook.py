@@ -34,7 +34,7 @@ from rooflinekit.outputs.columns import (
     notebook_header,
     notebook_rows,
 )
-from rooflinekit.outputs.plan_columns import PLAN
+from rooflinekit.outputs.plan_columns import PLAN, rate_cell
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
 from rooflinekit.outputs.sections import attention_groups, has_states, module_lines
@@ -268,14 +268,10 @@ def plan_repr(plan: PlanResult) -> str:
     """`<PlanResult llama_gqa on 2 x H800: ISL 512, OSL 128, TPOT <= 2 ms: best agg TP 1 x2, ...>`."""
     best = plan.best_config
     name = plan.model.get("name") or plan.model.get("path") or "?"
-    tail = (f"best {best.label()}: {_rate(best.tokens_per_s_per_gpu)} tokens/s per GPU" if best is not None
+    tail = (f"best {best.label()}: {rate_cell(best.tokens_per_s_per_gpu)} tokens/s per GPU" if best is not None
             else "no configuration meets the targets")
     return (f"<PlanResult {name} on {plan.gpus} x {plan.hardware}, {targets_words(plan)}: {tail}; "
             f"{len(plan.configs)} configurations, {len(plan.pareto)} on the Pareto front>")
-
-
-def _rate(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else (f"{value:,.0f}" if value >= 100 else plain(value, 3))
 
 
 def plan_html(plan: PlanResult) -> str:

@@ -11,23 +11,23 @@ from rooflinekit.core.units import plain, seconds
 from rooflinekit.outputs.columns import Col, num
 
 
-def _ms(seconds: float | None) -> str:
+def ms_cell(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def _gb(nbytes: float | None) -> str:
+def gb_cell(nbytes: float | None) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
 
 
-def _rate(value: float | None) -> str:
+def rate_cell(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "-"
     return f"{value:,.0f}" if value >= 100 else plain(value, 3)
 
 
-def _short(tp: int, ep: int) -> str:
+def short_layout(tp: int, ep: int) -> str:
     """'TP8', 'TP8 EP8', 'DEP32' (data-parallel attention, experts over EP 32)."""
     if tp == 1 and ep > 1:
         return f"DEP{ep}"
@@ -37,9 +37,9 @@ def _short(tp: int, ep: int) -> str:
 def short_label(c: PlanConfig) -> str:
     """A configuration in a table cell: 'agg TP8 x1 fp8/fp8 B32 c512' (weights/KV formats)."""
     if c.mode == "disaggregated" and c.prefill and c.decode:
-        head = f"dis {c.pool_ratio} P:{_short(c.prefill.tp, c.prefill.ep)} D:{_short(c.decode.tp, c.decode.ep)}"
+        head = f"dis {c.pool_ratio} P:{short_layout(c.prefill.tp, c.prefill.ep)} D:{short_layout(c.decode.tp, c.decode.ep)}"
     else:
-        head = f"agg {_short(c.tp, c.ep)} x{c.replicas}"
+        head = f"agg {short_layout(c.tp, c.ep)} x{c.replicas}"
     if c.pp > 1:
         head += f" PP{c.pp}"
     tail = f" {c.weight_dtype}/{c.kv_dtype} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
@@ -89,13 +89,13 @@ PLAN: tuple[Col, ...] = (
         cell=lambda r, v: ("* " if r[1].meets_slo else "  ") + short_label(r[1]),
         value=lambda r, v: r[1].label(), page_text=lambda r, v: r[1].label()),
     _config("gpus", None, "GPUs", "gpus", value=_same, page=str, kind="int"),
-    _config("per_gpu", "tok/s/GPU", "per GPU (tok/s)", "tokens_per_s_per_gpu", lambda x: f"{x:,.0f}", _same, _rate),
+    _config("per_gpu", "tok/s/GPU", "per GPU (tok/s)", "tokens_per_s_per_gpu", lambda x: f"{x:,.0f}", _same, rate_cell),
     _config("per_user", "tok/s/user", "per user (tok/s)", "tokens_per_s_per_user", lambda x: f"{x:,.1f}", _same,
-            _rate),
-    _config("ttft", "TTFT", "TTFT (ms)", "ttft_s", _ms, _in_ms, _plain_ms),
-    _config("tpot", "TPOT", "TPOT (ms)", "tpot_s", _ms, _in_ms, _plain_ms),
+            rate_cell),
+    _config("ttft", "TTFT", "TTFT (ms)", "ttft_s", ms_cell, _in_ms, _plain_ms),
+    _config("tpot", "TPOT", "TPOT (ms)", "tpot_s", ms_cell, _in_ms, _plain_ms),
     _config("e2e", None, "e2e (s)", "e2e_s", value=_same, page=lambda x: "-" if x is None else plain(x, 3)),
-    _config("memory", "mem/GPU", "memory/GPU (GB)", "memory_per_gpu_bytes", _gb, _same, _page_gb),
+    _config("memory", "mem/GPU", "memory/GPU (GB)", "memory_per_gpu_bytes", gb_cell, _same, _page_gb),
     _config("binds", None, "binds", "binding", value=lambda x: x or "", page=lambda x: x or "-", kind="text",
             align="left"),
     Col("meets", None, "meets targets", value=lambda r, v: _yes(r[1]), page_text=lambda r, v: _yes(r[1]),
@@ -104,8 +104,8 @@ PLAN: tuple[Col, ...] = (
         lambda r, v: ("* " if r[0] == v.report.best else "") + r[1].label(), align="left"),
     _nb("notebook_ttft", "TTFT [s]", lambda r, v: seconds(r[1].ttft_s)),
     _nb("notebook_tpot", "TPOT [s]", lambda r, v: seconds(r[1].tpot_s)),
-    _nb("notebook_per_gpu", "tokens/s per GPU", lambda r, v: _rate(r[1].tokens_per_s_per_gpu)),
-    _nb("notebook_per_user", "tokens/s per user", lambda r, v: _rate(r[1].tokens_per_s_per_user)),
+    _nb("notebook_per_gpu", "tokens/s per GPU", lambda r, v: rate_cell(r[1].tokens_per_s_per_gpu)),
+    _nb("notebook_per_user", "tokens/s per user", lambda r, v: rate_cell(r[1].tokens_per_s_per_user)),
     _nb("notebook_memory", "memory per GPU [B]", lambda r, v: num(r[1].memory_per_gpu_bytes, "B")),
     _nb("notebook_meets", "meets targets", lambda r, v: "yes" if r[1].meets_slo else (r[1].reject_reason or "no"),
         align="left"),

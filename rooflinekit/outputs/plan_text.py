@@ -11,7 +11,7 @@ from tabulate import tabulate
 
 from rooflinekit.core.plan import PlanConfig, PlanResult
 from rooflinekit.outputs.columns import View, shown, text_rows
-from rooflinekit.outputs.plan_columns import PLAN, _gb, _ms, _short, front_rows
+from rooflinekit.outputs.plan_columns import PLAN, front_rows, gb_cell, ms_cell, short_layout
 from rooflinekit.outputs.plan_view import targets_words
 
 WIDTH = 100
@@ -25,21 +25,21 @@ def _captures(result) -> str:
 
 def config_line(c: PlanConfig) -> str:
     """One configuration's figures on one line."""
-    load = (f" at {c.rate_per_s:.3g} requests/s (p90, {_ms(c.ttft_wait_s)} queued)"
+    load = (f" at {c.rate_per_s:.3g} requests/s (p90, {ms_cell(c.ttft_wait_s)} queued)"
             if c.rate_per_s is not None and c.ttft_wait_s is not None else "")
-    tpot = [f"p10-p90 {_ms(c.tpot_p10_s)} to {_ms(c.tpot_p90_s)}"] if c.tpot_p10_s is not None else []
-    tpot.append(f"bound {_ms(c.tpot_bound_s)}")
+    tpot = [f"p10-p90 {ms_cell(c.tpot_p10_s)} to {ms_cell(c.tpot_p90_s)}"] if c.tpot_p10_s is not None else []
+    tpot.append(f"bound {ms_cell(c.tpot_bound_s)}")
     if getattr(c, "engine_host_s", None) is not None:
-        tpot.append(f"engine host {_ms(c.engine_host_s)} a step")
-    return (f"TTFT {_ms(c.ttft_s)}{_range(c.ttft_p10_s, c.ttft_p90_s)}{load}, TPOT {_ms(c.tpot_s)} "
-            f"({'; '.join(tpot)}), e2e {_ms(c.e2e_s)}, "
+        tpot.append(f"engine host {ms_cell(c.engine_host_s)} a step")
+    return (f"TTFT {ms_cell(c.ttft_s)}{_range(c.ttft_p10_s, c.ttft_p90_s)}{load}, TPOT {ms_cell(c.tpot_s)} "
+            f"({'; '.join(tpot)}), e2e {ms_cell(c.e2e_s)}, "
             f"{c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, {c.tokens_per_s_per_user:,.1f} tok/s/user, "
-            f"{_gb(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
+            f"{gb_cell(c.memory_per_gpu_bytes)}/GPU, binds: {c.binding}")
 
 
 def _range(low: float | None, high: float | None) -> str:
     """' (p10-p90 1.2 s to 1.9 s)', '' without a range."""
-    return "" if low is None or high is None else f" (p10-p90 {_ms(low)} to {_ms(high)})"
+    return "" if low is None or high is None else f" (p10-p90 {ms_cell(low)} to {ms_cell(high)})"
 
 
 def _wrapped(text: str, indent: str = "  ") -> list[str]:
@@ -97,9 +97,9 @@ def plan_to_text(result: PlanResult) -> str:
             p, d = best.prefill, best.decode
             each = (f"{d.batch} sequences per GPU ({d.batch * d.ep} per instance)" if d.tp == 1 and d.ep > 1
                     else f"{d.batch} sequences each")
-            lines += _wrapped(f"prefill pool: {p.instances} x {_short(p.tp, p.ep)}, one prompt per "
-                              f"{'GPU and ' if p.tp == 1 and p.ep > 1 else ''}step of {_ms(p.step_s)}; decode pool: "
-                              f"{d.instances} x {_short(d.tp, d.ep)}{f' PP{d.pp}' if d.pp > 1 else ''}, {each}; "
+            lines += _wrapped(f"prefill pool: {p.instances} x {short_layout(p.tp, p.ep)}, one prompt per "
+                              f"{'GPU and ' if p.tp == 1 and p.ep > 1 else ''}step of {ms_cell(p.step_s)}; decode pool: "
+                              f"{d.instances} x {short_layout(d.tp, d.ep)}{f' PP{d.pp}' if d.pp > 1 else ''}, {each}; "
                               f"GPUs {best.pool_ratio} (prefill:decode)"
                               + (f", {best.gpus_idle} of the {result.gpus} idle" if best.gpus_idle else ""))
         lines += commands_lines(result.commands)

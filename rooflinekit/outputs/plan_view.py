@@ -22,7 +22,7 @@ from rooflinekit.core.units import plain, seconds
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.columns import View, shown
 from rooflinekit.outputs.html import ASSETS, CSP, embed
-from rooflinekit.outputs.plan_columns import PLAN, _rate, front_rows
+from rooflinekit.outputs.plan_columns import PLAN, front_rows, gb_cell, rate_cell
 from rooflinekit.outputs.plan_io import as_plan
 
 #: Colours of the two serving modes (the PNG uses the same).
@@ -77,10 +77,6 @@ def _e(text: object) -> str:
     return escape(str(text), quote=True)
 
 
-def _gb(nbytes: float | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / 1e9:.1f} GB"
-
-
 def targets_words(plan: PlanResult) -> str:
     """The request and its targets in words: 'ISL 4096, OSL 1024, TPOT <= 20 ms'."""
     t = plan.targets
@@ -101,8 +97,8 @@ def figures(c: PlanConfig) -> list[tuple[str, str]]:
     out = [("TTFT", seconds(c.ttft_s)), ("TPOT", seconds(c.tpot_s)),
            *([("TPOT p10-p90", f"{seconds(c.tpot_p10_s)} to {seconds(c.tpot_p90_s)}")] if c.tpot_p90_s else []),
            ("end to end", seconds(c.e2e_s)),
-           ("tokens/s per GPU", _rate(c.tokens_per_s_per_gpu)), ("tokens/s per user", _rate(c.tokens_per_s_per_user)),
-           ("memory per GPU", f"{_gb(c.memory_per_gpu_bytes)} of {_gb(c.usable_bytes)}"),
+           ("tokens/s per GPU", rate_cell(c.tokens_per_s_per_gpu)), ("tokens/s per user", rate_cell(c.tokens_per_s_per_user)),
+           ("memory per GPU", f"{gb_cell(c.memory_per_gpu_bytes)} of {gb_cell(c.usable_bytes)}"),
            ("binds", c.binding or "-"), ("GPUs", str(c.gpus))]
     if c.mode == "disaggregated" and c.prefill is not None and c.decode is not None:
         out.append(("pools (prefill:decode GPUs)", c.pool_ratio or "-"))
@@ -219,8 +215,8 @@ def _axes(frame: Frame, xt: list[float], yt: list[float]) -> str:
     out += [f'<line x1="{frame.x(v)}" y1="{top}" x2="{frame.x(v)}" y2="{bottom}"/>' for v in xt]
     out += [f'<line x1="{left}" y1="{frame.y(v)}" x2="{right}" y2="{frame.y(v)}"/>' for v in yt]
     out.append('</g><g class="rk-axes">')
-    out += [f'<text x="{frame.x(v)}" y="{bottom + 16}" text-anchor="middle">{_rate(v)}</text>' for v in xt]
-    out += [f'<text x="{left - 6}" y="{frame.y(v) + 4}" text-anchor="end">{_rate(v)}</text>' for v in yt]
+    out += [f'<text x="{frame.x(v)}" y="{bottom + 16}" text-anchor="middle">{rate_cell(v)}</text>' for v in xt]
+    out += [f'<text x="{left - 6}" y="{frame.y(v) + 4}" text-anchor="end">{rate_cell(v)}</text>' for v in yt]
     out.append(f'<text class="rk-axis-title" x="{(left + right) / 2}" y="{HEIGHT - 12}" text-anchor="middle">'
                'tokens/s per user (1 / TPOT)</text>')
     out.append(f'<text class="rk-axis-title" transform="translate(16 {(top + bottom) / 2}) rotate(-90)" '
@@ -238,7 +234,7 @@ def _target_line(plan: PlanResult, frame: Frame) -> str:
     anchor, dx = ("end", -5) if right_half else ("start", 5)
     return (f'<line class="rk-plan-target" x1="{x}" y1="{top}" x2="{x}" y2="{bottom}"/>'
             f'<text class="rk-label" x="{x + dx}" y="{top + 14}" text-anchor="{anchor}">TPOT target '
-            f'{_e(seconds(plan.targets.tpot_s))} ({_rate(rate)} tokens/s per user)</text>')
+            f'{_e(seconds(plan.targets.tpot_s))} ({rate_cell(rate)} tokens/s per user)</text>')
 
 
 def _points(plan: PlanResult, frame: Frame, indices: list[int]) -> str:
