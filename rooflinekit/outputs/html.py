@@ -19,24 +19,12 @@ from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.html_advise import advise_payload
 from rooflinekit.outputs.html_compare import compare_payload
-from rooflinekit.outputs.html_data import (
-    PLAIN_TABLE,
-    SeriesView,
-    TableView,
-    clean,
-    col,
-    item,
-    point,
-    roof,
-    series,
-    table,
-)
+from rooflinekit.outputs.html_data import clean
 from rooflinekit.outputs.html_profile import profile_payload
 from rooflinekit.outputs.html_sweep import sweep_payload
 
-#: The page's builders and data helpers, for the pages made elsewhere (rooflinekit.trace.views).
-__all__ = ["ASSETS", "CSP", "PLAIN_TABLE", "SeriesView", "TableView", "advise_html", "col", "compare_html", "embed",
-           "item", "page", "point", "profile_html", "roof", "series", "sweep_html", "table"]
+#: The page and its entry points (the data helpers are rooflinekit.outputs.html_data's).
+__all__ = ["ASSETS", "CSP", "advise_html", "compare_html", "embed", "page", "profile_html", "sweep_html"]
 
 ASSETS = Path(__file__).resolve().parent / "html_assets"
 

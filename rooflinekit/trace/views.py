@@ -11,13 +11,13 @@ from pathlib import Path
 from rooflinekit.core.units import seconds, share, si
 from rooflinekit.core.views import register_views
 from rooflinekit.outputs.chart_data import Chart, Series
-from rooflinekit.outputs.html import (
+from rooflinekit.outputs.html import page
+from rooflinekit.outputs.html_data import (
     PLAIN_TABLE,
     SeriesView,
     TableView,
     col,
     item,
-    page,
     point,
     roof,
     series,
