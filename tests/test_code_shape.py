@@ -115,3 +115,13 @@ def test_the_counts_are_as_stated(tmp_path):
     f, g = _functions(tmp_path / "m.py")
     assert lines(f) == 80 and params(f) == 5
     assert lines(g) == 2 and params(g) == 9
+
+
+def test_a_setting_is_named_in_few_files():
+    """A deployment setting is declared once (rooflinekit/core/settings.py) and read through the
+    Deployment's methods: `kv_dtype` is written in the table, the Deployment and the one output that
+    formats it as each engine's flag, and nowhere else under rooflinekit/ or plugins/."""
+    named = sorted(str(p.relative_to(ROOT)) for d in ("rooflinekit", "plugins") for p in (ROOT / d).rglob("*.py")
+                   if "kv_dtype" in p.read_text())
+    assert named == ["rooflinekit/core/request.py", "rooflinekit/core/settings.py",
+                     "rooflinekit/outputs/engine_flags.py"]

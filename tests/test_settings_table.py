@@ -93,3 +93,51 @@ def test_the_request_surfaces_name_no_setting():
                   or p.name.startswith("html")]]
     named = [path for path in surfaces if "kv_dtype" in (root / path).read_text()]
     assert named == [], named
+
+
+ADD_A_SEARCHED_SETTING = textwrap.dedent("""
+    import json, sys
+    from rooflinekit.core import settings
+    from rooflinekit.core.settings import Choice, Searched, Setting
+
+    settings.SETTINGS = settings.SETTINGS + (
+        Setting("attention_backend", "str | None", None, Choice(("flash", "paged"), optional=True),
+                help="The attention kernels.",
+                searched=Searched(("flash", "paged"), "{v} attention", "Attention kernels to try.")),)
+
+    from click.testing import CliRunner
+    from rooflinekit.analyses.plan import run_plan
+    from rooflinekit.analyses.plan_options import PlanOptions
+    from rooflinekit.cli.main import cli
+    from rooflinekit.core.plan import Targets
+    from rooflinekit.core.plugins import get_host
+    from rooflinekit.stages.model_source import load_source
+
+    out = {}
+    out["help"] = CliRunner().invoke(cli, ["plan", "--help"], terminal_width=200).output
+    bad = CliRunner().invoke(cli, ["plan", sys.argv[1], "--attention-backends", "flash,tiled"])
+    out["cli_error"] = (bad.exit_code, bad.output.strip().splitlines()[-1])
+    out["default"] = list(PlanOptions().attention_backends)
+    host = get_host()
+    options = PlanOptions(gpus=1, tps=(1,), pps=(1,), max_batch=2, modes=("aggregated",), check=False,
+                          weight_dtypes=("bf16",), kv_dtypes=("bf16",), attention_backends=("paged",))
+    result = run_plan(load_source(sys.argv[1], {}, host), Targets(64, 8), options, host=host)
+    out["priced"] = sorted({c.attention_backend for c in result.configs})
+    out["label"] = result.configs[0].label()
+    print(json.dumps(out))
+""")
+
+
+def test_a_searched_entry_reaches_the_plan():
+    """A setting declared with `searched` gets plan's `--<name>s` option and its check, a PlanOptions
+    field of the values to try, and a field and words in every priced configuration."""
+    run = subprocess.run([sys.executable, "-c", ADD_A_SEARCHED_SETTING, str(EXAMPLES / "tp_mlp.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert "--attention-backends" in got["help"] and "Attention kernels to try." in got["help"]
+    assert got["cli_error"] == [2, "rooflinekit: error: --attention-backends 'flash,tiled': choose from flash, "
+                                   "paged (comma-separated)"]
+    assert got["default"] == ["flash", "paged"]
+    assert got["priced"] == ["paged"]
+    assert ", bf16 W, bf16 KV, paged attention, B " in got["label"]

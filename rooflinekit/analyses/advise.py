@@ -178,7 +178,7 @@ def kv_lever(w: Workload, d: Deployment, report: Report) -> Candidate:
     now = d.kv_format(w.dtype_key)
     if KV_BYTES.get(now, 2) <= KV_BYTES["fp8"]:
         return Candidate(name, skip=f"the KV cache is already stored in {now}")
-    return Candidate(name, deployment=replace(d, kv_dtype="fp8"),
+    return Candidate(name, deployment=d.with_kv_format("fp8"),
                      assumption="KV cache stored in fp8 (per-tensor scales, not counted): every cache read "
                                 "and write at 1 byte per element")
 

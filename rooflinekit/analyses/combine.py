@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from rooflinekit.core.advice_report import CombineSearch, LeverResult
 from rooflinekit.core.errors import RooflineError
 from rooflinekit.core.report import Report
-from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.core.request import Deployment, Workload, deployment_settings
 from rooflinekit.stages.request_checks import MAX_BATCH
 
 #: At most this many combinations are priced unless --max-combinations says otherwise.
@@ -68,13 +68,10 @@ def move_of(name: str, changes: dict, cand, result: LeverResult) -> Move | None:
     if cand.source != "rooflinekit":
         dep = {k: v for k, v in changes.items() if k in DEPLOYMENT_FIELDS}
         return Move("plugin", name, dep, cand.workload, cand.transform, cand.rebuild, result)
-    if "tp" in changes:
-        return Move("tp", name, {k: changes[k] for k in ("tp", "ep") if k in changes}, result=result)
-    if "weight_dtype" in changes:
-        return Move("weights", name, {"weight_dtype": changes["weight_dtype"],
-                                      "weight_group_size": cand.deployment.weight_group_size}, result=result)
-    if "kv_dtype" in changes:
-        return Move("kv", name, {"kv_dtype": changes["kv_dtype"]}, result=result)
+    for axis in AXES[:-1]:  # the settings of each axis, as their declarations name it (Setting.axis)
+        names = [s.name for s in deployment_settings() if s.axis == axis]
+        if any(n in changes for n in names):
+            return Move(axis, name, {n: getattr(cand.deployment, n) for n in names}, result=result)
     return None
 
 

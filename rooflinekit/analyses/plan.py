@@ -49,6 +49,7 @@ from rooflinekit.core.plan import (
 )
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import ModelSource
+from rooflinekit.core.settings import searched_of
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.fitting import FitError
@@ -104,9 +105,9 @@ def _candidates(planner: Planner, variants: list[Variant]) -> Iterator[PlanConfi
             if not allowed(dv, o.decode_layouts):
                 continue
             g = max(dv.deployment.tp, dv.deployment.ep)
-            formats = (dv.format, dv.deployment.kv_dtype)
+            formats = (dv.format, searched_of(dv.deployment))
             for pv in variants:
-                if pv.verify is not None or (pv.format, pv.deployment.kv_dtype) != formats \
+                if pv.verify is not None or (pv.format, searched_of(pv.deployment)) != formats \
                         or not allowed(pv, o.prefill_layouts):
                     continue
                 for pp in _pps(o, g, layers):

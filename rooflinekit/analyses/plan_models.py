@@ -3,6 +3,7 @@ models and memory per GPU built once (Variant), and the hardware figures candida
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -21,6 +22,7 @@ from rooflinekit.core.errors import UserError
 from rooflinekit.core.plan import WEIGHT_FORMATS, PlanConfig, Targets
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import OVERLAPS, Deployment, ModelSource, Workload
+from rooflinekit.core.settings import searched_of, searched_settings
 from rooflinekit.stages.collectives import link_bandwidth
 from rooflinekit.stages.engine import engine_cost
 from rooflinekit.stages.expected import with_efficiency
@@ -188,7 +190,7 @@ class DeploymentModels:
         (FitError when the two cannot be compared)."""
         deployment = self.deployment(config.decode.tp if config.decode else config.tp,
                                      config.decode.ep if config.decode else config.ep,
-                                     WEIGHT_FORMATS[config.weight_dtype][0], config.kv_dtype)
+                                     WEIGHT_FORMATS[config.weight_dtype][0], **searched_of(config))
         v = self.variant(deployment, config.dtype)
         shape = self._shapes(v.decode.batches is None)[0]
         batch = 3 if v.decode.batches is None else v.decode.batches[-1]
@@ -264,20 +266,24 @@ class DeploymentModels:
     def deployments(self) -> Iterator[tuple[Deployment, str, str]]:
         """(deployment, activation dtype, format name) of every layout and format searched."""
         o = self.options
+        searched = searched_settings()
+        grid = [dict(zip([s.name for s in searched], values, strict=True))
+                for values in itertools.product(*(getattr(o, s.plural) for s in searched))]
         for tp, ep in self.layouts():
             for name in o.weight_dtypes:
                 w, act = WEIGHT_FORMATS[name]
-                for kv in o.kv_dtypes:
-                    yield self.deployment(tp, ep, w, kv), act or self.fitter.base.dtype, name
+                for values in grid:
+                    yield self.deployment(tp, ep, w, **values), act or self.fitter.base.dtype, name
 
-    def deployment(self, tp: int, ep: int, weight_dtype: str | None, kv_dtype: str | None) -> Deployment:
-        """The searched deployment of a layout and formats: an EP that does not divide the experts
-        holds redundant copies up to whole slots per GPU; EP layouts take --ep-imbalance."""
+    def deployment(self, tp: int, ep: int, weight_dtype: str | None, **searched: str) -> Deployment:
+        """The searched deployment of a layout, weight format and the other searched settings' values
+        (the KV cache format): an EP that does not divide the experts holds redundant copies up to
+        whole slots per GPU; EP layouts take --ep-imbalance."""
         o, experts = self.options, self.routed_experts()
         # the engine's host time is added by the planner's compositions (host_s), not the step models:
         # the deployment carries the efficiency source, not the engine; two-batch overlap hides an
         # expert-parallel all-to-all, so only EP layouts take it (as SGLang's and vLLM's engines)
-        return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        return Deployment(hardware=self.hw.name, tp=tp, ep=ep, weight_dtype=weight_dtype, **searched,
                           efficiency=o.efficiency, overlap=o.overlap if ep > 1 else "none",
                           kernels=o.kernels, memory_fraction=o.memory_fraction,
                           redundant_experts=-experts % ep if experts and ep > 1 else 0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rooflinekit.core.request import ModelSource
+from rooflinekit.core.settings import with_searched
 from rooflinekit.stages.speculative import DEFAULT_ACCEPT
 
 #: Chunked-prefill budgets (prompt tokens per step) the search tries for aggregated serving.
@@ -20,6 +21,7 @@ CHECK_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
+@with_searched(after="weight_dtypes", tried=True)  # then the values of each searched setting: the KV formats
 class PlanOptions:
     """The search space and the assumptions it is priced with."""
 
@@ -27,7 +29,6 @@ class PlanOptions:
     hardware: str = "H800"
     kernels: str = "serving"
     weight_dtypes: tuple[str, ...] = ("bf16", "fp8")
-    kv_dtypes: tuple[str, ...] = ("bf16", "fp8")
     tps: tuple[int, ...] | None = None  # None: powers of two up to the budget
     #: EP degrees with data-parallel attention (DEPn) for MoE models; None: wide_eps
     eps: tuple[int, ...] | None = None

@@ -148,7 +148,7 @@ class StepFitter:
     def raw(self, workload: Workload, deployment: Deployment, skip: bool = True) -> Counting:
         """The counted capture (before transforms) at `workload` for the deployment's capture key."""
         self.model()
-        if self.runs_as is not None and deployment.kv_dtype is not None:
+        if self.runs_as is not None and deployment.kv_format_given:
             return self.runs_as.raw(replace(workload, dtype=self.runs_as.base.dtype), deployment, skip)
         key = (workload, self.capture_key(deployment), skip)
         if key not in self._raw:

@@ -16,13 +16,19 @@ from rooflinekit.cli.options import (
     model_inputs,
     output_format,
 )
-from rooflinekit.cli.request_options import parse_count, setting_help
+from rooflinekit.cli.request_options import (
+    kept_settings,
+    parse_count,
+    searched_options,
+    setting_help,
+)
 from rooflinekit.core import compat
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.files import check_not_input
 from rooflinekit.core.plan import TARGETS_AT, WEIGHT_FORMATS, Targets, parse_layout
-from rooflinekit.core.request import KERNELS, KV_BYTES, OVERLAPS
+from rooflinekit.core.request import KERNELS, OVERLAPS
+from rooflinekit.core.settings import searched_settings
 from rooflinekit.core.stdio import stdout_to_stderr
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.outputs.plan_plot import plot_plan
@@ -136,7 +142,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 @click.option("--weight-dtypes", default="bf16,fp8", show_default=True,
               help="Weight formats to try: bf16, fp16, fp8 (W8A8: fp8 activations at the fp8 peak), "
                    "fp8-weight-only, w8a16 (int8 weight-only), w4a16 (int4 weight-only).")
-@click.option("--kv-dtypes", default="bf16,fp8", show_default=True, help="KV cache formats to try.")
+@searched_options
 @click.option("--tp", "tps", default=None, help="TP degrees to try [default: powers of two up to --gpus within a node].")
 @click.option("--ep", "eps", default=None,
               help="EP degrees to try with data-parallel attention (DEPn: TP 1, experts over n GPUs) for MoE "
@@ -179,7 +185,7 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
                    "index; the best's are in every output).")
 @debug_option
 def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit, kernels, efficiency, engine, overlap,
-             weight_dtypes, kv_dtypes, tps, eps,
+             weight_dtypes, tps, eps,
              prefill_layouts, decode_layouts, ep_imbalance, pps, modes, max_batch, mtp, draft_path, accept, options, dtype, fmt, output, plot_path, no_check, rate,
              quiet, commands_of, debug):
     targets = Targets(_tokens(isl, "--isl"), _tokens(osl, "--osl"), _seconds(ttft, "--ttft") if ttft else None,
@@ -193,13 +199,14 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit
         pps = pps if "pps" in given else "1"
     search = dict(gpus=gpus, hardware=hardware, kernels=kernels, efficiency=efficiency, engine=engine, overlap=overlap,
                   weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
-                  kv_dtypes=_choices(kv_dtypes, tuple(KV_BYTES), "--kv-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
                   eps=_ints(eps, "--ep") if eps else None, ep_imbalance=ep_imbalance,
                   prefill_layouts=_layouts(prefill_layouts, "--prefill", gpus) if prefill_layouts else None,
                   decode_layouts=_layouts(decode_layouts, "--decode", gpus) if decode_layouts else None,
                   modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
                   mtp=mtp or 0, check=not no_check, rate=_rate(rate) if rate is not None else None)
+    kept = kept_settings()  # the searched settings' values to try (--kv-dtypes), from their declarations
+    search.update({s.plural: kept[s.plural] for s in searched_settings() if s.plural in kept})
     if accept is not None:
         if not mtp and not draft_path:
             raise WorkloadError("--accept is the acceptance rate of drafted tokens: add --mtp N or --draft MODEL")

@@ -18,7 +18,7 @@ import torch
 
 from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.request import Deployment, Workload, deployment_settings
-from rooflinekit.core.settings import Choice, Flag, Setting
+from rooflinekit.core.settings import Choice, Flag, Setting, searched_settings
 from rooflinekit.stages.request_checks import parse_options, validate, validate_request
 
 #: Where the click context keeps the settings and --q-len the command was given (`make_workload`
@@ -58,6 +58,29 @@ def setting_options(f):
     for setting in reversed(deployment_settings()):
         if setting.cli:
             f = setting_option(setting)(f)
+    return f
+
+
+def _keep_tried(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    """Callback of a searched setting's plan option: the values to try, each checked by the
+    setting's rule, kept in the context under the plural name."""
+    setting = next(s for s in searched_settings() if s.plural == param.name)
+    flag = "--" + param.name.replace("_", "-")
+    values = tuple(v.strip() for v in value.split(",") if v.strip())
+    choices = tuple(setting.rule.choices)
+    if not values or any(v not in choices for v in values):
+        raise WorkloadError(f"{flag} {value!r}: choose from {', '.join(choices)} (comma-separated)")
+    ctx.meta.setdefault(KEPT, {})[param.name] = values
+    return values
+
+
+def searched_options(f):
+    """`rooflinekit plan`'s option per searched setting (`--kv-dtypes bf16,fp8`), from its
+    declaration; `kept_settings()` holds the values to try under the plural name."""
+    for setting in reversed(searched_settings()):
+        flag = "--" + setting.plural.replace("_", "-")
+        f = click.option(flag, setting.plural, default=",".join(setting.searched.values), show_default=True,
+                         expose_value=False, callback=_keep_tried, help=setting.searched.help)(f)
     return f
 
 

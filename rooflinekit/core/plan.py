@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 from rooflinekit.core.request import Deployment
+from rooflinekit.core.settings import searched_settings, with_searched
 from rooflinekit.core.views import HasViews, render_view
 
 #: The JSON schema version of a plan result (rooflinekit/schema/plan-1.1.schema.json).
@@ -89,6 +90,7 @@ FORMAT_WORDS = {"fp8": "fp8 (W8A8)", "w8a16": "W8A16 int8", "w4a16": "W4A16 int4
 
 
 @dataclass(frozen=True)
+@with_searched(after="weight_dtype")  # then a field per setting the plan searches: the KV cache format
 class PlanConfig:
     """One priced configuration (field meanings: docs/plan.md)."""
 
@@ -98,7 +100,6 @@ class PlanConfig:
     pp: int
     replicas: int
     weight_dtype: str
-    kv_dtype: str
     kernels: str
     batch: int
     gpus: int
@@ -157,7 +158,9 @@ class PlanConfig:
             head = (f"agg {_degrees(self.tp, self.ep)}"
                     f"{f' PP {self.pp}' if self.pp > 1 else ''} x{self.replicas}")
         tail = f" (+{self.redundant_experts} redundant experts)" if self.redundant_experts else ""
-        tail += f", {FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W, {self.kv_dtype} KV, B {self.batch}"
+        formats = [f"{FORMAT_WORDS.get(self.weight_dtype, self.weight_dtype)} W",
+                   *(s.searched.label.format(v=getattr(self, s.name)) for s in searched_settings())]
+        tail += f", {', '.join(formats)}, B {self.batch}"
         if self.chunk:
             tail += f", chunk {self.chunk}"
         if self.speculative:

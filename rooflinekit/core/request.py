@@ -177,6 +177,15 @@ class Deployment:
         """The KV cache's element format: kv_dtype, else the activation dtype."""
         return self.kv_dtype or dtype_key
 
+    @property
+    def kv_format_given(self) -> bool:
+        """Whether the KV cache's format is set (else it follows the activation dtype)."""
+        return self.kv_dtype is not None
+
+    def with_kv_format(self, fmt: str) -> Deployment:
+        """This deployment with its KV cache stored in `fmt`."""
+        return replace(self, kv_dtype=fmt)
+
     def kv_itemsize(self, dtype_key: str) -> int | None:
         """Bytes per cached element where the cache format is given (kv_dtype, or fp8 activations);
         None: the cache as the model runs it."""

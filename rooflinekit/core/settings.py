@@ -126,6 +126,17 @@ Words = Callable[[Any, Any, "str | None"], "str | None"]
 
 
 @dataclass(frozen=True)
+class Searched:
+    """How `rooflinekit plan` searches a setting: the values it tries unless told (`--kv-dtypes`, the
+    plural of the setting's flag; PlanOptions' field of the plural name), and how a configuration's
+    label says the value (`label`, formatted with `v`)."""
+
+    values: tuple[str, ...]
+    label: str
+    help: str
+
+
+@dataclass(frozen=True)
 class Setting:
     """One deployment setting. `cli` False: the Python API and JSON only (no command-line option);
     `short`: a one-letter flag beside `--name`; `cli_default`: the flag's default when it is not
@@ -143,6 +154,10 @@ class Setting:
     show_default: bool = False
     #: The label of its own line in the HTML report's deployment card (None: only in the words).
     title: str | None = None
+    #: How `rooflinekit plan` searches the setting (None: the plan does not search it).
+    searched: Searched | None = None
+    #: The axis of advise's composed levers a change of the setting moves along (rooflinekit.analyses.combine).
+    axis: str | None = None
 
     @property
     def flag(self) -> str:
@@ -157,6 +172,11 @@ class Setting:
     def check(self, value: object, label: str | None = None) -> None:
         """One WorkloadError if `value` breaks the rule, naming it as `label` (default: the flag)."""
         self.rule.check(value, label or self.flag)
+
+    @property
+    def plural(self) -> str:
+        """The name of the values the plan searches: `kv_dtypes` for kv_dtype."""
+        return self.name + "s"
 
 
 # -- words ------------------------------------------------------------------------------------------
@@ -224,10 +244,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("hardware", "str | None", None, Text("a hardware entry's name, alias or .toml path"), short="-H",
             help="Hardware entry (name, alias or .toml path), or auto: the local GPU's entry (NVML); default "
                  "auto, else H800 SXM5."),
-    Setting("tp", "int", 1, Whole(1, MAX_PARALLEL), _tp_words, show_default=True,
+    Setting("tp", "int", 1, Whole(1, MAX_PARALLEL), _tp_words, show_default=True, axis="tp",
             help="Planned tensor parallelism: report one of N GPUs (heads and MLP columns split, all-reduces "
                  "added). See docs/parallel.md."),
-    Setting("ep", "int", 1, Whole(1, MAX_PARALLEL), _ep_words, show_default=True,
+    Setting("ep", "int", 1, Whole(1, MAX_PARALLEL), _ep_words, show_default=True, axis="tp",
             help="Planned expert parallelism: routed experts split over N GPUs (all-to-all dispatch/combine; "
                  "alone, the batch is per GPU)."),
     Setting("pp", "int", 1, Whole(1, MAX_PARALLEL), _pp_words, show_default=True,
@@ -249,14 +269,15 @@ SETTINGS: tuple[Setting, ...] = (
             help="Tokens the busiest expert-parallel rank receives over the mean [default: 1, the uniform "
                  "expectation]: its experts' rows and all-to-all bytes scale by F."),
     Setting("weight_dtype", "str | None", None, Choice(tuple(WEIGHT_BITS), optional=True), _weight_words,
-            title="weight format",
+            title="weight format", axis="weights",
             help=f"Stored format of linear and expert weights: {', '.join(WEIGHT_BITS)} (default: the --dtype). "
                  "Read at that size plus scales; embedding and lm_head stay bf16. See docs/accounting.md."),
-    Setting("weight_group_size", "int | None", None, Whole(1, MAX_GROUP_SIZE, optional=True),
+    Setting("weight_group_size", "int | None", None, Whole(1, MAX_GROUP_SIZE, optional=True), axis="weights",
             help="Weight elements per scale (int8/int4 default 128, fp16 scales; fp8 default one fp32 scale "
                  "per output channel)."),
     Setting("kv_dtype", "str | None", None, Choice(tuple(KV_BYTES), optional=True), _format_words("KV"),
-            title="KV cache format", help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype)."),
+            title="KV cache format", help=f"KV cache format: {', '.join(KV_BYTES)} (default: the --dtype).",
+            searched=Searched(("bf16", "fp8"), "{v} KV", "KV cache formats to try."), axis="kv"),
     Setting("quantize_embeddings", "bool", False, Flag(), _said("embeddings quantized", False),
             help="Also quantize the token embedding and the output head (lm_head)."),
     Setting("kernels", "str", "as-written", Choice(KERNELS), _said("{v} kernels", "as-written"),
@@ -279,3 +300,38 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("overlap", "str", "none", Choice(OVERLAPS), _said("{v} overlap", "none"), help=_OVERLAP_HELP),
 )
 
+
+# -- what the plan searches -------------------------------------------------------------------------
+
+
+def searched_settings() -> tuple[Setting, ...]:
+    """The settings `rooflinekit plan` searches (their `searched`), in table order."""
+    return tuple(s for s in SETTINGS if s.searched)
+
+
+def searched_of(obj: object) -> dict[str, Any]:
+    """The searched settings' values of a deployment or a plan's configuration, by name."""
+    return {s.name: getattr(obj, s.name) for s in searched_settings()}
+
+
+def with_searched(after: str, *, tried: bool = False) -> Callable[[type], type]:
+    """A class decorator, put below `@dataclass`, adding after field `after` one field per searched
+    setting: its value (`str`, a plan configuration's) or, with `tried`, the values the plan tries
+    (`plural`, default the declared ones: the plan's options)."""
+    def add(cls: type) -> type:
+        annotations: dict[str, Any] = {}
+        for name, annotation in cls.__dict__.get("__annotations__", {}).items():
+            annotations[name] = annotation
+            if name != after:
+                continue
+            for s in searched_settings():
+                if tried:
+                    annotations[s.plural] = "tuple[str, ...]"
+                    setattr(cls, s.plural, s.searched.values)
+                else:
+                    annotations[s.name] = "str"
+        if after not in annotations:
+            raise TypeError(f"{cls.__name__} has no field {after!r} to add the searched settings after")
+        cls.__annotations__ = annotations
+        return cls
+    return add

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from rooflinekit.core.plan import PlanConfig
+from rooflinekit.core.settings import searched_of
 from rooflinekit.core.units import plain, seconds
 from rooflinekit.outputs.columns import Col, num
 
@@ -42,7 +43,7 @@ def short_label(c: PlanConfig) -> str:
         head = f"agg {short_layout(c.tp, c.ep)} x{c.replicas}"
     if c.pp > 1:
         head += f" PP{c.pp}"
-    tail = f" {c.weight_dtype}/{c.kv_dtype} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
+    tail = f" {'/'.join([c.weight_dtype, *searched_of(c).values()])} B{c.batch}" + (f" c{c.chunk}" if c.chunk else "")
     if c.speculative:
         tail += f" {c.speculative.draft} k{c.speculative.k}"
     return head + tail
