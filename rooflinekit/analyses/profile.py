@@ -402,7 +402,7 @@ def run_profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
-    report = with_pipeline_parallel(report, counting, hw, workload, deployment,  # --pp: the pipelined step
+    report = with_pipeline_parallel(report, counting, hw, workload, deployment, host,  # --pp: the pipelined step
                                     lambda micro: count(source, micro, deployment, host, lever=lever))
     report = with_engine(report, engine_cost(deployment.engine), workload.batch)  # after --pp: once a step
     report = with_views(report, counting, workload, deployment, hw, host, lever)
