@@ -4,12 +4,11 @@ micro-batches (docs/parallel.md, Pipeline parallelism).
 An annotate step of the profile (`with_pipeline_parallel`), after the placement and the memory section:
 the capture (already one GPU's share under --tp/--ep) is grouped by stage, and
 
-- stages: contiguous ranges of the model's largest layer stack (rooflinekit.stages.repeated_layers.layer_repeats),
-  split as evenly as possible (rooflinekit.stages.pipeline_parallel.split_layers); an op outside
-  the stack belongs to the stage of the last layer that ran before it (the embedding to the first
-  stage, the final norm and the head to the last);
-- a stage's step counts are its ops' as captured (the whole batch once); its micro-batch counts are
-  its ops' in a second capture at the largest micro-batch's sequences s (the same capture when
+- stages: each stage's share of the capture is `rooflinekit.transforms.pipeline.PipelineStage`'s
+  (contiguous ranges of the model's largest layer stack, split as evenly as possible; an op outside
+  the stack with the last layer that ran before it), the grouping defined there once;
+- a stage's step counts are its share of the capture (the whole batch once); its micro-batch counts
+  are its share of a second capture at the largest micro-batch's sequences s (the same capture when
   s = B): every micro-batch reads the stage's weights again;
 - a micro-batch's time on a stage: bound = max(FLOPs / peak, bytes / bandwidth, its collectives'
   bound); expected = the expected step (rooflinekit.stages.expected) of its scaled ops;
@@ -34,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from rooflinekit.core.errors import UserError
+from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload, mixed_workload
 from rooflinekit.stages import collectives
@@ -48,14 +47,21 @@ from rooflinekit.stages.pipeline_parallel import (
     default_micro_batches,
     micro_batch_sequences,
     pipelined_step,
-    split_layers,
     steady_step,
 )
-from rooflinekit.stages.repeated_layers import layer_repeats
 from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.roofline import place_on
 from rooflinekit.stages.spread import load_spreads
+from rooflinekit.transforms.base import Counted, TransformContext
 from rooflinekit.transforms.parallel import weights_per_gpu
+from rooflinekit.transforms.pipeline import (
+    Layout,
+    PipelineStage,
+    layout_of,
+    module_stages,
+    op_stages,
+    stage_of_path,
+)
 from rooflinekit.transforms.tp_plan import ShardPlan
 
 ASSUMPTIONS = (
@@ -69,86 +75,6 @@ ASSUMPTIONS = (
     "not modelled: interleaved (virtual) stages, chunked prefill splitting a sequence, unequal "
     "micro-batches beyond the largest one setting the pace",
 )
-
-
-@dataclass
-class Layout:
-    """The layer stack a pipeline cuts: its path, its layers' paths in order, each stage's range."""
-
-    stack: str
-    layers: list[str]
-    ranges: list[range]
-
-    def layer_index(self, path: str) -> int | None:
-        """The index of the stack's layer that module `path` lies in (itself included), or None."""
-        try:
-            return self._paths[path]
-        except KeyError:
-            pass
-        prefix = f"{self.stack}." if self.stack else ""
-        index = None
-        if path.startswith(prefix):
-            head = path[len(prefix):].split(".", 1)[0]
-            index = self._index.get(f"{prefix}{head}")
-        self._paths[path] = index
-        return index
-
-    def stage_of_layer(self, index: int) -> int:
-        return next(i for i, r in enumerate(self.ranges) if index in r)
-
-    def __post_init__(self):
-        self._index = {p: i for i, p in enumerate(self.layers)}
-        self._paths: dict[str, int | None] = {}  # module path -> layer_index, as asked
-
-
-def layout_of(model: torch.nn.Module, pp: int) -> Layout:
-    """The stages of `model` under `pp`: its largest layer stack split evenly. Refuses a pp the
-    stack cannot take (more stages than layers, or no stack)."""
-    stacks: dict[str, list[str]] = {}
-    for child in layer_repeats(model).modules:
-        stacks.setdefault(child.rpartition(".")[0], []).append(child)
-    if not stacks:
-        raise UserError(f"--pp {pp}: the model has no stack of repeated layers (a ModuleList or Sequential) "
-                        "to cut into stages")
-    stack, layers = max(stacks.items(), key=lambda kv: len(kv[1]))
-    if pp > len(layers):
-        raise UserError(f"--pp {pp} exceeds the {len(layers)} layers of the layer stack '{stack}': every "
-                        f"stage needs a layer (give at most --pp {len(layers)})")
-    return Layout(stack, layers, split_layers(len(layers), pp))
-
-
-def op_stages(ops: list[OpRecord], layout: Layout) -> list[int]:
-    """The stage of each op: its layer's, else the stage of the last layer that ran before it (the
-    first stage before any)."""
-    out, current = [], 0
-    for op in ops:
-        index = layout.layer_index(op.module)
-        if index is not None:
-            current = layout.stage_of_layer(index)
-        out.append(current)
-    return out
-
-
-def module_stages(ops: list[OpRecord], stages: list[int]) -> dict[str, int]:
-    """The stage each module path ran on (its first op's)."""
-    out: dict[str, int] = {}
-    for op, stage in zip(ops, stages, strict=True):
-        out.setdefault(op.module, stage)
-    return out
-
-
-def stage_of_path(path: str, layout: Layout, modules: dict[str, int]) -> int:
-    """The stage holding module `path`: its layer's, the stage its ops (or an ancestor's) ran on,
-    else the first."""
-    index = layout.layer_index(path)
-    if index is not None:
-        return layout.stage_of_layer(index)
-    while True:
-        if path in modules:
-            return modules[path]
-        if not path:
-            return 0
-        path = path.rpartition(".")[0]
 
 
 def stage_times(ops: list[OpRecord], hw: HardwareSpec, dtype: str, phase: str,
@@ -255,22 +181,25 @@ def micro_batches_of(deployment: Deployment, workload: Workload) -> int:
     return deployment.micro_batches or default_micro_batches(deployment.pp, workload.batch, workload.phase)
 
 
-def stage_rows(counting, layout: Layout, stages: list[int], hw: HardwareSpec, workload: Workload,
-               micro_counting, dtype: str) -> list[dict]:
-    """Per stage: its layers and other modules, its step counts (as captured: the whole batch once)
-    and one micro-batch's counts and times (from `micro_counting`, the capture at the micro-batch's
-    sequences)."""
-    ops = counting.counted.capture.ops
-    attention_ops = {i for r in counting.counted.attention for i in r.op_indices}
-    micro_ops = micro_counting.counted.capture.ops
-    micro_attention = {i for r in micro_counting.counted.attention for i in r.op_indices}
-    micro_stages = op_stages(micro_ops, layout)
+def stage_shares(counting, layout: Layout, ctx: TransformContext) -> list[Counted]:
+    """Each stage's share of `counting`'s counts (`PipelineStage`), in stage order."""
+    return [PipelineStage(layout, k).apply(counting.counted, ctx) for k in range(len(layout.ranges))]
+
+
+def _attention_ops(counted: Counted) -> set[int]:
+    return {i for r in counted.attention for i in r.op_indices}
+
+
+def stage_rows(layout: Layout, shares: list[Counted], micro_shares: list[Counted], hw: HardwareSpec,
+               phase: str, dtype: str) -> list[dict]:
+    """Per stage: its layers and other modules, its step counts (`shares`: the whole batch once)
+    and one micro-batch's counts and times (`micro_shares`: the stages' shares of the capture at
+    the micro-batch's sequences)."""
     rows = []
     for k, span in enumerate(layout.ranges):
-        mine = [op for op, s in zip(ops, stages, strict=True) if s == k]
-        whole = stage_times(mine, hw, dtype, workload.phase, attention_ops)
-        micro = stage_times([op for op, s in zip(micro_ops, micro_stages, strict=True) if s == k], hw, dtype,
-                            workload.phase, micro_attention)
+        mine = shares[k].capture.ops
+        whole = stage_times(mine, hw, dtype, phase, _attention_ops(shares[k]))
+        micro = stage_times(micro_shares[k].capture.ops, hw, dtype, phase, _attention_ops(micro_shares[k]))
         others = list(dict.fromkeys(op.module for op in mine if layout.layer_index(op.module) is None))
         rows.append({
             "stage": k, "layers": [span.start, span.stop - 1], "layer_count": len(span),
@@ -307,7 +236,8 @@ def stage_memory(report: Report, counting, layout: Layout, modules: dict[str, in
 
 
 def with_pipeline_parallel(report: Report, counting, hw: HardwareSpec, workload: Workload,
-                           deployment: Deployment, recount: Callable[[Workload], object] | None = None) -> Report:
+                           deployment: Deployment, host: PluginHost,
+                           recount: Callable[[Workload], object] | None = None) -> Report:
     """Annotate: the report under `deployment.pp` stages (module docstring); unchanged at pp 1.
     `recount(workload)` counts the step at the micro-batch's sequences (the same capture when a
     micro-batch is the whole batch)."""
@@ -315,13 +245,14 @@ def with_pipeline_parallel(report: Report, counting, hw: HardwareSpec, workload:
         return report
     layout = layout_of(counting.model, deployment.pp)
     ops = counting.counted.capture.ops
-    stages = op_stages(ops, layout)
-    modules = module_stages(ops, stages)
+    modules = module_stages(ops, op_stages(ops, layout))
     m = micro_batches_of(deployment, workload)
     seqs = micro_batch_sequences(workload.batch, m)
     small = micro_workload(workload, m)
     micro = counting if small == workload or recount is None else recount(small)
-    rows = stage_rows(counting, layout, stages, hw, workload, micro, report.hardware.dtype)
+    shares = stage_shares(counting, layout, TransformContext(workload, deployment, counting.model, host))
+    micro_shares = stage_shares(micro, layout, TransformContext(small, deployment, micro.model, host))
+    rows = stage_rows(layout, shares, micro_shares, hw, workload.phase, report.hardware.dtype)
     send = sends(counting, layout, hw, workload, deployment, seqs * workload.q_len)
     back = token_send(hw, deployment, seqs * workload.q_len)
     weights = stage_weights(counting, layout, modules, deployment)

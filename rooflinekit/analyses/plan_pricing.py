@@ -8,14 +8,7 @@ import math
 from dataclasses import replace
 from types import SimpleNamespace
 
-from rooflinekit.analyses.pipeline_parallel import (
-    boundary_hidden,
-    module_stages,
-    op_stages,
-    stage_of_path,
-    stage_weights,
-    token_send,
-)
+from rooflinekit.analyses.pipeline_parallel import boundary_hidden, stage_weights, token_send
 from rooflinekit.analyses.plan_models import DeploymentModels
 from rooflinekit.analyses.plan_variant import Stages, Variant
 from rooflinekit.analyses.stepfit import Shape
@@ -29,6 +22,7 @@ from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.speculative import speculative_cycle
 from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
+from rooflinekit.transforms.pipeline import module_stages, op_stages, stage_of_path
 
 
 class Planner(DeploymentModels):

@@ -61,7 +61,7 @@ from rooflinekit.stages.request_checks import validate_request
 from rooflinekit.transforms import quantize
 from rooflinekit.transforms.adapter import TransformFunction, as_transform
 from rooflinekit.transforms.base import Counted, Transform, TransformContext, run_transforms
-from rooflinekit.transforms.mixed import merge
+from rooflinekit.transforms.mixed import MixedStep
 from rooflinekit.transforms.parallel import ParallelShard
 from rooflinekit.transforms.restate import OptionRestatements
 from rooflinekit.transforms.serving import Serving, views_of
@@ -242,7 +242,8 @@ def count_mixed(source: ModelSource, workload: Workload, deployment: Deployment,
         parts.append(counted_forward(one, source, w, deployment, host, lever))
     if on_stage:
         on_stage("captured")
-    counted = merge([p.counted for p in parts], segments, mixed.describe(workload))
+    step = MixedStep([p.counted for p in parts[1:]], segments, mixed.describe(workload))
+    counted = run_transforms(parts[0].counted, (step,), TransformContext(workload, deployment, built.model, host))
     notes = list(dict.fromkeys(n for p in parts for n in p.notes))
     return Counting(built.model, built.inputs, counted, parts[0].models, notes)
 
@@ -402,7 +403,7 @@ def run_profile(
     report = place(counting, source, workload, deployment, hw, options,
                    ([auto_note] if auto_note else [], list(host.warnings + db.problems)))
     report = with_memory(report, counting, hw, deployment)
-    report = with_pipeline_parallel(report, counting, hw, workload, deployment,  # --pp: the pipelined step
+    report = with_pipeline_parallel(report, counting, hw, workload, deployment, host,  # --pp: the pipelined step
                                     lambda micro: count(source, micro, deployment, host, lever=lever))
     report = with_engine(report, engine_cost(deployment.engine), workload.batch)  # after --pp: once a step
     report = with_views(report, counting, workload, deployment, hw, host, lever)

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
-from rooflinekit.analyses.pipeline_parallel import Layout, layout_of, op_stages
 from rooflinekit.analyses.profile import (
     TRANSFORMS,
     Counting,
@@ -39,6 +38,7 @@ from rooflinekit.stages.repeated_layers import LayerRepeats, layer_repeats, skip
 from rooflinekit.stages.stepbuild import DesignCapture, build_step_model
 from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.transforms.base import Counted, TransformContext, run_transforms
+from rooflinekit.transforms.pipeline import Layout, layout_of, op_stages
 
 
 def boundary_plan(plan: LayerRepeats) -> LayerRepeats:

@@ -3,7 +3,7 @@
 A layer whose modules, attributes and parameters equal an earlier layer's (`fingerprint`) can stand
 in for it: under `skipping(layer_repeats(model))` it returns that layer's output without running, so a
 design capture runs one layer of each kind (rooflinekit.stages.fitted_capture, a sweep's fits;
-rooflinekit.analyses.stepfit, a plan's step models; rooflinekit.analyses.pipeline_parallel).
+rooflinekit.analyses.stepfit, a plan's step models; rooflinekit.transforms.pipeline, the stages of --pp).
 """
 
 from __future__ import annotations

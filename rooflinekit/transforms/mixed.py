@@ -1,5 +1,5 @@
-"""The mixed step's merge: the segments' counted forwards (each captured, attributed and transformed
-as its plain step) restated as ONE step, the weights read once and attention per segment.
+"""The mixed step's merge, `MixedStep`: the segments' counted forwards (each captured, attributed and
+transformed as its plain step) restated as ONE step, the weights read once and attention per segment.
 
 The request side (the segments' words, their checks) is rooflinekit.stages.mixed; the rules of the
 merge are in its module docstring.
@@ -8,14 +8,14 @@ merge are in its module docstring.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from rooflinekit.core.request import Segment
 from rooflinekit.stages.attribute import AttentionSite
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.memory import live_allocations
 from rooflinekit.stages.mixed import label
-from rooflinekit.transforms.base import Counted
+from rooflinekit.transforms.base import Counted, TransformContext
 
 
 def _shift(sid: int, offset: int, params: set[int]) -> int:
@@ -172,7 +172,7 @@ def _segment_rows(counted: Counted, segment: Segment, index: dict[int, int]) -> 
     return rows
 
 
-def merge(parts: Sequence[Counted], segments: Sequence[Segment], note: str) -> Counted:
+def _merge(parts: Sequence[Counted], segments: Sequence[Segment], note: str) -> Counted:
     """The segments' counted forwards (`parts`, in the order of `segments`) as one mixed step."""
     if len(parts) == 1 and not note:
         return parts[0]
@@ -189,3 +189,22 @@ def merge(parts: Sequence[Counted], segments: Sequence[Segment], note: str) -> C
                   memo_counts=(sum(c.memo_counts[0] for c in caps), sum(c.memo_counts[1] for c in caps)))
     notes = tuple(dict.fromkeys([note] + [n for p in parts for n in p.notes]))
     return replace(parts[0], capture=cap, attention=rows, notes=notes)
+
+
+@dataclass(frozen=True)
+class MixedStep:
+    """The mixed step as one `Transform`: `apply(counted, ctx)` merges `counted`, the first
+    segment's counted forward, with `others`, the other segments' (in the order of `segments`),
+    and adds `note`, the step's words."""
+
+    others: Sequence[Counted]
+    segments: Sequence[Segment]
+    note: str
+    name: str = "mixed step"
+
+    def applies(self, ctx: TransformContext) -> bool:
+        """A mixed workload (`--mix`/`--chunk`)."""
+        return ctx.workload.mixed
+
+    def apply(self, counted: Counted, ctx: TransformContext) -> Counted:
+        return _merge([counted, *self.others], self.segments, self.note)
