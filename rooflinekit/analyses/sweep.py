@@ -34,10 +34,11 @@ from rooflinekit.core.sweep_report import (
     SweepWorkload,
 )
 from rooflinekit.core.units import si
-from rooflinekit.outputs.columns import SWEEP_POINTS, View
+from rooflinekit.outputs.columns import View
 from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.expected import with_efficiency

@@ -1,4 +1,4 @@
-"""`rooflinekit advise` as text: the ranked levers (the columns of rooflinekit.outputs.columns.ADVICE),
+"""`rooflinekit advise` as text: the ranked levers (the columns of rooflinekit.outputs.advice_columns.ADVICE),
 the baseline, what was skipped and why."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from tabulate import tabulate
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.units import seconds, si
-from rooflinekit.outputs.columns import ADVICE, ADVICE_CSV, View, lever_assumption, shown, text_rows
+from rooflinekit.outputs.advice_columns import ADVICE, ADVICE_CSV, lever_assumption
+from rooflinekit.outputs.columns import View, shown, text_rows
 from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.memory_view import memory_line
 from rooflinekit.outputs.render import workload_formats

@@ -10,7 +10,7 @@ import math
 
 from rooflinekit.core.plan import PlanConfig, Pool, Speculative
 from rooflinekit.core.units import plain, seconds
-from rooflinekit.outputs.columns import Col, num
+from rooflinekit.outputs.columns import Col, csv_only, num
 
 
 def ms_cell(seconds: float | None) -> str:
@@ -123,13 +123,9 @@ _SHOWN: tuple[Col, ...] = (
 _PARTS = {"speculative": Speculative, "prefill": Pool, "decode": Pool}
 
 
-def _field(name: str, raw) -> Col:
-    """A field only the CSV carries."""
-    return Col(name, csv=name, raw=raw)
-
-
 def _scalar(name: str) -> Col:
-    return _field(name, lambda r, v: getattr(r[1], name))
+    """A field of the configuration only the CSV carries."""
+    return csv_only(name, lambda r, v: getattr(r[1], name))
 
 
 def _in_part(part: str, name: str) -> Col:
@@ -137,17 +133,19 @@ def _in_part(part: str, name: str) -> Col:
     def get(r: tuple, v):
         held = getattr(r[1], part)
         return None if held is None else getattr(held, name)
-    return _field(f"{part}_{name}", get)
+    return csv_only(f"{part}_{name}", get)
 
 
 def _csv_order(cols: tuple[Col, ...]) -> tuple[Col, ...]:
-    """The CSV's columns in order: index, label, every scalar field of PlanConfig (the column above
-    where one shows it), every field of its parts, whether it is on the Pareto front and the best."""
+    """The CSV's columns in order: index, label, every scalar field of PlanConfig (the column of `cols`
+    that names it as its CSV field, where one does), every field of its parts, whether it is on the
+    Pareto front and whether it is the best."""
     own = {c.csv: c for c in cols if c.csv}
     scalars = [own.get(f.name) or _scalar(f.name) for f in dataclasses.fields(PlanConfig) if f.name not in _PARTS]
     parts = [_in_part(part, f.name) for part, cls in _PARTS.items() for f in dataclasses.fields(cls)]
-    return (_field("index", lambda r, v: r[0]), own["label"], *scalars, *parts,
-            _field("pareto", lambda r, v: r[0] in v.report.pareto), _field("best", lambda r, v: r[0] == v.report.best))
+    return (csv_only("index", lambda r, v: r[0]), own["label"], *scalars, *parts,
+            csv_only("pareto", lambda r, v: r[0] in v.report.pareto),
+            csv_only("best", lambda r, v: r[0] == v.report.best))
 
 
 #: The plan's CSV: a row per priced configuration, in this order.
