@@ -1,9 +1,12 @@
-"""Every table the text report prints, the HTML page and the notebook view show (profile, sweep
-points, advice, plan) has, in order, the headers of its one definition in rooflinekit.outputs.columns:
-read back from the rendered text, Markdown, page and notebook HTML."""
+"""Every table the text report prints, the HTML page, the notebook view and the CSV show (profile,
+sweep points, advice, plan) has, in order, the headers of its one definition in rooflinekit.outputs.columns
+(sweep_columns, advice_columns, plan_columns): read back from the rendered text, Markdown, page and
+notebook HTML and CSV."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -11,22 +14,25 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from rooflinekit.analyses.profile import run_profile
+from rooflinekit.analyses.sweep import render_sweep
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.outputs import notebook
+from rooflinekit.outputs.advice_columns import ADVICE, ADVICE_CSV
 from rooflinekit.outputs.advise_view import render_advice
 from rooflinekit.outputs.columns import (
-    ADVICE,
     ATTENTION,
     COMM,
     MODULES,
+    MODULES_CSV,
     OPS,
+    OPS_CSV,
     RANKS,
-    SWEEP_POINTS,
     UNCOUNTED,
     View,
+    csv_header,
     notebook_columns,
     notebook_header,
     notebook_rows,
@@ -34,12 +40,13 @@ from rooflinekit.outputs.columns import (
     text_rows,
 )
 from rooflinekit.outputs.html import advise_html, profile_html, sweep_html
-from rooflinekit.outputs.plan_columns import PLAN, front_rows
+from rooflinekit.outputs.plan_columns import PLAN, PLAN_CSV, front_rows
 from rooflinekit.outputs.plan_text import plan_to_text
-from rooflinekit.outputs.plan_view import plan_to_html
-from rooflinekit.outputs.render import to_text
+from rooflinekit.outputs.plan_view import plan_to_csv, plan_to_html
+from rooflinekit.outputs.render import to_csv, to_text
 from rooflinekit.outputs.report_io import load_report
 from rooflinekit.outputs.sections import attention_groups, module_lines
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, ROOT, profile_dict
@@ -283,6 +290,74 @@ def test_a_header_is_named_once_per_view():
         assert len({c.key for c in cols}) == len(cols)
         for where, header, kept in (("text", lambda c: c.header(view), shown(cols, view, "text")),
                                     ("html", lambda c: c.html, shown(cols, view, "html")),
-                                    ("notebook", lambda c: notebook_header(c, view), notebook_columns(cols, view))):
+                                    ("notebook", lambda c: notebook_header(c, view), notebook_columns(cols, view)),
+                                    ("csv", lambda c: c.csv, shown(cols, view, "csv"))):
             names = [header(c) for c in kept]
             assert len(names) == len(set(names)), (where, names)
+
+
+#: A table -> the order its CSV states for its fields, where that is not the table's own.
+CSV_ORDER = {id(MODULES): MODULES_CSV, id(OPS): OPS_CSV, id(ADVICE): ADVICE_CSV, id(PLAN): PLAN_CSV}
+
+
+def csv_fields(text: str) -> list[str]:
+    """The header row of a CSV."""
+    return next(csv.reader(io.StringIO(text)))
+
+
+def test_a_stated_csv_order_holds_each_csv_column_of_its_table_once():
+    """MODULES_CSV and the like reorder their table's own entries: none missing, none added, none twice."""
+    for cols in (MODULES, OPS, ADVICE, PLAN):
+        order = CSV_ORDER[id(cols)]
+        assert len({id(c) for c in order}) == len(order)
+        assert {id(c) for c in order} == {id(c) for c in cols if c.csv is not None}
+
+
+@pytest.mark.parametrize("case", ["measured", "tp", "states"])
+@pytest.mark.parametrize("name,cols", [("modules", MODULES), ("ops", OPS), ("attention", ATTENTION)])
+def test_every_profile_csv_has_the_fields_of_its_definition(reports, case, name, cols):
+    """`-f csv --table NAME`: the fields of the table's columns that name one, in the CSV's order;
+    the measured figures only where the report was measured, the state field always."""
+    report = reports[case]
+    measured = report.totals.measured is not None
+    view = View(report, measured=measured, states=True)
+    fields = csv_fields(to_csv(report, name))
+    assert fields == csv_header(CSV_ORDER.get(id(cols), cols), view)
+    assert ("time_s" in fields) is measured and (name != "attention") is ("name" in fields)
+    on_page = [c.csv for c in shown(cols, view, "html") if c.csv is not None]
+    assert on_page and set(on_page) <= set(fields)
+
+
+@pytest.mark.parametrize("memory", [True, False])
+def test_the_sweep_csv_has_the_fields_of_its_definition_and_the_pages_numbers(memory):
+    data = dict(load_report(str(ROOT / "tests" / "data" / "sweep-3.0-gqa.json"), ("sweep",)))
+    if not memory:
+        data["points"] = [{k: v for k, v in p.items() if k not in ("memory", "fits")} for p in data["points"]]
+    view = View(data)
+    text = render_sweep(data, "csv")
+    assert csv_fields(text) == csv_header(SWEEP_POINTS, view)
+    assert {"batch", "predicted_step_s", "attention_intensity_min", "memory_bytes", "fits"} <= set(csv_fields(text))
+    points, page_view = SweepReport.from_dict(data).points, View(data, memory=memory)
+    for c in SWEEP_POINTS:  # a column the page and the CSV show: the same number in both
+        if c.csv is not None and c.html is not None:
+            assert [c.value(p, page_view) for p in points] == [c.csv_value(r, view) for r in data["points"]], c.key
+
+
+@pytest.mark.parametrize("case", ["deepseek_mla", "tp_mlp"])
+def test_the_advice_csv_has_the_fields_of_its_definition_and_the_pages_values(case):
+    advice = AdviceReport.from_dict(json.loads((ROOT / "tests" / "data" / "golden" / f"{case}-advise.json").read_text()))
+    view = View(advice)
+    assert csv_fields(render_advice(advice, "csv")) == csv_header(ADVICE_CSV, view)
+    levers = [(0, advice.baseline), *enumerate(advice.levers, 1)]
+    for c in ADVICE:
+        if c.csv is not None and c.html is not None:
+            assert [c.value(r, view) for r in levers] == [c.csv_value(r, view) for r in levers], c.key
+
+
+@pytest.mark.parametrize("best", [True, False])
+def test_the_plan_csv_has_the_fields_of_its_definition(best):
+    plan = small_plan(best=best)
+    fields = csv_fields(plan_to_csv(plan))
+    assert fields == csv_header(PLAN_CSV, View(plan))
+    assert fields[:2] == ["index", "label"] and fields[-2:] == ["pareto", "best"]
+    assert {c.csv for c in shown(PLAN, View(plan), "html") if c.csv} <= set(fields)

@@ -15,7 +15,7 @@ from conftest import EXAMPLES
 
 from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative, Targets, pareto_front
 from rooflinekit.outputs.plan_io import PLAN_SCHEMA_FILE, plan_from_dict, plan_schema
-from rooflinekit.outputs.plan_view import csv_fields, plan_to_csv, plan_to_html
+from rooflinekit.outputs.plan_view import plan_to_csv, plan_to_html
 
 VOID = {"meta", "br", "img", "input", "hr", "link", "circle", "line", "rect", "polyline"}
 
@@ -158,7 +158,11 @@ def test_csv_has_a_row_per_config_and_the_results_values():
     lines = text.splitlines()
     assert len(lines) == len(plan.configs) + 1
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert list(rows[0]) == csv_fields()
+    nested = ("speculative", "prefill", "decode")
+    scalars = [f.name for f in dataclasses.fields(PlanConfig) if f.name not in nested]
+    parts = [f"{p}_{f.name}" for p, cls in zip(nested, (Speculative, Pool, Pool), strict=True)
+             for f in dataclasses.fields(cls)]
+    assert list(rows[0]) == ["index", "label", *scalars, *parts, "pareto", "best"]
     assert [float(r["tokens_per_s_per_gpu"]) for r in rows] == [c.tokens_per_s_per_gpu for c in plan.configs]
     assert [r["pareto"] == "True" for r in rows] == [i in plan.pareto for i in range(len(plan.configs))]
     assert [r["best"] == "True" for r in rows] == [i == plan.best for i in range(len(plan.configs))]

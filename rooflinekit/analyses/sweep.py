@@ -10,8 +10,6 @@ rooflinekit.core.sweep_report.SweepReport.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import time
 from collections.abc import Callable
@@ -36,8 +34,11 @@ from rooflinekit.core.sweep_report import (
     SweepWorkload,
 )
 from rooflinekit.core.units import si
+from rooflinekit.outputs.columns import View
+from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.render import to_json
 from rooflinekit.outputs.report_io import attention_figures
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
 from rooflinekit.stages.expected import with_efficiency
@@ -435,36 +436,11 @@ def _memory_notes_off(points: list[SweepPoint]) -> list[SweepPoint]:
 
 # -- rendering ---------------------------------------------------------------------------------
 
-ROW_FIELDS = ["batch", "context", "flops", "bytes", "intensity", "bound", "predicted_step_s", "tokens_per_s",
-              "mfu_bound", "weight_bytes", "kv_bytes_executed", "other_bytes", "weight_share", "kv_share",
-              "other_share", "attention_intensity_min", "attention_intensity_executed", "time_bound_s",
-              "flops_model", "mfu_bound_model", "kv_bytes_min", "uncounted_bytes", "uncounted_bytes_share",
-              "memory_bytes", "fits", "max_batch_fits"]
-
-
-def flat_row(row: dict) -> dict:
-    """A point row with the attention figures lifted to the top level (CSV, tables)."""
-    out = {k: row.get(k) for k in ROW_FIELDS}
-    out["attention_intensity_min"] = row["attention"]["intensity_min"]
-    out["attention_intensity_executed"] = row["attention"]["intensity_executed"]
-    memory = row.get("memory") or {}
-    out["memory_bytes"], out["max_batch_fits"] = memory.get("total_bytes"), memory.get("max_batch")
-    return out
-
 
 def render_sweep(data: dict, fmt: str, *, wide: bool = False, colour: bool = False) -> str:
     """The sweep dict as table, markdown, csv or json (text: rooflinekit.outputs.sweep_text)."""
     if fmt == "json":
         return to_json(data)
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=ROW_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        for row in data["points"]:
-            writer.writerow(flat_row(row))
-        return buf.getvalue()
-
+        return table_csv(SWEEP_POINTS, View(data), data["points"])
     return sweep_to_text(data, fmt, wide=wide, colour=colour)
-
-
-

@@ -1,9 +1,8 @@
-"""`rooflinekit advise` as text: the ranked levers (the columns of rooflinekit.outputs.columns.ADVICE),
+"""`rooflinekit advise` as text: the ranked levers (the columns of rooflinekit.outputs.advice_columns.ADVICE),
 the baseline, what was skipped and why."""
 
 from __future__ import annotations
 
-import csv
 import io
 import textwrap
 
@@ -12,13 +11,13 @@ from tabulate import tabulate
 from rooflinekit.core.advice_report import AdviceReport
 from rooflinekit.core.codec import dumps
 from rooflinekit.core.units import seconds, si
-from rooflinekit.outputs.columns import ADVICE, View, lever_assumption, shown, text_rows
+from rooflinekit.outputs.advice_columns import ADVICE, ADVICE_CSV, lever_assumption
+from rooflinekit.outputs.columns import View, shown, text_rows
+from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.memory_view import memory_line
 from rooflinekit.outputs.render import workload_formats
 
 ADVISE_FORMATS = ("table", "json", "csv", "markdown")
-CSV_FIELDS = ["rank", "lever", "predicted_step_s", "tokens_per_s", "speedup", "step_speedup", "binding", "fits",
-              "gpus", "batch", "memory_bytes", "assumption", "source"]
 #: The text report's width: the table, then each lever's assumption and the notes wrapped to it.
 WIDTH = 100
 
@@ -32,13 +31,9 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     """The advice as table, markdown, csv or json (the JSON form is `AdviceReport.to_dict()`)."""
     if fmt == "json":
         return dumps(report.to_dict(), allow_nan=False)
+    levers = [(0, report.baseline), *enumerate(report.levers, 1)]
     if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        for rank, lever in [("0", report.baseline)] + [(str(i), lv) for i, lv in enumerate(report.levers, 1)]:
-            writer.writerow({"rank": rank, **{k: getattr(lever, k) for k in CSV_FIELDS if k != "rank"}})
-        return buf.getvalue()
+        return table_csv(ADVICE_CSV, View(report), levers)
     md = fmt == "markdown"
     w, hw, model = report.workload, report.hardware, report.model
     head = [
@@ -53,7 +48,6 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     head.append(f"{len(report.levers)} levers priced, {len(report.skipped)} skipped; {report.profiles} profiles "
                 f"in {seconds(report.wall_s)}")
     view = View(report, markdown=md)
-    levers = [(0, report.baseline), *enumerate(report.levers, 1)]
     table = tabulate(text_rows(ADVICE, view, levers), headers=[c.header(view) for c in shown(ADVICE, view, "text")],
                      tablefmt="github" if md else "simple", disable_numparse=True)
     out = io.StringIO()

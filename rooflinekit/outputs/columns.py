@@ -1,15 +1,19 @@
 """The columns of each report table, defined once for every view: the text and Markdown report
 (rooflinekit.outputs.sections, sweep_text, advise_view), the HTML page (rooflinekit.outputs.html_tables,
-html_sweep, html_advise) and the notebook view (rooflinekit.outputs.notebook: the text report's
-columns and cells under the page's names, or a table's own notebook columns where it names them).
-The plan's configurations table is defined the same way in rooflinekit.outputs.plan_columns, beside
-the formats of its cells.
+html_sweep, html_advise), the notebook view (rooflinekit.outputs.notebook: the text report's columns
+and cells under the page's names, or a table's own notebook columns where it names them) and the CSV
+(rooflinekit.outputs.csv_tables). The profile's tables are here; the sweep's points, advise's levers
+and the plan's configurations are defined the same way in rooflinekit.outputs.sweep_columns,
+advice_columns and plan_columns.
 
 A table is one ordered list of `Col`. Each column names its header in the views that show it (the
-text report's short header, the page's longer one), how a view gets its cell from a row, how the
-page formats and explains it, and, for the text report, its alignment and when it may be left out
-at narrow widths. A new column is one entry here. The CSV of a table (rooflinekit.outputs.csv_tables)
-is its rows' own fields, named at the end.
+text report's short header, the page's longer one, the CSV's field), how a view gets its cell from a
+row (the CSV: the raw number, in SI base units), how the page formats and explains it, and, for the
+text report, its alignment and when it may be left out at narrow widths. A new column is one entry
+in its table, and every view it names a header for shows it, the CSV included. A field only the CSV
+carries is an entry with only a CSV name (`csv_only`), as a column only the page shows has only a
+page header. The CSV lists its fields in table order, except where a table states its CSV order as a
+sequence of its own entries (MODULES_CSV, OPS_CSV, ADVICE_CSV, PLAN_CSV).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class Col:
     table, the plan's); the notebook then shows those columns, `cell` giving each cell. A table without any
     shows the text report's columns in the notebook, under `notebook_header`. `page_text`: the
     page's cell where the page writes its cells itself (the plan's table) beside `value`, its sort key.
+    `csv`: its field in the CSV, whose value is `raw` of the CSV's row, else that row's own field of
+    that name (a CSV row is then a mapping): the report's number in SI base units, never formatted.
     """
 
     key: str
@@ -76,6 +82,8 @@ class Col:
     meaning: str = ""
     notebook: str | None = None
     page_text: Cell | None = None
+    csv: str | None = None
+    raw: Cell | None = None
 
     def header(self, view: View) -> str:
         """The text report's header in `view`."""
@@ -86,9 +94,13 @@ class Col:
         needs no words)."""
         return self.meaning or ABBREVIATIONS.get(self.header(view), "")
 
+    def csv_value(self, row: Any, view: View) -> Any:
+        """The CSV's value of this column in `row`."""
+        return self.raw(row, view) if self.raw is not None else row.get(self.csv)
+
 
 def shown(cols: Sequence[Col], view: View, where: str) -> list[Col]:
-    """The columns of `cols` that `where` ("text" or "html") shows in `view`, in order."""
+    """The columns of `cols` that `where` ("text", "html", "notebook" or "csv") shows in `view`, in order."""
     return [c for c in cols if getattr(c, where) is not None and (not c.when or getattr(view, c.when))]
 
 
@@ -138,22 +150,49 @@ def page_index(cols: Sequence[Col], view: View, key: str) -> int:
     return [c.key for c in shown(cols, view, "html")].index(key)
 
 
+def csv_header(cols: Sequence[Col], view: View) -> list[str]:
+    """The CSV's field names of the columns it shows, in the order of `cols`."""
+    return [c.csv for c in shown(cols, view, "csv")]
+
+
+def csv_rows(cols: Sequence[Col], view: View, rows: Sequence[Any]) -> list[list]:
+    """The CSV's raw values of `rows` under the columns it shows."""
+    kept = shown(cols, view, "csv")
+    return [[c.csv_value(r, view) for c in kept] for r in rows]
+
+
 def _both(key: str, text: str, html: str, get: Callable[[Any], Any], fmt: Callable[[Any], str],
           kind: str = "text", unit: str = "", **layout: Any) -> Col:
-    """A column both views show from the same raw value: the text report formats it with `fmt`."""
+    """A column the text report and the page show from the same raw value: the text report formats
+    it with `fmt` (the CSV, where it names a field, has that field of its own rows)."""
     return Col(key, text, html, cell=lambda r, v: fmt(get(r)), value=lambda r, v: get(r), kind=kind, unit=unit,
                **layout)
 
 
-def _page(key: str, html: str, get: Callable[[Any], Any], kind: str = "text", unit: str = "", *, hint: str = "",
-          when: str = "") -> Col:
-    """A column only the page shows."""
-    return Col(key, None, html, value=lambda r, v: get(r), kind=kind, unit=unit, hint=hint, when=when)
+def page_only(key: str, html: str, get: Callable[[Any], Any], kind: str = "text", unit: str = "", **more: Any) -> Col:
+    """A column only the page (and, where it names a `csv` field, the CSV) shows; `more`: its other
+    `Col` fields (hint, when, csv, raw)."""
+    return Col(key, None, html, value=lambda r, v: get(r), kind=kind, unit=unit, **more)
 
 
-def _text(key: str, text: str | Callable[[View], str], cell: Cell, **layout: Any) -> Col:
-    """A column only the text report shows."""
+def text_only(key: str, text: str | Callable[[View], str], cell: Cell, **layout: Any) -> Col:
+    """A column only the text report (and, where it names a field, the CSV) shows."""
     return Col(key, text, None, cell=cell, **layout)
+
+
+def csv_only(name: str, raw: Cell | None = None, *, when: str = "") -> Col:
+    """A field only the CSV carries: the row's own `name`, or `raw` of the row."""
+    return Col(name, csv=name, raw=raw, when=when)
+
+
+def csv_only_fields(*names: str, when: str = "") -> tuple[Col, ...]:
+    """Fields only the CSV carries, each the row's own."""
+    return tuple(csv_only(name, when=when) for name in names)
+
+
+def fits_word(value: bool | None) -> str:
+    """'yes', 'NO' or '-' for whether something fits in memory."""
+    return {True: "yes", False: "NO"}.get(value, "-")
 
 
 def _bytes(value) -> str:
@@ -165,34 +204,49 @@ def _over(a: float | None, b: float | None) -> str:
     return ratio(a / b) if a is not None and b else "-"
 
 
-# -- modules: rows are rooflinekit.outputs.sections.ModuleLine ----------------------------------------
+# -- modules: rows are rooflinekit.outputs.sections.ModuleLine, CSV rows each Module's fields, then the step's
 
 MODULES: tuple[Col, ...] = (
-    _both("name", "module", "module", lambda m: m.name, str, align="left"),
-    _page("ops", "ops", lambda m: m.ops, "int"),
-    _both("flops", "FLOP", "FLOPs", lambda m: m.flops, num, "si", "FLOP", drop=3),
-    _both("bytes", "bytes", "bytes", lambda m: m.bytes, _bytes, "si", "B", drop=5),
-    _page("weights", "weights", lambda m: m.weight_bytes, "si", "B"),
-    _both("intensity", "FLOP/B", "FLOP/B", lambda m: m.intensity, ratio, "num", hint="arithmetic intensity"),
-    Col("bound", "bound", "bound", cell=lambda m, v: v.style.bound(m.bound), value=lambda m, v: m.bound,
-        align="left", drop=4),
-    _page("attainable", "attainable", lambda m: m.attainable_flops, "si", "FLOP/s",
-          hint="min(peak, bandwidth x intensity)"),
-    _both("time_bound", "t bound", "time bound", lambda m: m.time_bound_ops_s, seconds, "time",
-          hint="sum of its ops' time bounds"),
-    _both("share", "share", "share", lambda m: m.time_share, share, "pct",
-          hint="share of the predicted step (sum of op bounds)"),
-    _both("mfu_bound", "MFU bd", "MFU bound", lambda m: m.mfu_bound, share, "pct", drop=2),
-    _page("dtype", "dtype", lambda m: m.dtype),
-    _both("measured", "measured", "measured", lambda m: m.time_s, seconds, "time", when="measured"),
-    _text("x_bound", "x bound", lambda m, v: _over(m.time_s, m.time_bound_ops_s), drop=1, when="measured"),
-    _page("achieved", "achieved", lambda m: m.achieved, "si", "FLOP/s", when="measured"),
-    _both("mfu", "MFU", "MFU", lambda m: m.mfu, share, "pct", when="measured"),
-    _both("mbu", "MBU", "MBU", lambda m: m.mbu, share, "pct", when="measured"),
+    _m_name := _both("name", "module", "module", lambda m: m.name, str, align="left", csv="name"),
+    _m_ops := page_only("ops", "ops", lambda m: m.ops, "int", csv="ops"),
+    _m_flops := _both("flops", "FLOP", "FLOPs", lambda m: m.flops, num, "si", "FLOP", drop=3, csv="flops"),
+    _m_bytes := _both("bytes", "bytes", "bytes", lambda m: m.bytes, _bytes, "si", "B", drop=5, csv="bytes"),
+    _m_weights := page_only("weights", "weights", lambda m: m.weight_bytes, "si", "B", csv="weight_bytes"),
+    _m_intensity := _both("intensity", "FLOP/B", "FLOP/B", lambda m: m.intensity, ratio, "num",
+                          hint="arithmetic intensity", csv="intensity"),
+    _m_bound := Col("bound", "bound", "bound", cell=lambda m, v: v.style.bound(m.bound), value=lambda m, v: m.bound,
+                    align="left", drop=4, csv="bound"),
+    _m_attainable := page_only("attainable", "attainable", lambda m: m.attainable_flops, "si", "FLOP/s",
+                               hint="min(peak, bandwidth x intensity)", csv="attainable_flops"),
+    _m_time_bound_s := csv_only("time_bound_s"),
+    _m_time_bound := _both("time_bound", "t bound", "time bound", lambda m: m.time_bound_ops_s, seconds, "time",
+                           hint="sum of its ops' time bounds", csv="time_bound_ops_s"),
+    _m_share := _both("share", "share", "share", lambda m: m.time_share, share, "pct",
+                      hint="share of the predicted step (sum of op bounds)", csv="time_share"),
+    _m_mfu_bound := _both("mfu_bound", "MFU bd", "MFU bound", lambda m: m.mfu_bound, share, "pct", drop=2,
+                          csv="mfu_bound"),
+    _m_dtype := page_only("dtype", "dtype", lambda m: m.dtype, csv="dtype"),
+    _m_measured := _both("measured", "measured", "measured", lambda m: m.time_s, seconds, "time", when="measured",
+                         csv="time_s"),
+    _m_x_bound := text_only("x_bound", "x bound", lambda m, v: _over(m.time_s, m.time_bound_ops_s), drop=1,
+                            when="measured", csv="time_vs_bound"),
+    _m_achieved := page_only("achieved", "achieved", lambda m: m.achieved, "si", "FLOP/s", when="measured",
+                             csv="achieved_flops"),
+    _m_bandwidth := csv_only("achieved_bandwidth", when="measured"),
+    _m_mfu := _both("mfu", "MFU", "MFU", lambda m: m.mfu, share, "pct", when="measured", csv="mfu"),
+    _m_hfu := csv_only("hfu", when="measured"),
+    _m_mbu := _both("mbu", "MBU", "MBU", lambda m: m.mbu, share, "pct", when="measured", csv="mbu"),
+)
+#: The modules' CSV fields in their order: the module's counts, its roofline, then the measured figures.
+MODULES_CSV: tuple[Col, ...] = (
+    _m_name, _m_flops, _m_bytes, _m_intensity, _m_attainable, _m_bound, _m_time_bound_s, _m_time_bound, _m_share,
+    _m_mfu_bound, _m_weights, _m_ops, _m_dtype, _m_measured, _m_achieved, _m_bandwidth, _m_mfu, _m_hfu, _m_mbu,
+    _m_x_bound,
 )
 
 
-# -- attention / mixers: text rows are (first row, label, layers) of folded layers, page rows AttentionRow --
+# -- attention / mixers: text rows are (first row, label, layers) of folded layers, page rows AttentionRow,
+# CSV rows each AttentionRow's fields (rooflinekit.outputs.csv_tables) ---------------------------------------
 
 
 def arch_label(a: AttentionRow) -> str:
@@ -227,51 +281,70 @@ def _step_share(time_s: float | None, report: Report) -> float | None:
 
 def _att(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
          unit: str = "", **layout: Any) -> Col:
-    """An attention column both views read from the same field (the text report from a group's first row)."""
+    """An attention column every view reads from the same field (the text report from a group's first row)."""
     return Col(key, text, html, cell=lambda g, v: fmt(getattr(g[0], name)), value=lambda a, v: getattr(a, name),
-               kind=kind, unit=unit, **layout)
+               kind=kind, unit=unit, csv=name, **layout)
 
 
 def _heads(value) -> str:
     return str(value or "-")
 
 
+def _placed(placement: str, name: str) -> Cell:
+    """A CSV row's field `name` of its placement (None where it has none)."""
+    return lambda r, v: (r.get(placement) or {}).get(name)
+
+
 ATTENTION: tuple[Col, ...] = (
     Col("name", lambda v: "mixer (per layer)" if v.states else "attention (per layer)", "layer",
-        cell=lambda g, v: g[1], value=lambda a, v: a.module, align="left"),
-    _page("class", "class", lambda a: a.module_class),
-    Col("arch", "arch", "arch", cell=lambda g, v: arch_label(g[0]), align="left",
+        cell=lambda g, v: g[1], value=lambda a, v: a.module, align="left", csv="module"),
+    page_only("class", "class", lambda a: a.module_class, csv="module_class"),
+    *csv_only_fields("recognised", "plugin"),
+    Col("arch", "arch", "arch", cell=lambda g, v: arch_label(g[0]), align="left", csv="arch",
         value=lambda a, v: a.arch + (f"/{a.mode}" if a.mode else "") + ("" if a.recognised else " (not recognised)")),
+    csv_only("mode"),
     _att("num_heads", "H", "H", "num_heads", _heads, "int", hint="query heads", drop=3),
     _att("num_kv_heads", "Hkv", "H_kv", "num_kv_heads", _heads, "int", hint="key/value heads", drop=3),
     _att("head_dim", "d", "d", "head_dim", _heads, "int", hint="head dim", drop=2),
-    _page("window", "window", lambda a: a.window, "int"),
+    csv_only("v_head_dim"),
+    page_only("window", "window", lambda a: a.window, "int", csv="window"),
+    csv_only("chunk"),
     Col("cache", lambda v: "cache" if v.states else "cache/tok", "cache/token",
         cell=lambda g, v: cache_cell(g[0], v.states), value=lambda a, v: a.cache_bytes_per_token, kind="si", unit="B",
-        hint="cache bytes per token, per layer"),
-    _page("state", "state/sequence", lambda a: getattr(a, "cache_bytes_per_sequence", None), "si", "B",
-          hint="recurrent state bytes per sequence", when="states"),
+        hint="cache bytes per token, per layer", csv="cache_bytes_per_token"),
+    page_only("state", "state/sequence", lambda a: getattr(a, "cache_bytes_per_sequence", None), "si", "B",
+              hint="recurrent state bytes per sequence", when="states", csv="cache_bytes_per_sequence"),
     _att("kv_min", "KV min", "KV min", "kv_bytes_min", _bytes, "si", "B", hint="architecture minimum: cache read once"),
     _att("kv_executed", "KV exec", "KV executed", "kv_bytes_executed", _bytes, "si", "B", hint="KV bytes the code moved"),
     _att("amplification", "ampl", "executed/min", "amplification", ratio, "num", hint="amplification"),
+    csv_only("read_amplification"),
     _att("flops_model", "FLOP model", "FLOPs model", "flops_model", num, "si", "FLOP", drop=5),
     _att("flops_executed", "FLOP exec", "FLOPs executed", "flops_executed", num, "si", "FLOP", drop=4),
-    _page("bytes_executed", "bytes executed", lambda a: a.bytes_executed, "si", "B"),
+    csv_only("bytes_min"),
+    page_only("bytes_executed", "bytes executed", lambda a: a.bytes_executed, "si", "B", csv="bytes_executed"),
     _att("intensity_min", "I min", "I min", "intensity_min", ratio, "num", "FLOP/B",
          hint="intensity at the architecture minimum"),
-    _page("intensity_executed", "I executed", lambda a: a.intensity_executed, "num", "FLOP/B", hint="intensity as executed"),
-    _text("bound_min", "bound", lambda g, v: v.style.bound(g[0].placement_min.bound) if g[0].placement_min else "-",
-          align="left", drop=1),
-    _page("bound_executed", "bound", lambda a: a.placement_executed.bound),
+    page_only("intensity_executed", "I executed", lambda a: a.intensity_executed, "num", "FLOP/B",
+              hint="intensity as executed", csv="intensity_executed"),
+    csv_only("dtype"),
+    text_only("bound_min", "bound", lambda g, v: v.style.bound(g[0].placement_min.bound) if g[0].placement_min else "-",
+              align="left", drop=1, csv="bound_min", raw=_placed("placement_min", "bound")),
+    csv_only("time_bound_min_s", _placed("placement_min", "time_bound_s")),
+    page_only("bound_executed", "bound", lambda a: a.placement_executed.bound, csv="bound_executed",
+              raw=_placed("placement_executed", "bound")),
+    csv_only("time_bound_executed_s", _placed("placement_executed", "time_bound_s")),
     Col("time_bound", None, "time bound", value=lambda a, v: op_time(v.report, a), kind="time",
         hint="sum of its ops' time bounds"),
     Col("share", None, "share", value=lambda a, v: _step_share(op_time(v.report, a), v.report), kind="pct",
         hint="share of the predicted step"),
-    _page("notes", "notes", lambda a: " | ".join(a.notes)),
+    page_only("notes", "notes", lambda a: " | ".join(a.notes)),
+    *csv_only_fields("time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound",
+                     when="measured"),
 )
 
 
-# -- the most expensive ops: text rows are rooflinekit.outputs.sections.OpLine, page rows OpRow ----------
+# -- the most expensive ops: text rows are rooflinekit.outputs.sections.OpLine, page rows OpRow, CSV rows
+# each OpRow's fields ---------------------------------------------------------------------------------------
 
 
 def _op_share(o, v: View) -> str:
@@ -283,28 +356,42 @@ def _op_share(o, v: View) -> str:
 
 
 OPS: tuple[Col, ...] = (
-    _page("index", "#", lambda o: o.index, "int", hint="index in execution order"),
-    Col("op", "op", "op", cell=lambda o, v: o.first.name, value=lambda o, v: o.name, align="left"),
-    _text("count", lambda v: "n" if v.group else "#", lambda o, v: str(o.count if v.group else o.first.index)),
-    Col("module", "module", "module", cell=lambda o, v: o.label, value=lambda o, v: o.module, align="left"),
-    _page("kind", "kind", lambda o: o.kind),
-    Col("flops", "FLOP", "FLOPs", cell=lambda o, v: num(o.flops), value=lambda o, v: o.flops, kind="si",
-        unit="FLOP", drop=3),
-    Col("bytes", "bytes", "bytes", cell=lambda o, v: num(o.bytes, "B"), value=lambda o, v: o.bytes, kind="si",
-        unit="B", drop=4),
-    Col("intensity", "FLOP/B", "FLOP/B", cell=lambda o, v: ratio(o.flops / o.bytes) if o.bytes else "-",
-        value=lambda o, v: o.intensity, kind="num"),
-    Col("bound", "bound", "bound", cell=lambda o, v: v.style.bound(o.first.bound), value=lambda o, v: o.bound,
-        align="left", drop=2),
-    _both("time_bound", "t bound", "time bound", lambda o: o.time_bound_s, seconds, "time"),
-    Col("share", "share", "share", cell=_op_share, value=lambda o, v: _step_share(o.time_bound_s, v.report),
-        kind="pct", hint="share of the predicted step"),
-    _text("measured", "measured", lambda o, v: seconds(o.time_s), when="measured"),
-    _text("x_bound", "x bound", lambda o, v: _over(o.time_s, o.time_bound_s), drop=1, when="measured"),
-    _page("dtype", "dtype", lambda o: o.dtype),
-    _page("counted", "counted", lambda o: o.counted, "bool", hint="has a FLOP formula"),
-    Col("shapes", "shapes", "shapes", cell=lambda o, v: o.first.shapes, value=lambda o, v: o.shapes, align="left",
-        wide_only=True),
+    _o_index := page_only("index", "#", lambda o: o.index, "int", hint="index in execution order", csv="index"),
+    _o_name := Col("op", "op", "op", cell=lambda o, v: o.first.name, value=lambda o, v: o.name, align="left",
+                   csv="name"),
+    text_only("count", lambda v: "n" if v.group else "#", lambda o, v: str(o.count if v.group else o.first.index)),
+    _o_module := Col("module", "module", "module", cell=lambda o, v: o.label, value=lambda o, v: o.module,
+                     align="left", csv="module"),
+    _o_kind := page_only("kind", "kind", lambda o: o.kind, csv="kind"),
+    _o_flops := Col("flops", "FLOP", "FLOPs", cell=lambda o, v: num(o.flops), value=lambda o, v: o.flops, kind="si",
+                    unit="FLOP", drop=3, csv="flops"),
+    _o_flops_model := csv_only("flops_model"),
+    _o_bytes := Col("bytes", "bytes", "bytes", cell=lambda o, v: num(o.bytes, "B"), value=lambda o, v: o.bytes,
+                    kind="si", unit="B", drop=4, csv="bytes", raw=lambda r, v: r["bytes_read"] + r["bytes_written"]),
+    *(_o_byte_parts := csv_only_fields("bytes_read", "bytes_written", "param_bytes")),
+    _o_intensity := Col("intensity", "FLOP/B", "FLOP/B", cell=lambda o, v: ratio(o.flops / o.bytes) if o.bytes else "-",
+                        value=lambda o, v: o.intensity, kind="num", csv="intensity"),
+    _o_bound := Col("bound", "bound", "bound", cell=lambda o, v: v.style.bound(o.first.bound),
+                    value=lambda o, v: o.bound, align="left", drop=2, csv="bound"),
+    _o_time_bound := _both("time_bound", "t bound", "time bound", lambda o: o.time_bound_s, seconds, "time",
+                           csv="time_bound_s"),
+    _o_share := Col("share", "share", "share", cell=_op_share, value=lambda o, v: _step_share(o.time_bound_s, v.report),
+                    kind="pct", hint="share of the predicted step", csv="time_share",
+                    raw=lambda r, v: _step_share(r["time_bound_s"], v.report)),
+    _o_measured := text_only("measured", "measured", lambda o, v: seconds(o.time_s), when="measured", csv="time_s"),
+    _o_x_bound := text_only("x_bound", "x bound", lambda o, v: _over(o.time_s, o.time_bound_s), drop=1,
+                            when="measured", csv="time_vs_bound"),
+    _o_dtype := page_only("dtype", "dtype", lambda o: o.dtype, csv="dtype"),
+    _o_counted := page_only("counted", "counted", lambda o: o.counted, "bool", hint="has a FLOP formula",
+                            csv="counted"),
+    _o_shapes := Col("shapes", "shapes", "shapes", cell=lambda o, v: o.first.shapes, value=lambda o, v: o.shapes,
+                     align="left", wide_only=True, csv="shapes"),
+    *(_o_rates := csv_only_fields("achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", when="measured")),
+)
+#: The ops' CSV fields in their order: the op's counts and roofline, then the measured figures.
+OPS_CSV: tuple[Col, ...] = (
+    _o_index, _o_name, _o_module, _o_kind, _o_flops, _o_flops_model, _o_bytes, *_o_byte_parts, _o_intensity,
+    _o_bound, _o_time_bound, _o_share, _o_dtype, _o_counted, _o_shapes, _o_measured, *_o_rates, _o_x_bound,
 )
 
 
@@ -316,9 +403,9 @@ UNCOUNTED: tuple[Col, ...] = (
     _both("count", "count", "count", lambda u: u.count, str, "int"),
     _both("bytes", "bytes", "bytes", lambda u: u.bytes, _bytes, "si", "B"),
     _both("bytes_share", "bytes share", "bytes share", lambda u: u.bytes_share, share, "pct"),
-    _page("time_bound", "time bound", lambda u: u.time_bound_s, "time"),
+    page_only("time_bound", "time bound", lambda u: u.time_bound_s, "time"),
     _both("time_share", "time share", "time share", lambda u: u.time_share, share, "pct"),
-    _page("formula_error", "formula error", lambda u: u.formula_error),
+    page_only("formula_error", "formula error", lambda u: u.formula_error),
 )
 
 
@@ -331,9 +418,9 @@ COMM: tuple[Col, ...] = (
     _both("message", "message", "message", lambda c: c.message_bytes, _bytes, "si", "B"),
     _both("wire", "wire B/GPU", "wire bytes per GPU", lambda c: c.wire_bytes, _bytes, "si", "B"),
     _both("time_bound", "t bound", "time bound", lambda c: c.time_bound_s, seconds, "time"),
-    _text("latency", "latency/call", lambda c, v: f"{seconds(c.latency_s)} / {seconds(c.expected_latency_s)}"),
-    _text("expected", "t expected", lambda c, v: seconds(c.expected_time_s)),
-    _text("algorithm", "algorithm", lambda c, v: c.algorithm, align="left", drop=1),
+    text_only("latency", "latency/call", lambda c, v: f"{seconds(c.latency_s)} / {seconds(c.expected_latency_s)}"),
+    text_only("expected", "t expected", lambda c, v: seconds(c.expected_time_s)),
+    text_only("algorithm", "algorithm", lambda c, v: c.algorithm, align="left", drop=1),
 )
 
 
@@ -341,7 +428,7 @@ COMM: tuple[Col, ...] = (
 
 
 def _rank(key: str, text: str, fmt: Callable[[Any], str], **layout: Any) -> Col:
-    return _text(key, text, lambda r, v: fmt(r[key]), **layout)
+    return text_only(key, text, lambda r, v: fmt(r[key]), **layout)
 
 
 RANKS: tuple[Col, ...] = (
@@ -357,128 +444,3 @@ RANKS: tuple[Col, ...] = (
     _rank("comm_wire_bytes", "wire B", _bytes, drop=3),
     _rank("predicted_step_s", "pred. step", seconds),
 )
-
-
-# -- a sweep's points: text rows are SweepReport.to_dict()'s points, page rows SweepPoint --------------
-
-
-def _point(key: str, text: str, html: str, name: str, fmt: Callable[[Any], str], kind: str = "text",
-           unit: str = "", **layout: Any) -> Col:
-    """A point column both views read from the same field (the text report from the point's dict)."""
-    return Col(key, text, html, cell=lambda r, v: fmt(r[name]), value=lambda p, v: getattr(p, name), kind=kind,
-               unit=unit, **layout)
-
-
-def _fits(value: bool | None) -> str:
-    return {True: "yes", False: "NO"}.get(value, "-")
-
-
-def _memory_cell(r: dict, v: View) -> str:
-    total = (r.get("memory") or {}).get("total_bytes")
-    return si(total, "B") if total is not None else "-"
-
-
-SWEEP_POINTS: tuple[Col, ...] = (
-    _point("batch", "B", "batch", "batch", str, "int"),
-    _point("context", "S", "context", "context", str, "int"),
-    _point("flops", "FLOP", "FLOPs", "flops", si, "si", "FLOP", drop=2),
-    _point("bytes", "bytes", "bytes", "bytes", lambda x: si(x, "B"), "si", "B"),
-    _point("intensity", "FLOP/B", "FLOP/B", "intensity", ratio, "num"),
-    Col("bound", "bound", "bound", cell=lambda r, v: v.style.bound(r["bound"]), value=lambda p, v: p.bound,
-        align="left", drop=3),
-    _point("step", "step", "predicted step", "predicted_step_s", seconds, "time", meaning="predicted step"),
-    _point("tokens", "tok/s", "tokens/s", "tokens_per_s", si, "num"),
-    _page("fits", "fits", lambda p: getattr(p, "fits", None), "bool", hint="fits one GPU's memory", when="memory"),
-    _page("memory", "memory per GPU", lambda p: getattr(getattr(p, "memory", None), "total_bytes", None), "si", "B",
-          hint="weights, KV cache and activation peak", when="memory"),
-    _point("mfu_bound", "MFU bd", "bound MFU", "mfu_bound", share, "pct", drop=6),
-    _point("weights", "weights", "weights", "weight_share", share, "pct", hint="weights' share of the step's bytes",
-           meaning="share of bytes that are weights"),
-    _point("kv", "KV", "KV", "kv_share", share, "pct", hint="KV cache's share", meaning="share of bytes that are KV cache"),
-    _point("other", "other", "other", "other_share", share, "pct", drop=1, meaning="share of other bytes"),
-    Col("attn_min", "attn I min", "attn I min", cell=lambda r, v: ratio(r["attention"]["intensity_min"]),
-        value=lambda p, v: p.attention.intensity_min, kind="num", unit="FLOP/B"),
-    Col("attn_executed", "attn I ex", "attn I executed", cell=lambda r, v: ratio(r["attention"]["intensity_executed"]),
-        value=lambda p, v: p.attention.intensity_executed, kind="num", unit="FLOP/B", drop=4),
-    _text("memory_text", "memory", _memory_cell, drop=5, meaning="one GPU's memory (weights, KV cache, activations)"),
-    _text("fits_text", "fits", lambda r, v: _fits(r.get("fits")), align="left", meaning="fits in that memory"),
-)
-
-
-# -- advice: rows are (rank, LeverResult), rank 0 the baseline; the view's report the AdviceReport ---------
-
-
-def lever_assumption(lever: Any) -> str:
-    """A lever's assumption, a third-party lever's prefixed with the plugin that proposed it."""
-    return lever.assumption if lever.source == "rooflinekit" else f"[{lever.source}] {lever.assumption}"
-
-
-def _gain(r: tuple, v: View) -> str:
-    """Tokens/s per GPU over the baseline's, '-' where either is missing."""
-    per_gpu, base_gpu = r[1].tokens_per_s_per_gpu, v.report.baseline.tokens_per_s_per_gpu
-    gain = per_gpu / base_gpu if per_gpu and base_gpu else None
-    return f"{ratio(gain)}x" if gain else "-"
-
-
-def _lever(key: str, html: str, name: str, kind: str = "text", unit: str = "", hint: str = "") -> Col:
-    """A lever field only the page shows."""
-    return _page(key, html, lambda r: getattr(r[1], name, None), kind, unit, hint=hint)
-
-
-def _changes(r: tuple) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (getattr(r[1], "changes", None) or {}).items())
-
-
-ADVICE: tuple[Col, ...] = (
-    Col("rank", "#", "#", cell=lambda r, v: str(r[0]), value=lambda r, v: r[0], kind="int", hint="rank by speed-up",
-        notebook="rank (0: baseline)"),
-    Col("lever", "lever", "lever", cell=lambda r, v: r[1].lever, value=lambda r, v: r[1].lever, align="left",
-        notebook="lever"),
-    _page("speedup", "speed-up", lambda r: r[1].speedup, "num", "x",
-          hint="tokens/s per GPU at the expected step over the baseline's"),
-    _lever("step_speedup", "step speed-up", "step_speedup", "num", "x", "the baseline's expected step over this one's"),
-    Col("expected", "expected", "expected step", cell=lambda r, v: seconds(r[1].expected_step_s),
-        value=lambda r, v: getattr(r[1], "expected_step_s", None), kind="time",
-        hint="each kernel at its achievable fraction"),
-    Col("step_bound", None, "step bound", cell=lambda r, v: seconds(r[1].predicted_step_s),
-        value=lambda r, v: r[1].predicted_step_s, kind="time", hint="sum of op bounds", notebook="predicted step [s]"),
-    Col("tokens_per_gpu", "tok/s/GPU", "tokens/s per GPU", cell=lambda r, v: si(r[1].tokens_per_s_per_gpu),
-        value=lambda r, v: getattr(r[1], "tokens_per_s_per_gpu", None), kind="num"),
-    Col("notebook_tokens", cell=lambda r, v: si(r[1].tokens_per_s_per_gpu or r[1].tokens_per_s),
-        notebook="tokens/s per GPU"),
-    Col("notebook_speedup", cell=lambda r, v: ratio(r[1].speedup) if r[1].speedup else "-", notebook="speed-up [x]"),
-    _text("gain", "per GPU", _gain),
-    _text("tokens_per_user", "tok/s/user", lambda r, v: si(r[1].tokens_per_s_per_user)),
-    Col("binds", "binds", "binds", cell=lambda r, v: r[1].binding, value=lambda r, v: r[1].binding, align="left",
-        notebook="binds after"),
-    Col("fits", None, "fits", cell=lambda r, v: {True: "yes", False: "no"}.get(r[1].fits, "-"),
-        value=lambda r, v: r[1].fits, kind="bool", align="left", notebook="fits"),
-    Col("memory", "memory", "memory per GPU", cell=lambda r, v: si(r[1].memory_bytes, "B"),
-        value=lambda r, v: getattr(r[1], "memory_bytes", None), kind="si", unit="B"),
-    _text("fits_text", "fits", lambda r, v: _fits(r[1].fits), align="left", when="markdown"),
-    _lever("gpus", "GPUs", "gpus", "int"),
-    _lever("batch", "batch", "batch", "int"),
-    _lever("compute", "compute time", "time_compute_s", "time", hint="compute time bound"),
-    _lever("memory_time", "memory time", "time_memory_s", "time", hint="HBM time bound"),
-    _lever("comm", "communication time", "time_comm_s", "time", hint="interconnect time bound"),
-    _text("assumption_text", "assumption", lambda r, v: lever_assumption(r[1]).replace("|", "/"), align="left",
-          when="markdown"),
-    _lever("assumption", "assumption", "assumption"),
-    _lever("source", "source", "source"),
-    _page("changes", "changes", _changes, hint="what differs from the baseline's workload"),
-)
-
-
-# -- CSV (`-f csv --table modules|ops|attention`): the report's own fields, never folded -----------------
-# A spreadsheet gets every field of a row in SI base units, not the views' formatted columns.
-
-MODULE_FIELDS = ["name", "flops", "bytes", "intensity", "attainable_flops", "bound", "time_bound_s",
-                 "time_bound_ops_s", "time_share", "mfu_bound", "weight_bytes", "ops", "dtype"]
-OP_FIELDS = ["index", "name", "module", "kind", "flops", "flops_model", "bytes", "bytes_read", "bytes_written",
-             "param_bytes", "intensity", "bound", "time_bound_s", "time_share", "dtype", "counted", "shapes"]
-ATTENTION_FIELDS = ["module", "module_class", "recognised", "plugin", "arch", "mode", "num_heads", "num_kv_heads",
-                    "head_dim", "v_head_dim", "window", "chunk", "cache_bytes_per_token", "cache_bytes_per_sequence",
-                    "kv_bytes_min", "kv_bytes_executed", "amplification", "read_amplification", "flops_model",
-                    "flops_executed", "bytes_min", "bytes_executed", "intensity_min", "intensity_executed", "dtype",
-                    "bound_min", "time_bound_min_s", "bound_executed", "time_bound_executed_s"]
-MEASURED_FIELDS = ["time_s", "achieved_flops", "achieved_bandwidth", "mfu", "hfu", "mbu", "time_vs_bound"]

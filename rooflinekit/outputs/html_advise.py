@@ -1,11 +1,12 @@
 """The page's data for an advice report: the baseline, every lever as a bar and a row (the columns of
-rooflinekit.outputs.columns.ADVICE), the levers skipped."""
+rooflinekit.outputs.advice_columns.ADVICE), the levers skipped."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rooflinekit.outputs.columns import ADVICE, View, page_rows
+from rooflinekit.outputs.advice_columns import ADVICE
+from rooflinekit.outputs.columns import View, page_rows
 from rooflinekit.outputs.html_data import TableView, col, item, table
 from rooflinekit.outputs.html_profile import memory_cards
 from rooflinekit.outputs.html_tables import page_columns

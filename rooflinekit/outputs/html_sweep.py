@@ -4,7 +4,7 @@ its points and critical-batch tables, and its header."""
 from __future__ import annotations
 
 from rooflinekit.core.sweep_report import SweepPoint, SweepReport
-from rooflinekit.outputs.columns import SWEEP_POINTS, View, page_rows
+from rooflinekit.outputs.columns import View, page_rows
 from rooflinekit.outputs.html_data import (
     SeriesView,
     TableView,
@@ -17,6 +17,7 @@ from rooflinekit.outputs.html_data import (
     table,
 )
 from rooflinekit.outputs.html_tables import page_columns
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.words import deployment_words, options_words, request_words
 
 

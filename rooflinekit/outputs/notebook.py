@@ -23,11 +23,10 @@ from rooflinekit.core.plan import PlanResult
 from rooflinekit.core.report import Report
 from rooflinekit.core.sweep_report import SweepReport
 from rooflinekit.core.units import plain, ratio, seconds, share, si
+from rooflinekit.outputs.advice_columns import ADVICE
 from rooflinekit.outputs.columns import (
-    ADVICE,
     ATTENTION,
     MODULES,
-    SWEEP_POINTS,
     Col,
     View,
     notebook_columns,
@@ -38,6 +37,7 @@ from rooflinekit.outputs.plan_columns import PLAN, rate_cell
 from rooflinekit.outputs.plan_view import figures, targets_words
 from rooflinekit.outputs.roofline_svg import Point, roofline_svg
 from rooflinekit.outputs.sections import attention_groups, has_states, module_lines
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.words import deployment_words
 
 #: Rows each table shows before "N more rows" (the DataFrame has them all).

@@ -1,15 +1,17 @@
 """The plan's configurations table (the Pareto front), defined once for the text report
-(rooflinekit.outputs.plan_text), the page (rooflinekit.outputs.plan_view) and the notebook
-(rooflinekit.outputs.notebook), with the formats of its cells."""
+(rooflinekit.outputs.plan_text), the page (rooflinekit.outputs.plan_view), the notebook
+(rooflinekit.outputs.notebook) and the CSV of every priced configuration (plan_view), with the
+formats of its cells."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from rooflinekit.core.plan import PlanConfig
+from rooflinekit.core.plan import PlanConfig, Pool, Speculative
 from rooflinekit.core.settings import searched_of
 from rooflinekit.core.units import plain, seconds
-from rooflinekit.outputs.columns import Col, num
+from rooflinekit.outputs.columns import Col, csv_only, num
 
 
 def ms_cell(seconds: float | None) -> str:
@@ -68,11 +70,13 @@ def _yes(c: PlanConfig) -> str:
 def _config(key: str, text: str | None, html: str | None, field: str, cell=None, value=None, page=None,
             **layout) -> Col:
     """A column of a configuration's `field`: the text cell, the page's sort value and cell, each
-    formatting the field's value (rows are (index, PlanConfig)); a number unless `kind` says."""
+    formatting the field's value, and the CSV's field of that name (rows are (index, PlanConfig)); a
+    number unless `kind` says."""
     def get(r: tuple):
         return getattr(r[1], field)
     return Col(key, text, html, cell=cell and (lambda r, v: cell(get(r))), value=value and (lambda r, v: value(get(r))),
-               page_text=page and (lambda r, v: page(get(r))), **{"kind": "num", **layout})
+               page_text=page and (lambda r, v: page(get(r))), csv=field, raw=lambda r, v: get(r),
+               **{"kind": "num", **layout})
 
 
 def _same(x):
@@ -84,11 +88,13 @@ def _nb(key: str, notebook: str, cell, **layout) -> Col:
     return Col(key, cell=cell, notebook=notebook, **layout)
 
 
-# Rows: (index in plan.configs, PlanConfig), the Pareto front's; the view's report the PlanResult.
-PLAN: tuple[Col, ...] = (
+# Rows: (index in plan.configs, PlanConfig), the Pareto front's (the CSV's: every configuration); the
+# view's report the PlanResult.
+_SHOWN: tuple[Col, ...] = (
     Col("configuration", "configuration", "configuration", align="left", kind="text",
         cell=lambda r, v: ("* " if r[1].meets_slo else "  ") + short_label(r[1]),
-        value=lambda r, v: r[1].label(), page_text=lambda r, v: r[1].label()),
+        value=lambda r, v: r[1].label(), page_text=lambda r, v: r[1].label(), csv="label",
+        raw=lambda r, v: r[1].label()),
     _config("gpus", None, "GPUs", "gpus", value=_same, page=str, kind="int"),
     _config("per_gpu", "tok/s/GPU", "per GPU (tok/s)", "tokens_per_s_per_gpu", lambda x: f"{x:,.0f}", _same, rate_cell),
     _config("per_user", "tok/s/user", "per user (tok/s)", "tokens_per_s_per_user", lambda x: f"{x:,.1f}", _same,
@@ -100,7 +106,7 @@ PLAN: tuple[Col, ...] = (
     _config("binds", None, "binds", "binding", value=lambda x: x or "", page=lambda x: x or "-", kind="text",
             align="left"),
     Col("meets", None, "meets targets", value=lambda r, v: _yes(r[1]), page_text=lambda r, v: _yes(r[1]),
-        align="left"),
+        align="left", csv="meets_slo", raw=lambda r, v: r[1].meets_slo),
     _nb("notebook_configuration", "configuration",
         lambda r, v: ("* " if r[0] == v.report.best else "") + r[1].label(), align="left"),
     _nb("notebook_ttft", "TTFT [s]", lambda r, v: seconds(r[1].ttft_s)),
@@ -111,6 +117,42 @@ PLAN: tuple[Col, ...] = (
     _nb("notebook_meets", "meets targets", lambda r, v: "yes" if r[1].meets_slo else (r[1].reject_reason or "no"),
         align="left"),
 )
+
+
+#: The configuration's fields held in a part of it, each part's fields flattened in the CSV
+#: (speculative_k, prefill_tp, decode_batch, ...).
+_PARTS = {"speculative": Speculative, "prefill": Pool, "decode": Pool}
+
+
+def _scalar(name: str) -> Col:
+    """A field of the configuration only the CSV carries."""
+    return csv_only(name, lambda r, v: getattr(r[1], name))
+
+
+def _in_part(part: str, name: str) -> Col:
+    """A field of a part of the configuration (empty where the configuration has no such part)."""
+    def get(r: tuple, v):
+        held = getattr(r[1], part)
+        return None if held is None else getattr(held, name)
+    return csv_only(f"{part}_{name}", get)
+
+
+def _csv_order(cols: tuple[Col, ...]) -> tuple[Col, ...]:
+    """The CSV's columns in order: index, label, every scalar field of PlanConfig (the column of `cols`
+    that names it as its CSV field, where one does), every field of its parts, whether it is on the
+    Pareto front and whether it is the best."""
+    own = {c.csv: c for c in cols if c.csv}
+    scalars = [own.get(f.name) or _scalar(f.name) for f in dataclasses.fields(PlanConfig) if f.name not in _PARTS]
+    parts = [_in_part(part, f.name) for part, cls in _PARTS.items() for f in dataclasses.fields(cls)]
+    return (csv_only("index", lambda r, v: r[0]), own["label"], *scalars, *parts,
+            csv_only("pareto", lambda r, v: r[0] in v.report.pareto),
+            csv_only("best", lambda r, v: r[0] == v.report.best))
+
+
+#: The plan's CSV: a row per priced configuration, in this order.
+PLAN_CSV: tuple[Col, ...] = _csv_order(_SHOWN)
+#: The configurations table: the columns its views show, then the fields only the CSV carries.
+PLAN: tuple[Col, ...] = (*_SHOWN, *(c for c in PLAN_CSV if all(c is not s for s in _SHOWN)))
 
 
 def front_rows(plan) -> list[tuple[int, PlanConfig]]:

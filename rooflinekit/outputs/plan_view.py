@@ -11,18 +11,17 @@ every fetch. Every text goes through html.escape; the script's JSON through the 
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import math
 from html import escape
 
-from rooflinekit.core.plan import PlanConfig, PlanResult, Pool, Speculative
+from rooflinekit.core.plan import PlanConfig, PlanResult
 from rooflinekit.core.units import plain, seconds
 from rooflinekit.core.version import __version__
 from rooflinekit.outputs.columns import View, shown
+from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.html import ASSETS, CSP, embed
-from rooflinekit.outputs.plan_columns import PLAN, front_rows, gb_cell, rate_cell
+from rooflinekit.outputs.plan_columns import PLAN, PLAN_CSV, front_rows, gb_cell, rate_cell
 from rooflinekit.outputs.plan_io import as_plan
 
 #: Colours of the two serving modes (the PNG uses the same).
@@ -35,39 +34,12 @@ MARGIN = (74, 24, 30, 52)
 # -- CSV -------------------------------------------------------------------------------------------------
 
 
-def _scalar_fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(PlanConfig) if f.name not in ("speculative", "prefill", "decode")]
-
-
-def csv_fields() -> list[str]:
-    """The CSV's columns: index, label, every scalar field of PlanConfig, the speculative, prefill
-    and decode fields flattened (speculative_k, prefill_tp, decode_batch, ...), pareto and best."""
-    nested = [f"speculative_{f.name}" for f in dataclasses.fields(Speculative)]
-    for pool in ("prefill", "decode"):
-        nested += [f"{pool}_{f.name}" for f in dataclasses.fields(Pool)]
-    return ["index", "label", *_scalar_fields(), *nested, "pareto", "best"]
-
-
-def _csv_row(i: int, c: PlanConfig, front: set[int], best: int | None) -> dict:
-    row = {"index": i, "label": c.label(), **{name: getattr(c, name) for name in _scalar_fields()}}
-    for prefix, part in (("speculative", c.speculative), ("prefill", c.prefill), ("decode", c.decode)):
-        if part is not None:
-            row.update({f"{prefix}_{k}": v for k, v in dataclasses.asdict(part).items()})
-    row.update(pareto=i in front, best=i == best)
-    return row
-
-
 def plan_to_csv(result: PlanResult | dict) -> str:
-    """The plan as CSV: a header row, then one row per priced configuration in `configs` order
-    (plain numbers in SI base units: seconds, bytes, tokens/s; empty where a field is None)."""
+    """The plan as CSV (the fields of rooflinekit.outputs.plan_columns.PLAN_CSV): a header row, then
+    one row per priced configuration in `configs` order (plain numbers in SI base units: seconds,
+    bytes, tokens/s; empty where a field is None)."""
     plan = as_plan(result)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=csv_fields(), lineterminator="\n")
-    writer.writeheader()
-    front = set(plan.pareto)
-    for i, c in enumerate(plan.configs):
-        writer.writerow(_csv_row(i, c, front, plan.best))
-    return buf.getvalue()
+    return table_csv(PLAN_CSV, View(plan), list(enumerate(plan.configs)))
 
 
 # -- words and figures -------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 
 from rooflinekit.core.units import plain, si
-from rooflinekit.outputs.columns import SWEEP_POINTS, View, shown, text_columns, text_rows
+from rooflinekit.outputs.columns import View, shown, text_columns, text_rows
+from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.tables import WIDTH, Style, legend, table, wrap
 from rooflinekit.outputs.words import request_words
 
