@@ -316,16 +316,17 @@ def step_request(tmp: Path, step: tuple) -> dict:
             "isl": isl, "osl": 1024 if phase == "decode" else 2, **layout}
 
 
-def our_step(step: tuple) -> dict:
-    """rooflinekit's figure for one step, and its parts (PARTS, ms)."""
+def our_step(step: tuple, efficiency: str | None = None) -> dict:
+    """rooflinekit's figure for one step, and its parts (PARTS, ms), priced with the efficiency
+    source `efficiency` (None: the published table)."""
     model, system, fmt, (tp, ep), phase, batch, isl = step
     osl = 1024
     host = get_host()
     opts = PlanOptions(gpus=max(tp, ep), hardware=SYSTEMS[system], weight_dtypes=(fmt,), kv_dtypes=(fmt,),
-                       check=False, dtype=fmt if fmt == "fp8" else "bf16")
+                       check=False, dtype=fmt if fmt == "fp8" else "bf16", efficiency=efficiency)
     planner = Planner(load_source(str(ROOT / "examples/configs" / f"{model}.json"), {}, host),
                       Targets(isl, osl), opts, host=host)
-    v = planner.variant(planner.deployment(tp, ep, fmt, fmt), "fp8" if fmt == "fp8" else "bf16")
+    v = planner.variant(planner.deployment(tp, ep, fmt, kv_dtype=fmt), "fp8" if fmt == "fp8" else "bf16")
     if isinstance(v, str):
         return {"error": v}
     fitter = planner.fitter_for(v.dtype)
@@ -338,7 +339,7 @@ def our_step(step: tuple) -> dict:
     return {"ms": seconds * 1e3, "parts": _merged(step_parts.parts(planner, v, workload, part_of))}
 
 
-def run_steps(aic_python: str | None) -> None:
+def run_steps(aic_python: str | None, efficiency: str | None = None) -> None:
     peer = json.loads(PEER.read_text()) if PEER.exists() else {}
     tmp = Path(tempfile.mkdtemp(prefix="compare_aic_steps_"))
     if aic_python:
@@ -354,6 +355,8 @@ def run_steps(aic_python: str | None) -> None:
         rows.append({"id": step_id(step), "ours_ms": ours.get("ms"), "aic_ms": aic_ms or None,
                      "ours_parts": ours.get("parts"), "aic_parts": aic_parts(theirs.get("ops_ms") or {}),
                      "error": ours.get("error") or theirs.get("error")})
+        if efficiency:  # the same step priced with another efficiency source, beside the published one
+            rows[-1].update(efficiency=efficiency, ours_source_ms=our_step(step, efficiency).get("ms"))
         print(f"compare_aic: {rows[-1]['id']}: {rows[-1]['ours_ms']} / {aic_ms}", file=sys.stderr)
     STEPS_OUT.write_text(json.dumps(rows, indent=1, default=str) + "\n")
     table = render_steps(rows)
@@ -362,13 +365,15 @@ def run_steps(aic_python: str | None) -> None:
 
 
 def render_steps(rows: list[dict]) -> str:
-    lines = ["| step (model / GPU / format / layout / phase / batch / ISL) | ms (ours / AIC) | ratio | "
-             + " | ".join(f"{p} (ours / AIC)" for p in PARTS) + " |", "|---|---|---|" + "---|" * len(PARTS)]
+    source = next((r["efficiency"] for r in rows if r.get("efficiency")), None)
+    extra = f" ratio with --efficiency {source} |" if source else ""
+    lines = ["| step (model / GPU / format / layout / phase / batch / ISL) | ms (ours / AIC) | ratio |" + extra + " "
+             + " | ".join(f"{p} (ours / AIC)" for p in PARTS) + " |", "|---|---|---|" + "---|" * (len(PARTS) + bool(source))]
     by_part: dict[str, list[float]] = {p: [] for p in PARTS}
     ratios: dict[str, list[float]] = {"decode": [], "prefill": []}
     for r in rows:
         if r.get("error") or not r.get("aic_ms") or not r.get("ours_ms"):
-            lines.append(f"| {r['id']} | n/a ({(r.get('error') or 'no figure')[:80]}) | | " + " | " * len(PARTS))
+            lines.append(f"| {r['id']} | n/a ({(r.get('error') or 'no figure')[:80]}) | | " + " | " * (len(PARTS) + bool(source)))
             continue
         ratio = r["ours_ms"] / r["aic_ms"]
         ratios["decode" if "/decode/" in r["id"] else "prefill"].append(ratio)
@@ -379,7 +384,9 @@ def render_steps(rows: list[dict]) -> str:
             if o > 0 and a > 0:
                 by_part[p].append(o / a)
         flag = " **" if abs(ratio - 1) > EXPLAIN else ""
-        lines.append(f"| {r['id']} | {r['ours_ms']:.2f} / {r['aic_ms']:.2f} | {ratio:.2f}{flag} | " + " | ".join(cells) + " |")
+        other = (f" {r['ours_source_ms'] / r['aic_ms']:.2f} |" if r.get("ours_source_ms") else " n/a |") if source else ""
+        lines.append(f"| {r['id']} | {r['ours_ms']:.2f} / {r['aic_ms']:.2f} | {ratio:.2f}{flag} |{other} "
+                     + " | ".join(cells) + " |")
 
     def med(values: list[float]) -> str:
         values = sorted(values)
@@ -402,12 +409,14 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="with --aic-python: search again the questions it answered")
     parser.add_argument("--only", nargs="*", help="question ids")
     parser.add_argument("--render", action="store_true", help="only write the table again from compare_aic.json")
+    parser.add_argument("--efficiency", help="with --steps: also price each step with this efficiency source "
+                        "(aic, a file), a column beside the published table's")
     parser.add_argument("--steps", action="store_true",
                         help="single steps instead of questions: STEPS against AIConfigurator's static estimates, "
                              "written to docs/validation.md")
     args = parser.parse_args()
     if args.steps:
-        return run_steps(args.aic_python)
+        return run_steps(args.aic_python, args.efficiency)
     if args.render:
         rows = json.loads(OUT.read_text())
         peer = json.loads(PEER.read_text())

@@ -1,0 +1,31 @@
+"""Built-in plugin: `--efficiency aic`, the expected time's achievable fractions derived from NVIDIA
+AIConfigurator's measured kernel database (the `aic` extra: `pip install rooflinekit[aic]`).
+
+The hook is here; `systems` maps a hardware entry to an AIConfigurator system, `measure` asks its
+database for kernel latencies at stated shapes, `table` turns them into an efficiency file in the
+layout of the committed table, written once per AIConfigurator version, system and entry.
+"""
+
+from __future__ import annotations
+
+from rooflinekit.plugin import UserError, hookimpl
+
+PROVIDES = ("efficiency source: aic (AIConfigurator's measured kernels, the aic extra)",)
+#: The source name `--efficiency` takes.
+SOURCE = "aic"
+INSTALL = "pip install 'rooflinekit[aic]' (Python 3.11 to 3.13)"
+
+
+@hookimpl
+def rooflinekit_efficiency_source(source, hardware):
+    """`aic`: the path of the efficiency file derived for `hardware` (written on first use)."""
+    if source != SOURCE:
+        return None
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        raise UserError(f"--efficiency aic reads NVIDIA AIConfigurator's measured kernel database, "
+                        f"which is not installed: {INSTALL}") from None
+    from rooflinekit_plugins.aic.table import source_file
+
+    return str(source_file(hardware))

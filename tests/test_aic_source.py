@@ -1,0 +1,128 @@
+"""--efficiency aic: fractions derived from NVIDIA AIConfigurator's measured kernel database.
+
+Without aiconfigurator_core the source says in one line how to install it; with it, the hardware
+entry maps to an AIConfigurator system (H800 to h100_sxm, said in every source), an unknown part is
+refused in one line naming the systems, the file loads through rooflinekit's own loader, and one
+fraction is recomputed here from AIConfigurator's own query and the datasheet numbers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import re
+from dataclasses import replace
+
+import pytest
+from click.testing import CliRunner
+
+import rooflinekit_plugins.aic as aic
+from rooflinekit.cli.main import cli
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.plugins import get_host
+from rooflinekit.stages.expected import load_table, with_efficiency
+from rooflinekit.stages.hardware import hardware_db
+from tests.conftest import EXAMPLES
+
+HAVE_AIC = importlib.util.find_spec("aiconfigurator_core") is not None
+needs_aic = pytest.mark.skipif(not HAVE_AIC, reason="aiconfigurator_core is not installed (pip install "
+                               "'rooflinekit[aic]', Python 3.11-3.13)")
+GQA = str(EXAMPLES / "llama_gqa.py")
+
+
+@pytest.fixture
+def host():
+    """The process host, with the aic plugin registered where the installed metadata predates it."""
+    host = get_host()
+    added = not host.pm.has_plugin("aic")
+    if added:
+        host.register(aic, "aic")
+    yield host
+    if added:
+        host.pm.unregister(name="aic")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path / "rooflinekit" / "aic"
+
+
+def test_without_aiconfigurator_it_says_how_to_install_it(host, monkeypatch):
+    real = builtins.__import__
+
+    def no_aic(name, *args, **kwargs):
+        if name.split(".")[0] == "aiconfigurator_core":
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_aic)
+    result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", "H100", "--efficiency", "aic"])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'rooflinekit[aic]'" in lines[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_mapping():
+    from rooflinekit_plugins.aic.systems import system_for
+
+    assert system_for("H100 SXM5").name == "h100_sxm" and not system_for("H100 SXM5").note
+    h800 = system_for("H800 SXM5")
+    assert h800.name == "h100_sxm" and "H800" in h800.note and "400 GB/s" in h800.note
+    assert system_for("mine", ["H200 SXM"]).name == "h200_sxm"
+    assert system_for("MI300X") is None
+
+
+@needs_aic
+def test_h800_is_priced_with_h100_kernels_and_says_so(host, cache):
+    hw = with_efficiency(hardware_db().get("H800"), "aic", host)
+    assert hw.efficiency.startswith(str(cache)) and "h100_sxm" in hw.efficiency
+    table = load_table(hw.efficiency)
+    measured = [s for k, s in table.sources.items() if not k.startswith(("launch", "elementwise"))]
+    assert measured and all("AIConfigurator 0.12.0 h100_sxm trtllm" in s and "[H800:" in s for s in measured)
+    again = with_efficiency(hardware_db().get("H800"), "aic", host)
+    assert again.efficiency == hw.efficiency  # written once
+
+
+@needs_aic
+def test_a_part_without_data_is_refused_in_one_line(host, cache):
+    with pytest.raises(UserError) as caught:
+        with_efficiency(hardware_db().get("MI300X"), "aic", host)
+    message = str(caught.value)
+    assert "\n" not in message and "no measured kernels for 'MI300X'" in message and "h100_sxm" in message
+
+
+@needs_aic
+def test_a_fraction_recomputed_from_aiconfigurators_own_query(host, cache):
+    from aiconfigurator_core.sdk import common, operations, perf_database
+    from aiconfigurator_core.sdk.engine import EngineHandle, build_ops_json
+
+    h100 = hardware_db().get("H100")
+    table = load_table(with_efficiency(h100, "aic", host).efficiency)
+    source = table.sources["gemm_large.compute"]
+    m, n, k = (int(v) for v in re.search(r"GEMM bfloat16 at M=(\d+), N=(\d+), K=(\d+)", source).groups())
+    version = re.search(r"h100_sxm trtllm (\S+) database", source).group(1)
+    db = perf_database.get_database("h100_sxm", "trtllm", version)
+    op = operations.GEMM("gemm", 1, n, k, common.GEMMQuantMode.bfloat16)
+    (_, ms, _, kind), = EngineHandle.for_database(db).evaluate_ops_json(build_ops_json([op]), is_context=True,
+                                                                         batch_size=1, s=m)
+    assert kind == "silicon"
+    expected = (2 * m * n * k / h100.peak_flops["bf16"]) / (ms * 1e-3)
+    assert table.classes["gemm_large"].compute == pytest.approx(expected, abs=1e-4)
+    assert 0.3 < expected <= 1
+
+
+@needs_aic
+def test_the_report_names_the_source(host, cache):
+    result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", "H100", "--phase", "prefill",
+                                      "--efficiency", "aic"])
+    assert result.exit_code == 0, result.output
+    assert "efficiency aic" in result.output
+
+
+@needs_aic
+def test_a_calibrated_entry_is_refused(host, cache):
+    hw = replace(hardware_db().get("H100"), calibrated=True)
+    with pytest.raises(UserError, match="calibrated entry"):
+        with_efficiency(hw, "aic", host)
