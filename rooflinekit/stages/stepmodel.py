@@ -53,7 +53,7 @@ class KernelGroup:
     flops: int
     nbytes: int
     params: int
-    rows: int | None  # output rows of a matrix product, else None
+    rows: int | None  # output rows of a matrix product, a fused attention's query length, else None
     key: tuple
     in_layers: bool
 
@@ -210,7 +210,7 @@ class StepModel:
             f0 = halved(v0[k.flops], v0[k.nbytes], v0[k.params], m._half_weights(k, v0))
             f1 = halved(v1[k.flops], v1[k.nbytes], v1[k.params], m._half_weights(k, v1))
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
-            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            traffic = frac.bandwidth_for(k.dtype) * self.hw.memory_bandwidth
             w = 2 * share * k.count
             lines.append((w, f0[0] / compute, (f1[0] - f0[0]) / compute, f0[1] / traffic, (f1[1] - f0[1]) / traffic))
             if v0[k.flops] > 0 or v0[k.nbytes] > 0 or v1[k.flops] > 0 or v1[k.nbytes] > 0:
@@ -256,12 +256,24 @@ class StepModel:
         out = []
         for k, rule in zip(self.kernels, rules[1], strict=True):
             if rule.__class__ is int:
-                out.append(small if values[rule] <= most else large)
+                frac = small if values[rule] <= most else large
             elif rule is None:
-                out.append(classes[_class(k, values, self.phase, table)])
+                frac = classes[_class(k, values, self.phase, table)]
             else:
-                out.append(classes[rule])
+                frac = classes[rule]
+            out.append(frac if frac.curve is None else frac.at(self._size(k, values)))
         return out
+
+    def _size(self, k: KernelGroup, values: list[float]) -> float | None:
+        """Where a kernel sits on its class's curve at `values` (expected.size_of): its rows or query
+        length, an MoE kernel's tokens per expert (its extras slot's tokens x k / experts)."""
+        if k.rows is not None:
+            return values[k.rows]
+        j = k.params - (len(values) - len(self.extras))
+        if j < 0:
+            return None
+        _, tokens, _, top_k, experts, _, _ = self.extras[j]
+        return values[tokens] * top_k / experts if experts else None
 
     def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
         """(expected, bound) seconds of one call (kept per kind, group and message)."""
@@ -339,7 +351,7 @@ class StepModel:
             f0, b0 = v0[k.flops], v0[k.nbytes]
             df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
-            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            traffic = frac.bandwidth_for(k.dtype) * self.hw.memory_bandwidth
             summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
             work = f0 > 0 or b0 > 0 or df > 0 or db > 0
             total += k.count * (summed + (launch * n if work else 0.0))
@@ -349,7 +361,8 @@ class StepModel:
 
 
 def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
-    return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)), nbytes / (frac.bandwidth * hw.memory_bandwidth))
+    return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)),
+               nbytes / (frac.bandwidth_for(dtype) * hw.memory_bandwidth))
 
 
 def _rule(k: KernelGroup, phase: str, table: EfficiencyTable) -> str | int | None:
@@ -451,7 +464,7 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
         rate = rates.get((id(frac), k.dtype))
         if rate is None:
             rate = rates[(id(frac), k.dtype)] = (frac.compute_for(k.dtype) * hw.peak(k.dtype),
-                                                  frac.bandwidth * hw.memory_bandwidth)
+                                                  frac.bandwidth_for(k.dtype) * hw.memory_bandwidth)
         compute, traffic = rate
         f0, b0 = v0[k.flops], v0[k.nbytes]
         df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
