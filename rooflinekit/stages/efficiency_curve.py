@@ -42,6 +42,14 @@ class Curve:
     sources: tuple[str, ...] = ()
 
 
+def micro_batch_size(curve: Curve | None, size: float | None) -> float | None:
+    """A kernel's size in one of two micro-batches (two-batch overlap): a GEMM's rows and an expert
+    GEMM's tokens per expert halve; an attention's query length does not (the split is by sequence)."""
+    if curve is None or size is None or curve.key != "rows":
+        return size
+    return size / 2
+
+
 def _points(value: object, where: str, n: int | None) -> tuple[float, ...]:
     if not isinstance(value, list) or not value or (n is not None and len(value) != n):
         raise ValueError(f"{where} must be a list of {n or 'one or more'} numbers")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.stages.efficiency_curve import Curve, bandwidth_at, compute_at, parse_curve
+from rooflinekit.stages.efficiency_curve import Curve, bandwidth_at, compute_at, micro_batch_size, parse_curve
 from rooflinekit.stages.hardware import HardwareSpec
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
@@ -396,13 +396,13 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
-        fractions = table.classes[cls].at(kernel_size(op))
+        fractions, size = table.classes[cls], kernel_size(op)
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            t = 2 * kernel_time(f, b, peak, bandwidth, fractions, op.dtype)
+            t = 2 * kernel_time(f, b, peak, bandwidth, fractions.at(micro_batch_size(fractions.curve, size)), op.dtype)
             n *= 2
         else:
-            t = kernel_time(op.flops, op.bytes, peak, bandwidth, fractions, op.dtype)
+            t = kernel_time(op.flops, op.bytes, peak, bandwidth, fractions.at(size), op.dtype)
         kernels_s += t
         kernels += n
         counts[cls] += n

@@ -35,6 +35,7 @@ from rooflinekit.stages.expected import (
     runs_two_batches,
     table_for,
 )
+from rooflinekit.stages.efficiency_curve import micro_batch_size
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
@@ -172,7 +173,7 @@ class StepModel:
         table = self.table()
         launch = table.launch_s(self.phase)
         kernels = calls = 0.0
-        for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
+        for k, frac in zip(self.kernels, self._classes(values, table, micro=True), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             f, b = values[k.flops], values[k.nbytes]
             if not share or (f <= 0 and b <= 0):
@@ -203,7 +204,7 @@ class StepModel:
         table = self.table()
         launch = table.launch_s(self.phase)
         lines, fixed = [], 0.0
-        for k, frac in zip(m.kernels, m._classes(v0, table), strict=True):
+        for k, frac in zip(m.kernels, m._classes(v0, table, micro=True), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
                 continue
@@ -243,10 +244,11 @@ class StepModel:
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
 
-    def _classes(self, values: list[float], table: EfficiencyTable) -> list[Fractions]:
-        """Each kernel's class fractions at `values`: what `_fractions` gives, from rules worked
-        out once per model (a kernel's class depends on its values only through a product's rows,
-        or for a modelled record through whether it has FLOPs and weights)."""
+    def _classes(self, values: list[float], table: EfficiencyTable, micro: bool = False) -> list[Fractions]:
+        """Each kernel's class fractions at `values`, read on the class's curve at the kernel's size
+        (with `micro`, one micro-batch's: micro_batch_size), from rules worked out once per model (a
+        kernel's class depends on its values only through a product's rows, or for a modelled record
+        through whether it has FLOPs and weights)."""
         key = ("rules", id(table))
         rules = self._memo.get(key)
         if rules is None or rules[0] is not table:
@@ -261,7 +263,10 @@ class StepModel:
                 frac = classes[_class(k, values, self.phase, table)]
             else:
                 frac = classes[rule]
-            out.append(frac if frac.curve is None else frac.at(self._size(k, values)))
+            if frac.curve is not None:
+                size = self._size(k, values)
+                frac = frac.at(micro_batch_size(frac.curve, size) if micro else size)
+            out.append(frac)
         return out
 
     def _size(self, k: KernelGroup, values: list[float]) -> float | None:
