@@ -52,7 +52,7 @@ def on_curve(cls: dict, which: str, size: float | None) -> float:
     else:
         i = next(j for j in range(1, len(at)) if size < at[j])
         f = values[i - 1] + (values[i] - values[i - 1]) * math.log(size / at[i - 1]) / math.log(at[i] / at[i - 1])
-    below = [(p, v) for p, v in zip(at, values) if p <= size]
+    below = [(p, v) for p, v in zip(at, values, strict=True) if p <= size]
     if which == "compute":
         return min([f, *(v * size / p for p, v in below)])
     return min([f, *(v for _, v in below)])

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.stages.efficiency_curve import Curve, bandwidth_at, compute_at, micro_batch_size, parse_curve
+from rooflinekit.stages.efficiency_curve import (
+    Curve,
+    bandwidth_at,
+    compute_at,
+    micro_batch_size,
+    parse_curve,
+)
 from rooflinekit.stages.hardware import HardwareSpec
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
+from rooflinekit.stages.efficiency_curve import micro_batch_size
 from rooflinekit.stages.expected import (
     EfficiencyTable,
     Fractions,
@@ -35,7 +36,6 @@ from rooflinekit.stages.expected import (
     runs_two_batches,
     table_for,
 )
-from rooflinekit.stages.efficiency_curve import micro_batch_size
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
