@@ -112,3 +112,21 @@ def compute_at(at: tuple[float, ...], values: tuple[float, ...], x: float) -> fl
 def bandwidth_at(at: tuple[float, ...], values: tuple[float, ...], x: float) -> float:
     """The bandwidth fraction at size x, at its envelope: the lowest at or below x."""
     return min([interpolate(at, values, x), *(v for p, v in zip(at, values, strict=True) if p <= x)])
+
+
+#: What each key measures, in words.
+KEY_WORDS = {"rows": "output rows M (an expert GEMM's tokens per expert)", "query_len": "query length"}
+
+
+def curve_words(curve: Curve) -> str:
+    """A curve in one clause: its key, sizes and the range of each fraction."""
+    def span(values: tuple[float, ...]) -> str:
+        return f"{min(values):g}-{max(values):g}" if min(values) != max(values) else f"{values[0]:g}"
+
+    parts = [f"{what} {span(v)}" for what, v in (("compute", curve.compute), ("bandwidth", curve.bandwidth)) if v]
+    parts += [f"{what} {span(v)} for {d}" for what, table in (("compute", curve.compute_by_dtype),
+                                                              ("bandwidth", curve.bandwidth_by_dtype))
+              for d, v in table.items()]
+    return (f"by {KEY_WORDS.get(curve.key, curve.key)} on a curve of {len(curve.at)} points from {curve.at[0]:g} to "
+            f"{curve.at[-1]:g} ({', '.join(parts)}; log-interpolated, priced at its non-decreasing envelope; a "
+            "source per point in the table's curve), where the size is not recorded ")

@@ -37,6 +37,7 @@ from rooflinekit.stages.efficiency_curve import (
     Curve,
     bandwidth_at,
     compute_at,
+    curve_words,
     micro_batch_size,
     parse_curve,
 )
@@ -494,7 +495,8 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
         for name in CLASSES:
             f = table.classes[name]
             extra = "".join(f", {v:g} for {k}" for k, v in f.compute_by_dtype.items())
-            lines.append(f"{name}: {f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
+            curve = curve_words(f.curve) if f.curve is not None else ""
+            lines.append(f"{name}: {curve}{f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
                          f"({table.sources.get(name + '.compute', '')}; {table.sources.get(name + '.bandwidth', '')})")
         if Path(table.path) == TABLE_FILE:
             lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "
