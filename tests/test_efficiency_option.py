@@ -49,6 +49,10 @@ def _source_text(halve: bool) -> str:
         def half(m: re.Match) -> str:
             return f"{m.group(1)} = {float(m.group(2)) / 2!r}"
         text = re.sub(r"^(compute(?:_\w+)?|bandwidth) = ([0-9.eE+-]+)$", half, text, flags=re.M)
+
+        def halves(m: re.Match) -> str:  # a curve's points
+            return f"{m.group(1)} = [{', '.join(repr(float(v) / 2) for v in m.group(2).split(','))}]"
+        text = re.sub(r"^(compute(?:_\w+)?|bandwidth(?:_\w+)?) = \[([0-9.eE+, -]+)\]$", halves, text, flags=re.M)
     return text
 
 

@@ -37,6 +37,27 @@ def report(path=GQA, phase="decode", batch=2, context=64, tp=1, ep=1, **options)
     return run_profile(load_source(str(path), options), workload, Deployment("H800", tp=tp, ep=ep)).report
 
 
+def on_curve(cls: dict, which: str, size: float | None) -> float:
+    """A class's fraction at `size`, by hand: the curve's points interpolated in log(size), held
+    outside, at the envelope (compute: min of f(x) and f(p) x / p for points p <= x; bandwidth: the
+    lowest at or below x); the class constant without a curve or a size."""
+    curve = cls.get("curve", {})
+    if which not in curve or size is None:
+        return cls[which]
+    at, values = curve["at"], curve[which]
+    if size <= at[0]:
+        f = values[0]
+    elif size >= at[-1]:
+        f = values[-1]
+    else:
+        i = next(j for j in range(1, len(at)) if size < at[j])
+        f = values[i - 1] + (values[i] - values[i - 1]) * math.log(size / at[i - 1]) / math.log(at[i] / at[i - 1])
+    below = [(p, v) for p, v in zip(at, values, strict=True) if p <= size]
+    if which == "compute":
+        return min([f, *(v * size / p for p, v in below)])
+    return min([f, *(v for _, v in below)])
+
+
 def by_hand(r) -> float:
     """The expected step from the report's rows alone: each op of the step one kernel."""
     classes, launch = TABLE["classes"], TABLE["launch"][f"{r.workload.phase}_s"]
@@ -45,17 +66,23 @@ def by_hand(r) -> float:
     for op in r.ops:
         if op.kind == "collective" or (op.flops == 0 and op.bytes == 0):
             continue
-        if op.kind == "fused" or (op.name in PRODUCTS and op.index in in_attention):
-            cls = classes[f"attention_{r.workload.phase}"]
-        elif op.name in PRODUCTS:
+        size = None
+        if op.name in PRODUCTS:
             first = op.shapes.split(",")[1 if op.name in ("aten.addmm", "aten.baddbmm") else 0]
             dims = [int(d) for d in first.split("x")]
-            rows = dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])
-            cls = classes["gemm_small" if rows <= TABLE["small_gemm_max_rows"] else "gemm_large"]
+            size = dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])
+        if op.kind == "fused":
+            size = int(op.shapes.split(",")[0].split("x")[-2])  # the query's length
+            cls = classes[f"attention_{r.workload.phase}"]
+        elif op.name in PRODUCTS and op.index in in_attention:
+            cls = classes[f"attention_{r.workload.phase}"]
+        elif op.name in PRODUCTS:
+            cls = classes["gemm_small" if size <= TABLE["small_gemm_max_rows"] else "gemm_large"]
         else:
             cls = classes["elementwise"]
         peak = r.hardware.peaks[op.dtype]
-        total += max(op.flops / (cls["compute"] * peak), op.bytes / (cls["bandwidth"] * r.hardware.bandwidth))
+        compute = cls[f"compute_{op.dtype}"] if f"compute_{op.dtype}" in cls else on_curve(cls, "compute", size)
+        total += max(op.flops / (compute * peak), op.bytes / (on_curve(cls, "bandwidth", size) * r.hardware.bandwidth))
         total += launch
     return total + (getattr(r.comm, "expected_time_s", 0.0) or r.comm.time_s)
 
@@ -83,7 +110,11 @@ def test_the_table_has_a_source_for_every_value_and_fractions_at_most_one(path):
     table = tomllib.loads(path.read_text())
     assert set(table["classes"]) == set(TABLE["classes"])
     for name, entry in table["classes"].items():
-        values = {k: v for k, v in entry.items() if k != "sources"}
+        values = {k: v for k, v in entry.items() if k not in ("sources", "curve")}
+        curve = entry.get("curve", {})
+        assert len(curve.get("sources", [])) == len(curve.get("at", [])), name  # a source per point
+        assert all(s.strip() for s in curve.get("sources", [])), name
+        assert all(0 < v <= 1 for k, vs in curve.items() if k not in ("key", "at", "sources") for v in vs), name
         assert set(values) <= set(entry["sources"]), name
         assert all(0 < v <= 1 for v in values.values()), name
         assert all(entry["sources"][k].strip() for k in values), name
@@ -91,6 +122,8 @@ def test_the_table_has_a_source_for_every_value_and_fractions_at_most_one(path):
     # no class boundary makes a bigger GEMM cheaper: small and large GEMMs share compute and bandwidth
     small, large = table["classes"]["gemm_small"], table["classes"]["gemm_large"]
     assert {k: v for k, v in small.items() if k != "sources"} == {k: v for k, v in large.items() if k != "sources"}
+    assert {k: v for k, v in small.get("curve", {}).items() if k != "sources"} == \
+        {k: v for k, v in large.get("curve", {}).items() if k != "sources"}
 
 
 @pytest.mark.parametrize("hardware, table", [("A100 SXM 80GB", "efficiency-ampere.toml"),
@@ -163,6 +196,6 @@ def test_a_gemm_costs_no_less_with_more_rows_across_the_class_boundary(dtype):
     for m in range(1, 4 * table.small_gemm_max_rows + 1):
         cls = classify("aten.mm", "aten", False, False, m, "decode", table)
         t = kernel_time(2 * m * k * n, (k * n + m * k + m * n) * size, hw.peak(dtype), hw.memory_bandwidth,
-                        table.classes[cls], dtype)
+                        table.classes[cls].at(m), dtype)
         assert t >= last, (m, cls, t, last)
         last = t

@@ -20,7 +20,7 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
-from tests.test_expected import GQA, PRODUCTS, TABLE, TINY
+from tests.test_expected import GQA, PRODUCTS, TABLE, TINY, on_curve
 
 MOE = MODELS / "experts3d.py"
 
@@ -43,6 +43,21 @@ def _class(r, op, in_attention):
     if op.kind == "modelled" and op.flops > 0 and op.param_bytes > 0:  # experts: a GEMM of the phase
         return classes["gemm_small" if r.workload.phase == "decode" else "gemm_large"]
     return classes["elementwise"]
+
+
+def _micro_size(op, routing) -> float | None:
+    """A kernel's size on its curve in one micro-batch: half a product's rows or an MoE record's
+    tokens per expert; a fused attention's query length whole."""
+    if op.kind == "fused":
+        return int(op.shapes.split(",")[0].split("x")[-2])
+    if op.name in PRODUCTS:
+        first = op.shapes.split(",")[1 if op.name in ("aten.addmm", "aten.baddbmm") else 0]
+        dims = [int(d) for d in first.split("x")]
+        return (dims[-2] if op.name in ("aten.bmm", "aten.baddbmm") else math.prod(dims[:-1])) / 2
+    if routing and op.kind == "modelled":
+        tokens, k, experts = routing
+        return tokens * k / experts / 2
+    return None
 
 
 def distinct(tokens: float, k: int, experts: int) -> float:
@@ -74,7 +89,9 @@ def two_batch_by_hand(r, routing: tuple[int, int, int] | None = None) -> tuple[f
             half = weights * distinct(tokens / 2, k, experts) / distinct(tokens, k, experts)
         flops, nbytes = op.flops / 2, (op.bytes - weights) / 2 + half
         peak = r.hardware.peaks[op.dtype]
-        kernels += 2 * max(flops / (cls["compute"] * peak), nbytes / (cls["bandwidth"] * r.hardware.bandwidth))
+        size = _micro_size(op, routing)
+        compute = cls[f"compute_{op.dtype}"] if f"compute_{op.dtype}" in cls else on_curve(cls, "compute", size)
+        kernels += 2 * max(flops / (compute * peak), nbytes / (on_curve(cls, "bandwidth", size) * r.hardware.bandwidth))
         kernels += 2 * launch
     return kernels, comm
 

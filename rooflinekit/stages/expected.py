@@ -33,6 +33,14 @@ from typing import TYPE_CHECKING
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.core.plugins import PluginHost, get_host
+from rooflinekit.stages.efficiency_curve import (
+    Curve,
+    bandwidth_at,
+    compute_at,
+    curve_words,
+    micro_batch_size,
+    parse_curve,
+)
 from rooflinekit.stages.hardware import HardwareSpec
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
@@ -60,14 +68,47 @@ _ATTENTION_WORDS = ("attention", "attn", "sdpa", "flash")
 
 @dataclass(frozen=True)
 class Fractions:
-    """The achievable fractions of one kernel class: of the dtype's dense peak and of HBM bandwidth."""
+    """The achievable fractions of one kernel class: of the dtype's dense peak and of HBM bandwidth;
+    with a `curve`, those of a kernel of a given size (`at`)."""
 
     compute: float
     bandwidth: float
     compute_by_dtype: dict[str, float] = field(default_factory=dict)
+    curve: Curve | None = None
+    bandwidth_by_dtype: dict[str, float] = field(default_factory=dict)
 
     def compute_for(self, dtype: str) -> float:
         return self.compute_by_dtype.get(dtype, self.compute)
+
+    def bandwidth_for(self, dtype: str) -> float:
+        return self.bandwidth_by_dtype.get(dtype, self.bandwidth)
+
+    def at(self, size: float | None) -> Fractions:
+        """The fractions of a kernel of `size` on the class's curve (rooflinekit.stages.efficiency_curve),
+        flat ones; itself where the class has no curve or the size is not known."""
+        if self.curve is None or size is None:
+            return self
+        key = (id(self), float(size))
+        kept = _AT.get(key)
+        if kept is None or kept[0] is not self:
+            if len(_AT) > 50000:
+                _AT.clear()
+            kept = _AT[key] = (self, _resolved(self, self.curve, float(size)))
+        return kept[1]
+
+
+#: (id(fractions), size) -> (fractions, the flat fractions at that size): Fractions.at's cache
+_AT: dict[tuple[int, float], tuple[Fractions, Fractions]] = {}
+
+
+def _resolved(f: Fractions, c: Curve, size: float) -> Fractions:
+    """Flat fractions at `size`: a format's own curve, else its own constant, else the class curve,
+    else the class constant."""
+    compute = compute_at(c.at, c.compute, size) if c.compute else f.compute
+    bandwidth = bandwidth_at(c.at, c.bandwidth, size) if c.bandwidth else f.bandwidth
+    by_dtype = {**f.compute_by_dtype, **{d: compute_at(c.at, v, size) for d, v in c.compute_by_dtype.items()}}
+    by_bw = {**f.bandwidth_by_dtype, **{d: bandwidth_at(c.at, v, size) for d, v in c.bandwidth_by_dtype.items()}}
+    return Fractions(compute, bandwidth, by_dtype, None, by_bw)
 
 
 @dataclass(frozen=True)
@@ -123,8 +164,11 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
         entry = data["classes"][name]
         extra = {k.removeprefix("compute_"): _fraction(v, f"{name}.{k}") for k, v in entry.items()
                  if k.startswith("compute_")}
+        extra_bw = {k.removeprefix("bandwidth_"): _fraction(v, f"{name}.{k}") for k, v in entry.items()
+                    if k.startswith("bandwidth_")}
+        curve = parse_curve(entry["curve"], name) if "curve" in entry else None
         classes[name] = Fractions(_fraction(entry["compute"], f"{name}.compute"),
-                                  _fraction(entry["bandwidth"], f"{name}.bandwidth"), extra)
+                                  _fraction(entry["bandwidth"], f"{name}.bandwidth"), extra, curve, extra_bw)
         sources.update({f"{name}.{k}": v for k, v in entry.get("sources", {}).items()})
     launch = data["launch"]
     sources.update({f"launch.{k}": v for k, v in launch.get("sources", {}).items()})
@@ -222,6 +266,34 @@ def gemm_rows(name: str, shapes: str) -> int | None:
     return math.prod(dims[:-1])
 
 
+def query_len(shapes: str) -> int | None:
+    """A fused attention's query length: the second-last dim of its first operand (the query)."""
+    first = shapes.split(",")[0] if shapes else ""
+    try:
+        dims = [int(d) for d in first.split("x")]
+    except ValueError:
+        return None
+    return dims[-2] if len(dims) >= 2 else None
+
+
+def kernel_size(op: OpRecord) -> float | None:
+    """Where a kernel sits on its class's curve (size_of), from its record."""
+    return size_of(op.name, op.kind, op.shapes, op.attrs)
+
+
+def size_of(name: str, kind: str, shapes: str, attrs: dict | None = None) -> float | None:
+    """Where a kernel sits on its class's curve: a matrix product's output rows, a fused attention's
+    query length, an MoE record's tokens per expert (tokens x k / experts); None where not recorded."""
+    if name in MATMUL_OPS:
+        return gemm_rows(name, shapes)
+    if kind == "fused" and any(w in name.lower() for w in _ATTENTION_WORDS):
+        return query_len(shapes)
+    terms = (attrs or {}).get("expected_experts")
+    if terms and terms.get("experts"):
+        return terms["tokens"] * terms["k"] / terms["experts"]
+    return None
+
+
 def kernel_class(op: OpRecord, phase: str, attention_ops: frozenset[int], table: EfficiencyTable) -> str:
     """The class of one op record's kernel (see the module docstring)."""
     rows = gemm_rows(op.name, op.shapes) if op.name in MATMUL_OPS else None
@@ -246,7 +318,7 @@ def classify(name: str, kind: str, in_attention: bool, modelled_gemm: bool, rows
 def kernel_time(flops: float, nbytes: float, dtype_peak: float, bandwidth: float, fractions: Fractions,
                 dtype: str) -> float:
     """One kernel at its class's achievable rates: the larger of compute and traffic time."""
-    return max(flops / (fractions.compute_for(dtype) * dtype_peak), nbytes / (fractions.bandwidth * bandwidth))
+    return max(flops / (fractions.compute_for(dtype) * dtype_peak), nbytes / (fractions.bandwidth_for(dtype) * bandwidth))
 
 
 @dataclass(frozen=True)
@@ -331,12 +403,13 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
+        fractions, size = table.classes[cls], kernel_size(op)
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            t = 2 * kernel_time(f, b, peak, bandwidth, table.classes[cls], op.dtype)
+            t = 2 * kernel_time(f, b, peak, bandwidth, fractions.at(micro_batch_size(fractions.curve, size)), op.dtype)
             n *= 2
         else:
-            t = kernel_time(op.flops, op.bytes, peak, bandwidth, table.classes[cls], op.dtype)
+            t = kernel_time(op.flops, op.bytes, peak, bandwidth, fractions.at(size), op.dtype)
         kernels_s += t
         kernels += n
         counts[cls] += n
@@ -422,7 +495,8 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
         for name in CLASSES:
             f = table.classes[name]
             extra = "".join(f", {v:g} for {k}" for k, v in f.compute_by_dtype.items())
-            lines.append(f"{name}: {f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
+            curve = curve_words(f.curve) if f.curve is not None else ""
+            lines.append(f"{name}: {curve}{f.compute:g} of peak compute{extra}, {f.bandwidth:g} of HBM bandwidth "
                          f"({table.sources.get(name + '.compute', '')}; {table.sources.get(name + '.bandwidth', '')})")
         if Path(table.path) == TABLE_FILE:
             lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on Hopper; "

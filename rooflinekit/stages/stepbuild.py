@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages.capture.records import OpRecord
-from rooflinekit.stages.expected import MATMUL_OPS, gemm_rows, launches
+from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.stepmodel import CallGroup, KernelGroup, StepModel
@@ -81,8 +81,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         if not launches(op) and not any(launches(o) for o in ops):
             continue
         rows = None
-        if op.name in MATMUL_OPS:
-            counted = [gemm_rows(o.name, o.shapes) for o in ops]
+        if op.name in MATMUL_OPS or (op.kind == "fused" and size_of(op.name, op.kind, op.shapes) is not None):
+            counted = [size_of(o.name, o.kind, o.shapes) for o in ops]
             rows = None if any(r is None for r in counted) else design.poly(tuple(float(r) for r in counted))
         nbytes, params = counts(ops)
         group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,

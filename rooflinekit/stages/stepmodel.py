@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
+from rooflinekit.stages.efficiency_curve import micro_batch_size
 from rooflinekit.stages.expected import (
     EfficiencyTable,
     Fractions,
@@ -53,7 +54,7 @@ class KernelGroup:
     flops: int
     nbytes: int
     params: int
-    rows: int | None  # output rows of a matrix product, else None
+    rows: int | None  # output rows of a matrix product, a fused attention's query length, else None
     key: tuple
     in_layers: bool
 
@@ -172,7 +173,7 @@ class StepModel:
         table = self.table()
         launch = table.launch_s(self.phase)
         kernels = calls = 0.0
-        for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
+        for k, frac in zip(self.kernels, self._classes(values, table, micro=True), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             f, b = values[k.flops], values[k.nbytes]
             if not share or (f <= 0 and b <= 0):
@@ -203,14 +204,14 @@ class StepModel:
         table = self.table()
         launch = table.launch_s(self.phase)
         lines, fixed = [], 0.0
-        for k, frac in zip(m.kernels, m._classes(v0, table), strict=True):
+        for k, frac in zip(m.kernels, m._classes(v0, table, micro=True), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
                 continue
             f0 = halved(v0[k.flops], v0[k.nbytes], v0[k.params], m._half_weights(k, v0))
             f1 = halved(v1[k.flops], v1[k.nbytes], v1[k.params], m._half_weights(k, v1))
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
-            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            traffic = frac.bandwidth_for(k.dtype) * self.hw.memory_bandwidth
             w = 2 * share * k.count
             lines.append((w, f0[0] / compute, (f1[0] - f0[0]) / compute, f0[1] / traffic, (f1[1] - f0[1]) / traffic))
             if v0[k.flops] > 0 or v0[k.nbytes] > 0 or v1[k.flops] > 0 or v1[k.nbytes] > 0:
@@ -243,10 +244,11 @@ class StepModel:
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
 
-    def _classes(self, values: list[float], table: EfficiencyTable) -> list[Fractions]:
-        """Each kernel's class fractions at `values`: what `_fractions` gives, from rules worked
-        out once per model (a kernel's class depends on its values only through a product's rows,
-        or for a modelled record through whether it has FLOPs and weights)."""
+    def _classes(self, values: list[float], table: EfficiencyTable, micro: bool = False) -> list[Fractions]:
+        """Each kernel's class fractions at `values`, read on the class's curve at the kernel's size
+        (with `micro`, one micro-batch's: micro_batch_size), from rules worked out once per model (a
+        kernel's class depends on its values only through a product's rows, or for a modelled record
+        through whether it has FLOPs and weights)."""
         key = ("rules", id(table))
         rules = self._memo.get(key)
         if rules is None or rules[0] is not table:
@@ -256,12 +258,27 @@ class StepModel:
         out = []
         for k, rule in zip(self.kernels, rules[1], strict=True):
             if rule.__class__ is int:
-                out.append(small if values[rule] <= most else large)
+                frac = small if values[rule] <= most else large
             elif rule is None:
-                out.append(classes[_class(k, values, self.phase, table)])
+                frac = classes[_class(k, values, self.phase, table)]
             else:
-                out.append(classes[rule])
+                frac = classes[rule]
+            if frac.curve is not None:
+                size = self._size(k, values)
+                frac = frac.at(micro_batch_size(frac.curve, size) if micro else size)
+            out.append(frac)
         return out
+
+    def _size(self, k: KernelGroup, values: list[float]) -> float | None:
+        """Where a kernel sits on its class's curve at `values` (expected.size_of): its rows or query
+        length, an MoE kernel's tokens per expert (its extras slot's tokens x k / experts)."""
+        if k.rows is not None:
+            return values[k.rows]
+        j = k.params - (len(values) - len(self.extras))
+        if j < 0:
+            return None
+        _, tokens, _, top_k, experts, _, _ = self.extras[j]
+        return values[tokens] * top_k / experts if experts else None
 
     def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
         """(expected, bound) seconds of one call (kept per kind, group and message)."""
@@ -339,7 +356,7 @@ class StepModel:
             f0, b0 = v0[k.flops], v0[k.nbytes]
             df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
-            traffic = frac.bandwidth * self.hw.memory_bandwidth
+            traffic = frac.bandwidth_for(k.dtype) * self.hw.memory_bandwidth
             summed = max_linear_sum(f0 / compute, df / compute, b0 / traffic, db / traffic, n)
             work = f0 > 0 or b0 > 0 or df > 0 or db > 0
             total += k.count * (summed + (launch * n if work else 0.0))
@@ -349,7 +366,8 @@ class StepModel:
 
 
 def _kernel_time(flops: float, nbytes: float, hw: HardwareSpec, frac: Fractions, dtype: str) -> float:
-    return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)), nbytes / (frac.bandwidth * hw.memory_bandwidth))
+    return max(flops / (frac.compute_for(dtype) * hw.peak(dtype)),
+               nbytes / (frac.bandwidth_for(dtype) * hw.memory_bandwidth))
 
 
 def _rule(k: KernelGroup, phase: str, table: EfficiencyTable) -> str | int | None:
@@ -451,7 +469,7 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
         rate = rates.get((id(frac), k.dtype))
         if rate is None:
             rate = rates[(id(frac), k.dtype)] = (frac.compute_for(k.dtype) * hw.peak(k.dtype),
-                                                  frac.bandwidth * hw.memory_bandwidth)
+                                                  frac.bandwidth_for(k.dtype) * hw.memory_bandwidth)
         compute, traffic = rate
         f0, b0 = v0[k.flops], v0[k.nbytes]
         df, db = v1[k.flops] - f0, v1[k.nbytes] - b0

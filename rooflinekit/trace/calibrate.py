@@ -284,7 +284,7 @@ def expected_s(item: Attributed, klass: str, hw: HardwareSpec, table: Efficiency
     if own is not None:
         return max(compute, traffic) / own
     frac = table.classes[klass]
-    return max(compute / frac.compute_for(dtype), traffic / frac.bandwidth)
+    return max(compute / frac.compute_for(dtype), traffic / frac.bandwidth_for(dtype))
 
 
 def priced(items: Iterable[Attributed], hw: HardwareSpec, table: EfficiencyTable,

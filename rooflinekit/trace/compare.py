@@ -22,7 +22,7 @@ from tabulate import tabulate
 from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import ratio, seconds, si
-from rooflinekit.stages.expected import classify, gemm_rows, kernel_time, load_table
+from rooflinekit.stages.expected import classify, gemm_rows, kernel_time, load_table, size_of
 from rooflinekit.trace.classes import UNKNOWN, class_of_op
 from rooflinekit.trace.report import TRACE_SCHEMA_VERSION
 
@@ -70,7 +70,8 @@ def profile_classes(report: Report) -> dict[str, ClassPair]:
                        gemm_rows(op.name, op.shapes), phase, table)
         peak = hw.peaks.get(op.dtype) or hw.peak_flops
         expected = 0.0 if klass == "communication" else kernel_time(op.flops, nbytes, peak, hw.bandwidth,
-                                                                     table.classes[cls], op.dtype)
+                                                                     table.classes[cls].at(size_of(
+                                                                         op.name, op.kind, op.shapes)), op.dtype)
         row = sums[klass]
         row[0] += op.flops
         row[1] += nbytes
