@@ -395,6 +395,10 @@ def render_steps(rows: list[dict]) -> str:
     lines += ["", "| rooflinekit / AIConfigurator | median (range, steps) |", "|---|---|"]
     for k, v in ratios.items():
         lines.append(f"| whole {k} step | {med(v)} |")
+    if source:
+        sourced = [r["ours_source_ms"] / r["aic_ms"] for r in rows if r.get("ours_source_ms") and r.get("aic_ms")]
+        near = sum(abs(v - 1) <= 0.05 for v in sourced)
+        lines.append(f"| whole step with --efficiency {source} | {med(sourced)}; {near} within 5% |")
     for p, v in by_part.items():
         lines.append(f"| {p} | {med(v)} |")
     return "\n".join(lines)
