@@ -233,3 +233,37 @@ def test_published_on_a_calibrated_entry_and_a_malformed_file_are_refused(tmp_pa
     for path in (bad, bad2):
         with pytest.raises(UserError, match=f"efficiency source {path}"):
             with_efficiency(hardware_db().get("H800"), str(path))
+
+
+def _named(text: str) -> str:
+    """The source a rendered report names beside its expected step."""
+    return re.search(r"efficiency ([^,;)]+(?: \([^)]*\))?)", text).group(1)
+
+
+def test_every_report_names_its_source(sources, tmp_path):
+    """The text report, the page, advise and plan name the source: published by default, the one
+    given, or the hardware entry's own file."""
+    flat, halved = sources
+    runner = CliRunner()
+    base = ["-O", "layers=2", "-H", "H800", "--batch", "2", "--context", "512"]
+    text = runner.invoke(cli, ["profile", GQA, *base]).output
+    assert _named(text.split("expected step", 1)[1]) == "published"
+    text = runner.invoke(cli, ["profile", GQA, *base, "--efficiency", str(flat)]).output
+    assert _named(text.split("expected step", 1)[1]) == str(flat)
+    page = tmp_path / "r.html"
+    assert runner.invoke(cli, ["profile", GQA, *base, "-o", str(page)]).exit_code == 0
+    assert "expected step (efficiency published)" in page.read_text()
+    advice = runner.invoke(cli, ["advise", GQA, *base]).output
+    assert "baseline: expected step" in advice and _named(advice.split("baseline:", 1)[1]) == "published"
+    datasheet = hardware_db().get("H800")
+    entry = tmp_path / "h800-own.toml"
+    own = re.sub(r'^name = .*$', 'name = "H800 own"', open(datasheet.path).read(), count=1, flags=re.M)
+    entry.write_text(f'efficiency = "{halved}"\n' + re.sub(r'^aliases = .*$', 'aliases = []', own, count=1, flags=re.M))
+    text = runner.invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", str(entry), "--batch", "2", "--context",
+                               "512"]).output
+    assert _named(text.split("expected step", 1)[1]) == "the hardware entry's own"
+    host = get_host()
+    options = PlanOptions(gpus=1, tps=(1,), pps=(1,), max_batch=2, modes=("aggregated",), check=False,
+                          weight_dtypes=("bf16",), kv_dtypes=("bf16",))
+    plan = run_plan(load_source(GQA, OPTIONS, host), Targets(256, 16), options, host=host)
+    assert any("efficiency published (docs/accounting.md" in note for note in plan.notes)

@@ -219,11 +219,18 @@ def spread_note(targets: Targets) -> str:
             f"disaggregated prefill: {table['prefill'].words()}; decode: {table['decode'].words()}); {where}")
 
 
+def _source(options: PlanOptions, own_table: bool) -> str:
+    """The efficiency source the plan prices with, as `--efficiency` names it."""
+    return options.efficiency or ("the hardware entry's own" if own_table else "published")
+
+
 def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_table: bool = False) -> list[str]:
     notes = [
         "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
-        "fraction of its class (docs/accounting.md, Expected time)" if options.kernels == "serving" else
-        "figures are the model's code as written at the expected rates (docs/accounting.md, Expected time)",
+        f"fraction of its class, efficiency {_source(options, own_table)} (docs/accounting.md, Expected time)"
+        if options.kernels == "serving" else
+        f"figures are the model's code as written at the expected rates, efficiency {_source(options, own_table)} "
+        "(docs/accounting.md, Expected time)",
         f"TPOT: the mean step over contexts {targets.isl}..{targets.isl + targets.osl - 1}, exact from fitted counts; "
         "aggregated steps carry the prompt tokens arriving meanwhile (chunked prefill, weights read once per step)",
         "TTFT at p90 under Poisson arrivals (rooflinekit.stages.queueing: M/D/c, Erlang C with the "

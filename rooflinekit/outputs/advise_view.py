@@ -16,6 +16,7 @@ from rooflinekit.outputs.columns import View, shown, text_rows
 from rooflinekit.outputs.csv_tables import table_csv
 from rooflinekit.outputs.memory_view import memory_line
 from rooflinekit.outputs.render import workload_formats
+from rooflinekit.outputs.words import efficiency_name
 
 ADVISE_FORMATS = ("table", "json", "csv", "markdown")
 #: The text report's width: the table, then each lever's assumption and the notes wrapped to it.
@@ -39,8 +40,8 @@ def render_advice(report: AdviceReport, fmt: str = "table") -> str:
     head = [
         f"model: {model.name or '?'} ({model.path or ''})",
         f"workload: {w.phase}, batch {w.batch}, context {w.context}{workload_formats(report)}; hardware {hw.name}",
-        f"baseline: expected step {seconds(report.baseline.expected_step_s)} (bound "
-        f"{seconds(report.baseline.predicted_step_s)}), {si(report.baseline.tokens_per_s_per_gpu)} tokens/s per GPU, "
+        f"baseline: expected step {seconds(report.baseline.expected_step_s)} (efficiency "
+        f"{efficiency_name(report)}; bound {seconds(report.baseline.predicted_step_s)}), {si(report.baseline.tokens_per_s_per_gpu)} tokens/s per GPU, "
         f"{report.baseline.binding}-bound; levers ranked by tokens/s per GPU at the expected step",
     ]
     if report.memory is not None:

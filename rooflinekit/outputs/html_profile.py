@@ -29,7 +29,12 @@ from rooflinekit.outputs.html_tables import (
     ops_table,
     uncounted_table,
 )
-from rooflinekit.outputs.words import deployment_words, options_words, request_words
+from rooflinekit.outputs.words import (
+    deployment_words,
+    efficiency_name,
+    options_words,
+    request_words,
+)
 
 
 def _measured_tip(m) -> list[list]:
@@ -184,7 +189,7 @@ def _header_profile(report: Report) -> dict:
             item("uncounted ops' bytes", t.uncounted_bytes, "si", "B"),
             item("time bound (whole step)", t.time_bound_s, "time"),
             item("predicted step (sum of op bounds)", t.predicted_step_s, "time"),
-            item("expected step (achievable fractions)", t.expected_step_s, "time"),
+            item(f"expected step (efficiency {efficiency_name(report)})", t.expected_step_s, "time"),
             item("model-FLOP MFU bound", t.mfu_bound_model, "pct")]},
     ]
     if report.attention:

@@ -30,7 +30,12 @@ from rooflinekit.outputs.sections import (
     uncounted_table,
 )
 from rooflinekit.outputs.tables import WIDTH, Style, legend, table, wrap
-from rooflinekit.outputs.words import deployment_words, options_words, request_words
+from rooflinekit.outputs.words import (
+    deployment_words,
+    efficiency_name,
+    options_words,
+    request_words,
+)
 
 FORMATS = ("table", "json", "csv", "markdown")
 __all__ = ["FORMATS", "TABLES", "header_lines", "measured_lines", "parallel_lines", "render",
@@ -81,7 +86,7 @@ def header_lines(report: Report) -> list[str]:
         f"bound {seconds(t.time_bound_s)})" + (f", {si(t.tokens_per_s)} tokens/s" if t.tokens_per_s else ""),
     ]
     if getattr(t, "expected_step_s", 0.0):
-        lines.append(expected_line(t))
+        lines.append(expected_line(t, efficiency_name(report)))
     if fused is not None:
         lines.append(f"fused (elementwise chains fused between matmul/attention anchors): {si(fused.bytes, 'B')} "
                      f"moved, intensity {ratio(fused.intensity)} FLOP/B, predicted step "
@@ -104,8 +109,9 @@ def views_lines(report: Report) -> list[str]:
     return [line]
 
 
-def expected_line(t) -> str:
-    """The expected step beside the bound, with tokens/s per GPU and per user at it."""
+def expected_line(t, source: str = "published") -> str:
+    """The expected step beside the bound, the efficiency source it is priced with, and tokens/s per
+    GPU and per user at it."""
     rates = [f"{si(t.tokens_per_s_per_gpu)} tokens/s per GPU"] if t.tokens_per_s_per_gpu else []
     if t.tokens_per_s_per_user:
         rates.append(f"{si(t.tokens_per_s_per_user)} per user")
@@ -113,7 +119,7 @@ def expected_line(t) -> str:
     engine = f", engine host {seconds(host)}" if host is not None else ""
     hidden = getattr(t, "overlap_hidden_s", None)
     engine += f", two-batch overlap hides {seconds(hidden)}" if hidden is not None else ""
-    return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (achievable fractions{engine}, "
+    return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (efficiency {source}{engine}, "
             f"docs/accounting.md) / bound {seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
 
 

@@ -36,3 +36,23 @@ def request_words(dtype: str, deployment: Deployment | Mapping[str, Any] | None,
     if options:
         parts.append(f"options {options_words(options)}")
     return "".join(f", {p}" for p in parts if p)
+
+
+#: The words of a step priced with the entry's own ceilings or file, without --efficiency.
+ENTRY_OWN = "the hardware entry's own"
+
+
+def efficiency_name(report: Any) -> str:
+    """The efficiency source a report's expected step is priced with, as `--efficiency` names it:
+    the one given; else the hardware entry's own (a calibrated entry's measured ceilings, or the
+    efficiency file its entry names); else `published`, the committed table."""
+    given = getattr(deployment_of(getattr(report, "deployment", None)), "efficiency", None)
+    if given:
+        return given
+    hardware = getattr(report, "hardware", None)
+    if getattr(hardware, "calibrated", False):
+        return f"{ENTRY_OWN} (calibrated ceilings)"
+    conventions = getattr(getattr(report, "totals", None), "expected_conventions", None) or []
+    if any(c.startswith("fractions from the efficiency source ") for c in conventions):
+        return ENTRY_OWN
+    return "published"
