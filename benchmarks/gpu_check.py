@@ -43,11 +43,12 @@ SMALL = {
 
 def batch_list(text: str) -> list[int]:
     """argparse type for --batches: comma-separated positive integers."""
-    from rooflinekit.outputs.report_io import positive_ints
+    from rooflinekit.cli.request_options import parse_counts
+    from rooflinekit.core.errors import WorkloadError
 
     try:
-        return positive_ints(text, "batch")
-    except ValueError as exc:
+        return parse_counts(text, "--batches")
+    except WorkloadError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 

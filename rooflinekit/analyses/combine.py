@@ -68,7 +68,7 @@ def move_of(name: str, changes: dict, cand, result: LeverResult) -> Move | None:
     if cand.source != "rooflinekit":
         dep = {k: v for k, v in changes.items() if k in DEPLOYMENT_FIELDS}
         return Move("plugin", name, dep, cand.workload, cand.transform, cand.rebuild, result)
-    for axis in AXES[:-1]:  # the settings of each axis, as their declarations name it (Setting.axis)
+    for axis in ("tp", "weights", "kv"):  # the settings of each axis, as their declarations name it (Setting.axis)
         names = [s.name for s in deployment_settings() if s.axis == axis]
         if any(n in changes for n in names):
             return Move(axis, name, {n: getattr(cand.deployment, n) for n in names}, result=result)

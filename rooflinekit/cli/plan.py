@@ -18,6 +18,7 @@ from rooflinekit.cli.options import (
 )
 from rooflinekit.cli.request_options import (
     kept_settings,
+    parse_choices,
     parse_count,
     searched_options,
     setting_help,
@@ -100,13 +101,6 @@ def _tokens(text: str, option: str) -> int:
         raise WorkloadError(f"{option} {text!r}: give at least 1 token")
     return value
 
-
-def _choices(text: str, allowed, option: str) -> tuple[str, ...]:
-    values = tuple(v.strip() for v in text.split(",") if v.strip())
-    bad = [v for v in values if v not in allowed]
-    if bad or not values:
-        raise WorkloadError(f"{option} {text!r}: choose from {', '.join(allowed)} (comma-separated)")
-    return values
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -198,12 +192,12 @@ def plan_cmd(model, hardware, gpus, isl, osl, ttft, tpot, targets_at, prefix_hit
         modes = modes if "modes" in given else "disaggregated"
         pps = pps if "pps" in given else "1"
     search = dict(gpus=gpus, hardware=hardware, kernels=kernels, efficiency=efficiency, engine=engine, overlap=overlap,
-                  weight_dtypes=_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
+                  weight_dtypes=parse_choices(weight_dtypes, tuple(WEIGHT_FORMATS), "--weight-dtypes"),
                   tps=_ints(tps, "--tp") if tps else None, pps=_ints(pps, "--pp"),
                   eps=_ints(eps, "--ep") if eps else None, ep_imbalance=ep_imbalance,
                   prefill_layouts=_layouts(prefill_layouts, "--prefill", gpus) if prefill_layouts else None,
                   decode_layouts=_layouts(decode_layouts, "--decode", gpus) if decode_layouts else None,
-                  modes=_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
+                  modes=parse_choices(modes, ("aggregated", "disaggregated"), "--mode"), max_batch=max_batch,
                   mtp=mtp or 0, check=not no_check, rate=_rate(rate) if rate is not None else None)
     kept = kept_settings()  # the searched settings' values to try (--kv-dtypes), from their declarations
     search.update({s.plural: kept[s.plural] for s in searched_settings() if s.plural in kept})

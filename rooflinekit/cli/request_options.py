@@ -65,12 +65,16 @@ def _keep_tried(ctx: click.Context, param: click.Parameter, value: str) -> tuple
     """Callback of a searched setting's plan option: the values to try, each checked by the
     setting's rule, kept in the context under the plural name."""
     setting = next(s for s in searched_settings() if s.plural == param.name)
-    flag = "--" + param.name.replace("_", "-")
-    values = tuple(v.strip() for v in value.split(",") if v.strip())
-    choices = tuple(setting.rule.choices)
-    if not values or any(v not in choices for v in values):
-        raise WorkloadError(f"{flag} {value!r}: choose from {', '.join(choices)} (comma-separated)")
+    values = parse_choices(value, tuple(setting.rule.choices), "--" + param.name.replace("_", "-"))
     ctx.meta.setdefault(KEPT, {})[param.name] = values
+    return values
+
+
+def parse_choices(text: str, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:
+    """'bf16,fp8' -> ('bf16', 'fp8'), each one of `allowed`; one WorkloadError naming `option` else."""
+    values = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not values or any(v not in allowed for v in values):
+        raise WorkloadError(f"{option} {text!r}: choose from {', '.join(allowed)} (comma-separated)")
     return values
 
 

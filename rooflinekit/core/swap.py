@@ -28,10 +28,7 @@ def swapped(owner: object, name: str, value: object) -> Iterator[object]:
     try:
         yield None if found is _ABSENT else found
     finally:
-        if found is _ABSENT:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, found)
+        _put_back(owner, name, found)
 
 
 @contextmanager
@@ -45,10 +42,15 @@ def own_attribute(owner: object, name: str, value: object) -> Iterator[None]:
     try:
         yield
     finally:
-        if own is _ABSENT:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, own)
+        _put_back(owner, name, own)
+
+
+def _put_back(owner: object, name: str, found: object) -> None:
+    """`owner.name` as it was found: `found`, or no attribute of that name where it was absent."""
+    if found is _ABSENT:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, found)
 
 
 @contextmanager

@@ -15,8 +15,6 @@ import sys
 from numbers import Real
 from pathlib import Path
 
-import click
-
 from rooflinekit.core.codec import DecodeError, upgrade_profile
 from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.plan import PLAN_SCHEMA_VERSION
@@ -326,32 +324,3 @@ def attention_figures(report: Report) -> dict:
         "intensity_min": at.intensity_min,
         "intensity_executed": flops_exec / bytes_exec if bytes_exec else None,
     }
-
-
-def positive_ints(text: str, what: str = "value") -> list[int]:
-    """'1,4,16' -> [1, 4, 16] (order kept, duplicates dropped); ValueError says what is wrong."""
-    items: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            n = int(part)
-        except ValueError:
-            raise ValueError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
-        if n < 1:
-            raise ValueError(f"{n}: every {what} must be at least 1")
-        if n not in items:
-            items.append(n)
-    if not items:
-        raise ValueError(f"give at least one {what}")
-    return items
-
-
-def int_list(ctx, param, value) -> list[int]:
-    """Click callback for comma-separated positive integers (see `positive_ints`)."""
-
-    try:
-        return positive_ints(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rooflinekit.core.request import DTYPE_KEYS, Deployment
+from rooflinekit.stages.expected import OWN_SOURCE_WORDS
 
 
 def options_words(options: Mapping[str, Any] | None) -> str:
@@ -53,6 +54,6 @@ def efficiency_name(report: Any) -> str:
     if getattr(hardware, "calibrated", False):
         return f"{ENTRY_OWN} (calibrated ceilings)"
     conventions = getattr(getattr(report, "totals", None), "expected_conventions", None) or []
-    if any(c.startswith("fractions from the efficiency source ") for c in conventions):
+    if any(c.startswith(OWN_SOURCE_WORDS) for c in conventions):
         return ENTRY_OWN
     return "published"

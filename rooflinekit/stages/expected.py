@@ -64,6 +64,8 @@ MATMUL_OPS = frozenset({
 #: The operand holding the product's rows: the bias or input comes first in these.
 _ROWS_OPERAND = {"aten.addmm": 1, "aten.baddbmm": 1, "aten.addbmm": 1}
 _ATTENTION_WORDS = ("attention", "attn", "sdpa", "flash")
+#: How the conventions name an efficiency source other than the committed tables (its path follows).
+OWN_SOURCE_WORDS = "fractions from the efficiency source "
 
 
 @dataclass(frozen=True)
@@ -508,7 +510,7 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
             lines.append(f"fractions from {Path(table.path).name} (kernel-level public measurements on "
                          f"{generation or 'its generation'}; docs/accounting.md, Expected time)")
         else:
-            lines.append(f"fractions from the efficiency source {table.path} (its sources above)")
+            lines.append(f"{OWN_SOURCE_WORDS}{table.path} (its sources above)")
     lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
                  "(memory-bound) GEMM; fused attention and the products inside attention layers are "
                  f"{phase} attention; other ops are element-wise / copy")

@@ -278,15 +278,8 @@ def build(source: ModelSource, workload: Workload) -> Built:
     # the caller's CPU RNG state is restored afterwards.
     with in_effect(workload), skip, torch.random.fork_rng(devices=[]):
         torch.manual_seed(BUILD_SEED)
-        try:
-            with module_budget(source.path):
-                model = source.build_model(**_accepted(source.build_model, options))
-        except UserError:
-            raise
-        except SystemExit as exc:
-            raise exit_error(exc, source.path, "build_model()") from None
-        except Exception as exc:
-            raise ModelError(f"build_model() failed: {_user_frame(exc, source.path)}") from exc
+        with _user_call(source, "build_model()"), module_budget(source.path):
+            model = source.build_model(**_accepted(source.build_model, options))
         if not isinstance(model, torch.nn.Module):
             raise ModelError(
                 f"build_model() returned {type(model).__name__}, expected a torch.nn.Module"
@@ -307,20 +300,28 @@ def inputs_for(source: ModelSource, workload: Workload) -> object:
         return _make_inputs(source, workload, options)
 
 
+@contextmanager
+def _user_call(source: ModelSource, what: str) -> Iterator[None]:
+    """A call into the model file (`what`: "build_model()", "make_inputs()"): its failure as one line
+    naming the file's frame, its exit as one line; rooflinekit's own errors pass as they are."""
+    try:
+        yield
+    except UserError:
+        raise
+    except SystemExit as exc:
+        raise exit_error(exc, source.path, what) from None
+    except Exception as exc:
+        raise ModelError(f"{what} failed: {_user_frame(exc, source.path)}") from exc
+
+
 def _make_inputs(source: ModelSource, workload: Workload, options: dict[str, object]) -> object:
     """make_inputs(batch, context, phase) with the options and q_len it accepts, checked."""
     given = _accepted(source.make_inputs, options)
     q_len = q_len_argument(source, workload)
     if q_len and "q_len" in given:
         raise WorkloadError("option q_len: give a decode step's new tokens per sequence with --q-len N")
-    try:
+    with _user_call(source, "make_inputs()"):
         inputs = source.make_inputs(workload.batch, workload.context, workload.phase, **given, **q_len)
-    except UserError:
-        raise
-    except SystemExit as exc:
-        raise exit_error(exc, source.path, "make_inputs()") from None
-    except Exception as exc:
-        raise ModelError(f"make_inputs() failed: {_user_frame(exc, source.path)}") from exc
     if not isinstance(inputs, (tuple, dict, list)):
         raise ModelError(
             f"make_inputs() returned {type(inputs).__name__}, expected a tuple (or list) of positional "
