@@ -42,14 +42,23 @@ SMALL = {
 
 
 def batch_list(text: str) -> list[int]:
-    """argparse type for --batches: comma-separated positive integers."""
-    from rooflinekit.cli.request_options import parse_counts
-    from rooflinekit.core.errors import WorkloadError
-
-    try:
-        return parse_counts(text, "--batches")
-    except WorkloadError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    """argparse type for --batches: '1,4,16' -> [1, 4, 16], comma-separated positive integers (order
+    kept, duplicates dropped)."""
+    items: list[int] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{part}' is not an integer (give e.g. 1,4,16)") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: every batch must be at least 1")
+        if n not in items:
+            items.append(n)
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one batch")
+    return items
 
 
 def parse_args(argv=None):
