@@ -461,6 +461,35 @@ def year_section(rows: list[dict], results: dict) -> list[str]:
         err = f"{statistics.median(abs(v - 1) for v in ratios):.1%}" if ratios else "-"
         mid = f"{statistics.median(ratios):.2f}" if ratios else "-"
         out.append(f"| {label} | {len(group)} | {len(scored)} | {err} | {mid} |")
+    return out + source_section([r for r in rows if recent(r)], results)
+
+
+def scored_ratio(results: dict, row: dict) -> float | None:
+    """A row's expected / measured where it is scored (not bound-only, run without error), else None."""
+    got = results["rows"].get(row["id"])
+    if not got or "error" in got or got["bound_only"]:
+        return None
+    return got.get("expected_over_measured")
+
+
+def source_section(rows: list[dict], results: dict) -> list[str]:
+    """The scored rows of recent engines by source, so that one source's rows cannot hide in the median."""
+    by_source: dict[str, list[tuple[dict, float]]] = {}
+    for r in rows:
+        ratio = scored_ratio(results, r)
+        if ratio is not None:
+            by_source.setdefault(r["source_url"], []).append((r, ratio))
+    if not by_source:
+        return []
+    out = ["", "The scored rows of engines released in 2025 or later, by source:", "",
+           "| source | engine (versions) | scored | median abs(expected / measured - 1) | median expected / measured |",
+           "| --- | --- | --- | --- | --- |"]
+    for url, pairs in sorted(by_source.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        title = re.split(r" \(|, ", pairs[0][0]["source_title"], maxsplit=1)[0]
+        engines = ", ".join(sorted({r["engine"] for r, _ in pairs}))
+        ratios = [v for _, v in pairs]
+        out.append(f"| [{title}]({url}) | {engines} | {len(pairs)} | "
+                   f"{statistics.median(abs(v - 1) for v in ratios):.1%} | {statistics.median(ratios):.2f} |")
     return out
 
 
