@@ -102,9 +102,9 @@ def render(rows: list[dict], results: dict) -> str:
     done = [(r, results[r["id"]]) for r in rows if r["id"] in results]
     errs = [abs(x["plan_over_measured"] - 1) for _, x in done]
     lines = [BEGIN, "",
-             f"{len(done)} published configurations (benchmarks/published.toml: static-batch tables of gpt-fast, "
-             "TensorRT-LLM and vLLM, first-token latencies, and DeepSeek's latency-targeted decode service) priced "
-             "by the planner's step models; `python benchmarks/validate_plan.py` regenerates this table.", "",
+             f"{len(done)} published configurations (benchmarks/published.toml: the static batches, first-token "
+             f"latencies and decode steps of {vp.engine_list(r for r, _ in done)}) priced by the planner's step models; "
+             "`python benchmarks/validate_plan.py` regenerates this table.", "",
              f"Median |plan / measured - 1|: {statistics.median(errs):.1%}; the planner against `profile`'s summed "
              "steps (docs/validation.md): "
              f"largest difference {max(abs((x['plan_over_profile'] or 1) - 1) for _, x in done):.2%}.", "",

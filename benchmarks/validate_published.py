@@ -575,12 +575,18 @@ def _kept_sections(doc: Path) -> str:
     return "\n" + KEPT[0] + text.split(KEPT[0], 1)[1].split(KEPT[1], 1)[0] + KEPT[1] + "\n"
 
 
+def engine_list(rows) -> str:
+    """The rows' engines in words, in the order they first appear: "a, b and c"."""
+    names = list(dict.fromkeys(r["engine"] for r in rows))
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def render_doc(rows: list[dict], results: dict) -> str:
     meta, s = results["meta"], summarize(rows, results)
     out = ["# Validation against published measurements", "",
            "rooflinekit's step time is a bound and, beside it, an expected time. This page holds both against",
-           f"{len(rows)} published measurements of real engines (gpt-fast, TensorRT-LLM, vLLM, DeepSeek's own",
-           "serving system): each row is a figure from its source with the exact configuration, mapped to",
+           f"{len(rows)} published measurements of real engines ({engine_list(rows)}): each row is a figure",
+           "from its source with the exact configuration, mapped to",
            "rooflinekit runs on the model's full config. The rows live in `benchmarks/published.toml` (source,",
            "configuration, mapping); `benchmarks/validate_published.py` runs them and regenerates this page and",
            "`benchmarks/published_results.json`; `tests/test_validation_published.py` recomputes a few cheap",
@@ -606,8 +612,9 @@ def render_doc(rows: list[dict], results: dict) -> str:
            "engine that overlaps its all-to-all with compute, as DeepSeek's does, cannot beat it); the expected",
            "time is `totals.expected_step_s`.", "",
            "Nothing is fitted on these rows. The expected time's fractions come from kernel-level figures",
-           "(`rooflinekit/stages/efficiency*.toml`: FlashMLA, FlashAttention-2/3/4, DeepGEMM, best-shape matmul",
-           "tables, hipBLASLt, device copies) and the engines' host time per step from measurements of the",
+           "(`rooflinekit/stages/efficiency*.toml`: FlashMLA, FlashAttention-2/3/4, DeepGEMM, vLLM's fused-MoE",
+           "kernel benchmark, best-shape matmul tables, hipBLASLt, device copies) and the engines' host time per",
+           "step from measurements of the",
            "engines' schedulers (`rooflinekit/stages/engines.toml`: vLLM, SGLang and TensorRT-LLM issues, pull",
            "requests and posts); none of those sources is a row here, and a row takes an engine's host time",
            "(`engine_cost`) only where that table covers its engine version. A row whose engine ran two",

@@ -51,12 +51,58 @@ def test_hopper_gemm_on_the_curve_by_hand():
         max(flops / (c * BF16), nbytes / (0.6161 * BW)), rel=1e-9)
 
 
-def test_an_expert_gemm_is_read_at_its_tokens_per_expert():
-    # 64 tokens x top-8 over 256 experts: 2 tokens per expert, below the first point: bandwidth 0.6925
+def _distinct(tokens: int, k: int, experts: int) -> float:
+    """Experts that `tokens` tokens choosing k of `experts` touch under uniform routing."""
+    return experts * (1 - (1 - k / experts) ** tokens)
+
+
+@pytest.mark.parametrize("per_expert, bandwidth", [
+    # below the first point (a TP 8 down matrix): held at TP 8's fraction
+    (1_835_008, 0.2387),
+    # 10 MB, between the TP 4 and TP 2 gate-up points: log-interpolated
+    (10e6, 0.4010 + (0.4651 - 0.4010) * math.log(10e6 / 7340032) / math.log(2)),
+    # above the last point (a wide expert): held at TP 1's
+    (200e6, 0.5534),
+])
+def test_an_expert_gemm_streams_at_its_experts_width(per_expert, bandwidth):
+    # 64 tokens x top-8 over 256 experts: compute on the GEMM curve at 2 tokens per expert (below the
+    # first point: 0.5255); bandwidth from the experts curve at one expert's matrix bytes
     terms = {"tokens": 64, "k": 8, "experts": 256, "share": 1.0}
-    op = OpRecord(0, "experts", "m", 1e9, 4e8, 1e6, "fp8", True, kind="modelled", param_bytes=4e8,
+    weights = per_expert * _distinct(64, 8, 256)
+    op = OpRecord(0, "moe.gate_up", "m", 1e9, weights + 1e6, 1e6, "fp8", True, kind="modelled",
+                  param_bytes=weights, attrs={"expected_experts": terms})
+    assert _kernels_s(op) == pytest.approx(max(1e9 / (0.5255 * FP8), (weights + 2e6) / (bandwidth * BW)), rel=1e-9)
+
+
+def test_expert_parallel_share_and_the_published_call():
+    # EP 8: the record holds 1/8 of the touched experts, so one expert's bytes are its weights over
+    # distinct x 1/8. At TP 8, DeepSeek-V3's call at 128 tokens (251.6 experts of 5.505 MB, gate-up 2/3
+    # and down 1/3) prices at the 1732.33 us vLLM PR #13932 measured on H100 (3.35 TB/s, as the H800)
+    per = 2 * 256 * 7168
+    terms = {"tokens": 128, "k": 8, "experts": 256, "share": 1 / 8}
+    weights = per * _distinct(128, 8, 256) / 8
+    op = OpRecord(0, "moe.gate_up", "m", 1.0, weights, 0.0, "fp8", True, kind="modelled", param_bytes=weights,
                   attrs={"expected_experts": terms})
-    assert _kernels_s(op) == pytest.approx(max(1e9 / (0.5255 * FP8), 4.01e8 / (0.6925 * BW)), rel=1e-9)
+    assert _kernels_s(op) == pytest.approx(weights / (0.2387 * BW), rel=1e-9)
+    gate_up, down = per * _distinct(128, 8, 256), per / 2 * _distinct(128, 8, 256)
+    call = sum(_kernels_s(OpRecord(0, "moe.x", "m", 1.0, b, 0.0, "fp8", True, kind="modelled", param_bytes=b,
+                                   attrs={"expected_experts": {**terms, "share": 1.0}})) for b in (gate_up, down))
+    assert call == pytest.approx(1732.33e-6, rel=2e-3)
+
+
+def test_a_table_without_an_experts_curve_streams_experts_at_the_gemm_class(tmp_path):
+    import dataclasses
+
+    path = tmp_path / "no-experts.toml"
+    path.write_text(re.sub(r"\n(# [^\n]*\n)*\[experts\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
+                           TABLE_FILE.read_text()))
+    hw = dataclasses.replace(HW, efficiency=str(path))
+    assert load_table(str(path)).experts is None
+    terms = {"tokens": 64, "k": 8, "experts": 256, "share": 1.0}
+    op = OpRecord(0, "moe.gate_up", "m", 1e9, 4e8, 1e6, "fp8", True, kind="modelled", param_bytes=4e8,
+                  attrs={"expected_experts": terms})
+    # 2 tokens per expert: the GEMM curve's first point, bandwidth 0.6925
+    assert _kernels_s(op, hw=hw) == pytest.approx(max(1e9 / (0.5255 * FP8), 4.01e8 / (0.6925 * BW)), rel=1e-9)
 
 
 @pytest.mark.parametrize("q, compute", [(512, 0.5713), (3000, 0.6320 + (0.6451 - 0.6320) * math.log(3000 / 2048)
@@ -77,7 +123,7 @@ def test_classes_without_a_curve_keep_their_constants(phase, name, kind, compute
 
 def _flat_text() -> str:
     """The committed table with its curves (and the comments above them) taken out."""
-    text = re.sub(r"\n(# [^\n]*\n)*\[classes\.\w+\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
+    text = re.sub(r"\n(# [^\n]*\n)*\[(?:classes\.\w+|experts)\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
                   TABLE_FILE.read_text())
     assert "\n[classes.gemm_large.curve]" not in text and "key = " not in text
     return text
@@ -132,4 +178,32 @@ def test_time_never_falls_as_the_size_grows(values, start, weights, per):
         x = i * at[-1] / 100
         t = max(1e6 * x / compute_at(at, tuple(values), x), (weights + per * x) / bandwidth_at(at, tuple(values), x))
         assert t >= last * (1 - 1e-12), (x, t, last)
+        last = t
+
+
+@pytest.mark.parametrize("curve, words", [
+    ('key = "rows"\nat = [1, 2]\nbandwidth = [0.3, 0.4]\nsources = ["a", "b"]', "key must be 'expert_bytes'"),
+    ('key = "expert_bytes"\nat = [1, 2]\ncompute = [0.3, 0.4]\nbandwidth = [0.3, 0.4]\nsources = ["a", "b"]',
+     "one bandwidth list"),
+])
+def test_a_bad_experts_curve_stops_with_one_line(tmp_path, curve, words):
+    path = tmp_path / "bad.toml"
+    path.write_text(_flat_text().replace("[launch]\n", f"[experts.curve]\n{curve}\n\n[launch]\n"))
+    with pytest.raises(UserError) as err:
+        load_table(str(path))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(start=st.floats(1e5, 1e8), growth=st.floats(1.01, 3.0))
+def test_expert_time_never_falls_as_its_experts_widen(start, growth):
+    """A grouped expert GEMM's bytes grow with one expert's matrix: its time never falls as they do."""
+    terms = {"tokens": 64, "k": 8, "experts": 256, "share": 1.0}
+    last = 0.0
+    for i in range(30):
+        weights = start * growth ** i * _distinct(64, 8, 256)
+        op = OpRecord(0, "moe.gate_up", "m", 1.0, weights, 0.0, "fp8", True, kind="modelled", param_bytes=weights,
+                      attrs={"expected_experts": terms})
+        t = _kernels_s(op)
+        assert t >= last * (1 - 1e-12)
         last = t

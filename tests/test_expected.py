@@ -58,6 +58,13 @@ def on_curve(cls: dict, which: str, size: float | None) -> float:
     return min([f, *(v for _, v in below)])
 
 
+def experts_bandwidth(per_expert: float) -> float:
+    """A grouped expert GEMM's bandwidth fraction by hand: the table's [experts] curve at one expert's
+    matrix bytes, its bytes growing with that size (the compute envelope)."""
+    curve = TABLE["experts"]["curve"]
+    return on_curve({"curve": {"at": curve["at"], "compute": curve["bandwidth"]}}, "compute", per_expert)
+
+
 def by_hand(r) -> float:
     """The expected step from the report's rows alone: each op of the step one kernel."""
     classes, launch = TABLE["classes"], TABLE["launch"][f"{r.workload.phase}_s"]

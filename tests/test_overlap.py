@@ -20,7 +20,7 @@ from rooflinekit.stages import collectives
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import MODELS
-from tests.test_expected import GQA, PRODUCTS, TABLE, TINY, on_curve
+from tests.test_expected import GQA, PRODUCTS, TABLE, TINY, experts_bandwidth, on_curve
 
 MOE = MODELS / "experts3d.py"
 
@@ -65,10 +65,10 @@ def distinct(tokens: float, k: int, experts: int) -> float:
     return experts * (1 - (1 - k / experts) ** tokens)
 
 
-def two_batch_by_hand(r, routing: tuple[int, int, int] | None = None) -> tuple[float, float]:
+def two_batch_by_hand(r, routing: tuple[int, int, int] | None = None, halve_experts: bool = True) -> tuple[float, float]:
     """(kernels and launches of both micro-batches, their collectives) from the report's rows;
     `routing` = (tokens, k, E) of the MoE records, whose weights at half the tokens are those of the
-    experts half the tokens hit."""
+    experts half the tokens hit (every expert of the step's with `halve_experts` False)."""
     launch = TABLE["launch"][f"{r.workload.phase}_s"]
     in_attention = {i for row in r.attention for i in row.op_indices}
     hw = hardware_db().get(r.hardware.name)
@@ -84,14 +84,17 @@ def two_batch_by_hand(r, routing: tuple[int, int, int] | None = None) -> tuple[f
         cls = _class(r, op, in_attention)
         weights = min(op.param_bytes, op.bytes)
         half = weights
-        if routing and op.kind == "modelled" and weights:
+        if routing and halve_experts and op.kind == "modelled" and weights:
             tokens, k, experts = routing
             half = weights * distinct(tokens / 2, k, experts) / distinct(tokens, k, experts)
         flops, nbytes = op.flops / 2, (op.bytes - weights) / 2 + half
         peak = r.hardware.peaks[op.dtype]
         size = _micro_size(op, routing)
         compute = cls[f"compute_{op.dtype}"] if f"compute_{op.dtype}" in cls else on_curve(cls, "compute", size)
-        kernels += 2 * max(flops / (compute * peak), nbytes / (on_curve(cls, "bandwidth", size) * r.hardware.bandwidth))
+        stream = on_curve(cls, "bandwidth", size)
+        if routing and op.kind == "modelled" and weights and op.flops > 0:  # a grouped expert GEMM
+            stream = experts_bandwidth(weights / distinct(*routing))
+        kernels += 2 * max(flops / (compute * peak), nbytes / (stream * r.hardware.bandwidth))
         kernels += 2 * launch
     return kernels, comm
 
@@ -130,7 +133,7 @@ def test_an_moe_micro_batch_reads_the_experts_its_half_of_the_tokens_hits():
     r = _report(MOE, "decode", 4, 256, {"experts": 64}, "two-batch")
     kernels, comm = two_batch_by_hand(r, routing=(4, 2, 64))
     assert comm == 0 and r.totals.expected_step_s == pytest.approx(kernels, rel=1e-9)
-    whole, _ = two_batch_by_hand(r)  # every micro-batch reading the experts of the whole step: more
+    whole, _ = two_batch_by_hand(r, routing=(4, 2, 64), halve_experts=False)  # the whole step's experts: more
     assert whole > kernels * 1.02
 
 

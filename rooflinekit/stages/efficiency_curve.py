@@ -17,6 +17,10 @@ do not fall as it grows (true of the keys above):
 - bandwidth: the fraction at size x is the lowest the curve takes at or below x (a GEMM's weights,
   most of its bytes, do not grow with its rows, so a rising bandwidth fraction would make more rows
   cheaper).
+
+The table's `[experts]` curve (key `expert_bytes`: one expert's weight matrix on the GPU, in bytes)
+gives a grouped expert GEMM's bandwidth fraction by how wide its experts are: its bytes grow with
+that size, so its envelope is the compute one (the fraction never rises faster than the size).
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from rooflinekit.core.units import si
+
 #: The size each class's curve is read at (a curve on any other key is refused).
 CURVE_KEYS = {"gemm_large": "rows", "gemm_small": "rows", "attention_prefill": "query_len",
-              "attention_decode": "query_len"}
+              "attention_decode": "query_len", "experts": "expert_bytes"}
 
 
 @dataclass(frozen=True)
@@ -115,7 +121,8 @@ def bandwidth_at(at: tuple[float, ...], values: tuple[float, ...], x: float) -> 
 
 
 #: What each key measures, in words.
-KEY_WORDS = {"rows": "output rows M (an expert GEMM's tokens per expert)", "query_len": "query length"}
+KEY_WORDS = {"rows": "output rows M (an expert GEMM's tokens per expert)", "query_len": "query length",
+             "expert_bytes": "one expert's weight matrix on the GPU"}
 
 
 def curve_words(curve: Curve) -> str:
@@ -127,6 +134,8 @@ def curve_words(curve: Curve) -> str:
     parts += [f"{what} {span(v)} for {d}" for what, table in (("compute", curve.compute_by_dtype),
                                                               ("bandwidth", curve.bandwidth_by_dtype))
               for d, v in table.items()]
-    return (f"by {KEY_WORDS.get(curve.key, curve.key)} on a curve of {len(curve.at)} points from {curve.at[0]:g} to "
-            f"{curve.at[-1]:g} ({', '.join(parts)}; log-interpolated, priced at its non-decreasing envelope; a "
+    ends = [si(v, "B") for v in (curve.at[0], curve.at[-1])] if curve.key == "expert_bytes" else \
+        [f"{v:g}" for v in (curve.at[0], curve.at[-1])]
+    return (f"by {KEY_WORDS.get(curve.key, curve.key)} on a curve of {len(curve.at)} points from {ends[0]} to "
+            f"{ends[1]} ({', '.join(parts)}; log-interpolated, priced at its non-decreasing envelope; a "
             "source per point in the table's curve), where the size is not recorded ")

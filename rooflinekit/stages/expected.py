@@ -15,7 +15,9 @@ serving view's records where a transform replaced them. Its class decides its fr
   small (memory-bound, a decode step's few rows) up to `small_gemm_max_rows` output rows, large above;
 - fused attention records, matrix products inside an attention layer (its scores and output) and
   modelled records named for attention are attention, of the workload's phase (decode or prefill);
-- modelled records with FLOPs and weights (MoE experts, absorbed projections) are GEMMs;
+- modelled records with FLOPs and weights (MoE experts, absorbed projections) are GEMMs; where the
+  table has an `[experts]` curve, a grouped expert GEMM (a record whose weights are its experts') takes
+  its bandwidth fraction from that curve at one expert's matrix bytes on the GPU (expert_fractions);
 - every other op (element-wise, normalisation, copies, gathers) is element-wise / copy.
 """
 
@@ -122,6 +124,8 @@ class EfficiencyTable:
     sources: dict[str, str] = field(default_factory=dict)
     path: str = ""
     calibrated: bool = False
+    #: grouped expert GEMMs' bandwidth fraction by one expert's matrix bytes (the table's `[experts]`)
+    experts: Curve | None = None
 
     def launch_s(self, phase: str) -> float:
         """Per kernel: a CUDA graph node's cost in decode and in a mixed step (engines replay the
@@ -174,9 +178,14 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
         sources.update({f"{name}.{k}": v for k, v in entry.get("sources", {}).items()})
     launch = data["launch"]
     sources.update({f"launch.{k}": v for k, v in launch.get("sources", {}).items()})
+    experts = None
+    if "experts" in data:
+        experts = parse_curve(data["experts"]["curve"], "experts")
+        if experts.bandwidth is None or experts.compute or experts.compute_by_dtype or experts.bandwidth_by_dtype:
+            raise ValueError("experts.curve gives one bandwidth list (its compute is the GEMM classes')")
     return EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
                            launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
-                           sources=sources, path=str(file))
+                           sources=sources, path=str(file), experts=experts)
 
 
 def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
@@ -247,7 +256,7 @@ def _at_ones(table: EfficiencyTable) -> EfficiencyTable:
     kept = _ONES.get(id(table))
     if kept is None or kept[0] is not table:
         ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
-        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True))
+        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None))
     return kept[1]
 
 
@@ -385,6 +394,39 @@ def half_expert_weights(op: OpRecord) -> float | None:
     return op.param_bytes * expected_distinct_experts(terms["tokens"] / 2, k, experts, redundant) / full if full else None
 
 
+def expert_bytes(op: OpRecord) -> float | None:
+    """One expert's weight matrix on this GPU, in bytes, of a grouped expert GEMM record (its weight
+    bytes over the distinct experts it touches, from its `expected_experts` terms); None for others."""
+    terms = op.attrs.get("expected_experts")
+    if not terms or op.flops <= 0 or op.param_bytes <= 0:
+        return None
+    touched = expected_distinct_experts(terms["tokens"], terms["k"], terms["experts"], terms.get("redundant", 0))
+    touched *= terms.get("share", 1.0)
+    return op.param_bytes / touched if touched > 0 else None
+
+
+#: (id(fractions), id(curve), bytes) -> (fractions, curve, the fractions for those experts): expert_fractions' cache
+_EXPERTS: dict[tuple[int, int, float], tuple[Fractions, Curve, Fractions]] = {}
+
+
+def expert_fractions(fractions: Fractions, table: EfficiencyTable, per_expert: float | None) -> Fractions:
+    """A grouped expert GEMM's fractions: its class's (compute by its tokens per expert) with the
+    bandwidth fraction of the table's `[experts]` curve at one expert's matrix bytes (narrow experts,
+    a TP shard's, stream slower); `fractions` as they are where the table has no such curve."""
+    curve = table.experts
+    if curve is None or per_expert is None:
+        return fractions
+    key = (id(fractions), id(curve), float(per_expert))
+    kept = _EXPERTS.get(key)
+    if kept is None or kept[0] is not fractions or kept[1] is not curve:
+        if len(_EXPERTS) > 50000:
+            _EXPERTS.clear()
+        # the bytes grow with the size: the compute envelope keeps bytes / fraction from falling
+        bw = compute_at(curve.at, curve.bandwidth or (), float(per_expert))
+        kept = _EXPERTS[key] = (fractions, curve, replace(fractions, bandwidth=bw, bandwidth_by_dtype={}))
+    return kept[2]
+
+
 def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
                   comm_expected_s: float, comm_source: str, overlap: str = "none", comm_halves_s: float = 0.0) -> Expected:
     """The expected step of one report's op records on `hw` (see the module docstring); with
@@ -405,13 +447,15 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
-        fractions, size = table.classes[cls], kernel_size(op)
+        fractions, size, per_expert = table.classes[cls], kernel_size(op), expert_bytes(op)
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            t = 2 * kernel_time(f, b, peak, bandwidth, fractions.at(micro_batch_size(fractions.curve, size)), op.dtype)
+            at = expert_fractions(fractions.at(micro_batch_size(fractions.curve, size)), table, per_expert)
+            t = 2 * kernel_time(f, b, peak, bandwidth, at, op.dtype)
             n *= 2
         else:
-            t = kernel_time(op.flops, op.bytes, peak, bandwidth, fractions.at(size), op.dtype)
+            t = kernel_time(op.flops, op.bytes, peak, bandwidth, expert_fractions(fractions.at(size), table, per_expert),
+                            op.dtype)
         kernels_s += t
         kernels += n
         counts[cls] += n
@@ -511,6 +555,10 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
                          f"{generation or 'its generation'}; docs/accounting.md, Expected time)")
         else:
             lines.append(f"{OWN_SOURCE_WORDS}{table.path} (its sources above)")
+    if table.experts is not None and not table.calibrated:
+        lines.append(f"grouped expert GEMMs (MoE experts): bandwidth {curve_words(table.experts)}"
+                     "the GEMM class's; compute the GEMM class's by tokens per expert (the table's [experts] "
+                     "curve names its source per point)")
     lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
                  "(memory-bound) GEMM; fused attention and the products inside attention layers are "
                  f"{phase} attention; other ops are element-wise / copy")

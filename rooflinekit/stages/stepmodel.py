@@ -32,6 +32,7 @@ from rooflinekit.stages.expected import (
     EfficiencyTable,
     Fractions,
     classify,
+    expert_fractions,
     halved,
     runs_two_batches,
     table_for,
@@ -266,8 +267,18 @@ class StepModel:
             if frac.curve is not None:
                 size = self._size(k, values)
                 frac = frac.at(micro_batch_size(frac.curve, size) if micro else size)
+            if table.experts is not None:
+                frac = expert_fractions(frac, table, self._expert_bytes(k, values))
             out.append(frac)
         return out
+
+    def _expert_bytes(self, k: KernelGroup, values: list[float]) -> float | None:
+        """One expert's matrix bytes of an MoE GEMM kernel (expected.expert_bytes: its extras slot's
+        weight bytes per touched expert), None for other kernels."""
+        j = k.params - (len(values) - len(self.extras))
+        if j < 0 or k.kind != "modelled" or values[k.flops] <= 0:
+            return None
+        return self.extras[j][2] or None
 
     def _size(self, k: KernelGroup, values: list[float]) -> float | None:
         """Where a kernel sits on its class's curve at `values` (expected.size_of): its rows or query
