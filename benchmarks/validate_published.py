@@ -602,7 +602,9 @@ def render_doc(rows: list[dict], results: dict) -> str:
            "| --- | --- | --- |",
            "| `static-batch` | a batch's whole latency, or tokens/s over it (gpt-fast tokens/s, TensorRT-LLM static-batch throughput, vLLM `benchmark_latency`) | prefill of the prompts, plus the decode steps at contexts input + 1 .. input + output - 1, summed step by step (both ends profiled; compute, memory and collective time interpolated per step, the max taken per step) |",
            "| `prefill` | first-token latency at batch 1 | one prefill step |",
-           "| `decode-step` | a per-user token rate | one decode step, 1 / rate |",
+           "| `decode-step` | a per-user token rate, or the inter-token latency at a fixed concurrency | one "
+           "decode step, 1 / rate; its batch is the concurrency, or where requests wait for a slot the running "
+           "batch the source's own output throughput x ITL gives (Little's law) |",
            "| `per-token` (bound-only) | a throughput at a scheduler-chosen batch or unpublished lengths | a step's bound per token; only the bound is checked |",
            "",
            "Conversions: gpt-fast's tokens/s is 200 generated tokens over the whole generate() call (prefill",
