@@ -114,6 +114,36 @@ def test_a_fraction_recomputed_from_aiconfigurators_own_query(host, cache):
 
 
 @needs_aic
+def test_the_experts_curve_recomputed_from_aiconfigurators_moe_table(host, cache):
+    from aiconfigurator_core.sdk import common, operations, perf_database
+    from aiconfigurator_core.sdk.engine import EngineHandle, build_ops_json
+
+    h100 = hardware_db().get("H100")
+    table = load_table(with_efficiency(h100, "aic", host).efficiency)
+    curve = table.experts
+    version = re.search(r"h100_sxm trtllm (\S+) database", curve.sources[0]).group(1)
+    handle = EngineHandle.for_database(perf_database.get_database("h100_sxm", "trtllm", version))
+
+    def measured(tp: int) -> float:
+        op = operations.MoE("moe", 1, 7168, 2048, 8, 256, tp, 1, common.MoEQuantMode.fp8_block, "balanced", 1)
+        (_, ms, _, kind), = handle.evaluate_ops_json(build_ops_json([op]), is_context=False, batch_size=128, s=1)
+        assert kind == "silicon"
+        return ms * 1e-3
+
+    touched = 256 * (1 - (1 - 8 / 256) ** 128)
+    bw = h100.memory_bandwidth
+    # TP 8: gate-up (512 x 7168) and down (7168 x 256) at the one fraction that prices the measured layer
+    shard = 7168 * 2048 / 8
+    tp8 = touched * 3 * shard / bw / measured(8)
+    assert curve.at[0] == 2 * shard and curve.bandwidth[0] == pytest.approx(tp8, abs=1e-4)
+    # TP 4: down (7168 x 512) at TP 8's fraction, gate-up (1024 x 7168) at the point's
+    shard = 7168 * 2048 / 4
+    gate_up_s = measured(4) - touched * shard / (curve.bandwidth[0] * bw)
+    assert curve.at[1] == 2 * shard
+    assert curve.bandwidth[1] == pytest.approx(min(1.0, touched * 2 * shard / (gate_up_s * bw)), abs=1e-4)
+
+
+@needs_aic
 def test_the_report_names_the_source(host, cache):
     result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", "H100", "--phase", "prefill",
                                       "--efficiency", "aic"])

@@ -22,6 +22,10 @@ DECODE_BATCH, DECODE_KV = 64, 4096
 PREFILL_BATCH = 1
 PREFILL_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 PREFILL_AT = 4096
+#: Grouped expert GEMMs: DeepSeek-V3's experts (hidden 7168, intermediate 2048, 256 experts, top-8) in
+#: block-scaled fp8 at 128 tokens (every expert read), split TP ways, as the published [experts] curve.
+MOE_HIDDEN, MOE_INTER, MOE_TOPK, MOE_EXPERTS, MOE_TOKENS = 7168, 2048, 8, 256, 128
+MOE_TPS = (8, 4, 2, 1)
 #: rooflinekit's dtype -> (AIConfigurator's format name, bytes per element).
 FORMATS = {"bf16": ("bfloat16", 2), "fp8": ("fp8", 1)}
 
@@ -113,3 +117,37 @@ def decode(db, entry: Entry, dtype: str = "bf16") -> Point | None:
     what = (f"generation attention at batch {DECODE_BATCH}, {DECODE_KV} cached tokens, {HEADS} heads, "
             f"{KV_HEADS} KV heads, head size {HEAD_DIM}, {FORMATS[dtype][0]} KV cache")
     return _point(ideal, how, timed, db.label, what, entry.note)
+
+
+def moe_touched() -> float:
+    """Distinct experts MOE_TOKENS tokens choosing MOE_TOPK of MOE_EXPERTS touch under uniform routing."""
+    return MOE_EXPERTS * (1 - (1 - MOE_TOPK / MOE_EXPERTS) ** MOE_TOKENS)
+
+
+def experts_curve(db, entry: Entry) -> dict | None:
+    """The [experts] bandwidth curve (key expert_bytes): per TP degree, the gate-up matrix's bytes and the
+    fraction that, with down (half the bytes) at the next point down, prices AIConfigurator's measured
+    MoE layer at the entry's bandwidth (the widest TP first, both matrices at one fraction); None where
+    a TP degree is not measured."""
+    at, values, sources = [], [], []
+    touched, below = moe_touched(), None
+    for tp in MOE_TPS:
+        timed = db.moe(MOE_TOKENS, MOE_HIDDEN, MOE_INTER, MOE_TOPK, MOE_EXPERTS, tp, "fp8_block")
+        if timed is None:
+            return None
+        down = MOE_HIDDEN * MOE_INTER / tp  # fp8: one byte per weight
+        gate_up = 2 * down
+        ideal = touched * (gate_up + down) / entry.bandwidth
+        rest = timed.seconds - (0.0 if below is None else touched * down / (below * entry.bandwidth))
+        share = touched * gate_up / (rest * entry.bandwidth) if below is not None and rest > 0 else ideal / timed.seconds
+        share = min(share, 1.0)
+        below = share
+        at.append(int(gate_up))
+        values.append(round(share, 4))
+        sources.append(f"{db.label}, MoE layer fp8_block at {MOE_TOKENS} tokens, hidden {MOE_HIDDEN}, intermediate "
+                       f"{MOE_INTER} / TP {tp}, {MOE_EXPERTS} experts, top-{MOE_TOPK}, balanced: "
+                       f"{timed.seconds * 1e6:.5g} us measured ({timed.kind}); {touched:.1f} experts' "
+                       f"{(gate_up + down) / 1e6:.4g} MB at the datasheet {entry.bandwidth / 1e12:.4g} TB/s = "
+                       f"{ideal * 1e6:.5g} us; gate-up {gate_up / 1e6:.4g} MB at {share:.4f}"
+                       + (f" [{entry.note}]" if entry.note else ""))
+    return {"key": "expert_bytes", "at": at, "bandwidth": values, "sources": sources}

@@ -2,7 +2,8 @@
 
 Each answer is the database's own per-op query (its compiled engine, as AIConfigurator's estimates
 use it) at one shape: GEMMs by (M, N, K, format), context (prefill) attention by (batch, length,
-heads, KV heads, head size, format), generation (decode) attention by (batch, KV length, ...).
+heads, KV heads, head size, format), generation (decode) attention by (batch, KV length, ...), an MoE layer's experts by (tokens, hidden,
+intermediate, top-k, experts, TP split, format).
 Answers the database marks as formula estimates (empirical, SOL) are refused: only measured ones.
 """
 
@@ -92,6 +93,15 @@ class Database:
         op = operations.GenerationAttention("attention", 1, heads, kv_heads, common.KVCacheQuantMode[fmt],
                                             head_size=head_dim)
         return self._time(op, False, batch, kv_len)
+
+
+    def moe(self, tokens: int, hidden: int, inter: int, topk: int, experts: int, tp: int, fmt: str) -> Timed | None:
+        """One MoE layer's experts (gate-up, activation, down) over `tokens` tokens routed evenly
+        ("balanced"), the experts split `tp` ways, weights in `fmt` ("fp8_block", "bfloat16")."""
+        from aiconfigurator_core.sdk import common, operations
+
+        op = operations.MoE("moe", 1, hidden, inter, topk, experts, tp, 1, common.MoEQuantMode[fmt], "balanced", 1)
+        return self._time(op, False, tokens, 1)
 
 
 @functools.lru_cache(maxsize=4)

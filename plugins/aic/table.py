@@ -22,7 +22,7 @@ else:  # pragma: no cover - Python 3.10 (AIConfigurator needs 3.11)
     import tomli as tomllib
 
 #: Bumped when what is derived changes: the cached files of older derivations are not reused.
-DERIVATION = 1
+DERIVATION = 2
 
 
 def cache_dir() -> Path:
@@ -107,7 +107,8 @@ def derive(db, entry: fr.Entry) -> dict:
                               for k in ("compute", "bandwidth")}
     launch = {k: fr.Point(published["launch"][k], f"{label} measures kernels, not launches apart; the published "
                           f"table's figure: {published['launch']['sources'][k]}") for k in ("decode_s", "prefill_s")}
-    return {"classes": classes, "launch": launch, "small_gemm_max_rows": published["small_gemm_max_rows"]}
+    return {"classes": classes, "launch": launch, "small_gemm_max_rows": published["small_gemm_max_rows"],
+            "experts": fr.experts_curve(db, entry)}
 
 
 def _values(term: str, by_dtype: dict[str, fr.Point | None]) -> dict[str, fr.Point]:
@@ -143,6 +144,11 @@ def render(derived: dict, hw_name: str, label: str, note: str) -> str:
             lines += ["", f"[classes.{name}.curve]", f"key = {_s(curve['key'])}", f"at = {curve['at']!r}"]
             lines += [f"{k} = {v!r}" for k, v in curve.items() if k not in ("key", "at", "sources")]
             lines += ["sources = ["] + [f"    {_s(s)}," for s in curve["sources"]] + ["]"]
+    experts = derived.get("experts")
+    if experts:
+        lines += ["", "[experts.curve]", f"key = {_s(experts['key'])}", f"at = {experts['at']!r}",
+                  f"bandwidth = {experts['bandwidth']!r}", "sources = ["]
+        lines += [f"    {_s(s)}," for s in experts["sources"]] + ["]"]
     lines += ["", "[launch]"] + [f"{k} = {p.value!r}" for k, p in derived["launch"].items()]
     lines += ["", "[launch.sources]"] + [f"{k} = {_s(p.source)}" for k, p in derived["launch"].items()]
     return "\n".join(lines) + "\n"
