@@ -94,8 +94,7 @@ def test_a_table_without_an_experts_curve_streams_experts_at_the_gemm_class(tmp_
     import dataclasses
 
     path = tmp_path / "no-experts.toml"
-    path.write_text(re.sub(r"\n(# [^\n]*\n)*\[experts\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
-                           TABLE_FILE.read_text()))
+    path.write_text(_without_curves_of(r"experts"))
     hw = dataclasses.replace(HW, efficiency=str(path))
     assert load_table(str(path)).experts is None
     terms = {"tokens": 64, "k": 8, "experts": 256, "share": 1.0}
@@ -121,10 +120,16 @@ def test_classes_without_a_curve_keep_their_constants(phase, name, kind, compute
     assert _kernels_s(op, phase) == pytest.approx(max(3e9 / (compute * BF16), 3e7 / (bandwidth * BW)), rel=1e-9)
 
 
-def _flat_text() -> str:
-    """The committed table with its curves (and the comments above them) taken out."""
-    text = re.sub(r"\n(# [^\n]*\n)*\[(?:classes\.\w+|experts)\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
+def _without_curves_of(tables: str) -> str:
+    """The committed table with the curves of the TOML tables matching `tables` (a regex) and the
+    comments above them taken out."""
+    return re.sub(rf"\n(# [^\n]*\n)*\[(?:{tables})\.curve\]\n(?:[^\[\n][^\n]*\n|    [^\n]*\n|\]\n)*", "\n",
                   TABLE_FILE.read_text())
+
+
+def _flat_text() -> str:
+    """The committed table with all its curves (and the comments above them) taken out."""
+    text = _without_curves_of(r"classes\.\w+|experts")
     assert "\n[classes.gemm_large.curve]" not in text and "key = " not in text
     return text
 

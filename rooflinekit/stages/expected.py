@@ -447,7 +447,8 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
-        fractions, size, per_expert = table.classes[cls], kernel_size(op), expert_bytes(op)
+        fractions, size = table.classes[cls], kernel_size(op)
+        per_expert = expert_bytes(op) if table.experts is not None else None
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
             at = expert_fractions(fractions.at(micro_batch_size(fractions.curve, size)), table, per_expert)
