@@ -77,3 +77,87 @@ def test_two_trace_reports_are_refused_in_one_line(reports):
     _, trace_json, _ = reports
     result = CliRunner().invoke(cli, ["compare", str(trace_json), str(trace_json)])
     assert result.exit_code != 0 and "Traceback" not in result.output and "trace report" in result.output
+
+
+#: A flat efficiency source (no curves, no [experts]): each op's expected time follows by hand.
+FLAT = """version = 1
+small_gemm_max_rows = 128
+[classes.gemm_large]
+compute = 0.5
+bandwidth = 0.25
+[classes.gemm_small]
+compute = 0.4
+bandwidth = 0.2
+[classes.attention_decode]
+compute = 0.3
+bandwidth = 0.6
+[classes.attention_prefill]
+compute = 0.35
+bandwidth = 0.6
+[classes.elementwise]
+compute = 0.5
+bandwidth = 0.125
+[launch]
+decode_s = 1e-6
+prefill_s = 2e-5
+"""
+
+
+def _by_hand(op, hw: dict, fractions: tuple[float, float]) -> float:
+    """One op's kernel at (compute, bandwidth) fractions plus FLAT's prefill launch."""
+    peak = hw["peaks"].get(op["dtype"]) or hw["peak_flops"]
+    return max(op["flops"] / (fractions[0] * peak),
+               (op["bytes_read"] + op["bytes_written"]) / (fractions[1] * hw["bandwidth"])) + 2e-5
+
+
+def test_each_class_is_priced_with_the_profiles_own_efficiency_source(tmp_path):
+    """A profile priced with --efficiency FILE: its ops' expected times are FILE's by hand, and
+    compare sums those (not the committed table's)."""
+    flat = tmp_path / "flat.toml"
+    flat.write_text(FLAT)
+    profile_json = tmp_path / "profile.json"
+    result = CliRunner().invoke(cli, ["profile", str(EXAMPLES / "llama_gqa.py"), "--phase", "prefill", "-b", "2",
+                                      "-s", "16", "--dtype", "fp32", "-H", "H800", "--efficiency", str(flat),
+                                      *[a for k, v in OPTIONS.items() for a in ("--option", f"{k}={v}")],
+                                      "-f", "json", "-o", str(profile_json)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(profile_json.read_text())
+    hw, ops = data["hardware"], data["ops"]
+    mms = [op for op in ops if op["name"] == "aten.mm"]
+    # 2 x 16 = 32 rows per product: small GEMMs
+    assert mms and all(op["expected_s"] == pytest.approx(_by_hand(op, hw, (0.4, 0.2))) for op in mms)
+    norms = [op for op in ops if op["name"] in ("aten.mul", "aten.rsqrt", "aten.pow")]
+    assert norms and all(op["expected_s"] == pytest.approx(_by_hand(op, hw, (0.5, 0.125))) for op in norms)
+    kernels = [op for op in ops if op["flops"] or op["bytes_read"] + op["bytes_written"]]
+    assert sum(op["expected_s"] for op in kernels) == pytest.approx(data["totals"]["expected_step_s"])
+
+    built = build(load_source(str(EXAMPLES / "llama_gqa.py"), OPTIONS), WORKLOAD)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        built.model(**built.inputs)
+    prof.export_chrome_trace(str(tmp_path / "cpu.json"))
+    assert CliRunner().invoke(cli, ["trace", str(tmp_path / "cpu.json"), "-H", "H800", "-o",
+                                    str(tmp_path / "trace.json")]).exit_code == 0
+    result = CliRunner().invoke(cli, ["compare", str(profile_json), str(tmp_path / "trace.json"), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    classes = {c["klass"]: c for c in json.loads(result.stdout)["classes"]}
+    assert classes["gemm"]["expected_s"] == pytest.approx(sum(_by_hand(op, hw, (0.4, 0.2)) for op in mms))
+    assert not any("older rooflinekit" in n for n in json.loads(result.stdout)["notes"])
+
+
+def test_an_older_profile_is_repriced_with_the_committed_table_and_says_so(reports, tmp_path):
+    profile_json, trace_json, report = reports
+    data = json.loads(profile_json.read_text())
+    for op in data["ops"]:
+        op.pop("expected_s", None)
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    result = CliRunner().invoke(cli, ["compare", str(older), str(trace_json), "-f", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert any("older rooflinekit" in n and "committed Hopper table" in n for n in out["notes"])
+    classes = {c["klass"]: c for c in out["classes"]}
+    now = json.loads(CliRunner().invoke(cli, ["compare", str(profile_json), str(trace_json), "-f", "json"]).stdout)
+    gemm_now = {c["klass"]: c for c in now["classes"]}["gemm"]["expected_s"]
+    mms = [op for op in report.ops if op.name == "aten.mm"]
+    # the committed table's prefill launch, 5 us per kernel, is the difference: repriced ops leave it out
+    assert gemm_now - classes["gemm"]["expected_s"] == pytest.approx(len(mms) * 5e-6)

@@ -176,7 +176,7 @@ def _op_row(op: OpRecord, intensity: float | None, bound: str, time_bound_s: flo
         "time_bound_s": time_bound_s, "shapes": op.shapes,
         "assumption": (attrs.get("assumption") or None) if attrs else None,
         "formula_error": (attrs.get("formula_error") or None) if attrs else None,
-        "collective": collective, "flops_model": None, "measured": None,
+        "collective": collective, "flops_model": None, "measured": None, "expected_s": None,
     })
     return row
 
@@ -408,6 +408,17 @@ def with_expected(totals: Totals, expected: Expected, workload: Workload, parall
                    expected_low_s=low, expected_high_s=high, expected_class=spread.step_class)
 
 
+def _with_expected(rows: list[OpRow], op_times: list[float]) -> list[OpRow]:
+    """The op rows (built here by _op_row, not yet shared) given each kernel's expected time
+    (expected.op_times: one per op record, in order), set in place as _op_row builds them;
+    collectives keep none (the step prices them as communication)."""
+    if len(rows) == len(op_times):  # else no op rows (a compact sweep point)
+        for row, t in zip(rows, op_times, strict=True):
+            if row.kind != "collective":
+                row.__dict__["expected_s"] = t
+    return rows
+
+
 def build_report(
     cap: CaptureResult,
     attention: list[AttentionSite],
@@ -459,7 +470,7 @@ def build_report(
         attention=[attention_row(r, hw) for r in attention],
         uncounted_ops=walk.uncounted_rows,
         comm=comm,
-        ops=walk.op_rows,
+        ops=_with_expected(walk.op_rows, expected.op_times),
         capture=CaptureInfo(wall_s=cap.wall_s, depth=view.depth, group_layers=view.group_layers),
         warnings=list(view.warnings),
         notes=list(view.notes) + list(cap.notes) + fallback_notes + (fusion_notes(fusion) if fusion else []),

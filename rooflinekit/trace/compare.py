@@ -4,7 +4,9 @@ trace of that step measured, kernel class by kernel class.
 The profile's ops take the trace's classes by their names (rooflinekit.trace.classes: aten::mm is a
 gemm wherever it runs), collectives are communication, modelled records with FLOPs and weights
 (MoE experts) are gemm; each class sums the ops' FLOPs, bytes, time bounds and expected times (each
-op at its efficiency class's fractions, as `totals.expected_step_s` prices it, launches aside).
+op's `expected_s` as the profile priced it: its efficiency source, its GPU generation's table, expert
+GEMMs by their width, a launch per kernel). A report written before ops carried `expected_s` is
+repriced with the committed Hopper table, launches aside, and the comparison says so.
 The trace's side is its counted FLOPs and bytes and its GPU time per class, per profiler step (the
 chosen steps' total over their number). Both must be of the same model and step: the comparison
 cannot check that, and says so.
@@ -59,19 +61,40 @@ def op_class(name: str, kind: str, flops: float, param_bytes: float) -> str:
     return found
 
 
+#: What the comparison says of a report whose ops carry no expected times.
+REPRICED_WORDS = ("this profile's ops carry no expected times (written by an older rooflinekit): each is "
+                  "repriced with the committed Hopper table, launches aside, whatever its efficiency source "
+                  "and GPU; write the profile again for the figures its expected step used")
+
+
+def priced_as_written(report: Report) -> bool:
+    """Whether the report's ops carry the expected times its step was priced with."""
+    return any(op.expected_s is not None for op in report.ops)
+
+
+def _repriced(op, phase: str, hw, table, in_attention: bool) -> float:
+    """An op of an older report at the committed table's fractions (no launch)."""
+    cls = classify(op.name, op.kind, in_attention, op.flops > 0 and op.param_bytes > 0,
+                   gemm_rows(op.name, op.shapes), phase, table)
+    peak = hw.peaks.get(op.dtype) or hw.peak_flops
+    return kernel_time(op.flops, op.bytes_read + op.bytes_written, peak, hw.bandwidth,
+                       table.classes[cls].at(size_of(op.name, op.kind, op.shapes)), op.dtype)
+
+
 def profile_classes(report: Report) -> dict[str, ClassPair]:
     """The profile's ops summed per trace class, with each op's expected time."""
-    hw, phase, table = report.hardware, report.workload.phase, load_table()
+    hw, phase = report.hardware, report.workload.phase
+    table = None if priced_as_written(report) else load_table()
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for op in report.ops:
         klass = op_class(op.name, op.kind, op.flops, op.param_bytes)
         nbytes = op.bytes_read + op.bytes_written
-        cls = classify(op.name, op.kind, klass == "attention", op.flops > 0 and op.param_bytes > 0,
-                       gemm_rows(op.name, op.shapes), phase, table)
-        peak = hw.peaks.get(op.dtype) or hw.peak_flops
-        expected = 0.0 if klass == "communication" else kernel_time(op.flops, nbytes, peak, hw.bandwidth,
-                                                                     table.classes[cls].at(size_of(
-                                                                         op.name, op.kind, op.shapes)), op.dtype)
+        if klass == "communication":
+            expected = 0.0
+        elif table is None:
+            expected = op.expected_s or 0.0
+        else:
+            expected = _repriced(op, phase, hw, table, klass == "attention")
         row = sums[klass]
         row[0] += op.flops
         row[1] += nbytes
@@ -104,8 +127,10 @@ def compare_trace(profile: Report, trace: dict, profile_path: str = "profile", t
             "classes": pairs, "expected_step_s": profile.totals.expected_step_s, "bound_s": profile.totals.time_bound_s,
             "busy_s": busy,
             "notes": ["the profile and the trace must be of the same model, step and deployment: not checked",
-                      "per class: the profile's ops by the trace's class names, each op at its efficiency class's "
-                      "fractions (launches aside); the trace's GPU time and counted FLOPs per profiler step"]}
+                      "per class: the profile's ops by the trace's class names, each op at the expected time its "
+                      "profile priced it with (its efficiency source, a launch per kernel); the trace's GPU time "
+                      "and counted FLOPs per profiler step",
+                      *([] if priced_as_written(profile) else [REPRICED_WORDS])]}
 
 
 def render_trace_compare(data: dict) -> str:
