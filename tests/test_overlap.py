@@ -188,7 +188,7 @@ def test_bad_overlap_gets_one_line():
 
 from rooflinekit.analyses.stepfit import Shape, StepFitter  # noqa: E402
 from rooflinekit.core.plugins import get_host  # noqa: E402
-from rooflinekit.stages.stepmodel import mixed_mean  # noqa: E402
+from rooflinekit.stages.stepmixed import mixed_mean  # noqa: E402
 
 #: Large enough that the kernels' stream outgrows the all-reduces' within the contexts walked.
 WIDER = {"layers": 2, "hidden": 1024, "heads": 16, "kv_heads": 4, "head_dim": 64, "intermediate": 4096, "vocab": 32000}

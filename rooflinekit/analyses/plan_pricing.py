@@ -21,7 +21,8 @@ from rooflinekit.stages.pipeline_parallel import steady_step
 from rooflinekit.stages.queueing import MAX_UTILISATION, max_rate, wait_quantile
 from rooflinekit.stages.request_checks import torch_dtype
 from rooflinekit.stages.speculative import speculative_cycle
-from rooflinekit.stages.stepmodel import StepModel, mixed_mean, mixed_mean_bound
+from rooflinekit.stages.stepmixed import mixed_mean, mixed_mean_bound
+from rooflinekit.stages.stepmodel import StepModel
 from rooflinekit.transforms.pipeline import module_stages, op_stages, stage_of_path
 
 

@@ -361,6 +361,14 @@ def _efficiency_source(answer: object) -> str | None:
     return type_problem(answer, str) or (None if answer.strip() else "an empty path")
 
 
+@validator("rooflinekit_kernel_times")
+def _kernel_times(answer: object) -> str | None:
+    """A database of measured kernels: a `label` string and a callable `seconds`."""
+    if isinstance(getattr(answer, "label", None), str) and callable(getattr(answer, "seconds", None)):
+        return None
+    return "expected an object with label (str) and seconds(query)"
+
+
 @validator("rooflinekit_workload_loader")
 def _workload_loader(answer: object) -> str | None:
     """A ModelSource."""

@@ -216,6 +216,24 @@ def rooflinekit_efficiency_source(source: str, hardware: Any) -> str | None:
 
 
 @hookspec(firstresult=True)
+def rooflinekit_kernel_times(source: str, settings: dict[str, Any]) -> Any:
+    """firstresult: stops at the first non-None answer.
+
+    A database of measured kernels that an efficiency file names in its ``[kernel_times]`` table
+    (``source = NAME`` and the settings beside it). Where the database answers a kernel's time at
+    its shape, that time prices the kernel in the expected step instead of its class's fractions
+    (rooflinekit.stages.kernel_times: GEMMs by M, N and K, attention, an MoE layer's experts,
+    all-reduces by message size); where it answers None, the fractions do.
+
+    :param source: the ``source`` the file names.
+    :param settings: the table's other keys (the built-in ``aic`` source: ``system``).
+    :return: an object with a ``label`` (str) and ``seconds(query)`` (a
+        `rooflinekit.stages.kernel_times.KernelQuery` -> measured seconds, or None), or None if
+        this plugin does not serve `source`.
+    """
+
+
+@hookspec(firstresult=True)
 def rooflinekit_workload_loader(path: str, options: dict[str, Any]) -> ModelSource | None:
     """firstresult: stops at the first non-None answer.
 

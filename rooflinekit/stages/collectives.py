@@ -46,6 +46,8 @@ import torch
 import torch.distributed as dist
 
 from rooflinekit.core.compat import fake_mode_active, resolve_process_group
+from rooflinekit.stages.expected import table_for
+from rooflinekit.stages.kernel_times import query
 
 #: Ring factors: wire bytes per GPU = factor(N) * message bytes.
 RING_FACTORS = {
@@ -222,6 +224,9 @@ def call_expected(attrs: dict, hw) -> tuple[float, str]:
     n = int(attrs.get("group_size", 1))
     if n <= 1:
         return 0.0, "none"
+    measured = measured_call(attrs, hw)
+    if measured is not None:
+        return measured, "measured"
     hop = hop_latency(n, hw)
     base = hw.collective_latency if hw.collective_latency is not None else (hw.interconnect_latency or 0.0)
     if spans_nodes(n, hw):
@@ -232,6 +237,22 @@ def call_expected(attrs: dict, hw) -> tuple[float, str]:
     best = min(((base + (steps(n) - 1) * hop + bytes_time(collective, message, n, factor(n) * message, hw), name)
                 for name, steps, factor in choices), key=lambda c: c[0])
     return best
+
+
+def measured_call(attrs: dict, hw) -> float | None:
+    """One call's measured time where `hw`'s efficiency source names a database of measured kernels
+    that answers it (rooflinekit.stages.kernel_times: the collective by message size and group), held
+    at the call's bound; None otherwise."""
+    if not hasattr(hw, "efficiency"):
+        return None
+    times = table_for(hw).times()
+    if times is None:
+        return None
+    t = times.seconds(query(attrs.get("collective", ""), "", message_bytes=float(attrs.get("message_bytes", 0.0)),
+                            group_size=int(attrs.get("group_size", 1))))
+    if t is None or not t > 0 or not math.isfinite(t):
+        return None
+    return max(t, call_bound(attrs, hw))
 
 
 def attrs(collective: str, group_size: int, message_bytes: float, source: str, **extra) -> dict:

@@ -43,7 +43,9 @@ from rooflinekit.stages.efficiency_curve import (
     micro_batch_size,
     parse_curve,
 )
+from rooflinekit.stages.expected_words import TWO_BATCH_WORDS
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.kernel_times import KernelTimes, measured_time, queries_of, resolve
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
     from rooflinekit.stages.capture.records import OpRecord
@@ -126,6 +128,14 @@ class EfficiencyTable:
     calibrated: bool = False
     #: grouped expert GEMMs' bandwidth fraction by one expert's matrix bytes (the table's `[experts]`)
     experts: Curve | None = None
+    #: the table's `[kernel_times]`: a database of measured kernels by shape (rooflinekit.stages.kernel_times)
+    kernel_times_spec: dict | None = None
+
+    def times(self) -> KernelTimes | None:
+        """The database of measured kernels the table names, resolved through the plugins; None if none."""
+        if not self.kernel_times_spec or self.calibrated:
+            return None
+        return resolve(self.kernel_times_spec, self.path)
 
     def launch_s(self, phase: str) -> float:
         """Per kernel: a CUDA graph node's cost in decode and in a mixed step (engines replay the
@@ -183,9 +193,14 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
         experts = parse_curve(data["experts"]["curve"], "experts")
         if experts.bandwidth is None or experts.compute or experts.compute_by_dtype or experts.bandwidth_by_dtype:
             raise ValueError("experts.curve gives one bandwidth list (its compute is the GEMM classes')")
-    return EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
-                           launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
-                           sources=sources, path=str(file), experts=experts)
+    spec = data.get("kernel_times")
+    if spec is not None and not isinstance(spec, dict):
+        raise ValueError("kernel_times must be a table: source = NAME and its settings")
+    table = EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
+                            launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
+                            sources=sources, path=str(file), experts=experts, kernel_times_spec=spec)
+    table.times()  # a UserError naming the file where no plugin serves its database
+    return table
 
 
 def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
@@ -256,7 +271,8 @@ def _at_ones(table: EfficiencyTable) -> EfficiencyTable:
     kept = _ONES.get(id(table))
     if kept is None or kept[0] is not table:
         ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
-        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None))
+        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None,
+                                                  kernel_times_spec=None))
     return kept[1]
 
 
@@ -357,19 +373,6 @@ class Expected:
         return kernels_and_launches_s + self.comm_s
 
 
-#: What two-batch overlap is and where engines run it (Deployment.overlap; docs/accounting.md).
-TWO_BATCH_WORDS = (
-    "two-batch overlap: the step's tokens run as two micro-batches, one's collectives under the other's "
-    "kernels; each kernel is priced at half the tokens (FLOPs and activation bytes halved, its weights "
-    "read once per micro-batch, an MoE record's those of the experts half the tokens touch) and each "
-    "collective at half its message, and the step is the longer stream: max(2 x kernels and launches at "
-    "half, 2 x collectives at half); the fill of the first layer is left out. As DeepSeek's serving runs "
-    "prefill and decode (DeepSeek-V3/R1 Inference System Overview, "
-    "https://github.com/deepseek-ai/open-infra-index, 2025-03) and SGLang's --enable-two-batch-overlap "
-    "(SGLang large-scale EP blog, 2025-05: decode -27% at 32 tokens per GPU, +25.5% at 256)"
-)
-
-
 def launches(op: OpRecord) -> bool:
     """Whether an op record is a kernel of its own (collectives are priced as communication)."""
     return op.kind != "collective" and (op.flops > 0 or op.bytes_read + op.bytes_written > 0)
@@ -427,6 +430,14 @@ def expert_fractions(fractions: Fractions, table: EfficiencyTable, per_expert: f
     return kept[2]
 
 
+def op_fractions(op: OpRecord, cls: str, table: EfficiencyTable, micro: bool = False) -> Fractions:
+    """One op record's fractions: its class's, read on the class's curve at its size (with `micro`,
+    one micro-batch's), a grouped expert GEMM's bandwidth by its width (expert_fractions)."""
+    fractions, size = table.classes[cls], kernel_size(op)
+    at = fractions.at(micro_batch_size(fractions.curve, size) if micro else size)
+    return expert_fractions(at, table, expert_bytes(op) if table.experts is not None else None)
+
+
 def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
                   comm_expected_s: float, comm_source: str, overlap: str = "none", comm_halves_s: float = 0.0) -> Expected:
     """The expected step of one report's op records on `hw` (see the module docstring); with
@@ -437,26 +448,29 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     launch = table.launch_s(phase)
     bandwidth = hw.memory_bandwidth
     two = overlap == "two-batch"
+    measured = table.times()
+    queries = queries_of(ops, attention) if measured is not None else [None] * len(ops)
     peaks: dict[str, float] = {}
     times, counts = [], dict.fromkeys(CLASSES, 0)
     kernels_s, kernels = 0.0, 0
-    for op in ops:
+    for op, q in zip(ops, queries, strict=True):
         if not launches(op):
             times.append(0.0)
             continue
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
-        fractions, size = table.classes[cls], kernel_size(op)
-        per_expert = expert_bytes(op) if table.experts is not None else None
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            at = expert_fractions(fractions.at(micro_batch_size(fractions.curve, size)), table, per_expert)
-            t = 2 * kernel_time(f, b, peak, bandwidth, at, op.dtype)
+            t = None if q is None else measured_time(measured, q.halved(), f, b, peak, bandwidth)
+            if t is None:
+                t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=True), op.dtype)
+            t *= 2
             n *= 2
         else:
-            t = kernel_time(op.flops, op.bytes, peak, bandwidth, expert_fractions(fractions.at(size), table, per_expert),
-                            op.dtype)
+            t = None if q is None else measured_time(measured, q, op.flops, op.bytes, peak, bandwidth)
+            if t is None:
+                t = kernel_time(op.flops, op.bytes, peak, bandwidth, op_fractions(op, cls, table), op.dtype)
         kernels_s += t
         kernels += n
         counts[cls] += n
@@ -473,33 +487,6 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     return Expected(step_s=step_s, kernels_s=kernels_s, launch_s=launch_s, comm_s=comm_s, kernels=kernels,
                     op_times=times, classes=counts, conventions=[*words, TWO_BATCH_WORDS], overlap=overlap,
                     hidden_s=kernels_s + launch_s + comm_s - step_s)
-
-
-#: The clock behind the fractions (a stated factor: it is not applied).
-CLOCK_WORDS = (
-    "clocks (stated, not applied): the fractions are of datasheet peaks, each computed at a stated clock "
-    "(NVIDIA's H100 SXM tensor-core peaks at 1,830 MHz, not the 1,980 MHz boost (cudnn-frontend PR #650: "
-    "132 SMs x 4,096 bf16 FLOP/clock x 1.83 GHz = 989 TFLOP/s), and the kernel measurements behind them "
-    "ran at whatever clock the part held; a part held below that by its power limit runs slower (DeepGEMM"
-    " issue #120: 1,980 -> 1,575 MHz with computation and communication overlapped)"
-)
-#: The expert-parallel load (a stated factor: --ep-imbalance applies a measured one).
-EP_LOAD_WORDS = (
-    "expert-parallel load (stated; --ep-imbalance applies one): the busiest rank is priced at {f:g}x the mean "
-    "tokens{uniform}. Measured: TensorRT-LLM tech blog 4, Table 1 (DeepSeek-R1 on 32 GB200): max/mean 2.56 "
-    "without expert load balancing, 1.11 with EPLB at EP 32 (288 slots); the step's expert kernels and all-to-all "
-    "scale with it"
-)
-
-
-def stated_factors(ep: int, ep_imbalance: float) -> list[str]:
-    """What the expected time leaves to the user, in words: the clocks, and under expert
-    parallelism the load of the busiest rank."""
-    lines = [CLOCK_WORDS]
-    if ep > 1:
-        uniform = " (1: the uniform expectation, as perfectly balanced routing gives)" if ep_imbalance == 1.0 else ""
-        lines.append(EP_LOAD_WORDS.format(f=ep_imbalance, uniform=uniform))
-    return lines
 
 
 def runs_two_batches(overlap: str, phase: str, batch: int) -> bool:
@@ -556,6 +543,11 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
                          f"{generation or 'its generation'}; docs/accounting.md, Expected time)")
         else:
             lines.append(f"{OWN_SOURCE_WORDS}{table.path} (its sources above)")
+    measured = table.times()
+    if measured is not None:
+        lines.append(f"kernel times: measured by shape from the {measured.label} where it answers (GEMMs by M, N "
+                     "and K; attention by batch, lengths and heads; an MoE layer's experts; all-reduces by message "
+                     "size), held at the roofline; other kernels at the fractions above")
     if table.experts is not None and not table.calibrated:
         lines.append(f"grouped expert GEMMs (MoE experts): bandwidth {curve_words(table.experts)}"
                      "the GEMM class's; compute the GEMM class's by tokens per expert (the table's [experts] "

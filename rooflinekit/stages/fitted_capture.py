@@ -45,7 +45,7 @@ from rooflinekit.stages.attribute import (
 )
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.engine import engine_cost, with_engine
-from rooflinekit.stages.expected import stated_factors
+from rooflinekit.stages.expected_words import stated_factors
 from rooflinekit.stages.fitting import TOLERANCE, Design, FitError, relative_difference
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations

@@ -235,7 +235,7 @@ class Presentation:
     parallel: dict | None = None
     #: How the expected step overlaps communication with compute (Deployment.overlap).
     overlap: str = "none"
-    #: What the expected time states and leaves out (rooflinekit.stages.expected.stated_factors).
+    #: What the expected time states and leaves out (rooflinekit.stages.expected_words.stated_factors).
     factors: Sequence[str] = ()
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass, replace
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages.capture.records import OpRecord
-from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of
+from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of, table_for
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.kernel_times import queries_of
 from rooflinekit.stages.stepmodel import CallGroup, KernelGroup, StepModel
 
 
@@ -65,6 +66,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         extras.append((zero, tokens, max(per), k, experts, share, redundant))
         return -(len(extras) - 1), -len(extras)
 
+    queries = kernel_queries(captures, design, hw)
+
     for i, op in enumerate(first.ops):
         ops = [c.ops[i] for c in captures]
         count, in_layers = first.multiplicity[i], first.in_layers[i]
@@ -86,7 +89,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
             rows = None if any(r is None for r in counted) else design.poly(tuple(float(r) for r in counted))
         nbytes, params = counts(ops)
         group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,
-                            design.poly(tuple(o.flops for o in ops)), nbytes, params, rows, key, in_layers)
+                            design.poly(tuple(o.flops for o in ops)), nbytes, params, rows, key, in_layers,
+                            queries[i])
         kernels[group] += count
     base = len(design.polys)
 
@@ -96,3 +100,24 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
     groups = [replace(k, count=n, nbytes=slot(k.nbytes), params=slot(k.params)) for k, n in kernels.items() if n]
     return StepModel(phase, design, groups, [replace(c, count=n) for c, n in calls.items() if n], hw, dtype,
                      layers=layers, extras=tuple(extras))
+
+
+def kernel_queries(captures: list[DesignCapture], design: Design, hw: HardwareSpec) -> list[tuple | None]:
+    """Each op's KernelGroup.query: what a database of measured kernels is asked, a poly per
+    dimension; None where a design point's record declares none or a different kind of kernel, and
+    for every op where `hw`'s efficiency source names no such database."""
+    if table_for(hw).kernel_times_spec is None:
+        return [None] * len(captures[0].ops)
+    asked = [queries_of(c.ops, c.attention_ops) for c in captures]
+    out = []
+    for found in zip(*asked, strict=True):
+        head = found[0]
+        names = [d for d, _ in head.dims] if head is not None else []
+        if any(q is None or (q.kind, q.variant, q.dtype, [d for d, _ in q.dims]) !=
+               (head.kind, head.variant, head.dtype, names) for q in found):
+            out.append(None)
+            continue
+        out.append((head.kind, head.variant, head.dtype, tuple(
+            (name, design.poly(tuple(q.dims[j][1] for q in found))) for j, name in enumerate(names))))
+    return out
+

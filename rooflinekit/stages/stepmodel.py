@@ -22,7 +22,6 @@ is built per batch: `StepModel.batches` lists the batches it holds and only thos
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from rooflinekit.core.experts import expected_distinct_experts
@@ -39,6 +38,7 @@ from rooflinekit.stages.expected import (
 )
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.kernel_times import KernelQuery, measured_time
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
 
 
@@ -58,6 +58,16 @@ class KernelGroup:
     rows: int | None  # output rows of a matrix product, a fused attention's query length, else None
     key: tuple
     in_layers: bool
+    #: what a database of measured kernels is asked (rooflinekit.stages.kernel_times): (kind, variant,
+    #: dtype, ((dimension, poly index), ...)); None where the kernel declares no shape
+    query: tuple | None = None
+
+    def query_at(self, values: list[float]) -> KernelQuery | None:
+        """The kernel's query at `values`."""
+        if self.query is None:
+            return None
+        kind, variant, dtype, dims = self.query
+        return KernelQuery(kind, dtype, tuple((name, values[i]) for name, i in dims), variant)
 
 
 @dataclass(frozen=True)
@@ -205,7 +215,8 @@ class StepModel:
         table = self.table()
         launch = table.launch_s(self.phase)
         lines, fixed = [], 0.0
-        for k, frac in zip(m.kernels, m._classes(v0, table, micro=True), strict=True):
+        for k, frac in zip(m.kernels, m._classes(m._fractions_at(batch, start, stop, v0), table, micro=True),
+                           strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
                 continue
@@ -242,6 +253,14 @@ class StepModel:
             total += (last - first + 1) * calls - summed(first, last + 1)
         return total / n
 
+    def _fractions_at(self, batch: int, start: int, stop: int, first: list[float]) -> list[float]:
+        """The values whose fractions price a mean over contexts start <= S < stop: the first
+        context's (the classes' fractions do not follow the context in decode), or under measured
+        kernel times the middle context's, whose measured time a kernel's lines then carry."""
+        if self.table().times() is None:
+            return first
+        return self._values(batch, (start + stop - 1) // 2)
+
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
 
@@ -256,8 +275,14 @@ class StepModel:
             rules = self._memo[key] = (table, [_rule(k, self.phase, table) for k in self.kernels])
         classes, most = table.classes, table.small_gemm_max_rows
         small, large = classes["gemm_small"], classes["gemm_large"]
+        measured = table.times()
         out = []
         for k, rule in zip(self.kernels, rules[1], strict=True):
+            if measured is not None and k.query is not None:
+                found = self._measured(k, values, measured, micro)
+                if found is not None:
+                    out.append(found)
+                    continue
             if rule.__class__ is int:
                 frac = small if values[rule] <= most else large
             elif rule is None:
@@ -271,6 +296,21 @@ class StepModel:
                 frac = expert_fractions(frac, table, self._expert_bytes(k, values))
             out.append(frac)
         return out
+
+    def _measured(self, k: KernelGroup, values: list[float], measured, micro: bool) -> Fractions | None:
+        """A kernel's measured time at `values` (with `micro`, one micro-batch's) as the fractions
+        that price its FLOPs and bytes at exactly that time (expected.expected_step prices the op
+        record alike); None where the database does not answer."""
+        q = k.query_at(values)
+        f, b = values[k.flops], values[k.nbytes]
+        if micro:
+            q = q.halved()
+            f, b = halved(f, b, values[k.params], self._half_weights(k, values))
+        peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
+        t = measured_time(measured, q, f, b, peak, bandwidth)
+        if t is None:
+            return None
+        return Fractions(min(1.0, f / (t * peak)) if f > 0 else 1.0, min(1.0, b / (t * bandwidth)) if b > 0 else 1.0)
 
     def _expert_bytes(self, k: KernelGroup, values: list[float]) -> float | None:
         """One expert's matrix bytes of an MoE GEMM kernel (expected.expert_bytes: its extras slot's
@@ -363,7 +403,7 @@ class StepModel:
         launch = table.launch_s(self.phase)
         n = stop - start
         total = 0.0
-        for k, frac in zip(m.kernels, m._classes(v0, table), strict=True):
+        for k, frac in zip(m.kernels, m._classes(m._fractions_at(batch, start, stop, v0), table), strict=True):
             f0, b0 = v0[k.flops], v0[k.nbytes]
             df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
             compute = frac.compute_for(k.dtype) * self.hw.peak(k.dtype)
@@ -398,173 +438,3 @@ def _class(k: KernelGroup, values: list[float], phase: str, table: EfficiencyTab
     rows = None if k.rows is None else values[k.rows]
     modelled_gemm = values[k.flops] > 0 and values[k.params] > 0
     return classify(k.name, k.kind, k.attention, modelled_gemm, rows, phase, table)
-
-
-# -- mixed steps ---------------------------------------------------------------------------------
-
-
-def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
-               layer_share: float = 1.0, outside: bool = True) -> float:
-    """The exact mean over contexts start <= S < stop of a mixed step: `decode` at (batch, S) and
-    `share` of one prompt's prefill (`prefill` at its first design point, batch 1: a chunk of
-    share x its tokens), each kernel the two phases run at the same place merged into one kernel
-    (FLOPs and activation bytes added, the prompt's weight reads dropped: the step reads the weights
-    once; the merged kernel keeps the decode kernel's class, as a `profile --mix` record does), the
-    prefill's other kernels at `share` of their time, collectives' messages added."""
-    if decode.two_batch(batch):
-        if share:
-            raise FitError("a mixed step (chunked prefill) is not priced with two-batch overlap")
-        return decode._mean_two(batch, start, max(stop, start + 1), layer_share, outside)
-    d = decode._at(batch)
-    p = prefill._at(1)
-    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside)
-    launch = decode.table().launch_s(decode.phase)
-    n = max(1, stop - start)
-    total = 0.0
-    tail = (n - 1) * n / 2  # sum of i over 0..n-1
-    for weight, a, da, c, dc, pa, pc, work in rows:
-        # max_linear_sum(a + share * pa, da, c + share * pc, dc, n), inlined (the search's inner loop)
-        a += share * pa
-        c += share * pc
-        if da == dc:
-            summed = (a if a > c else c) * n + da * tail
-        else:
-            cross = (c - a) / (da - dc)
-            split = 0 if cross <= 0 else n if cross >= n else math.ceil(cross)
-            lo, lq, hi, hq = (a, da, c, dc) if da < dc else (c, dc, a, da)  # below the crossing: the smaller slope
-            summed = (lo * split + lq * (split - 1) * split / 2 if split > 0 else 0.0) + \
-                     (hi * (n - split) + hq * (split + n - 1) * (n - split) / 2 if n > split else 0.0)
-        if work or (share and (pa > 0 or pc > 0)):
-            summed += launch * n
-        total += weight * summed
-    if share:
-        total += n * (share * prefill_time + prefill_launch)
-    v0 = d._values(batch, start)
-    pv = p._values(1, p.design.contexts[0])
-    total += n * _mixed_calls(d, p, v0, pv, share, layer_share, outside)
-    return total / n
-
-
-def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
-    """mixed_mean's per-kernel terms, which do not depend on the prompt's share or the contexts'
-    count (kept on the decode model): per decode kernel (weight, FLOP time at `start` and its slope,
-    byte time and slope, the merged prefill kernel's FLOP and activation-byte times, whether it
-    works), and the prefill's own kernels' time and launches per unit of share."""
-    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside), p,
-                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside))
-
-
-def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
-    """`build()`'s terms kept on `d` under `key` (which names `p` by id: checked to be `p`)."""
-    memo = d._memo.get(key)
-    if memo is None or memo[0] is not p:
-        memo = d._memo[key] = (p, build())
-    return memo[1]
-
-
-def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
-                       outside: bool) -> tuple:
-    v0, v1 = d._values(batch, start), d._values(batch, start + 1)
-    pv = p._values(1, p.design.contexts[0])
-    table = d.table()
-    launch = table.launch_s(d.phase)
-    hw = d.hw
-    merged = {k.key: k for k in p.kernels}
-    rows = []
-    rates: dict[tuple[int, str], tuple[float, float]] = {}
-    # the decode kernel's class, as `profile --mix` classes a merged record
-    for k, frac in zip(d.kernels, d._classes(v0, table), strict=True):
-        scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
-        if not scale:
-            continue
-        rate = rates.get((id(frac), k.dtype))
-        if rate is None:
-            rate = rates[(id(frac), k.dtype)] = (frac.compute_for(k.dtype) * hw.peak(k.dtype),
-                                                  frac.bandwidth_for(k.dtype) * hw.memory_bandwidth)
-        compute, traffic = rate
-        f0, b0 = v0[k.flops], v0[k.nbytes]
-        df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
-        q = merged.get(k.key)
-        pa = pv[q.flops] / compute if q is not None else 0.0
-        pc = (pv[q.nbytes] - pv[q.params]) / traffic if q is not None else 0.0
-        rows.append((scale * k.count, f0 / compute, df / compute, b0 / traffic, db / traffic, pa, pc,
-                     f0 > 0 or b0 > 0 or df > 0 or db > 0))
-    used = {k.key for k in d.kernels}
-    prefill_time = prefill_launch = 0.0
-    for q, frac in zip(p.kernels, p._classes(pv, table), strict=True):
-        scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
-        if q.key in used or not scale:
-            continue
-        f, b = pv[q.flops], pv[q.nbytes]
-        if f <= 0 and b <= 0:
-            continue
-        prefill_time += scale * q.count * _kernel_time(f, b, hw, frac, q.dtype)
-        prefill_launch += scale * q.count * launch
-    return rows, prefill_time, prefill_launch
-
-
-def mixed_mean_bound(decode: StepModel, prefill: StepModel, batch: int, start: int, stop: int, share: float, *,
-                     layer_share: float = 1.0, outside: bool = True) -> float:
-    """The exact mean over contexts start <= S < stop of the time bound of the mixed step that
-    `mixed_mean` prices: the step's FLOPs at peak, its bytes at bandwidth or its collectives'
-    bounds (constant in the context), whichever is largest, with the same kernels, shares and
-    weights read once (so it is never above `mixed_mean`)."""
-    d = decode._at(batch)
-    p = prefill._at(1)
-    f0, f1, b0, b1, pf, pb = _bound_sums(d, p, batch, start, layer_share, outside)
-    n = max(1, stop - start)
-    f0, f1, b0, b1 = f0 + share * pf, f1 + share * pf, b0 + share * pb, b1 + share * pb
-    compute, traffic = decode.hw.peak(decode.dtype), decode.hw.memory_bandwidth
-    comm = _mixed_calls(d, p, d._values(batch, start), p._values(1, p.design.contexts[0]), share, layer_share,
-                        outside, which=1) if d.calls or (share and p.calls) else 0.0
-    return max_linear_sum(f0 / compute, (f1 - f0) / compute, b0 / traffic, (b1 - b0) / traffic, n, comm) / n
-
-
-def _bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
-    """mixed_mean_bound's sums: the decode step's FLOPs and bytes at `start` and `start + 1`, and a
-    whole prompt's FLOPs and bytes beside them (its merged kernels' weights not read again)."""
-    return _kept(d, ("bound", id(p), batch, start, layer_share, outside), p,
-                 lambda: _build_bound_sums(d, p, batch, start, layer_share, outside))
-
-
-def _build_bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
-                      outside: bool) -> tuple:
-    v0, v1 = d._values(batch, start), d._values(batch, start + 1)
-    pv = p._values(1, p.design.contexts[0])
-
-    def scale(group) -> float:
-        return layer_share if group.in_layers else (1.0 if outside else 0.0)
-
-    f0 = f1 = b0 = b1 = pf = pb = 0.0
-    for g in (*d.kernels, *d.calls):
-        f0, f1 = f0 + scale(g) * g.count * v0[g.flops], f1 + scale(g) * g.count * v1[g.flops]
-        b0, b1 = b0 + scale(g) * g.count * v0[g.nbytes], b1 + scale(g) * g.count * v1[g.nbytes]
-    merged = {k.key for k in d.kernels}
-    for g in (*p.kernels, *p.calls):
-        once = g.params if isinstance(g, KernelGroup) and g.key in merged else None
-        pf += scale(g) * g.count * pv[g.flops]
-        pb += scale(g) * g.count * (pv[g.nbytes] - (pv[once] if once is not None else 0.0))
-    return f0, f1, b0, b1, pf, pb
-
-
-def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
-                 outside: bool, which: int = 0) -> float:
-    """One mixed step's collectives: each decode call's message plus `share` of the prefill's call
-    of the same kind and place (matched by kind, group size, count and layer), else its own."""
-    spare = {}
-    for c in p.calls:
-        spare.setdefault((c.collective, c.group_size, c.count, c.in_layers), []).append(c)
-    total = 0.0
-    for c in d.calls:
-        scale = layer_share if c.in_layers else (1.0 if outside else 0.0)
-        if not scale:
-            continue
-        twins = spare.get((c.collective, c.group_size, c.count, c.in_layers))
-        message = v0[c.message] + (share * pv[twins.pop(0).message] if twins and share else 0.0)
-        total += scale * c.count * d._call(c, message)[which]
-    if share:
-        for rest in spare.values():
-            for c in rest:
-                scale = layer_share if c.in_layers else (1.0 if outside else 0.0)
-                total += scale * c.count * p._call(c, share * pv[c.message])[which]
-    return total

@@ -137,6 +137,10 @@ def shard_capture(cap: CaptureResult, plan: ShardPlan) -> CaptureResult:
         reads = tuple((sid, b * read_scale[sid]) for sid, b in op.reads)
         writes = tuple((sid, b * write_scale) for sid, b in op.writes)
         attrs = dict(op.attrs)
+        if product and style in ("colwise", "colwise_gather"):
+            attrs["shard"] = {"n": flop_scale}  # the share of the product's columns (n) this GPU computes
+        elif product and style == "rowwise":
+            attrs["shard"] = {"k": flop_scale}  # the share of its inner dimension (k)
         if op.kind == "fused" and "kv_read_bytes" in attrs and op.sinks:
             attrs["kv_read_bytes"] = attrs["kv_read_bytes"] * sum(of(s) for s in op.sinks) / len(op.sinks)
         if "operand_sids" in attrs and "operand_bytes" in attrs:

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, replace
 
 from rooflinekit.core.heads import split_heads
+from rooflinekit.core.keys import positions_attended
 from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.report import ViewGap, Views
 from rooflinekit.core.request import Workload
@@ -96,11 +97,33 @@ def serving_cost(row: AttentionSite, workload: Workload, ctx: TransformContext) 
     cost, _ = ctx.host.first(ctx.host.hook.rooflinekit_serving_attention, spec=row.spec, workload=aw)
     if cost is None or ctx.deployment.tp <= 1:
         return cost, cost
-    shard, _ = ctx.host.first(ctx.host.hook.rooflinekit_attention_shard, spec=row.spec,
-                                   tp=ctx.deployment.tp)
-    spec: AttentionSpec = shard.spec if shard is not None else split_heads(row.spec, ctx.deployment.tp).spec
-    per_gpu, _ = ctx.host.first(ctx.host.hook.rooflinekit_serving_attention, spec=spec, workload=aw)
+    per_gpu, _ = ctx.host.first(ctx.host.hook.rooflinekit_serving_attention, spec=gpu_spec(row, ctx), workload=aw)
     return cost, per_gpu
+
+
+def gpu_spec(row: AttentionSite, ctx: TransformContext) -> AttentionSpec:
+    """The layer's attention on one GPU: its heads split --tp ways (the plugin's shard where it gives one)."""
+    if ctx.deployment.tp <= 1:
+        return row.spec
+    shard, _ = ctx.host.first(ctx.host.hook.rooflinekit_attention_shard, spec=row.spec, tp=ctx.deployment.tp)
+    return shard.spec if shard is not None else split_heads(row.spec, ctx.deployment.tp).spec
+
+
+#: Cached element sizes -> the format a database of measured kernels knows a KV cache by.
+_CACHE_FORMATS = {1: "fp8", 2: "bf16", 4: "fp32"}
+
+
+def kernel_declared(row: AttentionSite, workload: Workload, ctx: TransformContext) -> dict | None:
+    """The serving kernel's shape on one GPU as a database of measured kernels is asked for it
+    (rooflinekit.stages.kernel_times, kind "attention"); None for a fixed-state mixer."""
+    spec = gpu_spec(row, ctx)
+    if spec.fixed_state:
+        return None
+    aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment, row.shape)
+    kv_len = positions_attended(aw.q_len, aw.context, spec.window, spec.chunk)
+    return {"kind": "attention", "dtype": _CACHE_FORMATS.get(aw.cache_itemsize, f"{aw.cache_itemsize}B"),
+            "variant": spec.arch, "batch": aw.batch, "q_len": aw.q_len, "kv_len": kv_len,
+            "heads": spec.num_heads, "kv_heads": spec.num_kv_heads, "head_dim": spec.head_dim}
 
 
 def _dropped(row: AttentionSite, ops: list[OpRecord], params: set[int], tokens: int) -> tuple[set[int], list[int], int | None]:
@@ -138,7 +161,7 @@ def _projection_record(op: OpRecord, tokens: int, params: set[int]) -> OpRecord:
 
 
 def _attention_record(row: AttentionSite, ops: list[OpRecord], dropped: set[int], last: int | None,
-                      cost: AttentionCost, act: int) -> OpRecord:
+                      cost: AttentionCost, act: int, kernel: dict | None = None) -> OpRecord:
     """The serving kernel of a layer as one modelled record: its plugin's FLOPs and bytes, writing
     the attention output where the code's last product wrote it."""
     spec = row.spec
@@ -154,7 +177,7 @@ def _attention_record(row: AttentionSite, ops: list[OpRecord], dropped: set[int]
         kind="modelled", writes=writes, sinks=sinks,
         attrs={"assumption": f"the {spec.arch} serving kernel as its plugin prices it: the K/V cache "
                              f"(or state) read once, q read and the output written once",
-               "kv_read_bytes": cost.kv_bytes_min, "act_itemsize": act})
+               "kv_read_bytes": cost.kv_bytes_min, "act_itemsize": act, **({"kernel": kernel} if kernel else {})})
 
 
 def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], workload: Workload,
@@ -166,7 +189,8 @@ def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], workload: 
     dropped, reexpand, last = _dropped(row, ops, params, workload.tokens)
     if not dropped:
         return None
-    attention = _attention_record(row, ops, dropped, last, per_gpu, dtype_itemsize(row.dtype))
+    attention = _attention_record(row, ops, dropped, last, per_gpu, dtype_itemsize(row.dtype),
+                                  kernel_declared(row, workload, ctx))
     records = [(i, _projection_record(ops[i], workload.tokens, params)) for i in reexpand]
     records.append((last if last is not None else max(dropped), attention))
     restated = replace(row, cost=cost, flops_executed=cost.flops_model, bytes_executed=cost.bytes_min,
@@ -201,22 +225,26 @@ def _dead_feeders(ops: list[OpRecord], dropped: set[int], sites: list[str], para
 
 def _merge_siblings(ops: list[OpRecord], params: set[int]) -> list[OpRecord]:
     """Sibling projections (one parent module) reading the same input storage read it once: the
-    engine's merged QKV and gate/up GEMMs (the later siblings' reads of the input dropped)."""
+    engine's merged QKV and gate/up GEMMs (the later siblings' reads of the input dropped). Each
+    sibling names its merged GEMM (attrs["siblings"]: the parent and input), which a database of
+    measured kernels is asked for (rooflinekit.stages.kernel_times.queries_of)."""
+    inputs = [[(op.module.rpartition(".")[0], sid) for sid, _ in op.reads if sid >= 0 and sid not in params]
+              if op.kind == "op" and is_projection(op) else [] for op in ops]
+    readers: dict[tuple[str, int], int] = {}
+    for keys in inputs:
+        for key in keys:
+            readers[key] = readers.get(key, 0) + 1
     seen: set[tuple[str, int]] = set()
     out = []
-    for op in ops:
-        if op.kind == "op" and is_projection(op):
-            parent = op.module.rpartition(".")[0]
-            keep = []
-            for sid, nbytes in op.reads:
-                key = (parent, sid)
-                if sid >= 0 and sid not in params and key in seen:
-                    continue
-                if sid >= 0 and sid not in params:
-                    seen.add(key)
-                keep.append((sid, nbytes))
-            if len(keep) != len(op.reads):
-                op = replace(op, reads=tuple(keep), bytes_read=sum(b for _, b in keep))
+    for op, keys in zip(ops, inputs, strict=True):
+        if keys:
+            keep = [(sid, nbytes) for sid, nbytes in op.reads
+                    if not (sid >= 0 and sid not in params and (op.module.rpartition(".")[0], sid) in seen)]
+            seen.update(keys)
+            group = next((key for key in keys if readers[key] > 1), None)
+            attrs = op.attrs if group is None else {**op.attrs, "siblings": f"{group[0]}#{group[1]}"}
+            if len(keep) != len(op.reads) or group is not None:
+                op = replace(op, reads=tuple(keep), bytes_read=sum(b for _, b in keep), attrs=attrs)
         out.append(op)
     return out
 

@@ -150,6 +150,11 @@ def _hook(name: str, hook: str, params: str, body: str, needles: list[str], args
 
 
 TP = [*PROFILE, "--tp", "2"]
+#: An efficiency file that names a database of measured kernels (rooflinekit.stages.kernel_times).
+MEASURED = ("version = 1\nsmall_gemm_max_rows = 128\n"
+            + "".join(f"[classes.{c}]\ncompute = 0.5\nbandwidth = 0.5\n" for c in (
+                "gemm_large", "gemm_small", "attention_decode", "attention_prefill", "elementwise"))
+            + '[launch]\ndecode_s = 1e-6\nprefill_s = 2e-5\n[kernel_times]\nsource = "rkcase-db"\n')
 OTHERS = [
     _hook("formulas-not-callable", "rooflinekit_op_formulas", "", "return {'aten.mm': 5}",
           ["the formula for 'aten.mm' must be callable"]),
@@ -179,6 +184,12 @@ OTHERS = [
           ["an empty path"], [*PROFILE, "--efficiency", "published"]),
     _hook("workload-loader-a-string", "rooflinekit_workload_loader", "path, options", "return 'a model'",
           ["expected ModelSource"]),
+    # a database answer that is not one is named and dropped; the file's source is then served by no
+    # plugin: one error line, after the warning
+    Case("kernel-times-a-number", CAT, [*PROFILE, "--efficiency", "{dir}/measured.toml"],
+         ["[kernel_times] names 'rkcase-db'", "no installed plugin serves"],
+         plugin=IMPORTS + "@hookimpl\ndef rooflinekit_kernel_times(source, settings):\n    return 5\n",
+         files={"measured.toml": MEASURED}, exit_code=2),
 ]
 
 RESTATE = """

@@ -1,0 +1,186 @@
+"""Measured kernel times by shape: an efficiency file's `[kernel_times]` table names a database of
+measured kernels that a plugin serves (the rooflinekit_kernel_times hook). Where the database answers
+a kernel's time at its shape, that time prices the kernel instead of its class's fractions; where it
+does not, the fractions do. A measured time below the datasheet roofline is held at the roofline, so
+no kernel is priced under its bound.
+
+A kernel is asked as a `KernelQuery`: its kind, its format and its dimensions.
+
+- ``gemm``: ``m``, ``n``, ``k``, an (m x k) @ (k x n) product outside attention, in the op's format;
+- ``attention``: ``batch``, ``q_len`` (new tokens per sequence), ``kv_len`` (positions each attends,
+  the new ones included), ``heads``, ``kv_heads``, ``head_dim`` of one GPU, the KV cache's format,
+  `variant` the architecture (gqa, mha, mqa, mla, ...);
+- ``experts``: one MoE layer's grouped expert GEMMs, ``tokens`` (routed into the GPU's expert group),
+  ``hidden``, ``inter`` (one expert's intermediate size), ``top_k``, ``experts``, ``tp`` and ``ep``
+  (how the experts are split), and ``share``: the part of the layer's expert GEMMs this record is
+  (its matrix's FLOPs over the layer's);
+- ``all_reduce``: ``message_bytes`` over ``group_size`` GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from rooflinekit.core.errors import UserError
+from rooflinekit.core.plugins import get_host
+
+#: Two-operand matrix products (the ops gemm_dims reads).
+GEMM_OPS = frozenset({"aten.mm", "aten.addmm", "aten._scaled_mm", "aten.matmul", "aten.linear"})
+#: The dimension that counts a kernel's tokens, halved for one of two micro-batches.
+TOKEN_DIMS = {"gemm": "m", "experts": "tokens"}
+#: The ops whose shapes give a GEMM's (m, n, k): the position of the (m x k) operand and how the
+#: other operand holds n (its last dim, or its first: linear's weight is n x k).
+_GEMM_OPERANDS = {"aten.mm": (0, -1), "aten.addmm": (1, -1), "aten._scaled_mm": (0, -1), "aten.matmul": (0, -1),
+                  "aten.linear": (0, 0)}
+
+
+@dataclass(frozen=True)
+class KernelQuery:
+    """One kernel as a database of measured kernels is asked for it (see the module docstring)."""
+
+    kind: str
+    dtype: str
+    dims: tuple[tuple[str, float], ...]
+    variant: str = ""
+
+    def __getitem__(self, name: str) -> float:
+        return dict(self.dims)[name]
+
+    def get(self, name: str, default: float | None = None) -> float | None:
+        return dict(self.dims).get(name, default)
+
+    def halved(self) -> KernelQuery:
+        """The kernel of one of two micro-batches: half its tokens (rounded up), as two-batch overlap
+        runs it; attention halves its sequences, or one sequence's new tokens where it has one."""
+        dims = dict(self.dims)
+        if self.kind == "attention":
+            if dims["batch"] >= 2:
+                dims["batch"] = math.ceil(dims["batch"] / 2)
+            else:
+                half = math.ceil(dims["q_len"] / 2)
+                dims["kv_len"] -= dims["q_len"] - half
+                dims["q_len"] = half
+        elif self.kind in TOKEN_DIMS:
+            name = TOKEN_DIMS[self.kind]
+            dims[name] = math.ceil(dims[name] / 2)
+        else:
+            return self
+        return replace(self, dims=tuple(dims.items()))
+
+
+@runtime_checkable
+class KernelTimes(Protocol):
+    """A database of measured kernels: `seconds(query)` is one kernel's measured time at its shape,
+    None where it has no measurement of that kind, format or shape; `label` names the database."""
+
+    label: str
+
+    def seconds(self, query: KernelQuery) -> float | None: ...
+
+
+def query(kind: str, dtype: str, variant: str = "", **dims: float) -> KernelQuery:
+    """A KernelQuery with its dimensions in the order given."""
+    return KernelQuery(kind, dtype, tuple((k, float(v)) for k, v in dims.items()), variant)
+
+
+def gemm_dims(name: str, shapes: str) -> tuple[int, int, int] | None:
+    """(m, n, k) of a two-operand matrix product from its recorded shapes; None for batched products,
+    weight-only integer formats and einsum, which a GEMM database does not key by (m, n, k)."""
+    where = _GEMM_OPERANDS.get(name)
+    operands = shapes.split(",") if shapes else []
+    if where is None or len(operands) < where[0] + 2:
+        return None
+    try:
+        a = [int(d) for d in operands[where[0]].split("x")]
+        b = [int(d) for d in operands[where[0] + 1].split("x")]
+    except ValueError:
+        return None
+    if len(a) < 1 or len(b) != 2:
+        return None
+    k = a[-1]
+    n = b[0] if where[1] == 0 else b[-1]
+    if (b[1] if where[1] == 0 else b[0]) != k:
+        return None
+    return math.prod(a[:-1]) if len(a) > 1 else 1, n, k
+
+
+def query_of(name: str, kind: str, dtype: str, shapes: str, attrs: dict | None, gemm: bool) -> KernelQuery | None:
+    """The query of one op record: a GEMM's from its shapes (`gemm`: its class is a GEMM's, not an
+    attention product), on one GPU where a tensor-parallel split scaled it (attrs["shard"]: the share
+    of n or k the GPU holds); a modelled record's from the `kernel` its transform or module model
+    declared (attrs["kernel"]: {"kind", "dtype", "variant", dims...}); None for every other op."""
+    declared = (attrs or {}).get("kernel")
+    if declared:
+        dims = {k: v for k, v in declared.items() if k not in ("kind", "dtype", "variant")}
+        return query(declared["kind"], declared.get("dtype", dtype), declared.get("variant", ""), **dims)
+    if gemm and kind != "modelled":
+        found = gemm_dims(name, shapes)
+        if found is not None:
+            m, n, k = found
+            shard = (attrs or {}).get("shard") or {}
+            return query("gemm", dtype, m=m, n=max(1, round(n * shard.get("n", 1.0))),
+                         k=max(1, round(k * shard.get("k", 1.0))))
+    return None
+
+
+def queries_of(ops, attention_ops) -> list[KernelQuery | None]:
+    """Each op record's query (query_of). Sibling projections the serving view runs as one merged
+    GEMM (attrs["siblings"] names their group: a merged QKV, gate and up) are asked as that GEMM, of
+    their summed n, each with its `share` of it (its n over the sum)."""
+    attention = frozenset(attention_ops)
+    out = [query_of(op.name, op.kind, op.dtype, op.shapes, op.attrs, op.name in GEMM_OPS and op.index not in attention)
+           for op in ops]
+    groups: dict[object, list[int]] = {}
+    for i, (op, q) in enumerate(zip(ops, out, strict=True)):
+        group = op.attrs.get("siblings") if q is not None and q.kind == "gemm" else None
+        if group is not None:
+            groups.setdefault((group, q.dtype, q["m"], q["k"]), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        total = sum(out[i]["n"] for i in members)
+        for i in members:
+            q = out[i]
+            out[i] = query("gemm", q.dtype, m=q["m"], n=total, k=q["k"], share=q["n"] / total)
+    return out
+
+
+def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: float, peak: float,
+                  bandwidth: float) -> float | None:
+    """One kernel's time from the database (a record that is a `share` of a kernel: that share of
+    the kernel's), held at its roofline (its FLOPs at peak, its bytes at bandwidth); None where the
+    database has no answer."""
+    share = q.get("share")
+    if share is not None:
+        q = replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
+    t = times.seconds(q)
+    if t is None or not t > 0 or not math.isfinite(t):
+        return None
+    t *= 1.0 if share is None else share
+    return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
+
+
+#: (source, settings) -> the database a plugin serves, resolved once per process.
+_RESOLVED: dict[tuple, KernelTimes] = {}
+
+
+def resolve(spec: dict, where: str) -> KernelTimes:
+    """The database an efficiency file's `[kernel_times]` names ({"source": NAME, ...settings}), from
+    the plugins' rooflinekit_kernel_times answers; a UserError naming the file where none serves it."""
+    source = spec.get("source")
+    if not isinstance(source, str) or not source:
+        raise UserError(f"efficiency source {where}: [kernel_times] needs source = NAME (a plugin's database)")
+    settings = {k: v for k, v in spec.items() if k != "source"}
+    key = (source, tuple(sorted((k, str(v)) for k, v in settings.items())))
+    found = _RESOLVED.get(key)
+    if found is None:
+        host = get_host()
+        found, _ = host.first(host.hook.rooflinekit_kernel_times, source=source, settings=settings)
+        if found is None:
+            raise UserError(f"efficiency source {where}: [kernel_times] names '{source}', which no installed "
+                            "plugin serves (`rooflinekit plugins` lists them; the aic source needs "
+                            "pip install 'rooflinekit[aic]')")
+        _RESOLVED[key] = found
+    return found

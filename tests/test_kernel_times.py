@@ -1,0 +1,213 @@
+"""Measured kernel times by shape (rooflinekit.stages.kernel_times): an efficiency file's
+`[kernel_times]` names a database a plugin serves; where it answers, a kernel costs its answer (held
+at the roofline) plus its launch, in `profile`'s op rows and totals and in the planner's step models
+alike; where it does not, the class's fractions price the kernel.
+
+The database here is a fake with round answers: every GEMM 1 ms, attention 2 ms + 1 us per position
+attended, every all-reduce 3 ms. The model is the example GQA file at 4 heads, 2 KV heads, head size
+16, under TP 2, so each GPU's attention has 2 heads and 1 KV head."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rooflinekit.analyses.plan import run_plan
+from rooflinekit.analyses.plan_options import PlanOptions
+from rooflinekit.analyses.profile import ReportOptions, run_profile
+from rooflinekit.cli.main import cli
+from rooflinekit.core.hookspecs import hookimpl
+from rooflinekit.core.plan import Targets
+from rooflinekit.core.plugins import get_host
+from rooflinekit.core.request import Deployment, Workload
+from rooflinekit.stages import kernel_times
+from rooflinekit.stages.kernel_times import gemm_dims, query
+from rooflinekit.stages.model_source import load_source
+from tests.conftest import EXAMPLES
+
+GQA = str(EXAMPLES / "llama_gqa.py")
+OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128, "vocab": 100}
+FLAT = """version = 1
+small_gemm_max_rows = 128
+[classes.gemm_large]
+compute = 0.5
+bandwidth = 0.25
+[classes.gemm_small]
+compute = 0.4
+bandwidth = 0.2
+[classes.attention_decode]
+compute = 0.3
+bandwidth = 0.6
+[classes.attention_prefill]
+compute = 0.35
+bandwidth = 0.6
+[classes.elementwise]
+compute = 0.5
+bandwidth = 0.125
+[launch]
+decode_s = 1e-6
+prefill_s = 2e-5
+"""
+GEMM_S, ATTENTION_S, PER_POSITION_S, ALL_REDUCE_S = 1e-3, 2e-3, 1e-6, 3e-3
+
+
+class _Database:
+    """Round answers, and every query kept."""
+
+    label = "fake database"
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.asked: list = []
+        self.scale = scale
+
+    def seconds(self, q):
+        self.asked.append(q)
+        if q.kind == "gemm":
+            return GEMM_S * self.scale
+        if q.kind == "attention":
+            return (ATTENTION_S + PER_POSITION_S * q["kv_len"]) * self.scale
+        if q.kind == "all_reduce":
+            return ALL_REDUCE_S * self.scale
+        return None
+
+
+class _Serves:
+    def __init__(self, name: str, database: _Database) -> None:
+        self.name, self.database = name, database
+
+    @hookimpl
+    def rooflinekit_kernel_times(self, source, settings):
+        return self.database if source == self.name and settings == {"system": "test"} else None
+
+
+@pytest.fixture
+def database(tmp_path):
+    """(a fake database served as 'fake-db', its efficiency file) for one test."""
+    db = _Database()
+    host = get_host()
+    host.register(_Serves("fake-db", db), "fake-db-plugin")
+    kernel_times._RESOLVED.clear()
+    path = tmp_path / "measured.toml"
+    path.write_text(FLAT + '[kernel_times]\nsource = "fake-db"\nsystem = "test"\n')
+    yield db, path
+    host.pm.unregister(name="fake-db-plugin")
+    kernel_times._RESOLVED.clear()
+
+
+def _profile(path, *more: str, batch: int = 4, context: int = 32) -> dict:
+    args = ["profile", GQA, "--phase", "decode", "-b", str(batch), "-s", str(context), "-H", "H800",
+            "--dtype", "bf16", "--kernels", "serving", "--tp", "2", "--efficiency", str(path), "-f", "json", *more]
+    args += [a for k, v in OPTIONS.items() for a in ("-O", f"{k}={v}")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("name, shapes, dims", [
+    ("aten.mm", "8x4096,4096x1024", (8, 1024, 4096)),
+    ("aten.addmm", "1024,8x4096,4096x1024", (8, 1024, 4096)),
+    ("aten.linear", "2x3x4096,1024x4096,1024", (6, 1024, 4096)),
+    ("aten._scaled_mm", "16x7168,7168x2048,1,1", (16, 2048, 7168)),
+    ("aten.matmul", "2x8x64,64x32", (16, 32, 64)),
+    ("aten.bmm", "4x8x64,4x64x32", None),  # batched: not keyed by (m, n, k)
+    ("aten.mm", "8x4096,1024x4096", None),  # inner dims differ: not a product of these shapes
+    ("aten._weight_int4pack_mm", "8x4096,512x32x32x4", None),
+])
+def test_a_products_dims_come_from_its_shapes(name, shapes, dims):
+    assert gemm_dims(name, shapes) == dims
+
+
+def test_a_micro_batch_is_asked_at_half_its_tokens():
+    assert query("gemm", "fp8", m=7, n=10, k=20).halved() == query("gemm", "fp8", m=4, n=10, k=20)
+    attention = query("attention", "bf16", "gqa", batch=6, q_len=1, kv_len=100, heads=8, kv_heads=1, head_dim=128)
+    assert attention.halved()["batch"] == 3 and attention.halved()["kv_len"] == 100
+    prompt = query("attention", "bf16", "gqa", batch=1, q_len=1000, kv_len=1200, heads=8, kv_heads=1, head_dim=128)
+    assert (prompt.halved()["q_len"], prompt.halved()["kv_len"]) == (500, 700)
+    assert query("all_reduce", "", message_bytes=10, group_size=2).halved() == \
+        query("all_reduce", "", message_bytes=10, group_size=2)
+
+
+def test_each_kernel_costs_its_measured_time_and_its_launch(database):
+    db, path = database
+    data = _profile(path)
+    ops, totals = data["ops"], data["totals"]
+    gemms = [op for op in ops if op["name"] == "aten.mm"]
+    attention = [op for op in ops if op["name"] == "serving.attention"]
+    assert gemms and len(attention) == 2  # one serving kernel per layer
+    # the engine's merged QKV and gate/up GEMMs: one kernel each, its time shared by the siblings'
+    # FLOPs (one m and k: their n); o_proj, down_proj and the head are kernels of their own
+    merged = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
+    for layer in ("layers.0.", "layers.1."):
+        for names in merged.values():
+            members = [op for op in gemms if op["module"].startswith(layer) and op["module"].endswith(names)]
+            assert len(members) == len(names)
+            total = sum(op["flops"] for op in members)
+            for op in members:
+                assert op["expected_s"] == pytest.approx(GEMM_S * op["flops"] / total + 1e-6)
+    alone = [op for op in gemms if op["module"].endswith(("o_proj", "down_proj", "lm_head"))]
+    assert len(alone) == 5 and all(op["expected_s"] == pytest.approx(GEMM_S + 1e-6) for op in alone)
+    asked = {q.kind: [] for q in db.asked}
+    for q in db.asked:
+        asked[q.kind].append(q)
+    # each GEMM asked at one GPU's (m, n, k): 2 m n k is the op's FLOPs, or its merged kernel's
+    flops = {op["flops"] for op in gemms} | {2 * 4 * 64 * (32 + 16 + 16), 2 * 4 * 64 * (64 + 64)}
+    assert {2 * q["m"] * q["n"] * q["k"] for q in asked["gemm"]} <= flops
+    assert all(q["m"] == 4 for q in asked["gemm"])  # 4 sequences, one new token each
+    for q in asked["attention"]:  # one GPU's heads under TP 2, the cache in bf16
+        assert (q.variant, q.dtype, q["batch"], q["q_len"], q["heads"], q["kv_heads"], q["head_dim"]) == \
+            ("gqa", "bf16", 4, 1, 2, 1, 16)
+    # context 32 counts every position attended, the new token's included
+    assert {q["kv_len"] for q in asked["attention"]} == {32}
+    assert all(op["expected_s"] == pytest.approx(ATTENTION_S + PER_POSITION_S * 32 + 1e-6) for op in attention)
+    reduces = [c for c in data["comm"]["collectives"] if c["collective"] == "all_reduce" and c["message_bytes"]]
+    assert reduces and all(c["expected_time_s"] == pytest.approx(c["calls"] * ALL_REDUCE_S) for c in reduces)
+    assert all(c["algorithm"] == "measured" for c in reduces)
+    kernels = sum(op["expected_s"] for op in ops if op.get("expected_s") is not None)
+    assert totals["expected_step_s"] == pytest.approx(kernels + data["comm"]["expected_time_s"])
+    assert any("fake database" in line and "measured by shape" in line for line in totals["expected_conventions"])
+
+
+def test_a_measured_time_under_the_roofline_is_held_at_it(database):
+    db, path = database
+    db.scale = 1e-12
+    ops = _profile(path)["ops"]
+    gemms = [op for op in ops if op["name"] == "aten.mm"]
+    assert gemms and all(op["expected_s"] == pytest.approx(op["time_bound_s"] + 1e-6) for op in gemms)
+
+
+def test_unanswered_kernels_keep_their_fractions(database):
+    db, path = database
+    ops = _profile(path)["ops"]
+    norms = [op for op in ops if op["name"] == "serving.fused_add_rms_norm"]
+    assert norms
+    for op in norms:  # element-wise at FLAT's (0.5, 0.125)
+        hand = max(op["flops"] / (0.5 * 989e12), (op["bytes_read"] + op["bytes_written"]) / (0.125 * 3.35e12))
+        assert op["expected_s"] == pytest.approx(hand + 1e-6, rel=1e-3)
+
+
+def test_the_planner_prices_the_measured_times_as_profile_does(database):
+    db, path = database
+    host = get_host()
+    source = load_source(GQA, OPTIONS, host)
+    search = PlanOptions(gpus=2, tps=(2,), pps=(1,), max_batch=8, weight_dtypes=("bf16",), kv_dtypes=("bf16",),
+                         efficiency=str(path))
+    plan = run_plan(source, Targets(256, 64, tpot_s=1.0), search, host=host)
+    priced = [c for c in plan.configs if c.step_s is not None]
+    assert priced
+    for c in priced[:3]:
+        again = run_profile(source, Workload("decode", c.batch, c.step_context, c.dtype),
+                            Deployment("H800", tp=c.tp, kernels=c.kernels, efficiency=str(path),
+                                       memory_fraction=0.9),
+                            options=ReportOptions(detail=False, measure=False), host=host).report
+        assert c.step_s == pytest.approx(again.totals.expected_step_s, rel=1e-6), c.label()
+
+
+def test_a_source_no_plugin_serves_is_refused_in_one_line(tmp_path):
+    kernel_times._RESOLVED.clear()
+    path = tmp_path / "nobody.toml"
+    path.write_text(FLAT + '[kernel_times]\nsource = "nobody-serves-this"\n')
+    result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "--efficiency", str(path)])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "nobody-serves-this" in result.output and "no installed plugin serves" in result.output
