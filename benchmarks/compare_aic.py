@@ -39,6 +39,7 @@ from rooflinekit.analyses.plan_pricing import Planner
 from rooflinekit.core.plan import PlanConfig, Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.stages.expected import MATMUL_OPS
+from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.model_source import load_source
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -339,6 +340,26 @@ def our_step(step: tuple, efficiency: str | None = None) -> dict:
     return {"ms": seconds * 1e3, "parts": _merged(step_parts.parts(planner, v, workload, part_of))}
 
 
+#: The MoE tables' token distribution AIConfigurator's estimates read (its default workload distribution).
+AIC_ROUTING = "power_law_1.2"
+
+
+def as_estimated(step: tuple, tmp: Path) -> str:
+    """The aic efficiency source of the step's GPU with the settings AIConfigurator's estimate used:
+    its MoE routing (AIC_ROUTING) and the checkpoint's fp8 format (fp8_block for DeepSeek-V3's
+    128x128 blocks, model_dir), written beside the cached file's other figures."""
+    from rooflinekit_plugins.aic.table import source_file  # the aic extra: only where asked
+
+    text = source_file(hardware_db(get_host()).get(SYSTEMS[step[1]])).read_text()
+    block = step[0].startswith("deepseek") and step[2] == "fp8"
+    text = text.replace('routing = "balanced"', f'routing = "{AIC_ROUTING}"')
+    if block:
+        text = text.replace('formats = { fp8 = "fp8" }', 'formats = { fp8 = "fp8_block" }')
+    out = tmp / f"aic-as-estimated-{step[1]}-{'block' if block else 'tensor'}.toml"
+    out.write_text(text)
+    return str(out)
+
+
 def run_steps(aic_python: str | None, efficiency: str | None = None) -> None:
     peer = json.loads(PEER.read_text()) if PEER.exists() else {}
     tmp = Path(tempfile.mkdtemp(prefix="compare_aic_steps_"))
@@ -356,7 +377,9 @@ def run_steps(aic_python: str | None, efficiency: str | None = None) -> None:
                      "ours_parts": ours.get("parts"), "aic_parts": aic_parts(theirs.get("ops_ms") or {}),
                      "error": ours.get("error") or theirs.get("error")})
         if efficiency:  # the same step priced with another efficiency source, beside the published one
-            rows[-1].update(efficiency=efficiency, ours_source_ms=our_step(step, efficiency).get("ms"))
+            source = our_step(step, as_estimated(step, tmp) if efficiency == "aic" else efficiency)
+            rows[-1].update(efficiency=efficiency, ours_source_ms=source.get("ms"),
+                            ours_source_parts=source.get("parts"))
         print(f"compare_aic: {rows[-1]['id']}: {rows[-1]['ours_ms']} / {aic_ms}", file=sys.stderr)
     STEPS_OUT.write_text(json.dumps(rows, indent=1, default=str) + "\n")
     table = render_steps(rows)
@@ -401,6 +424,14 @@ def render_steps(rows: list[dict]) -> str:
         lines.append(f"| whole step with --efficiency {source} | {med(sourced)}; {near} within 5% |")
     for p, v in by_part.items():
         lines.append(f"| {p} | {med(v)} |")
+    apart = [r for r in rows if r.get("ours_source_ms") and r.get("aic_ms") and r.get("ours_source_parts")
+             and abs(r["ours_source_ms"] / r["aic_ms"] - 1) > 0.05]
+    if source and apart:
+        lines += ["", f"Steps more than 5% apart with --efficiency {source}, by part (ours / AIC, ms):", "",
+                  "| step | ratio | " + " | ".join(PARTS) + " |", "|---|---|" + "---|" * len(PARTS)]
+        for r in apart:
+            cells = [f"{r['ours_source_parts'][p]:.2f} / {r['aic_parts'][p]:.2f}" for p in PARTS]
+            lines.append(f"| {r['id']} | {r['ours_source_ms'] / r['aic_ms']:.2f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

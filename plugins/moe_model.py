@@ -103,6 +103,7 @@ class ExpertsModel(ModuleModel):
             emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
                             at=a2a, shapes=f"{tokens * k}x{hidden}", copies=k, experts=e_total + redundant)
         last = len(self.matrices) - 1
+        kernel = self._kernel(group_tokens * imbalance, k, hidden, split)
         for i, (name, out_f, in_f) in enumerate(self.matrices):
             # tensor parallelism: the last matrix splits its input (rows), the others their output
             out_l = out_f / split if i < last or last == 0 else out_f
@@ -113,6 +114,7 @@ class ExpertsModel(ModuleModel):
                 OpCounts(flops=2 * rows * out_l * in_l, bytes_read=weights + rows * in_l * isz,
                          bytes_written=rows * out_l * isz, param_bytes=weights),
                 at=at, shapes=f"{rows:g}x{in_l:g},{touched:.1f}x{out_l:g}x{in_l:g}", experts=terms,
+                kernel={**kernel, "share": out_f * in_f / sum(o * n for _, o, n in self.matrices)},
             )
             if self.gated and i == 0 and len(self.matrices) > 1:
                 inter = out_l / 2
@@ -131,6 +133,17 @@ class ExpertsModel(ModuleModel):
         if tp > 1:
             emit_collective("all_reduce", group_size=tp, message_bytes=tokens * hidden * isz,
                             at=Provenance(path, self.dtype, _AR_NOTE), shapes=f"{tokens}x{hidden}")
+
+
+    def _kernel(self, tokens: float, k: int, hidden: int, split: int) -> dict:
+        """The MoE layer's grouped expert GEMMs as a database of measured kernels is asked for them
+        (rooflinekit.stages.kernel_times, kind "experts"): the tokens routed into this GPU's expert
+        group (the busiest rank's, under a stated imbalance), one expert's shapes, and the split; its
+        format is the record's, as the transforms leave it (fp8 weights)."""
+        first = self.matrices[0][1]
+        inter = first // 2 if self.gated and len(self.matrices) > 1 else first
+        return {"kind": "experts", "tokens": tokens, "hidden": hidden, "inter": inter,
+                "top_k": k, "experts": self.num_experts, "tp": split, "ep": self.ep_size}
 
 
 _A2A_NOTE = ("expert-parallel all-to-all (dispatch, then combine): each GPU sends its T tokens' k "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import importlib.util
+import json
 import re
 from dataclasses import replace
 
@@ -156,3 +157,68 @@ def test_a_calibrated_entry_is_refused(host, cache):
     hw = replace(hardware_db().get("H100"), calibrated=True)
     with pytest.raises(UserError, match="calibrated entry"):
         with_efficiency(hw, "aic", host)
+
+
+def _aic_ms(system: str, op, context: bool, batch: int, s: int) -> float:
+    """AIConfigurator's own per-op answer (ms), asked as its estimates ask it."""
+    from aiconfigurator_core.sdk import perf_database
+    from aiconfigurator_core.sdk.engine import EngineHandle, build_ops_json
+
+    db = perf_database.get_database(system, "trtllm", perf_database.get_latest_database_version(system, "trtllm"))
+    (_, ms, _, kind), = EngineHandle.for_database(db).evaluate_ops_json(build_ops_json([op]), is_context=context,
+                                                                         batch_size=batch, s=s)
+    assert kind == "silicon"
+    return ms
+
+
+@needs_aic
+def test_each_kernel_is_its_measured_time_at_its_own_shape(host, cache, tmp_path):
+    """Llama-3.1-8B fp8 decode on H100 with --efficiency aic: the merged QKV GEMM is AIConfigurator's
+    GEMM at (B, 6144, 4096), shared by q, k and v by their columns; the down projection its GEMM at
+    (B, 4096, 14336); the attention kernel its generation attention over the positions attended (fp8
+    activations keep an fp8 KV cache)."""
+    from aiconfigurator_core.sdk import common, operations
+
+    result = CliRunner().invoke(cli, ["profile", str(EXAMPLES / "configs" / "llama-3.1-8b.json"), "--phase", "decode",
+                                      "-b", "8", "-s", "2048", "-H", "H100", "--dtype", "fp8", "--kernels", "serving",
+                                      "--efficiency", "aic", "-f", "json", "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "p.json").read_text())
+    launch = 5e-7  # the published table's CUDA-graph node, which the aic file keeps
+    layer0 = {op["module"].rsplit(".", 1)[-1]: op for op in data["ops"]
+              if op["module"].startswith("model.layers.0.") and op.get("expected_s")}
+    qkv = _aic_ms("h100_sxm", operations.GEMM("g", 1, 6144, 4096, common.GEMMQuantMode.fp8), True, 1, 8) * 1e-3
+    assert layer0["q_proj"]["expected_s"] == pytest.approx(qkv * 4096 / 6144 + launch, rel=1e-6)
+    assert layer0["k_proj"]["expected_s"] == pytest.approx(qkv * 1024 / 6144 + launch, rel=1e-6)
+    down = _aic_ms("h100_sxm", operations.GEMM("g", 1, 4096, 14336, common.GEMMQuantMode.fp8), True, 1, 8) * 1e-3
+    assert layer0["down_proj"]["expected_s"] == pytest.approx(down + launch, rel=1e-6)
+    attention = next(op for op in data["ops"] if op["name"] == "serving.attention")
+    op = operations.GenerationAttention("a", 1, 32, 8, common.KVCacheQuantMode.fp8, head_size=128)  # fp8 KV with fp8
+    assert attention["expected_s"] == pytest.approx(_aic_ms("h100_sxm", op, False, 8, 2048) * 1e-3 + launch, rel=1e-6)
+    assert any("per-op kernel times" in line for line in data["totals"]["expected_conventions"])
+
+
+@needs_aic
+def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
+    """Mixtral's experts under EP 2 with attention data-parallel: each GPU's gate-up and down records
+    cost AIConfigurator's MoE layer at the tokens routed into the expert group (2 GPUs x B 16), 2/3
+    and 1/3 of it (their FLOPs), under balanced routing; the database's power-law routing is slower."""
+    from aiconfigurator_core.sdk import common, operations
+
+    from rooflinekit.stages.kernel_times import query
+    from rooflinekit_plugins.aic.kernels import kernels
+
+    result = CliRunner().invoke(cli, ["profile", str(EXAMPLES / "configs" / "mixtral-8x7b.json"), "--phase", "decode",
+                                      "-b", "16", "-s", "1024", "-H", "H100", "--dtype", "fp8", "--ep", "2",
+                                      "--kernels", "serving", "--efficiency", "aic", "-f", "json",
+                                      "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    ops = [op for op in json.loads((tmp_path / "p.json").read_text())["ops"]
+           if op["module"].startswith("model.layers.0.") and op["name"].startswith("moe.") and op["flops"]]
+    op = operations.MoE("moe", 1, 4096, 14336, 2, 8, 1, 2, common.MoEQuantMode.fp8, "balanced", 1)
+    layer = _aic_ms("h100_sxm", op, False, 32, 1) * 1e-3
+    launch = 5e-7
+    assert [o["expected_s"] for o in ops] == pytest.approx([layer * 2 / 3 + launch, layer / 3 + launch], rel=1e-6)
+    q = query("experts", "fp8", tokens=32, hidden=4096, inter=14336, top_k=2, experts=8, tp=1, ep=2)
+    assert kernels("h100_sxm", {"routing": "power_law_1.2"}).seconds(q) > kernels("h100_sxm", {}).seconds(q)
+    assert kernels("h100_sxm", {}).seconds(query("all_to_all", "", message_bytes=1e6, group_size=8)) is None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from rooflinekit.plugin import UserError, hookimpl
 
-PROVIDES = ("efficiency source: aic (AIConfigurator's measured kernels, the aic extra)",)
+PROVIDES = ("efficiency source: aic (AIConfigurator's measured kernels, the aic extra)",
+            "kernel times: aic (each GEMM, attention, MoE layer and all-reduce at its own shape)")
 #: The source name `--efficiency` takes.
 SOURCE = "aic"
 INSTALL = "pip install 'rooflinekit[aic]' (Python 3.11 to 3.13)"
@@ -29,3 +30,21 @@ def rooflinekit_efficiency_source(source, hardware):
     from rooflinekit_plugins.aic.table import source_file
 
     return str(source_file(hardware))
+
+
+@hookimpl
+def rooflinekit_kernel_times(source, settings):
+    """`aic`: each kernel's measured time at its own shape from the system's database (`kernels`)."""
+    if source != SOURCE:
+        return None
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        raise UserError(f"this efficiency file's kernel times are AIConfigurator's measured kernels, which "
+                        f"are not installed: {INSTALL}") from None
+    from rooflinekit_plugins.aic.kernels import kernels
+
+    system = settings.get("system")
+    if not isinstance(system, str) or not system:
+        raise UserError("the aic kernel times need system = NAME (an AIConfigurator system, e.g. h100_sxm)")
+    return kernels(system, {k: v for k, v in settings.items() if k != "system"})

@@ -22,7 +22,7 @@ else:  # pragma: no cover - Python 3.10 (AIConfigurator needs 3.11)
     import tomli as tomllib
 
 #: Bumped when what is derived changes: the cached files of older derivations are not reused.
-DERIVATION = 2
+DERIVATION = 3
 
 
 def cache_dir() -> Path:
@@ -50,7 +50,7 @@ def source_file(hw) -> Path:
     slug = "".join(c if c.isalnum() else "-" for c in hw.name.lower())
     path = cache_dir() / f"aic-{aic_version()}-{system.name}-{BACKEND}-{db.version}-{slug}-{digest}.toml"
     if not path.is_file():
-        _write_atomically(path, render(derive(db, entry), hw.name, db.label, system.note))
+        _write_atomically(path, render(derive(db, entry), hw.name, db.label, system.note, system.name))
     return path
 
 
@@ -127,7 +127,7 @@ def _s(text: str) -> str:
     return json.dumps(text)  # a TOML basic string: JSON's escapes are TOML's
 
 
-def render(derived: dict, hw_name: str, label: str, note: str) -> str:
+def render(derived: dict, hw_name: str, label: str, note: str, system: str = "") -> str:
     """The efficiency file's text."""
     lines = [f"# Achievable fractions for {hw_name}, derived by rooflinekit's aic source from the {label}:",
              "# time at the entry's datasheet peak (or bandwidth) / AIConfigurator's measured time, at the",
@@ -151,6 +151,14 @@ def render(derived: dict, hw_name: str, label: str, note: str) -> str:
         lines += [f"    {_s(s)}," for s in experts["sources"]] + ["]"]
     lines += ["", "[launch]"] + [f"{k} = {p.value!r}" for k, p in derived["launch"].items()]
     lines += ["", "[launch.sources]"] + [f"{k} = {_s(p.source)}" for k, p in derived["launch"].items()]
+    if system:
+        lines += ["", "# Each GEMM, GQA-family attention, MoE layer and all-reduce priced at its own shape from the",
+                  "# database (rooflinekit.stages.kernel_times); the fractions above price the rest. routing: the",
+                  "# MoE tables' token distribution (balanced, as rooflinekit's expected distinct experts assume;",
+                  "# AIConfigurator's estimates default to power_law_1.2); formats: rooflinekit's fp8 as the",
+                  "# database's fp8 (per-tensor) or fp8_block (DeepSeek's 128 x 128 block scales).",
+                  "[kernel_times]", 'source = "aic"', f"system = {_s(system)}", 'routing = "balanced"',
+                  'fmha = "bfloat16"', 'formats = { fp8 = "fp8" }']
     return "\n".join(lines) + "\n"
 
 

@@ -62,7 +62,8 @@ class Provenance:
 
 
 def emit(name: str, counts: OpCounts | None = None, *, at: Provenance | None = None, counted: bool = True,
-         shapes: str = "", experts: Mapping[str, float] | None = None, **before_0_3) -> OpRecord | None:
+         shapes: str = "", experts: Mapping[str, float] | None = None, kernel: Mapping[str, object] | None = None,
+         **before_0_3) -> OpRecord | None:
     """Add one modelled op to the capture in progress (no-op outside a capture).
 
     Counts must be finite numbers >= 0: anything else stops the run with one line naming the
@@ -70,7 +71,9 @@ def emit(name: str, counts: OpCounts | None = None, *, at: Provenance | None = N
     declares that the record's weight bytes (`param_bytes`, also read) are a fixed size per expert
     times the expected distinct experts E*(1-(1-k/E)^T) x share, with {"tokens": T, "k": k,
     "experts": E, "share": share}, and its other counts polynomial: a step model then fits them
-    from a few batches (rooflinekit.stages.stepmodel).
+    from a few batches (rooflinekit.stages.stepmodel). `kernel` declares the kernel's shape as a
+    database of measured kernels is asked for it ({"kind", "dtype", dimensions...}:
+    rooflinekit.stages.kernel_times), where an efficiency source names one.
 
     Deprecated since 0.3, until 0.4 (`before_0_3`): the counts and provenance as keywords
     (`flops=`, `bytes_read=`, `bytes_written=`, `param_bytes=`, `module=`, `dtype=`, `assumption=`),
@@ -91,7 +94,8 @@ def emit(name: str, counts: OpCounts | None = None, *, at: Provenance | None = N
             index=0, name=name, module=at.module, flops=float(counts.flops), bytes_read=float(counts.bytes_read),
             bytes_written=float(counts.bytes_written), dtype=at.dtype, counted=counted, kind="modelled",
             param_bytes=float(counts.param_bytes), shapes=shapes,
-            attrs={"assumption": at.assumption, **({"expected_experts": dict(experts)} if experts else {})},
+            attrs={"assumption": at.assumption, **({"expected_experts": dict(experts)} if experts else {}),
+                   **({"kernel": dict(kernel)} if kernel else {})},
         )
     )
 

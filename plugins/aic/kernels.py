@@ -1,0 +1,121 @@
+"""The aic database of measured kernels (rooflinekit.stages.kernel_times): each kernel's time at its
+own shape from AIConfigurator's per-op query, as its estimates ask it.
+
+- GEMMs by (M, N, K) in the op's format (`formats` maps rooflinekit's to the database's: fp8 is
+  per-tensor fp8 unless the file says fp8_block, as DeepSeek's 128 x 128 block scales are);
+- attention of the GQA family (mha, gqa, mqa) by batch, lengths and one GPU's heads: one new token per
+  sequence is a generation kernel over the positions attended, more is a context kernel over the new
+  tokens with the rest as its prefix; the KV cache's format as the query names it, the FMHA's bf16
+  (fp8 where `fmha = "fp8"`); MLA's absorbed generation kernel by batch, positions and heads (its
+  context kernel, and the projections AIConfigurator measures with it, are not answered);
+- an MoE layer's experts by tokens routed into the GPU's expert group, shapes, top-k, experts and
+  split, under `routing` (balanced by default, as rooflinekit's expected distinct experts assume; the
+  database's power-law distributions, such as AIConfigurator's default power_law_1.2, by name), each
+  record its `share` of the layer;
+- all-reduces by message within one node (TensorRT-LLM's custom all-reduce, 16-bit elements).
+
+Everything else (MLA in prefill, all-to-all, other collectives, element-wise kernels) is not answered,
+so the fractions price it. Only answers resting on measured rows are given (measure.MEASURED).
+"""
+
+from __future__ import annotations
+
+from rooflinekit_plugins.aic.measure import MEASURED, Database, _quiet, database
+
+#: rooflinekit's formats -> the database's GEMM / MoE / KV cache formats.
+GEMM_FORMATS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+KV_FORMATS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
+#: The attention variants a GQA-family kernel serves.
+GQA_FAMILY = ("mha", "gqa", "mqa")
+#: The largest group the custom all-reduce spans (one NVLink node).
+NODE = 8
+
+
+class AicKernels:
+    """`seconds(query)`: one kernel's measured time from one system's database, or None."""
+
+    def __init__(self, system: str, settings: dict) -> None:
+        self.db: Database = database(system)
+        formats = dict(GEMM_FORMATS)
+        formats.update({str(k): str(v) for k, v in (settings.get("formats") or {}).items()})
+        self.formats = formats
+        self.routing = str(settings.get("routing", "balanced"))
+        self.fmha = str(settings.get("fmha", "bfloat16"))
+        self.label = f"{self.db.label} (per-op kernel times)"
+        self._asked: dict = {}
+
+    def seconds(self, query) -> float | None:
+        if query not in self._asked:
+            handler = getattr(self, f"_{query.kind}", None)
+            self._asked[query] = None if handler is None else handler(query)
+        return self._asked[query]
+
+    def _evaluate(self, op, context: bool, batch: int, s: int, prefix: int = 0) -> float | None:
+        from aiconfigurator_core.sdk.engine import build_ops_json
+
+        try:
+            with _quiet():
+                (_, ms, _, kind), *_ = self.db._handle.evaluate_ops_json(build_ops_json([op]), is_context=context,
+                                                                         batch_size=batch, s=s, prefix=prefix)
+        except Exception:  # a shape or format the database cannot answer
+            return None
+        return ms * 1e-3 if kind in MEASURED and ms > 0 else None
+
+    def _gemm(self, q) -> float | None:
+        from aiconfigurator_core.sdk import common, operations
+
+        fmt = self.formats.get(q.dtype)
+        if fmt not in common.GEMMQuantMode.__members__:
+            return None
+        op = operations.GEMM("gemm", 1, int(q["n"]), int(q["k"]), common.GEMMQuantMode[fmt])
+        return self._evaluate(op, True, 1, max(1, round(q["m"])))
+
+    def _attention(self, q) -> float | None:
+        from aiconfigurator_core.sdk import common, operations
+
+        kv = KV_FORMATS.get(q.dtype)
+        batch, q_len, kv_len = max(1, round(q["batch"])), max(1, round(q["q_len"])), max(1, round(q["kv_len"]))
+        if q.variant == "mla" and q_len == 1 and kv is not None:  # the absorbed MLA kernel over the latent cache
+            op = operations.GenerationMLA("attention", 1, int(q["heads"]), common.KVCacheQuantMode[kv])
+            return self._evaluate(op, False, batch, kv_len)
+        if q.variant not in GQA_FAMILY or kv is None:
+            return None
+        heads, kv_heads, head = int(q["heads"]), int(q["kv_heads"]), int(q["head_dim"])
+        if q_len == 1:
+            op = operations.GenerationAttention("attention", 1, heads, kv_heads, common.KVCacheQuantMode[kv],
+                                                head_size=head)
+            return self._evaluate(op, False, batch, kv_len)
+        op = operations.ContextAttention("attention", 1, heads, kv_heads, common.KVCacheQuantMode[kv],
+                                         common.FMHAQuantMode[self.fmha], head_size=head)
+        return self._evaluate(op, True, batch, q_len, prefix=max(0, kv_len - q_len))
+
+    def _experts(self, q) -> float | None:
+        from aiconfigurator_core.sdk import common, operations
+
+        fmt = self.formats.get(q.dtype)
+        if fmt not in common.MoEQuantMode.__members__:
+            return None
+        op = operations.MoE("moe", 1, int(q["hidden"]), int(q["inter"]), int(q["top_k"]), int(q["experts"]),
+                            int(q["tp"]), int(q["ep"]), common.MoEQuantMode[fmt], self.routing, 1)
+        layer = self._evaluate(op, False, max(1, round(q["tokens"])), 1)
+        return None if layer is None else layer
+
+    def _all_reduce(self, q) -> float | None:
+        from aiconfigurator_core.sdk import operations
+
+        group, elements = int(q["group_size"]), round(q["message_bytes"] / 2)
+        if not 1 < group <= NODE or elements < 1:
+            return None
+        return self._evaluate(operations.CustomAllReduce("all_reduce", 1, elements, group), False, 1, 1)
+
+
+#: (system, settings) -> its database of kernel times, one per process.
+_KERNELS: dict[tuple, AicKernels] = {}
+
+
+def kernels(system: str, settings: dict) -> AicKernels:
+    """The database of `system` under the file's settings (routing, fmha, formats), one per process."""
+    key = (system, repr(sorted((k, repr(v)) for k, v in settings.items())))
+    if key not in _KERNELS:
+        _KERNELS[key] = AicKernels(system, settings)
+    return _KERNELS[key]
