@@ -344,20 +344,15 @@ def our_step(step: tuple, efficiency: str | None = None) -> dict:
 AIC_ROUTING = "power_law_1.2"
 
 
-def as_estimated(step: tuple, tmp: Path) -> str:
+def as_estimated(step: tuple) -> str:
     """The aic efficiency source of the step's GPU with the settings AIConfigurator's estimate used:
     its MoE routing (AIC_ROUTING) and the checkpoint's fp8 format (fp8_block for DeepSeek-V3's
-    128x128 blocks, model_dir), written beside the cached file's other figures."""
-    from rooflinekit_plugins.aic.table import source_file  # the aic extra: only where asked
+    128x128 blocks, model_dir)."""
+    from rooflinekit_plugins.aic.table import variant  # the aic extra: only where asked
 
-    text = source_file(hardware_db(get_host()).get(SYSTEMS[step[1]])).read_text()
     block = step[0].startswith("deepseek") and step[2] == "fp8"
-    text = text.replace('routing = "balanced"', f'routing = "{AIC_ROUTING}"')
-    if block:
-        text = text.replace('formats = { fp8 = "fp8" }', 'formats = { fp8 = "fp8_block" }')
-    out = tmp / f"aic-as-estimated-{step[1]}-{'block' if block else 'tensor'}.toml"
-    out.write_text(text)
-    return str(out)
+    return str(variant(hardware_db(get_host()).get(SYSTEMS[step[1]]), routing=AIC_ROUTING,
+                       fp8="fp8_block" if block else None))
 
 
 def run_steps(aic_python: str | None, efficiency: str | None = None) -> None:
@@ -377,7 +372,7 @@ def run_steps(aic_python: str | None, efficiency: str | None = None) -> None:
                      "ours_parts": ours.get("parts"), "aic_parts": aic_parts(theirs.get("ops_ms") or {}),
                      "error": ours.get("error") or theirs.get("error")})
         if efficiency:  # the same step priced with another efficiency source, beside the published one
-            source = our_step(step, as_estimated(step, tmp) if efficiency == "aic" else efficiency)
+            source = our_step(step, as_estimated(step) if efficiency == "aic" else efficiency)
             rows[-1].update(efficiency=efficiency, ours_source_ms=source.get("ms"),
                             ours_source_parts=source.get("parts"))
         print(f"compare_aic: {rows[-1]['id']}: {rows[-1]['ours_ms']} / {aic_ms}", file=sys.stderr)

@@ -240,19 +240,20 @@ def decode_sum(first: dict, last: dict | None, c0: int, c1: int) -> tuple[float,
     return total, n * (first["expected_s"] + last["expected_s"]) / 2
 
 
-def deployment_of(row: dict, kernels: str):
+def deployment_of(row: dict, kernels: str, efficiency: str | None = None):
     *_, Deployment, _ = _api()
     return Deployment(row["hardware"], tp=row.get("tp", 1), ep=row.get("ep", 1),
                       weight_dtype=row.get("weight_dtype"), weight_group_size=row.get("weight_group_size"),
                       kv_dtype=row.get("kv_dtype"), kernels=kernels, engine=row.get("engine_cost"),
-                      overlap=row.get("overlap", "none"))
+                      overlap=row.get("overlap", "none"), efficiency=efficiency)
 
 
-def run_row(row: dict, kernels: str) -> dict:
-    """Profile a row's steps and map them to its measured quantity."""
+def run_row(row: dict, kernels: str, efficiency: str | None = None) -> dict:
+    """Profile a row's steps and map them to its measured quantity (priced with the efficiency
+    source `efficiency`; None: the committed tables)."""
     _, _, Workload, _, load_source = _api()
     source = load_source(str(ROOT / row["model"]), {})
-    deployment = deployment_of(row, kernels)
+    deployment = deployment_of(row, kernels, efficiency)
     steps = []
     for phase, batch, context in runs_of(row):
         fig = step_figures(_totals(source, Workload(phase, batch, context, dtype=row["dtype"]), deployment))
@@ -294,13 +295,14 @@ def run_row(row: dict, kernels: str) -> dict:
     }
 
 
-def fingerprint(row: dict, kernels: str, version: str, has_expected: bool) -> str:
-    """What a row's result depends on: the row, the view, the tool and its table of achievable fractions."""
+def fingerprint(row: dict, kernels: str, version: str, has_expected: bool, source: str | None = None) -> str:
+    """What a row's result depends on: the row, the view, the tool and its table of achievable
+    fractions (and the other efficiency source it was priced with, by name)."""
     from rooflinekit.stages.expected import tables_digest
 
     table = tables_digest()
     text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected,
-                       "efficiency": table}, sort_keys=True)
+                       "efficiency": table, **({"source": source} if source else {})}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -493,6 +495,63 @@ def source_section(rows: list[dict], results: dict) -> list[str]:
     return out
 
 
+#: An efficiency source the recent rows are also priced with, where it covers their GPU, and its results.
+SIDE_SOURCE = "aic"
+SIDE_RESULTS_PATH = ROOT / "benchmarks" / f"published_results_{SIDE_SOURCE}.json"
+#: Models whose checkpoints scale fp8 weights in 128x128 blocks (DeepSeek-V3/R1's config.json
+#: quantization_config, dropped from the committed config): the side source asks fp8_block for them.
+BLOCK_FP8 = ("examples/configs/deepseek-v3.json",)
+
+
+def side_source(row: dict) -> str:
+    """The efficiency source a row is priced with by the side run: SIDE_SOURCE, with the checkpoint's
+    block-scaled fp8 where the model's is (BLOCK_FP8)."""
+    if row["model"] not in BLOCK_FP8 or row.get("weight_dtype", row["dtype"]) != "fp8":
+        return SIDE_SOURCE
+    from rooflinekit.core.plugins import get_host
+    from rooflinekit.stages.hardware import hardware_db
+    from rooflinekit_plugins.aic.table import variant  # the aic extra: only for the side run
+
+    return str(variant(hardware_db(get_host()).get(row["hardware"]), fp8="fp8_block"))
+
+
+def side_section(rows: list[dict], results: dict, side: dict) -> list[str]:
+    """The recent scored rows also priced with SIDE_SOURCE (where it covers their GPU), beside the
+    committed tables' figures on the same rows, by source. Not part of the scored figures above."""
+    by_source: dict[str, list[tuple[dict, float, float]]] = {}
+    for r in rows:
+        ratio, other = scored_ratio(results, r), scored_ratio(side, r) if r["id"] in side["rows"] else None
+        if ratio is not None and other is not None:
+            by_source.setdefault(r["source_url"], []).append((r, ratio, other))
+    if not by_source:
+        return []
+    out = ["", f"## Recent rows priced with `--efficiency {SIDE_SOURCE}`", "",
+           f"`python benchmarks/validate_published.py --efficiency {SIDE_SOURCE}` prices the scored rows of",
+           "engines released in 2025 or later again, where the source covers their GPU (not MI300X), with",
+           "each kernel at its own shape from NVIDIA AIConfigurator's database of TensorRT-LLM kernels",
+           "measured on the GPU (docs/accounting.md, Measured kernel times; balanced MoE routing, as",
+           "rooflinekit assumes; DeepSeek's block-scaled fp8 as its checkpoint has it). These figures are",
+           "not part of the ones above, which the committed tables price. Nothing is fitted.", "",
+           "| source | engine | rows | published: median abs(e/m - 1) | e/m | aic: median abs(e/m - 1) | e/m |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    every = []
+    for url, triples in sorted(by_source.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        title = re.split(r" \(|, ", triples[0][0]["source_title"], maxsplit=1)[0]
+        engines = ", ".join(sorted({r["engine"] for r, _, _ in triples}))
+        every += triples
+        out.append(f"| [{title}]({url}) | {engines} | {len(triples)} | " + _pair_cells(triples) + " |")
+    out.append(f"| all | | {len(every)} | " + _pair_cells(every) + " |")
+    return out
+
+
+def _pair_cells(triples: list[tuple[dict, float, float]]) -> str:
+    cells = []
+    for k in (1, 2):
+        ratios = [t[k] for t in triples]
+        cells += [f"{statistics.median(abs(v - 1) for v in ratios):.1%}", f"{statistics.median(ratios):.2f}"]
+    return " | ".join(cells)
+
+
 def spread_toml(results: dict, rows: list[dict]) -> str:
     """The committed table of rooflinekit.stages.spread, from the results file."""
     from rooflinekit.stages.expected import tables_digest
@@ -658,6 +717,7 @@ def render_doc(rows: list[dict], results: dict) -> str:
             x = res[i]
             out.append(f"- `{i}`: bound at {x['bound_over_measured']:.0%} of the measured time; {_limits(x)}.")
     out += year_section(rows, results)
+    out += side_section([r for r in rows if recent(r)], results, load_results(SIDE_RESULTS_PATH))
     out += spread_section(results, rows)
     out += ["", "## Rows", "",
             "| id | engine | hardware | model | configuration | measured | measured time | bound | bound / measured | expected | expected / measured |",
@@ -708,8 +768,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=str(ROWS_PATH))
     ap.add_argument("--results", default=str(RESULTS_PATH))
     ap.add_argument("--doc", default=str(DOC_PATH))
+    ap.add_argument("--efficiency", choices=(SIDE_SOURCE,), default=None,
+                    help=f"price the scored rows of 2025+ engines with this source instead, into "
+                         f"{SIDE_RESULTS_PATH.relative_to(ROOT)} (a section of the page; rows whose GPU it does not "
+                         "cover are left out)")
     args = ap.parse_args(argv)
     rows = load_rows(Path(args.rows))
+    if args.efficiency:
+        rows_all = rows
+        rows = [r for r in rows if recent(r) and not r.get("bound_only")]
+        if args.results == str(RESULTS_PATH):
+            args.results = str(SIDE_RESULTS_PATH)
     results_path = Path(args.results)
     results = load_results(results_path)
     if not args.docs_only:
@@ -722,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
         results["meta"] = {"kernels": kernels, "kernels_note": note, "version": version, "has_expected": expected}
         todo = [r for r in rows if args.only is None or r["id"] in args.only]
         for i, row in enumerate(todo, 1):
-            fp = fingerprint(row, kernels, version, expected)
+            fp = fingerprint(row, kernels, version, expected, args.efficiency)
             old = results["rows"].get(row["id"])
             if old is not None and old.get("fingerprint") == fp and not args.force:
                 print(f"[{i}/{len(todo)}] {row['id']}: up to date", flush=True)
@@ -730,9 +799,13 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             print(f"[{i}/{len(todo)}] {row['id']}: {len(runs_of(row))} run(s) ...", end="", flush=True)
             try:
-                x = run_row(row, kernels)
+                x = run_row(row, kernels, side_source(row) if args.efficiency else None)
             except Exception as exc:  # noqa: BLE001 - one row's failure is reported, the rest still run
-                results["rows"][row["id"]] = {"id": row["id"], "kernels": kernels, "error": f"{type(exc).__name__}: {exc}"}
+                error = f"{type(exc).__name__}: {exc}"
+                if args.efficiency and "has no measured kernels" in str(exc):  # a GPU the source does not cover
+                    error = f"--efficiency {args.efficiency} does not cover {row['hardware']}"
+                results["rows"][row["id"]] = {"id": row["id"], "kernels": kernels, "error": error,
+                                              "fingerprint": fp}
                 write_json(results_path, results)
                 print(f" FAILED: {type(exc).__name__}: {exc}", flush=True)
                 continue
@@ -744,6 +817,8 @@ def main(argv: list[str] | None = None) -> int:
         known = {r["id"] for r in rows}
         results["rows"] = {k: v for k, v in results["rows"].items() if k in known}
         write_json(results_path, results)
+    if args.efficiency:  # the page is the committed tables' results, with this source's section
+        rows, results = rows_all, load_results(RESULTS_PATH)
     if args.spread:
         SPREAD_PATH.write_text(spread_toml(results, rows))
         print(f"wrote {SPREAD_PATH.relative_to(ROOT)}")

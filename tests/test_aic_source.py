@@ -202,7 +202,8 @@ def test_each_kernel_is_its_measured_time_at_its_own_shape(host, cache, tmp_path
 def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
     """Mixtral's experts under EP 2 with attention data-parallel: each GPU's gate-up and down records
     cost AIConfigurator's MoE layer at the tokens routed into the expert group (2 GPUs x B 16), 2/3
-    and 1/3 of it (their FLOPs), under balanced routing; the database's power-law routing is slower."""
+    and 1/3 of it (their FLOPs), under balanced routing; the database's power-law routing is slower;
+    the all-to-alls are its MoE dispatch and combine."""
     from aiconfigurator_core.sdk import common, operations
 
     from rooflinekit.stages.kernel_times import query
@@ -213,12 +214,20 @@ def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
                                       "--kernels", "serving", "--efficiency", "aic", "-f", "json",
                                       "-o", str(tmp_path / "p.json")])
     assert result.exit_code == 0, result.output
-    ops = [op for op in json.loads((tmp_path / "p.json").read_text())["ops"]
+    data = json.loads((tmp_path / "p.json").read_text())
+    ops = [op for op in data["ops"]
            if op["module"].startswith("model.layers.0.") and op["name"].startswith("moe.") and op["flops"]]
     op = operations.MoE("moe", 1, 4096, 14336, 2, 8, 1, 2, common.MoEQuantMode.fp8, "balanced", 1)
     layer = _aic_ms("h100_sxm", op, False, 32, 1) * 1e-3
     launch = 5e-7
     assert [o["expected_s"] for o in ops] == pytest.approx([layer * 2 / 3 + launch, layer / 3 + launch], rel=1e-6)
+    # each layer's dispatch and combine: the database's MoE dispatch over 2 ranks at this GPU's 16
+    # tokens, bf16 as rooflinekit counts the activations sent
+    (a2a,) = [c for c in data["comm"]["collectives"] if c["collective"] == "all_to_all"]
+    legs = [_aic_ms("h100_sxm", operations.MoEDispatch("d", 1, 4096, 2, 8, 1, 2, 2, pre,
+                                                       quant_mode=common.MoEQuantMode.bfloat16, backend="trtllm"),
+                    False, 16, 1) * 1e-3 for pre in (True, False)]
+    assert a2a["calls"] == 64 and a2a["expected_time_s"] == pytest.approx(32 * sum(legs), rel=1e-6)
     q = query("experts", "fp8", tokens=32, hidden=4096, inter=14336, top_k=2, experts=8, tp=1, ep=2)
     assert kernels("h100_sxm", {"routing": "power_law_1.2"}).seconds(q) > kernels("h100_sxm", {}).seconds(q)
     assert kernels("h100_sxm", {}).seconds(query("all_to_all", "", message_bytes=1e6, group_size=8)) is None

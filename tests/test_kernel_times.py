@@ -25,7 +25,7 @@ from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages import kernel_times
 from rooflinekit.stages.kernel_times import gemm_dims, query
 from rooflinekit.stages.model_source import load_source
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, MODELS
 
 GQA = str(EXAMPLES / "llama_gqa.py")
 OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128, "vocab": 100}
@@ -51,6 +51,8 @@ decode_s = 1e-6
 prefill_s = 2e-5
 """
 GEMM_S, ATTENTION_S, PER_POSITION_S, ALL_REDUCE_S = 1e-3, 2e-3, 1e-6, 3e-3
+EXPERTS_S, DISPATCH_S, PER_TOKEN_S = 4e-3, 1e-3, 1e-5
+MOE = str(MODELS / "experts3d.py")  # hidden 256, inter 128, 16 experts, top 2
 
 
 class _Database:
@@ -70,6 +72,10 @@ class _Database:
             return (ATTENTION_S + PER_POSITION_S * q["kv_len"]) * self.scale
         if q.kind == "all_reduce":
             return ALL_REDUCE_S * self.scale
+        if q.kind == "experts":
+            return EXPERTS_S * self.scale
+        if q.kind == "all_to_all" and q.get("tokens") is not None:
+            return (DISPATCH_S + PER_TOKEN_S * q["tokens"]) * self.scale
         return None
 
 
@@ -195,7 +201,7 @@ def test_the_planner_prices_the_measured_times_as_profile_does(database):
                          efficiency=str(path))
     plan = run_plan(source, Targets(256, 64, tpot_s=1.0), search, host=host)
     priced = [c for c in plan.configs if c.step_s is not None]
-    assert priced
+    assert priced and any("fake database" in n and "own shape" in n for n in plan.notes)
     for c in priced[:3]:
         again = run_profile(source, Workload("decode", c.batch, c.step_context, c.dtype),
                             Deployment("H800", tp=c.tp, kernels=c.kernels, efficiency=str(path),
@@ -211,3 +217,61 @@ def test_a_source_no_plugin_serves_is_refused_in_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "--efficiency", str(path)])
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "nobody-serves-this" in result.output and "no installed plugin serves" in result.output
+
+
+def test_an_moe_layer_and_its_all_to_alls_are_asked_at_their_shapes(database):
+    """Experts over 2 GPUs with data-parallel attention, 8 sequences each: the layer is asked at the 16
+    tokens routed into the group, its gate-up and down records cost 2/3 and 1/3 of it (their FLOPs);
+    each dispatch and combine at this GPU's 8 tokens."""
+    db, path = database
+    args = ["profile", MOE, "--phase", "decode", "-b", "8", "-s", "256", "-H", "H800", "--ep", "2",
+            "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    experts = [op for op in data["ops"] if op["name"].startswith("moe.") and op["flops"]]
+    assert len(experts) == 2
+    total = sum(op["flops"] for op in experts)
+    assert [op["expected_s"] for op in experts] == pytest.approx(
+        [EXPERTS_S * op["flops"] / total + 1e-6 for op in experts])
+    assert experts[0]["flops"] == pytest.approx(2 * experts[1]["flops"])  # gate-up: twice down's columns
+    (asked,) = {q for q in db.asked if q.kind == "experts"}
+    assert (asked["tokens"], asked["hidden"], asked["inter"], asked["top_k"], asked["experts"], asked["tp"],
+            asked["ep"]) == (16, 256, 128, 2, 16, 1, 2)
+    (calls,) = [c for c in data["comm"]["collectives"] if c["collective"] == "all_to_all"]
+    assert calls["algorithm"] == "measured"
+    assert calls["expected_time_s"] == pytest.approx(calls["calls"] * (DISPATCH_S + PER_TOKEN_S * 8))
+    stages = sorted(q["combine"] for q in db.asked if q.kind == "all_to_all" and q.get("combine") is not None)
+    assert stages[0] == 0 and stages[-1] == 1
+
+
+def test_two_micro_batches_are_asked_at_half_their_tokens(database):
+    db, path = database
+    args = ["profile", MOE, "--phase", "decode", "-b", "8", "-s", "256", "-H", "H800", "--ep", "2",
+            "--kernels", "serving", "--overlap", "two-batch", "--efficiency", str(path), "-f", "json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert 8 in {q["tokens"] for q in db.asked if q.kind == "experts"}  # half of the group's 16
+    assert 4 in {q["tokens"] for q in db.asked if q.kind == "all_to_all" and q.get("tokens")}  # half of 8
+    data = json.loads(result.stdout)
+    kernels = sum(op["expected_s"] for op in data["ops"] if op.get("expected_s") is not None)
+    calls = sum(c["calls"] for c in data["comm"]["collectives"] if c["collective"] == "all_to_all")
+    # each call twice at half its tokens; the step is the longer of the two streams
+    assert data["totals"]["expected_step_s"] == pytest.approx(max(kernels, calls * 2 * (DISPATCH_S + PER_TOKEN_S * 4)))
+
+
+def test_the_planner_prices_an_expert_parallel_step_as_profile_does(database):
+    db, path = database
+    host = get_host()
+    source = load_source(MOE, {}, host)
+    search = PlanOptions(gpus=2, tps=(1,), eps=(2,), pps=(1,), max_batch=16, weight_dtypes=("bf16",),
+                         kv_dtypes=("bf16",), efficiency=str(path))
+    plan = run_plan(source, Targets(256, 64, tpot_s=1.0), search, host=host)
+    priced = [c for c in plan.configs if c.step_s is not None and c.ep == 2]
+    assert priced
+    for c in priced[:3]:
+        again = run_profile(source, Workload("decode", c.batch, c.step_context, c.dtype),
+                            Deployment("H800", tp=c.tp, ep=c.ep, kernels=c.kernels, efficiency=str(path),
+                                       memory_fraction=0.9),
+                            options=ReportOptions(detail=False, measure=False), host=host).report
+        assert c.step_s == pytest.approx(again.totals.expected_step_s, rel=1e-6), c.label()

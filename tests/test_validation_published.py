@@ -132,3 +132,26 @@ def test_decode_interpolation_matches_a_profiled_midpoint(vp, committed):
     f = (mid_c - c0) / (c1 - c0)
     for key in ("compute_s", "memory_s"):
         assert mid[key] == pytest.approx(ends[0][key] + f * (ends[1][key] - ends[0][key]), rel=1e-6), key
+
+
+def test_the_side_source_section_sets_both_sources_side_by_side(vp):
+    """Three scored rows of one source and one of another: the section's medians by hand; a row
+    the side source did not cover and a bound-only row are left out."""
+    def row(i, url, bound_only=False):
+        return {"id": f"r{i}", "source_url": url, "source_title": f"Title {url}, more", "engine": "E",
+                "bound_only": bound_only}
+
+    rows = [row(1, "a"), row(2, "a"), row(3, "a"), row(4, "b"), row(5, "b", True), row(6, "b")]
+    ours = {f"r{i}": {"bound_only": i == 5, "expected_over_measured": v}
+            for i, v in zip(range(1, 7), (0.8, 0.9, 1.3, 0.5, 0.7, 0.6), strict=True)}
+    side = {f"r{i}": {"bound_only": i == 5, "expected_over_measured": v}
+            for i, v in zip(range(1, 6), (1.0, 1.1, 0.95, 0.9, 0.9), strict=True)}  # r6 not covered
+    lines = vp.side_section(rows, {"rows": ours}, {"rows": side})
+    table = {line.split(" | ")[0].lstrip("| "): line for line in lines if line.startswith("| [") or
+             line.startswith("| all")}
+    # source a: published |e/m - 1| 0.2, 0.1, 0.3 -> 20.0%, e/m 0.90; aic 0.0, 0.1, 0.05 -> 5.0%, e/m 1.00
+    assert table["[Title a](a)"].endswith("| 3 | 20.0% | 0.90 | 5.0% | 1.00 |")
+    # source b: only r4 is scored and covered
+    assert table["[Title b](b)"].endswith("| 1 | 50.0% | 0.50 | 10.0% | 0.90 |")
+    # all four: published 0.2, 0.1, 0.3, 0.5 -> 25.0%, e/m (0.8, 0.9) -> 0.85; aic 0, 0.1, 0.05, 0.1 -> 7.5%, 0.975
+    assert table["all"].endswith(f"| 4 | 25.0% | 0.85 | 7.5% | {0.975:.2f} |")

@@ -12,15 +12,18 @@ own shape from AIConfigurator's per-op query, as its estimates ask it.
   split, under `routing` (balanced by default, as rooflinekit's expected distinct experts assume; the
   database's power-law distributions, such as AIConfigurator's default power_law_1.2, by name), each
   record its `share` of the layer;
-- all-reduces by message within one node (TensorRT-LLM's custom all-reduce, 16-bit elements).
+- all-reduces by message within one node (TensorRT-LLM's custom all-reduce, 16-bit elements);
+- an expert-parallel all-to-all within one node that declares its shape, as the database's MoE
+  dispatch (or combine) over attention-data-parallel ranks, in fp8 or bf16 by the bytes per element
+  it sends.
 
-Everything else (MLA in prefill, all-to-all, other collectives, element-wise kernels) is not answered,
+Everything else (MLA in prefill, other collectives, element-wise kernels) is not answered,
 so the fractions price it. Only answers resting on measured rows are given (measure.MEASURED).
 """
 
 from __future__ import annotations
 
-from rooflinekit_plugins.aic.measure import MEASURED, Database, _quiet, database
+from rooflinekit_plugins.aic.measure import BACKEND, MEASURED, Database, _quiet, database
 
 #: rooflinekit's formats -> the database's GEMM / MoE / KV cache formats.
 GEMM_FORMATS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
@@ -99,6 +102,20 @@ class AicKernels:
                             int(q["tp"]), int(q["ep"]), common.MoEQuantMode[fmt], self.routing, 1)
         layer = self._evaluate(op, False, max(1, round(q["tokens"])), 1)
         return None if layer is None else layer
+
+    def _all_to_all(self, q) -> float | None:
+        """An expert-parallel dispatch or combine (declared by the experts module model) as the
+        database's MoE dispatch over attention-data-parallel ranks: this GPU's tokens, one per rank."""
+        from aiconfigurator_core.sdk import common, operations
+
+        ep = int(q.get("ep") or 0)
+        if q.get("tokens") is None or not 1 < ep <= NODE:
+            return None  # an all-to-all that declares no shape, or one across nodes (AIConfigurator's
+            # estimates price wide EP with other tables)
+        fmt = "fp8" if q.get("itemsize") == 1 else "bfloat16"
+        op = operations.MoEDispatch("dispatch", 1, int(q["hidden"]), int(q["top_k"]), int(q["experts"]), 1, ep, ep,
+                                    not q.get("combine"), quant_mode=common.MoEQuantMode[fmt], backend=BACKEND)
+        return self._evaluate(op, False, max(1, round(q["tokens"])), 1)
 
     def _all_reduce(self, q) -> float | None:
         from aiconfigurator_core.sdk import operations

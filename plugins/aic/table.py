@@ -54,6 +54,22 @@ def source_file(hw) -> Path:
     return path
 
 
+def variant(hw, *, routing: str | None = None, fp8: str | None = None) -> Path:
+    """The aic file of `hw` with other [kernel_times] settings: the MoE tables' `routing` and the
+    database format rooflinekit's fp8 is asked in (`fp8_block` for block-scaled checkpoints such as
+    DeepSeek-V3's), written beside the cached file once per setting."""
+    path = source_file(hw)
+    text = path.read_text()
+    if routing:
+        text = text.replace('routing = "balanced"', f"routing = {_s(routing)}")
+    if fp8:
+        text = text.replace('formats = { fp8 = "fp8" }', f"formats = {{ fp8 = {_s(fp8)} }}")
+    out = path.with_name(f"{path.stem}-{routing or 'balanced'}-{fp8 or 'fp8'}.toml")
+    if not out.is_file() or out.read_text() != text:
+        _write_atomically(out, text)
+    return out
+
+
 def _need(point: fr.Point | None, what: str, label: str) -> fr.Point:
     if point is None:
         raise UserError(f"--efficiency aic: the {label} has no measured {what}; use --efficiency published")

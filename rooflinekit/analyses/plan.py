@@ -52,8 +52,10 @@ from rooflinekit.core.request import ModelSource
 from rooflinekit.core.settings import searched_of
 from rooflinekit.outputs.engine_flags import engine_commands
 from rooflinekit.stages.engine import engine_cost
+from rooflinekit.stages.expected import table_for
 from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB
+from rooflinekit.stages.kernel_times import KernelTimes
 from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.queueing import MAX_UTILISATION
 from rooflinekit.stages.spread import load_spreads
@@ -197,7 +199,8 @@ def run_plan(source: ModelSource, targets: Targets, options: PlanOptions | None 
                                  f"({exc})")
     if not any(c.fits for c in configs):
         warnings.append(planner.what_would_fit(variants))
-    assumed = _assumptions(options, targets, planner.routed_experts() is not None, planner.own_table)
+    assumed = _assumptions(options, targets, planner.routed_experts() is not None, planner.own_table,
+                           table_for(planner.hw).times())
     notes = planner.notes + [f"not priced: {s}" for s in skipped] + assumed
     info = {"name": source.name, "path": source.path, "kind": source.kind, "options": dict(model_options)}
     if planner.routed_experts():
@@ -224,7 +227,8 @@ def _source(options: PlanOptions, own_table: bool) -> str:
     return options.efficiency or ("the hardware entry's own" if own_table else "published")
 
 
-def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_table: bool = False) -> list[str]:
+def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_table: bool = False,
+                 measured: KernelTimes | None = None) -> list[str]:
     notes = [
         "figures are the serving view's expected times (bounds beside them): each kernel at the achievable "
         f"fraction of its class, efficiency {_source(options, own_table)} (docs/accounting.md, Expected time)"
@@ -256,6 +260,9 @@ def _assumptions(options: PlanOptions, targets: Targets, moe: bool = False, own_
     if options.efficiency:
         notes.append(f"efficiency source: {options.efficiency} (--efficiency; its fractions and their sources are in "
                      "a profile's expected_conventions)")
+    if measured is not None:
+        notes.append(f"kernel times: each kernel the {measured.label} measures at its own shape, held at its "
+                     "roofline; the rest at the fractions (docs/accounting.md, Measured kernel times)")
     if options.mtp or options.draft:
         notes.append(f"speculative decoding: acceptance rate {options.accept:g} per drafted token, "
                      "E = (1 - a^(k+1)) / (1 - a) tokens per verify step")

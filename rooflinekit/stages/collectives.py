@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from rooflinekit.core.compat import fake_mode_active, resolve_process_group
 from rooflinekit.stages.expected import table_for
-from rooflinekit.stages.kernel_times import query
+from rooflinekit.stages.kernel_times import query, query_of
 
 #: Ring factors: wire bytes per GPU = factor(N) * message bytes.
 RING_FACTORS = {
@@ -248,8 +248,9 @@ def measured_call(attrs: dict, hw) -> float | None:
     times = table_for(hw).times()
     if times is None:
         return None
-    t = times.seconds(query(attrs.get("collective", ""), "", message_bytes=float(attrs.get("message_bytes", 0.0)),
-                            group_size=int(attrs.get("group_size", 1))))
+    declared = query_of("", "collective", "", "", attrs, False)  # a call that declares its shape
+    t = times.seconds(declared or query(attrs.get("collective", ""), "", group_size=int(attrs.get("group_size", 1)),
+                                        message_bytes=float(attrs.get("message_bytes", 0.0))))
     if t is None or not t > 0 or not math.isfinite(t):
         return None
     return max(t, call_bound(attrs, hw))

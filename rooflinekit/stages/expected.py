@@ -496,9 +496,13 @@ def runs_two_batches(overlap: str, phase: str, batch: int) -> bool:
 
 
 def half_message(attrs: dict) -> dict:
-    """A collective call's attrs at half its message (one micro-batch's share)."""
-    return {**attrs, "message_bytes": float(attrs.get("message_bytes", 0.0)) / 2,
-            "wire_bytes": float(attrs.get("wire_bytes", 0.0)) / 2}
+    """A collective call's attrs at half its message (one micro-batch's share; a declared shape's
+    tokens halved as KernelQuery.halved halves them)."""
+    out = {**attrs, "message_bytes": float(attrs.get("message_bytes", 0.0)) / 2,
+           "wire_bytes": float(attrs.get("wire_bytes", 0.0)) / 2}
+    if "tokens" in (attrs.get("kernel") or {}):
+        out["kernel"] = {**attrs["kernel"], "tokens": math.ceil(attrs["kernel"]["tokens"] / 2)}
+    return out
 
 
 def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,

@@ -14,7 +14,10 @@ A kernel is asked as a `KernelQuery`: its kind, its format and its dimensions.
   ``hidden``, ``inter`` (one expert's intermediate size), ``top_k``, ``experts``, ``tp`` and ``ep``
   (how the experts are split), and ``share``: the part of the layer's expert GEMMs this record is
   (its matrix's FLOPs over the layer's);
-- ``all_reduce``: ``message_bytes`` over ``group_size`` GPUs.
+- a collective by its name (``all_reduce``, ``all_gather``, ...): ``message_bytes`` over
+  ``group_size`` GPUs; an expert-parallel ``all_to_all`` declares its shape instead: this GPU's
+  ``tokens``, ``hidden``, ``top_k``, ``experts``, ``ep``, ``itemsize`` (bytes per element sent) and
+  ``combine`` (0: the dispatch before the experts, 1: the combine after them).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from rooflinekit.core.plugins import get_host
 #: Two-operand matrix products (the ops gemm_dims reads).
 GEMM_OPS = frozenset({"aten.mm", "aten.addmm", "aten._scaled_mm", "aten.matmul", "aten.linear"})
 #: The dimension that counts a kernel's tokens, halved for one of two micro-batches.
-TOKEN_DIMS = {"gemm": "m", "experts": "tokens"}
+TOKEN_DIMS = {"gemm": "m", "experts": "tokens", "all_to_all": "tokens"}
 #: The ops whose shapes give a GEMM's (m, n, k): the position of the (m x k) operand and how the
 #: other operand holds n (its last dim, or its first: linear's weight is n x k).
 _GEMM_OPERANDS = {"aten.mm": (0, -1), "aten.addmm": (1, -1), "aten._scaled_mm": (0, -1), "aten.matmul": (0, -1),

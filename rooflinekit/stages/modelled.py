@@ -295,7 +295,8 @@ def _linked(rec, first: int, inputs: tuple, output):
 
 
 def emit_collective(collective: str, *, group_size: int, message_bytes: float, at: Provenance | None = None,
-                    shapes: str = "", copies: int = 0, experts: int = 0, **before_0_3) -> OpRecord | None:
+                    shapes: str = "", copies: int = 0, experts: int = 0, kernel: Mapping[str, object] | None = None,
+                    **before_0_3) -> OpRecord | None:
     """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
 
     An expert-parallel all-to-all may give its routing: each token's `copies` (top-k) over
@@ -304,6 +305,7 @@ def emit_collective(collective: str, *, group_size: int, message_bytes: float, a
 
     `message_bytes` follows rooflinekit.stages.collectives' conventions (all-reduce: the buffer; all-to-all:
     this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
+    `kernel` declares the call's shape for a database of measured kernels, as `emit`'s does.
 
     Deprecated since 0.3, until 0.4 (`before_0_3`): `module=`, `dtype=` and `assumption=` as
     keywords instead of `at`, with a DeprecationWarning.
@@ -320,6 +322,7 @@ def emit_collective(collective: str, *, group_size: int, message_bytes: float, a
             bytes_written=0.0, dtype=at.dtype, counted=True, kind="collective", shapes=shapes,
             attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
                                     assumption=at.assumption,
-                                    **({"copies": int(copies), "experts": int(experts)} if copies and experts else {})),
+                                    **({"copies": int(copies), "experts": int(experts)} if copies and experts else {}),
+                                    **({"kernel": dict(kernel)} if kernel else {})),
         )
     )

@@ -79,7 +79,8 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
             calls[CallGroup(1, op.attrs["collective"], int(op.attrs.get("group_size", 1)), message,
                             design.poly(tuple(o.flops for o in ops)),
                             design.poly(tuple(o.bytes_read + o.bytes_written for o in ops)), in_layers,
-                            int(op.attrs.get("copies", 0) or 0), int(op.attrs.get("experts", 0) or 0))] += count
+                            int(op.attrs.get("copies", 0) or 0), int(op.attrs.get("experts", 0) or 0),
+                            queries[i])] += count
             continue
         if not launches(op) and not any(launches(o) for o in ops):
             continue

@@ -42,6 +42,14 @@ from rooflinekit.stages.kernel_times import KernelQuery, measured_time
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
 
 
+def query_at(spec: tuple | None, values: list[float]) -> KernelQuery | None:
+    """A group's query ((kind, variant, dtype, ((dimension, poly index), ...))) at `values`."""
+    if spec is None:
+        return None
+    kind, variant, dtype, dims = spec
+    return KernelQuery(kind, dtype, tuple((name, values[i]) for name, i in dims), variant)
+
+
 @dataclass(frozen=True)
 class KernelGroup:
     """`count` identical kernels: their polynomials (indices into the design's) and what decides
@@ -64,10 +72,7 @@ class KernelGroup:
 
     def query_at(self, values: list[float]) -> KernelQuery | None:
         """The kernel's query at `values`."""
-        if self.query is None:
-            return None
-        kind, variant, dtype, dims = self.query
-        return KernelQuery(kind, dtype, tuple((name, values[i]) for name, i in dims), variant)
+        return query_at(self.query, values)
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,12 @@ class CallGroup:
     in_layers: bool
     copies: int = 0  # an expert-parallel all-to-all's routing (collectives.per_node_factor)
     experts: int = 0
+    #: what a database of measured kernels is asked, as KernelGroup.query; None where none is declared
+    query: tuple | None = None
+
+    def query_at(self, values: list[float]) -> KernelQuery | None:
+        """The call's query at `values`."""
+        return query_at(self.query, values)
 
 
 @dataclass
@@ -175,7 +186,7 @@ class StepModel:
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
             if share:
-                total += share * c.count * self._call(c, values[c.message])[0]
+                total += share * c.count * self._call(c, values[c.message], values)[0]
         return total
 
     def _two_streams(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> tuple[float, float]:
@@ -194,7 +205,7 @@ class StepModel:
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
             if share:
-                calls += share * c.count * 2 * self._call(c, values[c.message] / 2)[0]
+                calls += share * c.count * 2 * self._call(c, values[c.message] / 2, values, half=True)[0]
         return kernels, calls
 
     def _half_weights(self, k: KernelGroup, values: list[float]) -> float | None:
@@ -331,12 +342,20 @@ class StepModel:
         _, tokens, _, top_k, experts, _, _ = self.extras[j]
         return values[tokens] * top_k / experts if experts else None
 
-    def _call(self, c: CallGroup, message: float) -> tuple[float, float]:
-        """(expected, bound) seconds of one call (kept per kind, group and message)."""
-        key = ("call", c.collective, c.group_size, message, c.copies, c.experts)
+    def _call(self, c: CallGroup, message: float, values: list[float] | None = None,
+              half: bool = False) -> tuple[float, float]:
+        """(expected, bound) seconds of one call (kept per kind, group and message); with `values`,
+        a call that declares its shape (CallGroup.query) is asked of a database of measured kernels
+        at them (with `half`, one micro-batch's)."""
+        q = c.query_at(values) if values is not None and c.query is not None else None
+        if q is not None and half:
+            q = q.halved()
+        key = ("call", c.collective, c.group_size, message, c.copies, c.experts, q)
         found = self._memo.get(key)
         if found is None:
             routing = {"copies": c.copies, "experts": c.experts} if c.copies and c.experts else {}
+            if q is not None:
+                routing["kernel"] = {"kind": q.kind, "dtype": q.dtype, **dict(q.dims)}
             a = collectives.attrs(c.collective, c.group_size, message, "step model", **routing)
             found = self._memo[key] = (collectives.call_expected(a, self.hw)[0], collectives.call_bound(a, self.hw))
         return found
@@ -351,7 +370,7 @@ class StepModel:
         values = m._values(batch, context)
         flops = sum(k.count * values[k.flops] for k in m.kernels)
         nbytes = sum(k.count * values[k.nbytes] for k in m.kernels)
-        comm = sum(c.count * m._call(c, values[c.message])[0] for c in m.calls)
+        comm = sum(c.count * m._call(c, values[c.message], values)[0] for c in m.calls)
         times = {"compute": flops / self.hw.peak(self.dtype), "memory": nbytes / self.hw.memory_bandwidth,
                  "communication": comm}
         found = self._memo[key] = max(times, key=times.get)
@@ -412,7 +431,7 @@ class StepModel:
             work = f0 > 0 or b0 > 0 or df > 0 or db > 0
             total += k.count * (summed + (launch * n if work else 0.0))
         for c in m.calls:
-            total += c.count * n * m._call(c, v0[c.message])[0]
+            total += c.count * n * m._call(c, v0[c.message], v0)[0]
         return total / n
 
 
