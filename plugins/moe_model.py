@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rooflinekit.plugin import ModuleModel, OpCounts, Provenance, emit, emit_collective, suppressed
+from rooflinekit.plugin import (
+    Dispatch,
+    ModuleModel,
+    OpCounts,
+    Provenance,
+    emit,
+    emit_collective,
+    emit_dispatch,
+    suppressed,
+)
 from rooflinekit_plugins import moe  # its expected_distinct_experts: the one formula
 
 
@@ -100,9 +109,7 @@ class ExpertsModel(ModuleModel):
                  **({"redundant": redundant} if redundant else {})}
         at, a2a = Provenance(path, self.dtype, note), Provenance(path, self.dtype, _A2A_NOTE)
         if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            at=a2a, shapes=f"{tokens * k}x{hidden}", copies=k, experts=e_total + redundant,
-                            kernel=self._dispatch(tokens * imbalance, k, hidden, "dispatch"))
+            emit_dispatch(Dispatch(tokens * imbalance, k, hidden, isz, ep, e_total + redundant), at=a2a)
         last = len(self.matrices) - 1
         kernel = self._kernel(group_tokens * imbalance, k, hidden, split)
         for i, (name, out_f, in_f) in enumerate(self.matrices):
@@ -125,9 +132,7 @@ class ExpertsModel(ModuleModel):
             emit(f"moe.{name}", OpCounts(flops=0, bytes_read=touched * size * isz, bytes_written=0,
                                          param_bytes=touched * size * isz), at=at, experts=terms)
         if self.dp_tokens:
-            emit_collective("all_to_all", group_size=ep, message_bytes=tokens * k * hidden * isz * imbalance,
-                            at=a2a, shapes=f"{tokens * k}x{hidden}", copies=k, experts=e_total + redundant,
-                            kernel=self._dispatch(tokens * imbalance, k, hidden, "combine"))
+            emit_dispatch(Dispatch(tokens * imbalance, k, hidden, isz, ep, e_total + redundant, combine=True), at=a2a)
             rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
         # weighted combine of each token's k expert outputs
         emit("moe.combine", OpCounts(flops=0, bytes_read=rows * hidden * isz, bytes_written=tokens * hidden * isz),
@@ -146,15 +151,6 @@ class ExpertsModel(ModuleModel):
         inter = first // 2 if self.gated and len(self.matrices) > 1 else first
         return {"kind": "experts", "tokens": tokens, "hidden": hidden, "inter": inter,
                 "top_k": k, "experts": self.num_experts, "tp": split, "ep": self.ep_size}
-
-
-    def _dispatch(self, tokens: float, k: int, hidden: int, stage: str) -> dict:
-        """An expert-parallel all-to-all as a database of measured kernels is asked for it (kind
-        "all_to_all"): this GPU's tokens, their hidden size and top-k, the experts over the EP
-        group, the bytes per element sent, and whether it is the dispatch before the experts or the
-        combine after them."""
-        return {"kind": "all_to_all", "tokens": tokens, "hidden": hidden, "top_k": k, "experts": self.num_experts,
-                "ep": self.ep_size, "itemsize": self.itemsize, "combine": 1 if stage == "combine" else 0}
 
 
 _A2A_NOTE = ("expert-parallel all-to-all (dispatch, then combine): each GPU sends its T tokens' k "

@@ -79,7 +79,15 @@ if TYPE_CHECKING:  # served by __getattr__ below: modules that import torch, or 
     from rooflinekit.stages.capture import CaptureResult, OpRecord
     from rooflinekit.stages.hardware import dtype_key
     from rooflinekit.stages.model_source import load_model_file
-    from rooflinekit.stages.modelled import OpCounts, Provenance, emit, emit_collective, suppressed
+    from rooflinekit.stages.modelled import (
+        Dispatch,
+        OpCounts,
+        Provenance,
+        emit,
+        emit_collective,
+        emit_dispatch,
+        suppressed,
+    )
     from rooflinekit.transforms.base import Counted, Transform, TransformContext, rebuild_ops
     from rooflinekit.transforms.tp_plan import resolve_tp_plan, structural_tp_plan
 
@@ -91,7 +99,8 @@ _LAZY = {
     **dict.fromkeys(("AttentionSite", "attention_workload"), "rooflinekit.stages.attribute"),
     **dict.fromkeys(("downstream", "dtype_itemsize", "is_attention_product", "reexpanding"),
                     "rooflinekit.stages.attention_ops"),
-    **dict.fromkeys(("OpCounts", "Provenance", "emit", "emit_collective", "suppressed"), "rooflinekit.stages.modelled"),
+    **dict.fromkeys(("Dispatch", "OpCounts", "Provenance", "emit", "emit_collective", "emit_dispatch", "suppressed"),
+                    "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve_tp_plan", "structural_tp_plan"), "rooflinekit.transforms.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
     "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
@@ -148,6 +157,8 @@ __all__ = [
     "Provenance",
     "emit",
     "emit_collective",
+    "emit_dispatch",
+    "Dispatch",
     "suppressed",
     # a lever's restatement of the capture (LeverProposal(transform=...)): the protocol, what it
     # receives, the capture records and attention rows it restates, and the costs it asks for

@@ -295,8 +295,7 @@ def _linked(rec, first: int, inputs: tuple, output):
 
 
 def emit_collective(collective: str, *, group_size: int, message_bytes: float, at: Provenance | None = None,
-                    shapes: str = "", copies: int = 0, experts: int = 0, kernel: Mapping[str, object] | None = None,
-                    **before_0_3) -> OpRecord | None:
+                    shapes: str = "", copies: int = 0, experts: int = 0, **before_0_3) -> OpRecord | None:
     """Add one modelled collective (e.g. an expert-parallel all-to-all) to the capture in progress.
 
     An expert-parallel all-to-all may give its routing: each token's `copies` (top-k) over
@@ -305,14 +304,44 @@ def emit_collective(collective: str, *, group_size: int, message_bytes: float, a
 
     `message_bytes` follows rooflinekit.stages.collectives' conventions (all-reduce: the buffer; all-to-all:
     this GPU's send buffer); the record carries 0 FLOPs and 0 HBM bytes, its ring wire bytes in attrs.
-    `kernel` declares the call's shape for a database of measured kernels, as `emit`'s does.
 
     Deprecated since 0.3, until 0.4 (`before_0_3`): `module=`, `dtype=` and `assumption=` as
     keywords instead of `at`, with a DeprecationWarning.
     """
     if before_0_3:
         _, at = _from_keywords("emit_collective", before_0_3, None, at)
-    at = at or Provenance()
+    routing = {"copies": int(copies), "experts": int(experts)} if copies and experts else {}
+    return _collective(collective, group_size, message_bytes, at or Provenance(), shapes, routing)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One expert-parallel all-to-all of a module model: this GPU's `tokens` (the busiest rank's
+    under an imbalance), each sent to `top_k` of `experts` expert slots spread over `group_size`
+    GPUs, `hidden` elements of `itemsize` bytes per copy; the dispatch before the experts, or with
+    `combine` the combine after them."""
+
+    tokens: float
+    top_k: int
+    hidden: int
+    itemsize: int
+    group_size: int
+    experts: int
+    combine: bool = False
+
+
+def emit_dispatch(d: Dispatch, at: Provenance | None = None) -> OpRecord | None:
+    """Add an expert-parallel all-to-all (emit_collective's "all_to_all" with its routing) that
+    declares its shape for a database of measured kernels (rooflinekit.stages.kernel_times)."""
+    rows = d.tokens * d.top_k
+    kernel = {"kind": "all_to_all", "tokens": d.tokens, "hidden": d.hidden, "top_k": d.top_k, "experts": d.experts,
+              "ep": d.group_size, "itemsize": d.itemsize, "combine": int(d.combine)}
+    return _collective("all_to_all", d.group_size, rows * d.hidden * d.itemsize, at or Provenance(),
+                       f"{rows:g}x{d.hidden}", {"copies": d.top_k, "experts": d.experts, "kernel": kernel})
+
+
+def _collective(collective: str, group_size: int, message_bytes: float, at: Provenance, shapes: str,
+                extra: dict) -> OpRecord | None:
     rec = active_recorder()
     if rec is None:
         return None
@@ -320,9 +349,7 @@ def emit_collective(collective: str, *, group_size: int, message_bytes: float, a
         OpRecord(
             index=0, name=f"comm.{collective}", module=at.module, flops=0.0, bytes_read=0.0,
             bytes_written=0.0, dtype=at.dtype, counted=True, kind="collective", shapes=shapes,
-            attrs=collectives.attrs(collective, group_size, message_bytes, "modelled",
-                                    assumption=at.assumption,
-                                    **({"copies": int(copies), "experts": int(experts)} if copies and experts else {}),
-                                    **({"kernel": dict(kernel)} if kernel else {})),
+            attrs=collectives.attrs(collective, group_size, message_bytes, "modelled", assumption=at.assumption,
+                                    **extra),
         )
     )
