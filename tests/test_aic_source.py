@@ -231,3 +231,15 @@ def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
     q = query("experts", "fp8", tokens=32, hidden=4096, inter=14336, top_k=2, experts=8, tp=1, ep=2)
     assert kernels("h100_sxm", {"routing": "power_law_1.2"}).seconds(q) > kernels("h100_sxm", {}).seconds(q)
     assert kernels("h100_sxm", {}).seconds(query("all_to_all", "", message_bytes=1e6, group_size=8)) is None
+
+
+@needs_aic
+def test_a_bad_kernel_times_setting_is_refused_in_one_line(host, cache, tmp_path):
+    from rooflinekit_plugins.aic.table import source_file
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(source_file(hardware_db().get("H100")).read_text().replace('fmha = "bfloat16"', 'fmha = "fp4"'))
+    result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", "H100", "--efficiency", str(bad)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "fmha = 'fp4'" in lines[0], result.output

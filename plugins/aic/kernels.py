@@ -23,6 +23,7 @@ so the fractions price it. Only answers resting on measured rows are given (meas
 
 from __future__ import annotations
 
+from rooflinekit.plugin import UserError
 from rooflinekit_plugins.aic.measure import BACKEND, MEASURED, Database, _quiet, database
 
 #: rooflinekit's formats -> the database's GEMM / MoE / KV cache formats.
@@ -46,10 +47,12 @@ class AicKernels:
         self.fmha = str(settings.get("fmha", "bfloat16"))
         self.label = f"{self.db.label} (per-op kernel times)"
         self._asked: dict = {}
+        _check_settings(self.fmha, self.formats)
 
     def seconds(self, query) -> float | None:
         if query not in self._asked:
-            handler = getattr(self, f"_{query.kind}", None)
+            handler = {"gemm": self._gemm, "attention": self._attention, "experts": self._experts,
+                       "all_reduce": self._all_reduce, "all_to_all": self._all_to_all}.get(query.kind)
             self._asked[query] = None if handler is None else handler(query)
         return self._asked[query]
 
@@ -100,8 +103,7 @@ class AicKernels:
             return None
         op = operations.MoE("moe", 1, int(q["hidden"]), int(q["inter"]), int(q["top_k"]), int(q["experts"]),
                             int(q["tp"]), int(q["ep"]), common.MoEQuantMode[fmt], self.routing, 1)
-        layer = self._evaluate(op, False, max(1, round(q["tokens"])), 1)
-        return None if layer is None else layer
+        return self._evaluate(op, False, max(1, round(q["tokens"])), 1)
 
     def _all_to_all(self, q) -> float | None:
         """An expert-parallel dispatch or combine (declared by the experts module model) as the
@@ -124,6 +126,18 @@ class AicKernels:
         if not 1 < group <= NODE or elements < 1:
             return None
         return self._evaluate(operations.CustomAllReduce("all_reduce", 1, elements, group), False, 1, 1)
+
+
+def _check_settings(fmha: str, formats: dict[str, str]) -> None:
+    """One line naming a [kernel_times] setting the database has no such format for."""
+    from aiconfigurator_core.sdk import common
+
+    if fmha not in common.FMHAQuantMode.__members__:
+        raise UserError(f"aic kernel times: fmha = {fmha!r} is none of {', '.join(common.FMHAQuantMode.__members__)}")
+    for ours, theirs in formats.items():
+        if theirs not in common.GEMMQuantMode.__members__:
+            raise UserError(f"aic kernel times: formats.{ours} = {theirs!r} is none of "
+                            f"{', '.join(common.GEMMQuantMode.__members__)}")
 
 
 #: (system, settings) -> its database of kernel times, one per process.
