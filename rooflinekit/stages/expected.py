@@ -550,8 +550,9 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
     measured = table.times()
     if measured is not None:
         lines.append(f"kernel times: measured by shape from the {measured.label} where it answers (GEMMs by M, N "
-                     "and K; attention by batch, lengths and heads; an MoE layer's experts; all-reduces by message "
-                     "size), held at the roofline; other kernels at the fractions above")
+                     "and K; attention by batch, lengths and heads; an MoE layer's experts; collectives by message "
+                     "size, an expert-parallel all-to-all by its tokens), held at the roofline; other kernels at the "
+                     "fractions above")
     if table.experts is not None and not table.calibrated:
         lines.append(f"grouped expert GEMMs (MoE experts): bandwidth {curve_words(table.experts)}"
                      "the GEMM class's; compute the GEMM class's by tokens per expert (the table's [experts] "
