@@ -251,6 +251,24 @@ def test_the_ops_table_shows_the_top_ops_then_all(browser, files):
     assert len(_column(browser, "ops")) == len(r.ops)
 
 
+def test_a_long_cell_keeps_its_row_short_until_clicked(browser, files):
+    """A long text cell (the attention layers' notes) shows three lines, the whole text on hover
+    (title) or a click: a note of 600 characters put in one keeps its row short until clicked."""
+    open_page(browser, files["mla.html"])
+    cell = "document.querySelector('#rk-table-attention td.rk-long')"
+    text, title = browser.js(f"[{cell}.textContent, {cell}.title]")
+    assert len(text) > 40 and title == text
+    clamp = f"{cell}.querySelector('.rk-clamp')"
+    line = browser.js(f"({clamp}.textContent = 'one line', {clamp}.getBoundingClientRect().height)")
+    browser.js(f"{clamp}.textContent = 'a note that runs on '.repeat(30)")
+    shut = browser.js(f"{clamp}.getBoundingClientRect().height")
+    assert shut <= 3 * line + 1
+    browser.click("#rk-table-attention td.rk-long")
+    opened = browser.js(f"{clamp}.getBoundingClientRect().height")
+    assert opened > shut + 2 * line and browser.js(f"{cell}.classList.contains('rk-open')")
+    assert browser.console_errors() == []
+
+
 def _si(value: float, unit: str) -> str:
     """An SI-prefixed value with 3 significant digits, written independently of the page's formatter."""
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1, "")):

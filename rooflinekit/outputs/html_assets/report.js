@@ -787,7 +787,14 @@
         var text = value(v, kind, cols[c].u);
         var numeric = kind !== 'text' && kind !== 'bool' && typeof sortValue(v) === 'number';
         var cls = numeric ? 'rk-num' : (typeof v === 'string' && v.length > 40 ? 'rk-long' : null);
-        add(tr, el('td', { 'class': cls, title: cls === 'rk-long' ? v : null }, text));
+        if (cls !== 'rk-long') {
+          add(tr, el('td', { 'class': cls }, text));
+          return;
+        }
+        // a long text: three lines, the rest on hover (title) or a click, so one note keeps no row tall
+        var td = put(tr, el('td', { 'class': cls, title: v }));
+        put(td, el('div', { 'class': 'rk-clamp' }, text));
+        td.addEventListener('click', function (ev) { ev.stopPropagation(); td.classList.toggle('rk-open'); });
       });
       if (spec.series && self.chart) {
         tr.addEventListener('mouseenter', function () { self.chart.highlight(spec.series, row[0], true); });
