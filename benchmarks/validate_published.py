@@ -503,6 +503,16 @@ SIDE_RESULTS_PATH = ROOT / "benchmarks" / f"published_results_{SIDE_SOURCE}.json
 BLOCK_FP8 = ("examples/configs/deepseek-v3.json",)
 
 
+def side_key(row: dict) -> str:
+    """What a side-run result depends on beyond the row and the tool: the source's database version,
+    its derivation and the format asked."""
+    from rooflinekit_plugins.aic.measure import aic_version
+    from rooflinekit_plugins.aic.table import DERIVATION
+
+    block = row["model"] in BLOCK_FP8 and row.get("weight_dtype", row["dtype"]) == "fp8"
+    return f"{SIDE_SOURCE} {aic_version()} derivation {DERIVATION}{' fp8_block' if block else ''}"
+
+
 def side_source(row: dict) -> str:
     """The efficiency source a row is priced with by the side run: SIDE_SOURCE, with the checkpoint's
     block-scaled fp8 where the model's is (BLOCK_FP8)."""
@@ -791,7 +801,7 @@ def main(argv: list[str] | None = None) -> int:
         results["meta"] = {"kernels": kernels, "kernels_note": note, "version": version, "has_expected": expected}
         todo = [r for r in rows if args.only is None or r["id"] in args.only]
         for i, row in enumerate(todo, 1):
-            fp = fingerprint(row, kernels, version, expected, args.efficiency)
+            fp = fingerprint(row, kernels, version, expected, side_key(row) if args.efficiency else None)
             old = results["rows"].get(row["id"])
             if old is not None and old.get("fingerprint") == fp and not args.force:
                 print(f"[{i}/{len(todo)}] {row['id']}: up to date", flush=True)

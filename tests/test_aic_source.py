@@ -234,12 +234,22 @@ def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
 
 
 @needs_aic
-def test_a_bad_kernel_times_setting_is_refused_in_one_line(host, cache, tmp_path):
+@pytest.mark.parametrize("old, new, words", [
+    ('fmha = "bfloat16"', 'fmha = "fp4"', "fmha = 'fp4'"),
+    ('routing = "balanced"', 'routing = "bogus"', "routing = 'bogus'"),
+    ('formats = { fp8 = "fp8" }', 'formats = "fp8"', "formats must be a table"),
+    ('system = "h100_sxm"', 'system = "nowhere"', "system = NAME"),
+])
+def test_a_bad_kernel_times_setting_is_refused_in_one_line(host, cache, tmp_path, old, new, words):
+    from rooflinekit.stages import kernel_times
     from rooflinekit_plugins.aic.table import source_file
 
+    kernel_times._RESOLVED.clear()
+    text = source_file(hardware_db().get("H100")).read_text()
+    assert old in text
     bad = tmp_path / "bad.toml"
-    bad.write_text(source_file(hardware_db().get("H100")).read_text().replace('fmha = "bfloat16"', 'fmha = "fp4"'))
+    bad.write_text(text.replace(old, new))
     result = CliRunner().invoke(cli, ["profile", GQA, "-O", "layers=2", "-H", "H100", "--efficiency", str(bad)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and "fmha = 'fp4'" in lines[0], result.output
+    assert len(lines) == 1 and words in lines[0], result.output

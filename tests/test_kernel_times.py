@@ -275,3 +275,84 @@ def test_the_planner_prices_an_expert_parallel_step_as_profile_does(database):
                                        memory_fraction=0.9),
                             options=ReportOptions(detail=False, measure=False), host=host).report
         assert c.step_s == pytest.approx(again.totals.expected_step_s, rel=1e-6), c.label()
+
+
+def _step_model(path: str, options: dict, deployment: Deployment, efficiency: str):
+    """A decode step model on H800 priced with the efficiency source `efficiency`."""
+    from rooflinekit.analyses.stepfit import Shape, StepFitter
+    from rooflinekit.stages.expected import with_efficiency
+    from rooflinekit.stages.hardware import hardware_db
+
+    host = get_host()
+    db = hardware_db(host)
+    fitter = StepFitter(load_source(path, options, host), Workload("decode", 1, 256, options=tuple(
+        sorted(options.items()))), host, db)
+    hw = with_efficiency(db.get("H800"), efficiency, host)
+    return fitter.step_model(Shape("decode", 1, (1, 2), (256, 320)), deployment, hw)
+
+
+@pytest.mark.parametrize("path, options, tp, ep", [(GQA, OPTIONS, 2, 1), (MOE, {}, 1, 2)], ids=["gqa-tp2", "moe-ep2"])
+def test_the_planners_means_read_the_middle_context(database, path, options, tp, ep):
+    """Under measured times the mean over a generation (the planner's TPOT, decode-only or through
+    the mixed path at no prompt share) prices each kernel at its time measured at the middle context,
+    scaled with its bytes; at one context both equal the point price, and the all-to-alls are asked."""
+    from rooflinekit.stages.stepmixed import mixed_mean
+
+    db, path_ = database
+    model = _step_model(str(path), options, Deployment("H800", tp=tp, ep=ep, kernels="serving",
+                                                       efficiency=str(path_)), str(path_))
+    assert any(k.query is not None for k in model.kernels)
+    for batch, start, stop in ((8, 512, 2512), (3, 300, 301)):
+        mean = model.mean_expected(batch, start, stop)
+        assert mixed_mean(model, model, batch, start, stop, 0.0) == pytest.approx(mean, rel=1e-9)
+        if stop == start + 1:
+            assert mean == pytest.approx(model.expected(batch, start), rel=1e-9)
+        else:  # the middle context's point price: attention grows 1 us per position, the rest is flat
+            middle = model.expected(batch, (start + stop - 1) // 2)
+            assert mean == pytest.approx(middle, rel=0.02)
+    if ep > 1:
+        assert any(q.kind == "all_to_all" and q.get("tokens") for q in db.asked)
+
+
+def test_sweep_points_from_the_fit_price_as_profile_does(database):
+    """A sweep's fitted points hold compact records standing for many equal kernels: each is asked
+    once and counted as many times as it stands for."""
+    import rooflinekit
+
+    db, path = database
+    result = rooflinekit.sweep(GQA, batches=[8], contexts=[256, 1024], hardware="H800", options=OPTIONS,
+                               critical=False, efficiency=str(path))
+    for point in result.points:
+        workload = Workload("decode", point.batch, point.context, options=tuple(sorted(OPTIONS.items())))
+        again = run_profile(load_source(GQA, OPTIONS, get_host()), workload, Deployment("H800", efficiency=str(path)),
+                            options=ReportOptions(detail=False, measure=False)).report
+        assert point.expected_step_s == pytest.approx(again.totals.expected_step_s, rel=1e-9)
+
+
+def test_windowed_attention_is_not_asked_as_full_attention(database):
+    """A database's attention kernels attend every position: a sliding-window layer keeps its fractions."""
+    db, path = database
+    args = ["profile", str(MODELS / "windowed_attn.py"), "-O", "window=256", "--phase", "prefill", "-b", "1",
+            "-s", "2048", "-H", "H800", "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert not [q for q in db.asked if q.kind == "attention"]
+    assert [q for q in db.asked if q.kind == "gemm"]  # the projections are still asked
+
+
+def test_a_database_on_the_callers_own_plugin_host_serves_its_file(tmp_path):
+    """profile(..., host=HOST): the file's database is asked of HOST's plugins, not only the process's."""
+    from rooflinekit.core.plugins import PluginHost
+
+    kernel_times._RESOLVED.clear()
+    db = _Database()
+    host = PluginHost()
+    host.register(_Serves("own-host-db", db), "own-host-db-plugin")
+    path = tmp_path / "own.toml"
+    path.write_text(FLAT + '[kernel_times]\nsource = "own-host-db"\nsystem = "test"\n')
+    workload = Workload("decode", 4, 32, options=tuple(sorted(OPTIONS.items())))
+    report = run_profile(load_source(GQA, OPTIONS, host), workload, Deployment("H800", efficiency=str(path)),
+                         options=ReportOptions(measure=False), host=host).report
+    assert [q for q in db.asked if q.kind == "gemm"]
+    assert any("fake database" in line for line in report.totals.expected_conventions)
+    kernel_times._RESOLVED.clear()

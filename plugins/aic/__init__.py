@@ -43,8 +43,10 @@ def rooflinekit_kernel_times(source, settings):
         raise UserError(f"this efficiency file's kernel times are AIConfigurator's measured kernels, which "
                         f"are not installed: {INSTALL}") from None
     from rooflinekit_plugins.aic.kernels import kernels
+    from rooflinekit_plugins.aic.measure import systems_with_data
 
     system = settings.get("system")
-    if not isinstance(system, str) or not system:
-        raise UserError("the aic kernel times need system = NAME (an AIConfigurator system, e.g. h100_sxm)")
+    have = systems_with_data()
+    if not isinstance(system, str) or system not in have:
+        raise UserError(f"the aic kernel times need system = NAME, one of {', '.join(have)} (not {system!r})")
     return kernels(system, {k: v for k, v in settings.items() if k != "system"})

@@ -23,6 +23,8 @@ so the fractions price it. Only answers resting on measured rows are given (meas
 
 from __future__ import annotations
 
+import re
+
 from rooflinekit.plugin import UserError
 from rooflinekit_plugins.aic.measure import BACKEND, MEASURED, Database, _quiet, database
 
@@ -39,15 +41,19 @@ class AicKernels:
     """`seconds(query)`: one kernel's measured time from one system's database, or None."""
 
     def __init__(self, system: str, settings: dict) -> None:
+        given = settings.get("formats") or {}
+        if not isinstance(given, dict):
+            raise UserError(f"aic kernel times: formats must be a table such as {{ fp8 = \"fp8_block\" }}, "
+                            f"not {given!r}")
         self.db: Database = database(system)
         formats = dict(GEMM_FORMATS)
-        formats.update({str(k): str(v) for k, v in (settings.get("formats") or {}).items()})
+        formats.update({str(k): str(v) for k, v in given.items()})
         self.formats = formats
         self.routing = str(settings.get("routing", "balanced"))
         self.fmha = str(settings.get("fmha", "bfloat16"))
         self.label = f"{self.db.label} (per-op kernel times)"
         self._asked: dict = {}
-        _check_settings(self.fmha, self.formats)
+        _check_settings(self.fmha, self.formats, self.routing)
 
     def seconds(self, query) -> float | None:
         if query not in self._asked:
@@ -128,10 +134,13 @@ class AicKernels:
         return self._evaluate(operations.CustomAllReduce("all_reduce", 1, elements, group), False, 1, 1)
 
 
-def _check_settings(fmha: str, formats: dict[str, str]) -> None:
-    """One line naming a [kernel_times] setting the database has no such format for."""
+def _check_settings(fmha: str, formats: dict[str, str], routing: str) -> None:
+    """One line naming a [kernel_times] setting the database has no such format or routing for."""
     from aiconfigurator_core.sdk import common
 
+    if not re.fullmatch(r"balanced|power_law_\d+(\.\d+)?", routing):
+        raise UserError(f"aic kernel times: routing = {routing!r} is neither balanced nor a power law such as "
+                        "power_law_1.2 (the MoE tables' token distributions)")
     if fmha not in common.FMHAQuantMode.__members__:
         raise UserError(f"aic kernel times: fmha = {fmha!r} is none of {', '.join(common.FMHAQuantMode.__members__)}")
     for ours, theirs in formats.items():

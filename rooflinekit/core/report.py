@@ -272,8 +272,8 @@ class OpRow:
     collective: CollectiveInfo | None = field(default=None, metadata=OMIT_NONE)
     flops_model: float | None = field(default=None, metadata=OMIT_NONE)
     measured: Measured | None = field(default=None, metadata=OMIT_NONE)
-    #: the op's kernel at its efficiency class's fractions, its launch included, as the expected
-    #: step priced it (under two-batch overlap both micro-batches'); None for a collective
+    #: the op's kernel as the expected step priced it (its class's fractions, or a database's measured
+    #: time), its launch included (under two-batch overlap both micro-batches'); None for a collective
     expected_s: float | None = field(default=None, metadata=OMIT_NONE)
 
     @property

@@ -199,8 +199,7 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
     table = EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
                             launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
                             sources=sources, path=str(file), experts=experts, kernel_times_spec=spec)
-    table.times()  # a UserError naming the file where no plugin serves its database
-    return table
+    return table  # its kernel-times database is resolved where it is used (with_efficiency, times())
 
 
 def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
@@ -216,7 +215,9 @@ def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | Non
         raise UserError(f"--efficiency {source!r}: no such efficiency source (give published, the path of an "
                         "efficiency file such as `rooflinekit calibrate --trace` writes, or a name a plugin "
                         "provides: `rooflinekit plugins`)")
-    load_table(str(path))  # a UserError naming the file where it is not one
+    table = load_table(str(path))  # a UserError naming the file where it is not one
+    if table.kernel_times_spec:  # its database from this host's plugins, kept for the process
+        resolve(table.kernel_times_spec, table.path, host)
     published = Path(path).resolve() == TABLE_FILE
     if published and hw.calibrated:
         raise UserError(f"--efficiency {source}: '{hw.name}' is a calibrated entry, whose measured ceilings are "
@@ -462,13 +463,13 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
         if two:
             f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            t = None if q is None else measured_time(measured, q.halved(), f, b, peak, bandwidth)
+            t = None if q is None else measured_time(measured, q.halved(), f, b, peak, bandwidth, n)
             if t is None:
                 t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=True), op.dtype)
             t *= 2
             n *= 2
         else:
-            t = None if q is None else measured_time(measured, q, op.flops, op.bytes, peak, bandwidth)
+            t = None if q is None else measured_time(measured, q, op.flops, op.bytes, peak, bandwidth, n)
             if t is None:
                 t = kernel_time(op.flops, op.bytes, peak, bandwidth, op_fractions(op, cls, table), op.dtype)
         kernels_s += t

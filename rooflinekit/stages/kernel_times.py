@@ -151,17 +151,17 @@ def queries_of(ops, attention_ops) -> list[KernelQuery | None]:
 
 
 def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: float, peak: float,
-                  bandwidth: float) -> float | None:
-    """One kernel's time from the database (a record that is a `share` of a kernel: that share of
-    the kernel's), held at its roofline (its FLOPs at peak, its bytes at bandwidth); None where the
-    database has no answer."""
+                  bandwidth: float, count: int = 1) -> float | None:
+    """`count` equal kernels' time from the database (a record that is a `share` of a kernel: that
+    share of the kernel's; a sweep's compact record stands for `count` kernels, its counts theirs),
+    held at the roofline of their FLOPs and bytes; None where the database has no answer."""
     share = q.get("share")
     if share is not None:
         q = replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
     t = times.seconds(q)
     if t is None or not t > 0 or not math.isfinite(t):
         return None
-    t *= 1.0 if share is None else share
+    t *= count * (1.0 if share is None else share)
     return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
 
 
@@ -169,9 +169,10 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
 _RESOLVED: dict[tuple, KernelTimes] = {}
 
 
-def resolve(spec: dict, where: str) -> KernelTimes:
+def resolve(spec: dict, where: str, host=None) -> KernelTimes:
     """The database an efficiency file's `[kernel_times]` names ({"source": NAME, ...settings}), from
-    the plugins' rooflinekit_kernel_times answers; a UserError naming the file where none serves it."""
+    the rooflinekit_kernel_times answers of `host`'s plugins (default: the process's), kept for the
+    process once found; a UserError naming the file where none serves it."""
     source = spec.get("source")
     if not isinstance(source, str) or not source:
         raise UserError(f"efficiency source {where}: [kernel_times] needs source = NAME (a plugin's database)")
@@ -179,7 +180,7 @@ def resolve(spec: dict, where: str) -> KernelTimes:
     key = (source, tuple(sorted((k, str(v)) for k, v in settings.items())))
     found = _RESOLVED.get(key)
     if found is None:
-        host = get_host()
+        host = host or get_host()
         found, _ = host.first(host.hook.rooflinekit_kernel_times, source=source, settings=settings)
         if found is None:
             raise UserError(f"efficiency source {where}: [kernel_times] names '{source}', which no installed "

@@ -25,7 +25,9 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
         return decode._mean_two(batch, start, max(stop, start + 1), layer_share, outside)
     d = decode._at(batch)
     p = prefill._at(1)
-    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside)
+    # under measured kernel times, each kernel's time is read at the middle context (as mean_expected)
+    mid = (start + max(stop, start + 1) - 1) // 2 if decode.table().times() is not None else None
+    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside, mid)
     launch = decode.table().launch_s(decode.phase)
     n = max(1, stop - start)
     total = 0.0
@@ -53,13 +55,16 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     return total / n
 
 
-def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool) -> tuple:
+def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool,
+                 mid: int | None = None) -> tuple:
     """mixed_mean's per-kernel terms, which do not depend on the prompt's share or the contexts'
     count (kept on the decode model): per decode kernel (weight, FLOP time at `start` and its slope,
     byte time and slope, the merged prefill kernel's FLOP and activation-byte times, whether it
-    works), and the prefill's own kernels' time and launches per unit of share."""
-    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside), p,
-                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside))
+    works), and the prefill's own kernels' time and launches per unit of share. With `mid`
+    (measured kernel times), the decode kernels' rates are those measured at that context and a
+    merged kernel's prompt work runs at the prompt kernel's own measured rate."""
+    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside, mid), p,
+                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside, mid))
 
 
 def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
@@ -71,17 +76,21 @@ def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
 
 
 def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
-                       outside: bool) -> tuple:
+                       outside: bool, mid: int | None = None) -> tuple:
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
     table = d.table()
     launch = table.launch_s(d.phase)
     hw = d.hw
     merged = {k.key: k for k in p.kernels}
+    prompt_rates = {}  # measured times: each prompt kernel's own rates (by key)
+    if mid is not None:
+        prompt_rates = {q.key: (frac.compute_for(q.dtype) * hw.peak(q.dtype), frac.bandwidth_for(q.dtype) *
+                                hw.memory_bandwidth) for q, frac in zip(p.kernels, p._classes(pv, table), strict=True)}
     rows = []
     rates: dict[tuple[int, str], tuple[float, float]] = {}
     # the decode kernel's class, as `profile --mix` classes a merged record
-    for k, frac in zip(d.kernels, d._classes(v0, table), strict=True):
+    for k, frac in zip(d.kernels, d._classes(v0 if mid is None else d._values(batch, mid), table), strict=True):
         scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
         if not scale:
             continue
@@ -93,8 +102,9 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
         f0, b0 = v0[k.flops], v0[k.nbytes]
         df, db = v1[k.flops] - f0, v1[k.nbytes] - b0
         q = merged.get(k.key)
-        pa = pv[q.flops] / compute if q is not None else 0.0
-        pc = (pv[q.nbytes] - pv[q.params]) / traffic if q is not None else 0.0
+        p_compute, p_traffic = prompt_rates.get(k.key, rate)
+        pa = pv[q.flops] / p_compute if q is not None else 0.0
+        pc = (pv[q.nbytes] - pv[q.params]) / p_traffic if q is not None else 0.0
         rows.append((scale * k.count, f0 / compute, df / compute, b0 / traffic, db / traffic, pa, pc,
                      f0 > 0 or b0 > 0 or df > 0 or db > 0))
     used = {k.key for k in d.kernels}
@@ -168,8 +178,10 @@ def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], s
         if not scale:
             continue
         twins = spare.get((c.collective, c.group_size, c.count, c.in_layers))
-        message = v0[c.message] + (share * pv[twins.pop(0).message] if twins and share else 0.0)
-        total += scale * c.count * d._call(c, message)[which]
+        merged = bool(twins and share)
+        message = v0[c.message] + (share * pv[twins.pop(0).message] if merged else 0.0)
+        # a call that declares its shape is asked at the decode step's (a merged one's shape is not)
+        total += scale * c.count * d._call(c, message, None if merged else v0)[which]
     if share:
         for rest in spare.values():
             for c in rest:

@@ -115,9 +115,10 @@ _CACHE_FORMATS = {1: "fp8", 2: "bf16", 4: "fp32"}
 
 def kernel_declared(row: AttentionSite, workload: Workload, ctx: TransformContext) -> dict | None:
     """The serving kernel's shape on one GPU as a database of measured kernels is asked for it
-    (rooflinekit.stages.kernel_times, kind "attention"); None for a fixed-state mixer."""
+    (rooflinekit.stages.kernel_times, kind "attention"); None for a fixed-state mixer, and for
+    sliding-window or chunked attention, which a query of full attention would misstate."""
     spec = gpu_spec(row, ctx)
-    if spec.fixed_state:
+    if spec.fixed_state or spec.window or spec.chunk:  # a database's attention kernels attend every position
         return None
     aw = attention_workload(workload, row.dtype, row.causal, ctx.deployment, row.shape)
     kv_len = positions_attended(aw.q_len, aw.context, spec.window, spec.chunk)

@@ -794,7 +794,7 @@
         // a long text: three lines, the rest on hover (title) or a click, so one note keeps no row tall
         var td = put(tr, el('td', { 'class': cls, title: v }));
         put(td, el('div', { 'class': 'rk-clamp' }, text));
-        td.addEventListener('click', function (ev) { ev.stopPropagation(); td.classList.toggle('rk-open'); });
+        td.addEventListener('click', function () { td.classList.toggle('rk-open'); });
       });
       if (spec.series && self.chart) {
         tr.addEventListener('mouseenter', function () { self.chart.highlight(spec.series, row[0], true); });
