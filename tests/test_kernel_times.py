@@ -26,30 +26,10 @@ from rooflinekit.stages import kernel_times
 from rooflinekit.stages.kernel_times import gemm_dims, query
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
+from tests.test_trace_compare import FLAT  # a flat efficiency file: fractions by hand
 
 GQA = str(EXAMPLES / "llama_gqa.py")
 OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128, "vocab": 100}
-FLAT = """version = 1
-small_gemm_max_rows = 128
-[classes.gemm_large]
-compute = 0.5
-bandwidth = 0.25
-[classes.gemm_small]
-compute = 0.4
-bandwidth = 0.2
-[classes.attention_decode]
-compute = 0.3
-bandwidth = 0.6
-[classes.attention_prefill]
-compute = 0.35
-bandwidth = 0.6
-[classes.elementwise]
-compute = 0.5
-bandwidth = 0.125
-[launch]
-decode_s = 1e-6
-prefill_s = 2e-5
-"""
 GEMM_S, ATTENTION_S, PER_POSITION_S, ALL_REDUCE_S = 1e-3, 2e-3, 1e-6, 3e-3
 EXPERTS_S, DISPATCH_S, PER_TOKEN_S = 4e-3, 1e-3, 1e-5
 MOE = str(MODELS / "experts3d.py")  # hidden 256, inter 128, 16 experts, top 2

@@ -17,16 +17,20 @@ SOURCE = "aic"
 INSTALL = "pip install 'rooflinekit[aic]' (Python 3.11 to 3.13)"
 
 
+def _need_aic(what: str) -> None:
+    """One line saying how to install AIConfigurator where it is not installed."""
+    try:
+        import aiconfigurator_core  # noqa: F401
+    except ImportError:
+        raise UserError(f"{what}, which is not installed: {INSTALL}") from None
+
+
 @hookimpl
 def rooflinekit_efficiency_source(source, hardware):
     """`aic`: the path of the efficiency file derived for `hardware` (written on first use)."""
     if source != SOURCE:
         return None
-    try:
-        import aiconfigurator_core  # noqa: F401
-    except ImportError:
-        raise UserError(f"--efficiency aic reads NVIDIA AIConfigurator's measured kernel database, "
-                        f"which is not installed: {INSTALL}") from None
+    _need_aic("--efficiency aic reads NVIDIA AIConfigurator's measured kernel database")
     from rooflinekit_plugins.aic.table import source_file
 
     return str(source_file(hardware))
@@ -37,11 +41,7 @@ def rooflinekit_kernel_times(source, settings):
     """`aic`: each kernel's measured time at its own shape from the system's database (`kernels`)."""
     if source != SOURCE:
         return None
-    try:
-        import aiconfigurator_core  # noqa: F401
-    except ImportError:
-        raise UserError(f"this efficiency file's kernel times are AIConfigurator's measured kernels, which "
-                        f"are not installed: {INSTALL}") from None
+    _need_aic("this efficiency file's kernel times are AIConfigurator's measured kernels")
     from rooflinekit_plugins.aic.kernels import kernels
     from rooflinekit_plugins.aic.measure import systems_with_data
 
