@@ -298,7 +298,7 @@ def run_row(row: dict, kernels: str, efficiency: str | None = None) -> dict:
 def fingerprint(row: dict, kernels: str, version: str, has_expected: bool, source: str | None = None) -> str:
     """What a row's result depends on: the row, the view, the tool and its table of achievable
     fractions (and the other efficiency source it was priced with, by name)."""
-    from rooflinekit.stages.expected import tables_digest
+    from rooflinekit.stages.efficiency_table import tables_digest
 
     table = tables_digest()
     text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected,
@@ -564,7 +564,7 @@ def _pair_cells(triples: list[tuple[dict, float, float]]) -> str:
 
 def spread_toml(results: dict, rows: list[dict]) -> str:
     """The committed table of rooflinekit.stages.spread, from the results file."""
-    from rooflinekit.stages.expected import tables_digest
+    from rooflinekit.stages.efficiency_table import tables_digest
 
     table = tables_digest()
     out = ["# The spread of the expected time: p10 / p50 / p90 of measured / expected per step class over",

@@ -103,7 +103,7 @@ _LAZY = {
                     "rooflinekit.stages.modelled"),
     **dict.fromkeys(("resolve_tp_plan", "structural_tp_plan"), "rooflinekit.transforms.tp_plan"),
     "dtype_key": "rooflinekit.stages.hardware",
-    "PUBLISHED_EFFICIENCY": "rooflinekit.stages.expected",
+    "PUBLISHED_EFFICIENCY": "rooflinekit.stages.efficiency_table",
     "Report": "rooflinekit.core.report",
     **dict.fromkeys(("TorchDispatchMode", "disable_torch_dispatch"), "rooflinekit.core.compat"),
     "load_model_file": "rooflinekit.stages.model_source",

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from rooflinekit.core.errors import UserError
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.efficiency_curve import bandwidth_at, compute_at
-from rooflinekit.stages.expected import TABLE_FILE, expected_step, load_table
+from rooflinekit.stages.efficiency_table import TABLE_FILE, load_table
+from rooflinekit.stages.expected import expected_step
 from rooflinekit.stages.hardware import hardware_db
 
 HW = hardware_db().get("H800")

@@ -25,7 +25,7 @@ from rooflinekit.core.hookspecs import hookimpl
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.expected import TABLE_FILE, load_table, with_efficiency
+from rooflinekit.stages.efficiency_table import TABLE_FILE, load_table, with_efficiency
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from rooflinekit.analyses.profile import run_profile
 from rooflinekit.core.request import Deployment, Workload
 from rooflinekit.stages.capture.records import OpRecord
-from rooflinekit.stages.expected import TABLE_FILE, expected_step
+from rooflinekit.stages.efficiency_table import TABLE_FILE
+from rooflinekit.stages.expected import expected_step
 from rooflinekit.stages.hardware import hardware_db
 from rooflinekit.stages.model_source import load_source
 from tests.conftest import EXAMPLES, MODELS
@@ -66,10 +67,18 @@ def experts_bandwidth(per_expert: float) -> float:
 
 
 def by_hand(r) -> float:
-    """The expected step from the report's rows alone: each op of the step one kernel."""
+    """The expected step from the report's rows alone: each op of the step one kernel, each with its
+    GPU-side launch; in prefill the host issues the kernels ahead of the GPU, so the step is the
+    longer of that and the host's issue time for every kernel."""
+    gpu, kernels = gpu_by_hand(r)
+    return max(gpu, kernels * TABLE["launch"].get(f"host_{r.workload.phase}_s", 0.0))
+
+
+def gpu_by_hand(r) -> tuple[float, int]:
+    """(the GPU's time: kernels, their GPU-side launches and the collectives; the kernels)."""
     classes, launch = TABLE["classes"], TABLE["launch"][f"{r.workload.phase}_s"]
     in_attention = {i for row in r.attention for i in row.op_indices}
-    total = 0.0
+    total, kernels = 0.0, 0
     for op in r.ops:
         if op.kind == "collective" or (op.flops == 0 and op.bytes == 0):
             continue
@@ -91,7 +100,25 @@ def by_hand(r) -> float:
         compute = cls[f"compute_{op.dtype}"] if f"compute_{op.dtype}" in cls else on_curve(cls, "compute", size)
         total += max(op.flops / (compute * peak), op.bytes / (on_curve(cls, "bandwidth", size) * r.hardware.bandwidth))
         total += launch
-    return total + (getattr(r.comm, "expected_time_s", 0.0) or r.comm.time_s)
+        kernels += 1
+    return total + (getattr(r.comm, "expected_time_s", 0.0) or r.comm.time_s), kernels
+
+
+@pytest.mark.parametrize("batch,context,waits", [(1, 256, True), (8, 4096, False)])
+def test_eager_prefill_waits_for_the_host_only_where_its_kernels_are_shorter(batch, context, waits):
+    """The host issues prefill's kernels ahead of the GPU (5 us each): a small step's kernels are
+    shorter than their launches, so it takes the host's issue time; a large one hides the host and
+    takes its kernels with a queued launch's 0.9 us each."""
+    r = report(phase="prefill", batch=batch, context=context)
+    gpu, kernels = gpu_by_hand(r)
+    assert TABLE["launch"]["host_prefill_s"] == 5e-6 and TABLE["launch"]["prefill_s"] == 0.9e-6
+    assert r.totals.expected_step_s == pytest.approx(kernels * 5e-6 if waits else gpu, rel=1e-9)
+    assert (kernels * 5e-6 > gpu) == waits
+    said = [c for c in r.totals.expected_conventions if c.startswith("host-bound:")]
+    assert len(said) == waits and (not waits or f"issuing the {kernels} kernels" in said[0])
+    assert r.totals.expected_step_s >= max(gpu, kernels * 5e-6) * (1 - 1e-12)
+    rows = [op.expected_s for op in r.ops if op.kind != "collective" and op.flops + op.bytes > 0]
+    assert len(rows) == kernels and sum(rows) == pytest.approx(r.totals.expected_step_s - r.comm.expected_time_s)
 
 
 @pytest.mark.parametrize("phase,batch,context", [("decode", 2, 64), ("prefill", 1, 256)])
@@ -195,7 +222,8 @@ def test_expected_is_never_below_the_bound(ops, phase):
 def test_a_gemm_costs_no_less_with_more_rows_across_the_class_boundary(dtype):
     """A linear of K x N weights at M rows, M = 1 .. 4 x small_gemm_max_rows: each kernel's expected
     time never falls as M grows (a 129-row decode GEMM was 17% cheaper than a 128-row one)."""
-    from rooflinekit.stages.expected import classify, kernel_time, load_table
+    from rooflinekit.stages.efficiency_table import load_table
+    from rooflinekit.stages.expected import classify, kernel_time
 
     table, hw = load_table(), hardware_db().get("H200 SXM")
     k, n, size = 8192, 8192, 1 if dtype == "fp8" else 2

@@ -155,6 +155,19 @@ def test_each_kernel_costs_its_measured_time_and_its_launch(database):
     assert any("fake database" in line and "measured by shape" in line for line in totals["expected_conventions"])
 
 
+def test_the_launch_a_databases_times_carry_is_taken_off_before_the_steps_own(database):
+    """A database timed in CUDA-graph replays says each time carries a graph node's launch (here
+    0.4 us): a kernel costs its measured time less that, plus the step's own launch (FLAT: 1 us)."""
+    db, path = database
+    db.launch_included_s = 0.4e-6
+    ops = _profile(path)["ops"]
+    alone = [op for op in ops if op["name"] == "aten.mm" and op["module"].endswith(("o_proj", "down_proj"))]
+    assert len(alone) == 4 and all(op["expected_s"] == pytest.approx(GEMM_S - 0.4e-6 + 1e-6) for op in alone)
+    attention = [op for op in ops if op["name"] == "serving.attention"]
+    assert all(op["expected_s"] == pytest.approx(ATTENTION_S + PER_POSITION_S * 32 - 0.4e-6 + 1e-6)
+               for op in attention)
+
+
 def test_a_measured_time_under_the_roofline_is_held_at_it(database):
     db, path = database
     db.scale = 1e-12
@@ -260,7 +273,7 @@ def test_the_planner_prices_an_expert_parallel_step_as_profile_does(database):
 def _step_model(path: str, options: dict, deployment: Deployment, efficiency: str):
     """A decode step model on H800 priced with the efficiency source `efficiency`."""
     from rooflinekit.analyses.stepfit import Shape, StepFitter
-    from rooflinekit.stages.expected import with_efficiency
+    from rooflinekit.stages.efficiency_table import with_efficiency
     from rooflinekit.stages.hardware import hardware_db
 
     host = get_host()

@@ -23,7 +23,7 @@ from rooflinekit.core.errors import WorkloadError
 from rooflinekit.core.plan import Targets
 from rooflinekit.core.plugins import get_host
 from rooflinekit.core.request import Deployment, Workload
-from rooflinekit.stages.expected import committed_tables
+from rooflinekit.stages.efficiency_table import committed_tables
 from rooflinekit.stages.model_source import load_source
 from rooflinekit.stages.spread import MIN_ROWS, load_spreads, table_facts
 from tests.conftest import EXAMPLES, MODELS, ROOT

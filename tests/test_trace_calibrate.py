@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from rooflinekit.cli.main import cli
 from rooflinekit.core.errors import UserError
-from rooflinekit.stages.expected import load_table, table_for
+from rooflinekit.stages.efficiency_table import load_table, table_for
 from rooflinekit.stages.hardware import HardwareFileError, hardware_db, load_file
 from rooflinekit.trace.calibrate import (
     calibrate_steps,

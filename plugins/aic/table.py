@@ -22,7 +22,7 @@ else:  # pragma: no cover - Python 3.10 (AIConfigurator needs 3.11)
     import tomli as tomllib
 
 #: Bumped when what is derived changes: the cached files of older derivations are not reused.
-DERIVATION = 3
+DERIVATION = 4
 
 
 def cache_dir() -> Path:
@@ -122,7 +122,7 @@ def derive(db, entry: fr.Entry) -> dict:
     classes["elementwise"] = {k: fr.Point(element[k], unmeasured + element["sources"][k])
                               for k in ("compute", "bandwidth")}
     launch = {k: fr.Point(published["launch"][k], f"{label} measures kernels, not launches apart; the published "
-                          f"table's figure: {published['launch']['sources'][k]}") for k in ("decode_s", "prefill_s")}
+                          f"table's figure: {published['launch']['sources'][k]}") for k in ("decode_s", "prefill_s", "host_prefill_s")}
     return {"classes": classes, "launch": launch, "small_gemm_max_rows": published["small_gemm_max_rows"],
             "experts": fr.experts_curve(db, entry)}
 

@@ -51,8 +51,8 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import ModelSource
 from rooflinekit.core.settings import searched_of
 from rooflinekit.outputs.engine_flags import engine_commands
+from rooflinekit.stages.efficiency_table import table_for
 from rooflinekit.stages.engine import engine_cost
-from rooflinekit.stages.expected import table_for
 from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB
 from rooflinekit.stages.kernel_times import KernelTimes

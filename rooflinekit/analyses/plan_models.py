@@ -24,8 +24,8 @@ from rooflinekit.core.plugins import PluginHost, get_host
 from rooflinekit.core.request import OVERLAPS, Deployment, ModelSource, Workload
 from rooflinekit.core.settings import searched_of, searched_settings
 from rooflinekit.stages.collectives import link_bandwidth
+from rooflinekit.stages.efficiency_table import with_efficiency
 from rooflinekit.stages.engine import engine_cost
-from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.fitting import FitError
 from rooflinekit.stages.hardware import HardwareDB, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import PeakInBatch, activation_peak

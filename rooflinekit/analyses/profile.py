@@ -40,8 +40,8 @@ from rooflinekit.stages import mixed
 from rooflinekit.stages.attribute import AttentionSite, attribute_attention
 from rooflinekit.stages.capture import CaptureResult, Recorder, capture
 from rooflinekit.stages.detect import auto_hardware
+from rooflinekit.stages.efficiency_table import with_efficiency
 from rooflinekit.stages.engine import engine_cost, with_engine
-from rooflinekit.stages.expected import with_efficiency
 from rooflinekit.stages.expected_words import stated_factors
 from rooflinekit.stages.formulas import formula_book
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareDB, HardwareSpec, hardware_db

@@ -41,7 +41,7 @@ from rooflinekit.outputs.report_io import attention_figures
 from rooflinekit.outputs.sweep_columns import SWEEP_POINTS
 from rooflinekit.outputs.sweep_text import sweep_to_text
 from rooflinekit.stages.detect import auto_hardware
-from rooflinekit.stages.expected import with_efficiency
+from rooflinekit.stages.efficiency_table import with_efficiency
 from rooflinekit.stages.fitting import Probe
 from rooflinekit.stages.hardware import DEFAULT_HARDWARE, HardwareSpec, hardware_db
 from rooflinekit.stages.memory import ACTIVATION_NOTE, at_point

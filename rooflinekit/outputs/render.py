@@ -119,6 +119,8 @@ def expected_line(t, source: str = "published") -> str:
     engine = f", engine host {seconds(host)}" if host is not None else ""
     hidden = getattr(t, "overlap_hidden_s", None)
     engine += f", two-batch overlap hides {seconds(hidden)}" if hidden is not None else ""
+    if any(c.startswith("host-bound:") for c in getattr(t, "expected_conventions", None) or ()):
+        engine += ", waits for the host's launches"
     return (f"expected step {seconds(t.expected_step_s)}{range_words(t)} (efficiency {source}{engine}, "
             f"docs/accounting.md) / bound {seconds(t.time_bound_s)}" + (f"; {', '.join(rates)}" if rates else ""))
 

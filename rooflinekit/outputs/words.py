@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rooflinekit.core.request import DTYPE_KEYS, Deployment
-from rooflinekit.stages.expected import OWN_SOURCE_WORDS
+from rooflinekit.stages.efficiency_table import OWN_SOURCE_WORDS
 
 
 def options_words(options: Mapping[str, Any] | None) -> str:

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from rooflinekit.core.compat import fake_mode_active, resolve_process_group
-from rooflinekit.stages.expected import table_for
+from rooflinekit.stages.efficiency_table import table_for
 from rooflinekit.stages.kernel_times import query, query_of
 
 #: Ring factors: wire bytes per GPU = factor(N) * message bytes.

@@ -4,7 +4,8 @@ The bound (`totals.time_bound_s`) is pure physics: the whole step at the datashe
 bandwidth. The expected step (`totals.expected_step_s`) sums, over the step's kernels, each kernel's
 larger of compute at the achievable fraction of its class's peak and traffic at the achievable
 fraction of HBM bandwidth, plus a launch cost per kernel, plus the collectives at their expected
-cost, none of them overlapped. The fractions are the committed table `efficiency.toml` (a source per
+cost, none of them overlapped; in prefill, where the host issues each kernel eagerly ahead of the
+GPU, the step waits for the host's issue time where that is longer (EfficiencyTable.launches_s). The fractions are the committed table `efficiency.toml` (a source per
 value, from kernel-level public measurements only); a calibrated hardware entry (`rooflinekit
 calibrate`) replaces it, its measured ceilings taken as achievable (fraction 1).
 
@@ -23,43 +24,30 @@ serving view's records where a transform replaced them. Its class decides its fr
 
 from __future__ import annotations
 
-import hashlib
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rooflinekit.core.errors import UserError
 from rooflinekit.core.experts import expected_distinct_experts
-from rooflinekit.core.plugins import PluginHost, get_host
-from rooflinekit.stages.efficiency_curve import (
-    Curve,
-    bandwidth_at,
-    compute_at,
-    curve_words,
-    micro_batch_size,
-    parse_curve,
+from rooflinekit.stages.efficiency_curve import Curve, compute_at, curve_words, micro_batch_size
+from rooflinekit.stages.efficiency_table import (
+    CLASSES,
+    OWN_SOURCE_WORDS,
+    TABLE_FILE,
+    EfficiencyTable,
+    Fractions,
+    table_for,
 )
 from rooflinekit.stages.expected_words import TWO_BATCH_WORDS
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.kernel_times import KernelTimes, measured_time, queries_of, resolve
+from rooflinekit.stages.kernel_times import measured_time, queries_of
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
     from rooflinekit.stages.capture.records import OpRecord
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
-#: The committed table of achievable fractions (docs/accounting.md, "Expected time").
-TABLE_FILE = Path(__file__).resolve().with_name("efficiency.toml")
-#: The committed table as plugins name it (`--efficiency published`).
-PUBLISHED_EFFICIENCY = TABLE_FILE
-CLASSES = ("gemm_large", "gemm_small", "attention_decode", "attention_prefill", "elementwise")
 #: Matrix-product ops: one GEMM kernel each.
 MATMUL_OPS = frozenset({
     "aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.addbmm", "aten._scaled_mm", "aten.linear",
@@ -68,213 +56,6 @@ MATMUL_OPS = frozenset({
 #: The operand holding the product's rows: the bias or input comes first in these.
 _ROWS_OPERAND = {"aten.addmm": 1, "aten.baddbmm": 1, "aten.addbmm": 1}
 _ATTENTION_WORDS = ("attention", "attn", "sdpa", "flash")
-#: How the conventions name an efficiency source other than the committed tables (its path follows).
-OWN_SOURCE_WORDS = "fractions from the efficiency source "
-
-
-@dataclass(frozen=True)
-class Fractions:
-    """The achievable fractions of one kernel class: of the dtype's dense peak and of HBM bandwidth;
-    with a `curve`, those of a kernel of a given size (`at`)."""
-
-    compute: float
-    bandwidth: float
-    compute_by_dtype: dict[str, float] = field(default_factory=dict)
-    curve: Curve | None = None
-    bandwidth_by_dtype: dict[str, float] = field(default_factory=dict)
-
-    def compute_for(self, dtype: str) -> float:
-        return self.compute_by_dtype.get(dtype, self.compute)
-
-    def bandwidth_for(self, dtype: str) -> float:
-        return self.bandwidth_by_dtype.get(dtype, self.bandwidth)
-
-    def at(self, size: float | None) -> Fractions:
-        """The fractions of a kernel of `size` on the class's curve (rooflinekit.stages.efficiency_curve),
-        flat ones; itself where the class has no curve or the size is not known."""
-        if self.curve is None or size is None:
-            return self
-        key = (id(self), float(size))
-        kept = _AT.get(key)
-        if kept is None or kept[0] is not self:
-            if len(_AT) > 50000:
-                _AT.clear()
-            kept = _AT[key] = (self, _resolved(self, self.curve, float(size)))
-        return kept[1]
-
-
-#: (id(fractions), size) -> (fractions, the flat fractions at that size): Fractions.at's cache
-_AT: dict[tuple[int, float], tuple[Fractions, Fractions]] = {}
-
-
-def _resolved(f: Fractions, c: Curve, size: float) -> Fractions:
-    """Flat fractions at `size`: a format's own curve, else its own constant, else the class curve,
-    else the class constant."""
-    compute = compute_at(c.at, c.compute, size) if c.compute else f.compute
-    bandwidth = bandwidth_at(c.at, c.bandwidth, size) if c.bandwidth else f.bandwidth
-    by_dtype = {**f.compute_by_dtype, **{d: compute_at(c.at, v, size) for d, v in c.compute_by_dtype.items()}}
-    by_bw = {**f.bandwidth_by_dtype, **{d: bandwidth_at(c.at, v, size) for d, v in c.bandwidth_by_dtype.items()}}
-    return Fractions(compute, bandwidth, by_dtype, None, by_bw)
-
-
-@dataclass(frozen=True)
-class EfficiencyTable:
-    classes: dict[str, Fractions]
-    small_gemm_max_rows: int
-    launch_decode_s: float
-    launch_prefill_s: float
-    sources: dict[str, str] = field(default_factory=dict)
-    path: str = ""
-    calibrated: bool = False
-    #: grouped expert GEMMs' bandwidth fraction by one expert's matrix bytes (the table's `[experts]`)
-    experts: Curve | None = None
-    #: the table's `[kernel_times]`: a database of measured kernels by shape (rooflinekit.stages.kernel_times)
-    kernel_times_spec: dict | None = None
-
-    def times(self) -> KernelTimes | None:
-        """The database of measured kernels the table names, resolved through the plugins; None if none."""
-        if not self.kernel_times_spec or self.calibrated:
-            return None
-        return resolve(self.kernel_times_spec, self.path)
-
-    def launch_s(self, phase: str) -> float:
-        """Per kernel: a CUDA graph node's cost in decode and in a mixed step (engines replay the
-        step's non-attention kernels as graphs: vLLM's piecewise CUDA graphs), an eager launch's
-        in prefill."""
-        return self.launch_decode_s if phase in ("decode", "mixed") else self.launch_prefill_s
-
-
-def _fraction(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"{where} must be a fraction in (0, 1], not {value!r}")
-    return float(value)
-
-
-def load_table(path: str | None = None) -> EfficiencyTable:
-    """The table of achievable fractions (default: the committed `efficiency.toml`), read again
-    when the file changes (a source rewritten by `calibrate --trace` in the same process)."""
-    file = Path(path) if path else TABLE_FILE
-    try:
-        stat = file.stat()
-        stamp = (stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        stamp = None
-    return _load_table(str(file), stamp)
-
-
-@lru_cache(maxsize=16)
-def _load_table(path: str, stamp: tuple[int, int] | None) -> EfficiencyTable:
-    file = Path(path)
-    try:
-        return _parsed(tomllib.loads(file.read_text()), file)
-    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        what = f"no key {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise UserError(f"efficiency source {file}: {what} (rooflinekit calibrate --trace writes a valid one; "
-                        "docs/accounting.md, Expected time)") from None
-
-
-def _parsed(data: dict, file: Path) -> EfficiencyTable:
-    """The table from a parsed efficiency source (KeyError, ValueError where it is not one)."""
-    classes, sources = {}, {}
-    for name in CLASSES:
-        entry = data["classes"][name]
-        extra = {k.removeprefix("compute_"): _fraction(v, f"{name}.{k}") for k, v in entry.items()
-                 if k.startswith("compute_")}
-        extra_bw = {k.removeprefix("bandwidth_"): _fraction(v, f"{name}.{k}") for k, v in entry.items()
-                    if k.startswith("bandwidth_")}
-        curve = parse_curve(entry["curve"], name) if "curve" in entry else None
-        classes[name] = Fractions(_fraction(entry["compute"], f"{name}.compute"),
-                                  _fraction(entry["bandwidth"], f"{name}.bandwidth"), extra, curve, extra_bw)
-        sources.update({f"{name}.{k}": v for k, v in entry.get("sources", {}).items()})
-    launch = data["launch"]
-    sources.update({f"launch.{k}": v for k, v in launch.get("sources", {}).items()})
-    experts = None
-    if "experts" in data:
-        experts = parse_curve(data["experts"]["curve"], "experts")
-        if experts.bandwidth is None or experts.compute or experts.compute_by_dtype or experts.bandwidth_by_dtype:
-            raise ValueError("experts.curve gives one bandwidth list (its compute is the GEMM classes')")
-    spec = data.get("kernel_times")
-    if spec is not None and not isinstance(spec, dict):
-        raise ValueError("kernel_times must be a table: source = NAME and its settings")
-    table = EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
-                            launch_decode_s=float(launch["decode_s"]), launch_prefill_s=float(launch["prefill_s"]),
-                            sources=sources, path=str(file), experts=experts, kernel_times_spec=spec)
-    return table  # its kernel-times database is resolved where it is used (with_efficiency, times())
-
-
-def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
-    """`hw` priced with the efficiency source `source` (`--efficiency`; None or "": the entry's own,
-    its `efficiency` key, else the committed table). The plugins' rooflinekit_efficiency_source
-    answers name the file (built in: `published`, a path); it is read here, so a bad file or an
-    unknown name stops with one line."""
-    if not source:
-        return hw
-    host = host or get_host()
-    path, _ = host.first(host.hook.rooflinekit_efficiency_source, source=source, hardware=hw)
-    if path is None:
-        raise UserError(f"--efficiency {source!r}: no such efficiency source (give published, the path of an "
-                        "efficiency file such as `rooflinekit calibrate --trace` writes, or a name a plugin "
-                        "provides: `rooflinekit plugins`)")
-    table = load_table(str(path))  # a UserError naming the file where it is not one
-    if table.kernel_times_spec:  # its database from this host's plugins, kept for the process
-        resolve(table.kernel_times_spec, table.path, host)
-    published = Path(path).resolve() == TABLE_FILE
-    if published and hw.calibrated:
-        raise UserError(f"--efficiency {source}: '{hw.name}' is a calibrated entry, whose measured ceilings are "
-                        "taken as achievable; the published fractions apply to datasheet entries (use the "
-                        "datasheet entry, or --efficiency FILE)")
-    return replace(hw, efficiency="" if published else str(path))
-
-
-def generation_table(generation: str) -> Path:
-    """The committed table of a GPU generation: `efficiency-<generation>.toml` beside the Hopper
-    table (`efficiency.toml`) where one is committed, else the Hopper table."""
-    if generation and generation != "hopper":
-        own = TABLE_FILE.with_name(f"efficiency-{generation}.toml")
-        if own.is_file():
-            return own
-    return TABLE_FILE
-
-
-def committed_tables() -> list[Path]:
-    """Every committed table (the Hopper one first): what a published-row result depends on."""
-    return [TABLE_FILE, *sorted(TABLE_FILE.parent.glob("efficiency-*.toml"))]
-
-
-def tables_digest() -> str:
-    """sha256[:16] of every committed table (names and contents): what a published-row result and
-    the spread computed from them depend on."""
-    digest = hashlib.sha256()
-    for path in committed_tables():
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def table_for(hw: HardwareSpec) -> EfficiencyTable:
-    """The table an entry is priced with: its own efficiency source where it names one; a
-    calibrated entry's measured ceilings are achievable (every fraction 1); any other entry takes
-    the committed table of its generation (generation_table)."""
-    if hw.efficiency:
-        return load_table(hw.efficiency)
-    path = generation_table(hw.generation)
-    table = load_table(None if path == TABLE_FILE else str(path))
-    if not hw.calibrated:
-        return table
-    return _at_ones(table)
-
-
-#: id(table) -> (table, the same at fraction 1): one per loaded table (they are kept by load_table)
-_ONES: dict[int, tuple[EfficiencyTable, EfficiencyTable]] = {}
-
-
-def _at_ones(table: EfficiencyTable) -> EfficiencyTable:
-    """`table` with every fraction 1 (a calibrated entry's measured ceilings), one per table."""
-    kept = _ONES.get(id(table))
-    if kept is None or kept[0] is not table:
-        ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
-        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None,
-                                                  kernel_times_spec=None))
-    return kept[1]
 
 
 def gemm_rows(name: str, shapes: str) -> int | None:
@@ -365,6 +146,8 @@ class Expected:
     conventions: list[str]
     overlap: str = "none"
     hidden_s: float = 0.0
+    #: per op record, (its kernels' time without launches, its kernels): (0.0, 0) for collectives
+    op_kernels: list[tuple[float, int]] = field(default_factory=list)
 
     def with_kernels(self, kernels_and_launches_s: float) -> float:
         """A step of these collectives beside other kernels (the fused view's): added, or under
@@ -446,17 +229,16 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     half its message, half_message) run under each other's kernels."""
     table = table_for(hw)
     attention = frozenset(attention_ops)
-    launch = table.launch_s(phase)
     bandwidth = hw.memory_bandwidth
     two = overlap == "two-batch"
     measured = table.times()
     queries = queries_of(ops, attention) if measured is not None else [None] * len(ops)
     peaks: dict[str, float] = {}
-    times, counts = [], dict.fromkeys(CLASSES, 0)
+    own, counts = [], dict.fromkeys(CLASSES, 0)  # own: (kernel time, kernels) per op record
     kernels_s, kernels = 0.0, 0
     for op, q in zip(ops, queries, strict=True):
         if not launches(op):
-            times.append(0.0)
+            own.append((0.0, 0))
             continue
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
@@ -475,19 +257,29 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         kernels_s += t
         kernels += n
         counts[cls] += n
-        times.append(t + n * launch)
-    launch_s = kernels * launch
+        own.append((t, n))
+    # the host issues prefill's kernels ahead of the GPU: its launches cover the GPU's work (the
+    # collectives' too, one after another; under two-batch overlap only the kernels' stream)
+    launch_s = table.launches_s(phase, kernels, kernels_s if two else kernels_s + comm_expected_s)
+    per = launch_s / kernels if kernels else 0.0
+    times = [t + n * per for t, n in own]
     words = conventions(table, phase, comm_source, hw.generation)
+    if launch_s > kernels * table.launch_s(phase) * (1 + 1e-9):
+        issue = kernels * table.host_s(phase)
+        words.append(f"host-bound: issuing the {kernels} kernels takes {issue * 1e6:,.1f} us, longer than the "
+                     f"GPU's {(issue - launch_s) * 1e6:,.1f} us of work: the step waits for the host (fewer kernels, "
+                     "by fusion, or a CUDA graph would shorten it)")
     if not two:
         return Expected(step_s=kernels_s + launch_s + comm_expected_s, kernels_s=kernels_s, launch_s=launch_s,
-                        comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts, conventions=words)
+                        comm_s=comm_expected_s, kernels=kernels, op_times=times, classes=counts, conventions=words,
+                        op_kernels=own)
     comm_s = comm_halves_s
     step_s = max(kernels_s + launch_s, comm_s)
     words = [w.replace("; nothing overlapped", "; the two micro-batches' streams overlapped (below)")
              .replace(", not overlapped with compute", ", under the other micro-batch's kernels") for w in words]
     return Expected(step_s=step_s, kernels_s=kernels_s, launch_s=launch_s, comm_s=comm_s, kernels=kernels,
                     op_times=times, classes=counts, conventions=[*words, TWO_BATCH_WORDS], overlap=overlap,
-                    hidden_s=kernels_s + launch_s + comm_s - step_s)
+                    hidden_s=kernels_s + launch_s + comm_s - step_s, op_kernels=own)
 
 
 def runs_two_batches(overlap: str, phase: str, batch: int) -> bool:
@@ -506,18 +298,19 @@ def half_message(attrs: dict) -> dict:
     return out
 
 
-def fused_expected(op_times: Sequence[float], kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,
+def fused_expected(expected: Expected, kernel_of: Sequence[int], fused_kernels, hw: HardwareSpec,
                    phase: str, micro_batches: int = 1) -> float:
-    """The fused view's expected step: each anchor at its op's expected time, each fused kernel as
-    one element-wise kernel (with one launch per micro-batch: its time is linear in the tokens);
-    collectives are not in it (the caller adds them)."""
+    """The fused view's expected kernels and launches: each anchor at its op's kernel time, each fused
+    kernel as one element-wise kernel (launched once per micro-batch: its time is linear in the
+    tokens), launches as `expected` prices them; collectives are not in it (the caller adds them)."""
     table = table_for(hw)
-    total = sum(t for t, k in zip(op_times, kernel_of, strict=True) if k < 0)
+    anchors = [own for own, k in zip(expected.op_kernels, kernel_of, strict=True) if k < 0]
+    work, count = sum(t for t, _ in anchors), sum(n for _, n in anchors) + micro_batches * len(fused_kernels)
     fractions, bandwidth = table.classes["elementwise"], hw.memory_bandwidth
     for kernel in fused_kernels:
-        total += kernel_time(kernel.flops, kernel.bytes, hw.peak(kernel.dtype), bandwidth, fractions, kernel.dtype)
-        total += micro_batches * table.launch_s(phase)
-    return total
+        work += kernel_time(kernel.flops, kernel.bytes, hw.peak(kernel.dtype), bandwidth, fractions, kernel.dtype)
+    busy = work if expected.overlap == "two-batch" else work + expected.comm_s
+    return work + table.launches_s(phase, count, busy)
 
 
 def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation: str = "") -> list[str]:
@@ -525,7 +318,8 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
     lines = [
         "expected_step_s: sum over kernels (one per op record of the report's view) of max(FLOPs / (compute "
         "fraction x the dtype's dense peak), bytes / (bandwidth fraction x HBM bandwidth)), plus a launch "
-        "cost per kernel, plus collectives at their expected cost; nothing overlapped",
+        "cost per kernel (or the host's issue time where it is longer, below), plus collectives at their "
+        "expected cost; nothing overlapped",
     ]
     if table.calibrated:
         lines.append("the hardware entry is calibrated: its measured ceilings are taken as achievable "
@@ -565,8 +359,12 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
         lines.append(f"launch: {table.launch_decode_s * 1e6:g} us per kernel, the decode step replayed as a "
                      f"CUDA graph, as serving engines run it ({table.sources.get('launch.decode_s', '')})")
     else:
-        lines.append(f"launch: {table.launch_prefill_s * 1e6:g} us per kernel, prefill launched eagerly (no "
-                     f"CUDA graph), as serving engines run it ({table.sources.get('launch.prefill_s', '')})")
+        lines.append(f"launch: {table.launch_prefill_s * 1e6:g} us per kernel on the GPU, prefill launched eagerly "
+                     f"(no CUDA graph), as serving engines run it ({table.sources.get('launch.prefill_s', '')})")
+        if table.launch_host_prefill_s:
+            lines.append(f"host: {table.launch_host_prefill_s * 1e6:g} us to issue each kernel, ahead of the GPU: "
+                         "the step is the longer of the GPU's work with its launches and the host's issue time "
+                         f"({table.sources.get('launch.host_prefill_s', '')})")
     lines.append(f"collectives: {comm_source}, not overlapped with compute")
     return lines
 

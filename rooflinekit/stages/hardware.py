@@ -69,7 +69,7 @@ class HardwareSpec:
     #: (`rooflinekit calibrate --trace` writes one; the entry's `efficiency` key, relative to it).
     efficiency: str = ""
     #: The GPU's architecture generation (GENERATIONS): the expected time takes the committed table
-    #: of that generation where one exists (rooflinekit.stages.expected.table_for).
+    #: of that generation where one exists (rooflinekit.stages.efficiency_table.table_for).
     generation: str = ""
 
     def peak(self, dtype_key: str) -> float:

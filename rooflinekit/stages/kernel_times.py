@@ -76,7 +76,9 @@ class KernelQuery:
 @runtime_checkable
 class KernelTimes(Protocol):
     """A database of measured kernels: `seconds(query)` is one kernel's measured time at its shape,
-    None where it has no measurement of that kind, format or shape; `label` names the database."""
+    None where it has no measurement of that kind, format or shape; `label` names the database. A
+    database measured in CUDA-graph replays may say what each time carries of its launch
+    (`launch_included_s`, a graph node's cost): it is taken off before the step adds its own launch."""
 
     label: str
 
@@ -154,14 +156,15 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
                   bandwidth: float, count: int = 1) -> float | None:
     """`count` equal kernels' time from the database (a record that is a `share` of a kernel: that
     share of the kernel's; a sweep's compact record stands for `count` kernels, its counts theirs),
-    held at the roofline of their FLOPs and bytes; None where the database has no answer."""
+    less the launch the database's times include, held at the roofline of their FLOPs and bytes;
+    None where the database has no answer."""
     share = q.get("share")
     if share is not None:
         q = replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
     t = times.seconds(q)
     if t is None or not t > 0 or not math.isfinite(t):
         return None
-    t *= count * (1.0 if share is None else share)
+    t = (t - min(t, float(getattr(times, "launch_included_s", 0.0) or 0.0))) * count * (1.0 if share is None else share)
     return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
 
 

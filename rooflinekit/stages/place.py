@@ -454,7 +454,7 @@ def build_report(
                                                   "step of one sequence, which engines run as one batch"])
     if fused is not None:
         fused = replace(fused, expected_step_s=expected.with_kernels(fused_expected(
-            expected.op_times, fusion.kernel_of, fusion.kernels, hw, workload.phase,
+            expected, fusion.kernel_of, fusion.kernels, hw, workload.phase,
             2 if overlap == "two-batch" else 1)))
     expected = replace(expected, conventions=[*expected.conventions, *view.factors])
     totals = with_expected(_totals(walk, at, flops_model, hardware, hw, workload, comm, fused), expected, workload,

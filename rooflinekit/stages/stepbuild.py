@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages.capture.records import OpRecord
-from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of, table_for
+from rooflinekit.stages.efficiency_table import table_for
+from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import queries_of

@@ -27,15 +27,8 @@ from dataclasses import dataclass, field
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
 from rooflinekit.stages.efficiency_curve import micro_batch_size
-from rooflinekit.stages.expected import (
-    EfficiencyTable,
-    Fractions,
-    classify,
-    expert_fractions,
-    halved,
-    runs_two_batches,
-    table_for,
-)
+from rooflinekit.stages.efficiency_table import EfficiencyTable, Fractions, table_for
+from rooflinekit.stages.expected import classify, expert_fractions, halved, runs_two_batches
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import KernelQuery, measured_time
@@ -173,8 +166,7 @@ class StepModel:
 
     def _priced(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> float:
         table = self.table()
-        launch = table.launch_s(self.phase)
-        total = 0.0
+        total = kernels = 0.0
         for k, frac in zip(self.kernels, self._classes(values, table), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             if not share:
@@ -182,31 +174,32 @@ class StepModel:
             f, b = values[k.flops], values[k.nbytes]
             if f <= 0 and b <= 0:
                 continue
-            total += share * k.count * (_kernel_time(f, b, self.hw, frac, k.dtype) + launch)
+            total += share * k.count * _kernel_time(f, b, self.hw, frac, k.dtype)
+            kernels += share * k.count
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
             if share:
                 total += share * c.count * self._call(c, values[c.message], values)[0]
-        return total
+        return total + table.launches_s(self.phase, kernels, total)
 
     def _two_streams(self, values: list[float], layer_share: float = 1.0, outside: bool = True) -> tuple[float, float]:
         """(kernels with launches, collectives) of two micro-batches at `values`: each kernel twice at
         half the tokens, weights read whole (expected.halved), each call twice at half its message."""
         table = self.table()
-        launch = table.launch_s(self.phase)
-        kernels = calls = 0.0
+        kernels = calls = count = 0.0
         for k, frac in zip(self.kernels, self._classes(values, table, micro=True), strict=True):
             share = layer_share if k.in_layers else (1.0 if outside else 0.0)
             f, b = values[k.flops], values[k.nbytes]
             if not share or (f <= 0 and b <= 0):
                 continue
             hf, hb = halved(f, b, values[k.params], self._half_weights(k, values))
-            kernels += share * k.count * 2 * (_kernel_time(hf, hb, self.hw, frac, k.dtype) + launch)
+            kernels += share * k.count * 2 * _kernel_time(hf, hb, self.hw, frac, k.dtype)
+            count += share * k.count * 2
         for c in self.calls:
             share = layer_share if c.in_layers else (1.0 if outside else 0.0)
             if share:
                 calls += share * c.count * 2 * self._call(c, values[c.message] / 2, values, half=True)[0]
-        return kernels, calls
+        return kernels + table.launches_s(self.phase, count, kernels), calls
 
     def _half_weights(self, k: KernelGroup, values: list[float]) -> float | None:
         """An MoE kernel's weight bytes at half its tokens (its extras slot's distinct experts at

@@ -1,5 +1,5 @@
 """`rooflinekit calibrate --trace`: the achievable fractions a user's own trace shows, as an
-efficiency source the expected time reads (rooflinekit.stages.expected.load_table).
+efficiency source the expected time reads (rooflinekit.stages.efficiency_table.load_table).
 
 Each counted kernel of the chosen profiler steps takes the expected time's class (GEMM small or
 large by its rows, attention, element-wise and copies); within a class, kernels whose FLOPs at the
@@ -28,7 +28,8 @@ from tabulate import tabulate
 
 from rooflinekit.core.errors import UserError
 from rooflinekit.core.units import seconds
-from rooflinekit.stages.expected import CLASSES, MATMUL_OPS, EfficiencyTable, gemm_rows, load_table
+from rooflinekit.stages.efficiency_table import CLASSES, EfficiencyTable, load_table
+from rooflinekit.stages.expected import MATMUL_OPS, gemm_rows
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.trace.attribution import Attributed, attribute
 from rooflinekit.trace.counts import ShapeCounter, recorded_op
@@ -228,15 +229,16 @@ def efficiency_toml(cal: TraceCalibration) -> str:
     for (klass, _), s in cal.samples.items():
         counts[klass] += s.kernels
     head = ["# Achievable fractions measured in a torch.profiler trace by `rooflinekit calibrate --trace`:",
-            "# an efficiency source for the expected time (rooflinekit.stages.expected.load_table).", "",
+            "# an efficiency source for the expected time (rooflinekit.stages.efficiency_table.load_table).", "",
             "version = 1", f"small_gemm_max_rows = {base.small_gemm_max_rows}", "",
             "[calibration]", f'gpu = "{cal.hardware.name}"', f'trace = "{cal.source}"', f'sha256 = "{cal.digest}"',
             f"steps = [{', '.join(map(str, cal.steps))}]", f'statistic = "{STATISTIC}"',
             "samples = {" + ", ".join(f"{k} = {n}" for k, n in sorted(counts.items())) + "}", ""]
     body = [line for name in CLASSES for line in _class_lines(name, cal, base)]
-    launch = ["[launch]", f"decode_s = {base.launch_decode_s!r}", f"prefill_s = {base.launch_prefill_s!r}", "",
-              "[launch.sources]", 'decode_s = "not measured in the trace: the committed table\'s value"',
-              'prefill_s = "not measured in the trace: the committed table\'s value"', ""]
+    same = '"not measured in the trace: the committed table\'s value"'
+    launch = ["[launch]", f"decode_s = {base.launch_decode_s!r}", f"prefill_s = {base.launch_prefill_s!r}",
+              f"host_prefill_s = {base.launch_host_prefill_s!r}", "", "[launch.sources]", f"decode_s = {same}",
+              f"prefill_s = {same}", f"host_prefill_s = {same}", ""]
     return "\n".join(head + body + launch + _shape_lines(cal))
 
 

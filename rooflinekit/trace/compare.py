@@ -24,7 +24,8 @@ from tabulate import tabulate
 from rooflinekit.core.errors import ReportFileError
 from rooflinekit.core.report import Report
 from rooflinekit.core.units import ratio, seconds, si
-from rooflinekit.stages.expected import classify, gemm_rows, kernel_time, load_table, size_of
+from rooflinekit.stages.efficiency_table import load_table
+from rooflinekit.stages.expected import classify, gemm_rows, kernel_time, size_of
 from rooflinekit.trace.classes import UNKNOWN, class_of_op
 from rooflinekit.trace.report import TRACE_SCHEMA_VERSION
 
