@@ -127,7 +127,8 @@ class ExpertsModel(ModuleModel):
             if self.gated and i == 0 and len(self.matrices) > 1:
                 inter = out_l / 2
                 emit("moe.act_and_mul", OpCounts(flops=0, bytes_read=rows * out_l * isz,
-                                                 bytes_written=rows * inter * isz), at=at, counted=False)
+                                                 bytes_written=rows * inter * isz), at=at, counted=False,
+                     kernel={**kernel, "share": 0.0})  # inside a fused-MoE call's measured time
         for name, size in self.biases:
             emit(f"moe.{name}", OpCounts(flops=0, bytes_read=touched * size * isz, bytes_written=0,
                                          param_bytes=touched * size * isz), at=at, experts=terms)
@@ -136,17 +137,18 @@ class ExpertsModel(ModuleModel):
             rows = tokens * k  # the combine runs on this GPU's own tokens' k outputs
         # weighted combine of each token's k expert outputs
         emit("moe.combine", OpCounts(flops=0, bytes_read=rows * hidden * isz, bytes_written=tokens * hidden * isz),
-             at=at)
+             at=at, kernel={**kernel, "share": 0.0})
         if tp > 1:
             emit_collective("all_reduce", group_size=tp, message_bytes=tokens * hidden * isz,
                             at=Provenance(path, self.dtype, _AR_NOTE), shapes=f"{tokens}x{hidden}")
 
 
     def _kernel(self, tokens: float, k: int, hidden: int, split: int) -> dict:
-        """The MoE layer's grouped expert GEMMs as a database of measured kernels is asked for them
-        (rooflinekit.stages.kernel_times, kind "experts"): the tokens routed into this GPU's expert
-        group (the busiest rank's, under a stated imbalance), one expert's shapes, and the split; its
-        format is the record's, as the transforms leave it (fp8 weights)."""
+        """The MoE layer as a database of measured kernels is asked for it (rooflinekit.stages.kernel_times,
+        kind "experts": a fused-MoE call, its grouped GEMMs, the activation between them and the
+        weighted combine): the tokens routed into this GPU's expert group (the busiest rank's, under a
+        stated imbalance), one expert's shapes, and the split; its format is the record's, as the
+        transforms leave it (fp8 weights)."""
         first = self.matrices[0][1]
         inter = first // 2 if self.gated and len(self.matrices) > 1 else first
         return {"kind": "experts", "tokens": tokens, "hidden": hidden, "inter": inter,

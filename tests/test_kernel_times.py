@@ -228,6 +228,11 @@ def test_an_moe_layer_and_its_all_to_alls_are_asked_at_their_shapes(database):
     assert [op["expected_s"] for op in experts] == pytest.approx(
         [EXPERTS_S * op["flops"] / total + 1e-6 for op in experts])
     assert experts[0]["flops"] == pytest.approx(2 * experts[1]["flops"])  # gate-up: twice down's columns
+    # the activation and the weighted combine run inside the fused-MoE call the database measured:
+    # each costs its launch alone (FLAT's 1 us a kernel)
+    inside = [op for op in data["ops"] if op["name"] in ("moe.act_and_mul", "moe.combine")]
+    assert sorted(op["name"] for op in inside) == ["moe.act_and_mul", "moe.combine"]
+    assert all(op["expected_s"] == pytest.approx(1e-6) for op in inside)
     (asked,) = {q for q in db.asked if q.kind == "experts"}
     assert (asked["tokens"], asked["hidden"], asked["inter"], asked["top_k"], asked["experts"], asked["tp"],
             asked["ep"]) == (16, 256, 128, 2, 16, 1, 2)

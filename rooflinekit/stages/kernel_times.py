@@ -10,10 +10,12 @@ A kernel is asked as a `KernelQuery`: its kind, its format and its dimensions.
 - ``attention``: ``batch``, ``q_len`` (new tokens per sequence), ``kv_len`` (positions each attends,
   the new ones included), ``heads``, ``kv_heads``, ``head_dim`` of one GPU, the KV cache's format,
   `variant` the architecture (gqa, mha, mqa, mla, ...);
-- ``experts``: one MoE layer's grouped expert GEMMs, ``tokens`` (routed into the GPU's expert group),
-  ``hidden``, ``inter`` (one expert's intermediate size), ``top_k``, ``experts``, ``tp`` and ``ep``
-  (how the experts are split), and ``share``: the part of the layer's expert GEMMs this record is
-  (its matrix's FLOPs over the layer's);
+- ``experts``: one MoE layer as a fused-MoE call runs it (its grouped expert GEMMs, the activation
+  between them, the weighted combine of each token's outputs), ``tokens`` (routed into the GPU's
+  expert group), ``hidden``, ``inter`` (one expert's intermediate size), ``top_k``, ``experts``,
+  ``tp`` and ``ep`` (how the experts are split), and ``share``: the part of the call this record is
+  (a GEMM its matrix's FLOPs over the layer's; the activation and the combine 0, their work being
+  inside the call's measured time);
 - a collective by its name (``all_reduce``, ``all_gather``, ...): ``message_bytes`` over
   ``group_size`` GPUs; an expert-parallel ``all_to_all`` declares its shape instead: this GPU's
   ``tokens``, ``hidden``, ``top_k``, ``experts``, ``ep``, ``itemsize`` (bytes per element sent) and
@@ -156,14 +158,16 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
                   bandwidth: float, count: int = 1) -> float | None:
     """`count` equal kernels' time from the database (a record that is a `share` of a kernel: that
     share of the kernel's; a sweep's compact record stands for `count` kernels, its counts theirs),
-    less the launch the database's times include, held at the roofline of their FLOPs and bytes;
-    None where the database has no answer."""
+    less the launch the database's times include, held at the roofline of their FLOPs and bytes (a
+    record of share 0, whose work the answered kernel holds: 0); None where the database has no answer."""
     share = q.get("share")
     if share is not None:
         q = replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
     t = times.seconds(q)
     if t is None or not t > 0 or not math.isfinite(t):
         return None
+    if share == 0:  # a record whose work the answered kernel's measured time holds (module docstring)
+        return 0.0
     t = (t - min(t, float(getattr(times, "launch_included_s", 0.0) or 0.0))) * count * (1.0 if share is None else share)
     return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
 

@@ -22,6 +22,7 @@ is built per batch: `StepModel.batches` lists the batches it holds and only thos
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rooflinekit.core.experts import expected_distinct_experts
@@ -33,6 +34,9 @@ from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import KernelQuery, measured_time
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
+
+#: The fractions of a kernel whose work another record's measured kernel holds: any work at no time.
+INSIDE = Fractions(math.inf, math.inf)
 
 
 def query_at(spec: tuple | None, values: list[float]) -> KernelQuery | None:
@@ -314,6 +318,8 @@ class StepModel:
         t = measured_time(measured, q, f, b, peak, bandwidth)
         if t is None:
             return None
+        if t == 0:  # inside another record's measured kernel (a fused-MoE call's activation, combine)
+            return INSIDE
         return Fractions(min(1.0, f / (t * peak)) if f > 0 else 1.0, min(1.0, b / (t * bandwidth)) if b > 0 else 1.0)
 
     def _expert_bytes(self, k: KernelGroup, values: list[float]) -> float | None:
