@@ -176,6 +176,30 @@ def test_a_measured_time_under_the_roofline_is_held_at_it(database):
     assert gemms and all(op["expected_s"] == pytest.approx(op["time_bound_s"] + 1e-6) for op in gemms)
 
 
+@pytest.mark.parametrize("ep, overlap", [(1, "none"), (2, "none"), (2, "two-batch")])
+def test_an_moe_call_measured_under_its_roofline_is_held_at_it_whole(database, ep, overlap):
+    """A database answering the MoE call faster than its records' work could run: its gate-up and
+    down records (held at their own rooflines) and its activation and combine (share 0, nothing of
+    their own) come to the sum of the four rooflines, so the step stays at or above the sum of its
+    ops' bounds; the planner's step model holds it the same way."""
+    db, path = database
+    db.scale = 1e-9
+    args = ["profile", MOE, "--phase", "decode", "-b", "2", "-s", "256", "-H", "H800", "--ep", str(ep),
+            "--overlap", overlap, "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    call = [op for op in data["ops"] if op["name"] in ("moe.gate_up_proj", "moe.down_proj", "moe.act_and_mul",
+                                                         "moe.combine")]
+    assert len(call) == 4
+    if overlap == "none":  # each record's own roofline (ops' bounds), plus FLAT's 1 us launch each
+        assert sum(op["expected_s"] for op in call) == pytest.approx(sum(op["time_bound_s"] + 1e-6 for op in call))
+    totals = data["totals"]
+    assert totals["expected_step_s"] >= totals["predicted_step_s"] * (1 - 1e-12)
+    model = _step_model(MOE, {}, Deployment("H800", ep=ep, kernels="serving", overlap=overlap), str(path))
+    assert model.expected(2, 256) == pytest.approx(totals["expected_step_s"], rel=1e-9)
+
+
 def test_unanswered_kernels_keep_their_fractions(database):
     db, path = database
     ops = _profile(path)["ops"]
@@ -243,6 +267,24 @@ def test_an_moe_layer_and_its_all_to_alls_are_asked_at_their_shapes(database):
     assert stages[0] == 0 and stages[-1] == 1
 
 
+def test_an_moe_calls_activation_is_asked_in_its_gemms_format(database):
+    """fp8 experts: the GEMM records are fp8, the activation and combine records bf16 (the
+    activations' format); all four are one fused-MoE call, asked once in the GEMMs' format, and the
+    activation and combine cost their launch alone."""
+    db, path = database
+    args = ["profile", MOE, "--phase", "prefill", "-b", "1", "-s", "256", "-H", "H800", "--ep", "2", "--dtype", "fp8",
+            "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    formats = {op["name"]: op["dtype"] for op in data["ops"] if op["name"].startswith("moe.")}
+    assert formats["moe.gate_up_proj"] == "fp8" and formats["moe.act_and_mul"] == "bf16"
+    assert {q.dtype for q in db.asked if q.kind == "experts"} == {"fp8"}
+    inside = [op for op in data["ops"] if op["name"] in ("moe.act_and_mul", "moe.combine")]
+    # FLAT's prefill launch, 20 us a kernel (its file has no host_prefill_s: added to every kernel)
+    assert len(inside) == 2 and all(op["expected_s"] == pytest.approx(2e-5) for op in inside)
+
+
 def test_two_micro_batches_are_asked_at_half_their_tokens(database):
     db, path = database
     args = ["profile", MOE, "--phase", "decode", "-b", "8", "-s", "256", "-H", "H800", "--ep", "2",
@@ -275,8 +317,9 @@ def test_the_planner_prices_an_expert_parallel_step_as_profile_does(database):
         assert c.step_s == pytest.approx(again.totals.expected_step_s, rel=1e-6), c.label()
 
 
-def _step_model(path: str, options: dict, deployment: Deployment, efficiency: str):
-    """A decode step model on H800 priced with the efficiency source `efficiency`."""
+def _step_model(path: str, options: dict, deployment: Deployment, efficiency: str, shape=None):
+    """A step model on H800 priced with the efficiency source `efficiency` (default: decode at
+    batches 1 and 2, contexts 256 and 320)."""
     from rooflinekit.analyses.stepfit import Shape, StepFitter
     from rooflinekit.stages.efficiency_table import with_efficiency
     from rooflinekit.stages.hardware import hardware_db
@@ -286,7 +329,26 @@ def _step_model(path: str, options: dict, deployment: Deployment, efficiency: st
     fitter = StepFitter(load_source(path, options, host), Workload("decode", 1, 256, options=tuple(
         sorted(options.items()))), host, db)
     hw = with_efficiency(db.get("H800"), efficiency, host)
-    return fitter.step_model(Shape("decode", 1, (1, 2), (256, 320)), deployment, hw)
+    return fitter.step_model(shape or Shape("decode", 1, (1, 2), (256, 320)), deployment, hw)
+
+
+def test_a_mixed_steps_all_to_all_is_asked_at_both_steps_tokens(database):
+    """A chunked-prefill step under EP 2: each all-to-all is the decode step's call merged with the
+    prompt's, asked at the decode tokens plus the chunk's share of the prompt's (where it had been
+    priced from the link figures, so a step carrying a prompt came out cheaper than one without)."""
+    from rooflinekit.analyses.stepfit import Shape
+    from rooflinekit.stages.stepmixed import mixed_mean
+
+    db, path = database
+    deployment = Deployment("H800", ep=2, kernels="serving")
+    decode = _step_model(MOE, {}, deployment, str(path))
+    prefill = _step_model(MOE, {}, deployment, str(path), Shape("prefill", 1, (1,), (64, 128)))
+    alone = mixed_mean(decode, prefill, 2, 256, 257, 0.0)
+    db.asked.clear()
+    mixed = mixed_mean(decode, prefill, 2, 256, 257, 0.5)
+    assert mixed > alone
+    tokens = {q["tokens"] for q in db.asked if q.kind == "all_to_all" and q.get("tokens") is not None}
+    assert tokens == {2 + 0.5 * 64}  # this GPU's 2 decode tokens and half of the 64-token prompt's
 
 
 @pytest.mark.parametrize("path, options, tp, ep", [(GQA, OPTIONS, 2, 1), (MOE, {}, 1, 2)], ids=["gqa-tp2", "moe-ep2"])

@@ -86,6 +86,11 @@ def test_the_source_loads_and_prices_the_other_step_back(tmp_path):
     assert table.classes["gemm_large"].compute_for("fp32") == pytest.approx(cal.samples[("gemm_large", "fp32")].fraction,
                                                                            rel=1e-5)
     assert table.classes["gemm_large"].compute == load_table().classes["gemm_large"].compute  # not measured: kept
+    # the launches are not measured either: the committed table's three, the host's issue time included
+    # (a file without it would add the 0.9 us queued launch per kernel with no host floor)
+    committed = load_table()
+    assert (table.launch_decode_s, table.launch_prefill_s, table.launch_host_prefill_s) == \
+        (committed.launch_decode_s, committed.launch_prefill_s, committed.launch_host_prefill_s) == (0.5e-6, 0.9e-6, 5e-6)
     assert "not measured" in table.sources["attention_decode.bandwidth"]
     checks, others = held_out_check(cal, source, read_steps(str(hand_made(tmp_path))))
     assert others == (2,)

@@ -98,9 +98,9 @@ class EfficiencyTable:
         return resolve(self.kernel_times_spec, self.path)
 
     def launch_s(self, phase: str) -> float:
-        """Per kernel: a CUDA graph node's cost in decode and in a mixed step (engines replay the
-        step's non-attention kernels as graphs: vLLM's piecewise CUDA graphs), an eager launch's
-        in prefill."""
+        """Per kernel on the GPU: a CUDA graph node's cost in decode and in a mixed step (engines
+        replay the step's non-attention kernels as graphs: vLLM's piecewise CUDA graphs), a queued
+        eager launch's in prefill (the host's own time to issue it is host_s)."""
         return self.launch_decode_s if phase in ("decode", "mixed") else self.launch_prefill_s
 
     def host_s(self, phase: str) -> float:

@@ -5,9 +5,10 @@ bandwidth. The expected step (`totals.expected_step_s`) sums, over the step's ke
 larger of compute at the achievable fraction of its class's peak and traffic at the achievable
 fraction of HBM bandwidth, plus a launch cost per kernel, plus the collectives at their expected
 cost, none of them overlapped; in prefill, where the host issues each kernel eagerly ahead of the
-GPU, the step waits for the host's issue time where that is longer (EfficiencyTable.launches_s). The fractions are the committed table `efficiency.toml` (a source per
-value, from kernel-level public measurements only); a calibrated hardware entry (`rooflinekit
-calibrate`) replaces it, its measured ceilings taken as achievable (fraction 1).
+GPU, the step waits for the host's issue time where that is longer (EfficiencyTable.launches_s).
+The fractions are the committed table `efficiency.toml` (a source per value, from kernel-level
+public measurements only); a calibrated hardware entry (`rooflinekit calibrate`) replaces it, its
+measured ceilings taken as achievable (fraction 1).
 
 A kernel is one op record of the report's view (each op launches one): the code as written, or the
 serving view's records where a transform replaced them. Its class decides its fractions:
@@ -42,7 +43,7 @@ from rooflinekit.stages.efficiency_table import (
 )
 from rooflinekit.stages.expected_words import TWO_BATCH_WORDS
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.kernel_times import measured_time, queries_of
+from rooflinekit.stages.kernel_times import hold_shares, measured_time, queries_of, whole
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
     from rooflinekit.stages.capture.records import OpRecord
@@ -235,7 +236,8 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     queries = queries_of(ops, attention) if measured is not None else [None] * len(ops)
     peaks: dict[str, float] = {}
     own, counts = [], dict.fromkeys(CLASSES, 0)  # own: (kernel time, kernels) per op record
-    kernels_s, kernels = 0.0, 0
+    shares: list = []  # records that are shares of one measured kernel (kernel_times.hold_shares)
+    kernels = 0
     for op, q in zip(ops, queries, strict=True):
         if not launches(op):
             own.append((0.0, 0))
@@ -243,21 +245,23 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         cls = kernel_class(op, phase, attention, table)
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
+        f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op)) if two else (op.flops, op.bytes)
+        asked = None if q is None else q.halved() if two else q
+        t = None if asked is None else measured_time(measured, asked, f, b, peak, bandwidth, n)
+        if t is not None and asked.get("share") is not None:
+            shares.append((len(own), whole(asked), (2 if two else 1) * n * max(f / peak, b / bandwidth),
+                           asked["share"] == 0))
+        if t is None:
+            t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=two), op.dtype)
         if two:
-            f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op))
-            t = None if q is None else measured_time(measured, q.halved(), f, b, peak, bandwidth, n)
-            if t is None:
-                t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=True), op.dtype)
-            t *= 2
-            n *= 2
-        else:
-            t = None if q is None else measured_time(measured, q, op.flops, op.bytes, peak, bandwidth, n)
-            if t is None:
-                t = kernel_time(op.flops, op.bytes, peak, bandwidth, op_fractions(op, cls, table), op.dtype)
-        kernels_s += t
+            t, n = 2 * t, 2 * n
         kernels += n
         counts[cls] += n
         own.append((t, n))
+    times = [t for t, _ in own]
+    hold_shares(times, shares)
+    own = [(t, n) for t, (_, n) in zip(times, own, strict=True)]
+    kernels_s = sum(times)
     # the host issues prefill's kernels ahead of the GPU: its launches cover the GPU's work (the
     # collectives' too, one after another; under two-batch overlap only the kernels' stream)
     launch_s = table.launches_s(phase, kernels, kernels_s if two else kernels_s + comm_expected_s)
@@ -315,11 +319,11 @@ def fused_expected(expected: Expected, kernel_of: Sequence[int], fused_kernels, 
 
 def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation: str = "") -> list[str]:
     """What expected_step_s means and the figures it used, in words (totals.expected_conventions)."""
+    host = " (or the host's issue time where it is longer, below)" if table.host_s(phase) else ""
     lines = [
         "expected_step_s: sum over kernels (one per op record of the report's view) of max(FLOPs / (compute "
-        "fraction x the dtype's dense peak), bytes / (bandwidth fraction x HBM bandwidth)), plus a launch "
-        "cost per kernel (or the host's issue time where it is longer, below), plus collectives at their "
-        "expected cost; nothing overlapped",
+        f"fraction x the dtype's dense peak), bytes / (bandwidth fraction x HBM bandwidth)), plus a launch "
+        f"cost per kernel{host}, plus collectives at their expected cost; nothing overlapped",
     ]
     if table.calibrated:
         lines.append("the hardware entry is calibrated: its measured ceilings are taken as achievable "

@@ -151,6 +151,22 @@ def queries_of(ops, attention_ops) -> list[KernelQuery | None]:
         for i in members:
             q = out[i]
             out[i] = query("gemm", q.dtype, m=q["m"], n=total, k=q["k"], share=q["n"] / total)
+    return _inside_in_format(out)
+
+
+def _inside_in_format(out: list[KernelQuery | None]) -> list[KernelQuery | None]:
+    """A record inside another's kernel (share 0: an MoE call's activation in the activations'
+    format) asked in the format of the records that share the kernel (its GEMMs', fp8 weights),
+    as the one kernel it is part of."""
+    formats: dict[tuple, str] = {}
+    for q in out:
+        if q is not None and q.get("share"):
+            formats.setdefault((q.kind, q.variant, whole(q).dims), q.dtype)
+    for i, q in enumerate(out):
+        if q is not None and q.get("share") == 0:
+            fmt = formats.get((q.kind, q.variant, whole(q).dims))
+            if fmt is not None and fmt != q.dtype:
+                out[i] = replace(q, dtype=fmt)
     return out
 
 
@@ -159,10 +175,11 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
     """`count` equal kernels' time from the database (a record that is a `share` of a kernel: that
     share of the kernel's; a sweep's compact record stands for `count` kernels, its counts theirs),
     less the launch the database's times include, held at the roofline of their FLOPs and bytes (a
-    record of share 0, whose work the answered kernel holds: 0); None where the database has no answer."""
+    record of share 0, whose work the answered kernel holds: 0, its kernel held whole by hold_shares);
+    None where the database has no answer."""
     share = q.get("share")
     if share is not None:
-        q = replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
+        q = whole(q)
     t = times.seconds(q)
     if t is None or not t > 0 or not math.isfinite(t):
         return None
@@ -170,6 +187,33 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
         return 0.0
     t = (t - min(t, float(getattr(times, "launch_included_s", 0.0) or 0.0))) * count * (1.0 if share is None else share)
     return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
+
+
+def whole(q: KernelQuery) -> KernelQuery:
+    """The kernel a record's query is a share of: the query without its `share`."""
+    return replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
+
+
+def hold_shares(times: list[float], shares: list[tuple[int, KernelQuery, float, bool]]) -> None:
+    """Hold each measured kernel that several records share at the roofline of all their work, in
+    place. `shares` holds (index into `times`, the kernel's query, the record's roofline time, whether
+    the record is inside the kernel at share 0). Where a kernel's records come to less than the sum
+    of their rooflines (a record of share 0 costs nothing of its own), the shortfall goes to its
+    share-0 records by their rooflines, or to every record where none is, so no measured kernel is
+    priced under the bound of the work its records count."""
+    groups: dict[tuple, list[tuple[int, float, bool]]] = {}
+    for i, q, roof, inside in shares:  # one kernel's records, its dimensions to 9 figures (a step
+        # model's come from polynomials, a few ulps apart from record to record)
+        key = (q.kind, q.dtype, q.variant, tuple((k, float(f"{v:.9g}")) for k, v in q.dims))
+        groups.setdefault(key, []).append((i, roof, inside))
+    for members in groups.values():
+        short = sum(r for _, r, _ in members) - sum(times[i] for i, _, _ in members)
+        if short <= 1e-15 * sum(r for _, r, _ in members):
+            continue
+        takers = [(i, r) for i, r, inside in members if inside and r > 0] or [(i, r) for i, r, _ in members if r > 0]
+        total = sum(r for _, r in takers)
+        for i, r in takers:
+            times[i] += short * r / total
 
 
 #: (source, settings) -> the database a plugin serves, resolved once per process.

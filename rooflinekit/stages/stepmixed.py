@@ -5,8 +5,10 @@ contexts (mixed_mean) and bounded (mixed_mean_bound) as `profile --mix` prices o
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from rooflinekit.stages.fitting import FitError
+from rooflinekit.stages.kernel_times import TOKEN_DIMS, KernelQuery
 from rooflinekit.stages.linesum import max_linear_sum
 from rooflinekit.stages.stepmodel import KernelGroup, StepModel, _kernel_time
 
@@ -165,6 +167,17 @@ def _build_bound_sums(d: StepModel, p: StepModel, batch: int, start: int, layer_
     return f0, f1, b0, b1, pf, pb
 
 
+def _merged_query(decode: KernelQuery | None, prompt: KernelQuery | None, share: float) -> KernelQuery | None:
+    """A declared call's shape in a mixed step: the decode call's with `share` of the prompt call's
+    tokens added; None where either declares none or the two are not of one kernel."""
+    name = TOKEN_DIMS.get(decode.kind) if decode is not None else None
+    if name is None or prompt is None or prompt.kind != decode.kind or decode.get(name) is None \
+            or prompt.get(name) is None:
+        return None
+    dims = {**dict(decode.dims), name: decode[name] + share * prompt[name]}
+    return replace(decode, dims=tuple(dims.items()))
+
+
 def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], share: float, layer_share: float,
                  outside: bool, which: int = 0) -> float:
     """One mixed step's collectives: each decode call's message plus `share` of the prefill's call
@@ -178,10 +191,12 @@ def _mixed_calls(d: StepModel, p: StepModel, v0: list[float], pv: list[float], s
         if not scale:
             continue
         twins = spare.get((c.collective, c.group_size, c.count, c.in_layers))
-        merged = bool(twins and share)
-        message = v0[c.message] + (share * pv[twins.pop(0).message] if merged else 0.0)
-        # a call that declares its shape is asked at the decode step's (a merged one's shape is not)
-        total += scale * c.count * d._call(c, message, None if merged else v0)[which]
+        twin = twins.pop(0) if twins and share else None
+        message = v0[c.message] + (share * pv[twin.message] if twin is not None else 0.0)
+        # a call that declares its shape is asked at the decode step's, a merged one at both steps'
+        # tokens (the prompt's share of its own), as `profile --mix` asks its merged record
+        asked = None if twin is None else _merged_query(c.query_at(v0), twin.query_at(pv), share)
+        total += scale * c.count * d._call(c, message, v0 if twin is None else None, asked=asked)[which]
     if share:
         for rest in spare.values():
             for c in rest:

@@ -8,8 +8,9 @@ rows, and each collective call its message bytes. Pricing a point then costs one
 groups (tens, not thousands of ops), with the same rules as a report's totals:
 
 - `expected(B, S)` equals `totals.expected_step_s` of a profile at (B, S): each kernel at its
-  class's achievable fractions (rooflinekit.stages.expected), a launch per kernel, collectives at
-  their expected per-call cost;
+  class's achievable fractions (rooflinekit.stages.expected) or its measured time, a launch per
+  kernel (in prefill the host's issue time where that is longer), collectives at their expected
+  per-call cost;
 - `bound(B, S)` equals `totals.time_bound_s`: the whole step's FLOPs and bytes at peak and
   bandwidth (perfect overlap);
 - `mean_expected(B, S0, S1)` is the exact mean of `expected` over every context S0 <= S < S1 in
@@ -32,7 +33,7 @@ from rooflinekit.stages.efficiency_table import EfficiencyTable, Fractions, tabl
 from rooflinekit.stages.expected import classify, expert_fractions, halved, runs_two_batches
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.kernel_times import KernelQuery, measured_time
+from rooflinekit.stages.kernel_times import KernelQuery, hold_shares, measured_time, whole
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
 
 #: The fractions of a kernel whose work another record's measured kernel holds: any work at no time.
@@ -284,11 +285,12 @@ class StepModel:
         classes, most = table.classes, table.small_gemm_max_rows
         small, large = classes["gemm_small"], classes["gemm_large"]
         measured = table.times()
-        out = []
+        out, answered = [], []
         for k, rule in zip(self.kernels, rules[1], strict=True):
             if measured is not None and k.query is not None:
                 found = self._measured(k, values, measured, micro)
                 if found is not None:
+                    answered.append(len(out))
                     out.append(found)
                     continue
             if rule.__class__ is int:
@@ -303,17 +305,24 @@ class StepModel:
             if table.experts is not None:
                 frac = expert_fractions(frac, table, self._expert_bytes(k, values))
             out.append(frac)
+        if answered:
+            self._held(out, answered, values, micro)
         return out
 
-    def _measured(self, k: KernelGroup, values: list[float], measured, micro: bool) -> Fractions | None:
-        """A kernel's measured time at `values` (with `micro`, one micro-batch's) as the fractions
-        that price its FLOPs and bytes at exactly that time (expected.expected_step prices the op
-        record alike); None where the database does not answer."""
+    def _asked(self, k: KernelGroup, values: list[float], micro: bool) -> tuple[KernelQuery, float, float]:
+        """A kernel's query, FLOPs and bytes at `values` (with `micro`, one micro-batch's)."""
         q = k.query_at(values)
         f, b = values[k.flops], values[k.nbytes]
         if micro:
             q = q.halved()
             f, b = halved(f, b, values[k.params], self._half_weights(k, values))
+        return q, f, b
+
+    def _measured(self, k: KernelGroup, values: list[float], measured, micro: bool) -> Fractions | None:
+        """A kernel's measured time at `values` (with `micro`, one micro-batch's) as the fractions
+        that price its FLOPs and bytes at exactly that time (expected.expected_step prices the op
+        record alike); None where the database does not answer."""
+        q, f, b = self._asked(k, values, micro)
         peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
         t = measured_time(measured, q, f, b, peak, bandwidth)
         if t is None:
@@ -321,6 +330,26 @@ class StepModel:
         if t == 0:  # inside another record's measured kernel (a fused-MoE call's activation, combine)
             return INSIDE
         return Fractions(min(1.0, f / (t * peak)) if f > 0 else 1.0, min(1.0, b / (t * bandwidth)) if b > 0 else 1.0)
+
+    def _held(self, out: list[Fractions], answered: list[int], values: list[float], micro: bool) -> None:
+        """The fractions of the kernels that are shares of one measured kernel held together at the
+        roofline of their work (kernel_times.hold_shares, as expected.expected_step holds them), in place."""
+        shares, times, work = [], [], []
+        for i in answered:
+            k = self.kernels[i]
+            q, f, b = self._asked(k, values, micro)
+            if q.get("share") is None:
+                continue
+            peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
+            shares.append((len(times), whole(q), k.count * max(f / peak, b / bandwidth), q["share"] == 0))
+            times.append(k.count * _kernel_time(f, b, self.hw, out[i], k.dtype))
+            work.append((i, f, b, peak, bandwidth))
+        before = list(times)
+        hold_shares(times, shares)
+        for (i, f, b, peak, bandwidth), t, was in zip(work, times, before, strict=True):
+            if t > was:
+                t /= self.kernels[i].count
+                out[i] = Fractions(f / (t * peak) if f > 0 else math.inf, b / (t * bandwidth) if b > 0 else math.inf)
 
     def _expert_bytes(self, k: KernelGroup, values: list[float]) -> float | None:
         """One expert's matrix bytes of an MoE GEMM kernel (expected.expert_bytes: its extras slot's
@@ -342,11 +371,11 @@ class StepModel:
         return values[tokens] * top_k / experts if experts else None
 
     def _call(self, c: CallGroup, message: float, values: list[float] | None = None,
-              half: bool = False) -> tuple[float, float]:
+              half: bool = False, asked: KernelQuery | None = None) -> tuple[float, float]:
         """(expected, bound) seconds of one call (kept per kind, group and message); with `values`,
         a call that declares its shape (CallGroup.query) is asked of a database of measured kernels
-        at them (with `half`, one micro-batch's)."""
-        q = c.query_at(values) if values is not None and c.query is not None else None
+        at them (with `half`, one micro-batch's), or at the shape `asked` where given."""
+        q = asked if asked is not None else c.query_at(values) if values is not None and c.query is not None else None
         if q is not None and half:
             q = q.halved()
         key = ("call", c.collective, c.group_size, message, c.copies, c.experts, q)
@@ -413,6 +442,8 @@ class StepModel:
         kernel's FLOPs and bytes linear in S, each collective's message constant in S)."""
         if stop <= start + 1:
             return self.expected(batch, start)
+        if self.table().host_s(self.phase):  # the host's issue time is no line in S: each context priced
+            return sum(self.expected(batch, s) for s in range(start, stop)) / (stop - start)
         if self.two_batch(batch):
             return self._mean_two(batch, start, stop)
         m = self._at(batch)

@@ -5,7 +5,7 @@ The profile's ops take the trace's classes by their names (rooflinekit.trace.cla
 gemm wherever it runs), collectives are communication, modelled records with FLOPs and weights
 (MoE experts) are gemm; each class sums the ops' FLOPs, bytes, time bounds and expected times (each
 op's `expected_s` as the profile priced it: its efficiency source, its GPU generation's table, expert
-GEMMs by their width, a launch per kernel). A report written before ops carried `expected_s` is
+GEMMs by their width, its share of the step's launches). A report written before ops carried `expected_s` is
 repriced with the committed Hopper table, launches aside, and the comparison says so.
 The trace's side is its counted FLOPs and bytes and its GPU time per class, per profiler step (the
 chosen steps' total over their number). Both must be of the same model and step: the comparison
@@ -129,8 +129,8 @@ def compare_trace(profile: Report, trace: dict, profile_path: str = "profile", t
             "busy_s": busy,
             "notes": ["the profile and the trace must be of the same model, step and deployment: not checked",
                       "per class: the profile's ops by the trace's class names, each op at the expected time its "
-                      "profile priced it with (its efficiency source, a launch per kernel); the trace's GPU time "
-                      "and counted FLOPs per profiler step",
+                      "profile priced it with (its efficiency source, its share of the step's launches); the "
+                      "trace's GPU time and counted FLOPs per profiler step",
                       *([] if priced_as_written(profile) else [REPRICED_WORDS])]}
 
 

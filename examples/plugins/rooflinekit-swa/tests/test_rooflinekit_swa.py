@@ -20,10 +20,9 @@ if importlib.util.find_spec("rooflinekit_swa") is None:  # a source checkout, no
 from rooflinekit.analyses.profile import run_profile  # noqa: E402
 from rooflinekit.core.errors import UserError  # noqa: E402
 from rooflinekit.core.plugins import PluginHost  # noqa: E402
-from rooflinekit.core.request import Deployment  # noqa: E402
+from rooflinekit.core.request import Deployment, Workload  # noqa: E402
 from rooflinekit.core.specs import AttentionSpec  # noqa: E402
 from rooflinekit.stages.hardware import hardware_db  # noqa: E402
-from rooflinekit.core.request import Workload  # noqa: E402
 from rooflinekit.stages.model_source import load_source  # noqa: E402
 
 import rooflinekit_swa  # noqa: E402
