@@ -27,7 +27,8 @@ where the tool has it, else "not yet".
 Runs use the serving view (`kernels="serving"`) once the tool has it; until then (the view is
 named but prices the code as written, or is not named at all) they fall back to as-written and
 say so. Resumable: a row whose result is already in the results file with the same fingerprint
-(the row, the kernels view, the tool version and whether expected times exist) is not run again;
+(the row, the kernels view, the tool's version and code, its efficiency tables and whether expected
+times exist) is not run again;
 `--force` reruns, `--only ID` runs some rows, `--docs-only` rewrites docs/validation.md from the
 results file.
 
@@ -37,6 +38,7 @@ results file.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -295,14 +297,26 @@ def run_row(row: dict, kernels: str, efficiency: str | None = None) -> dict:
     }
 
 
+@functools.cache
+def code_digest() -> str:
+    """A digest of the tool's code and data (rooflinekit/ and plugins/): a change to how a step is
+    counted or priced reruns every row."""
+    h = hashlib.sha256()
+    for path in sorted(p for d in ("rooflinekit", "plugins") for p in (ROOT / d).rglob("*")
+                       if p.suffix in (".py", ".toml", ".json") and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def fingerprint(row: dict, kernels: str, version: str, has_expected: bool, source: str | None = None) -> str:
-    """What a row's result depends on: the row, the view, the tool and its table of achievable
-    fractions (and the other efficiency source it was priced with, by name)."""
+    """What a row's result depends on: the row, the view, the tool (its version and code) and its
+    table of achievable fractions (and the other efficiency source it was priced with, by name)."""
     from rooflinekit.stages.efficiency_table import tables_digest
 
     table = tables_digest()
-    text = json.dumps({"row": row, "kernels": kernels, "version": version, "expected": has_expected,
-                       "efficiency": table, **({"source": source} if source else {})}, sort_keys=True)
+    text = json.dumps({"row": row, "kernels": kernels, "version": version, "code": code_digest(),
+                       "expected": has_expected, "efficiency": table, **({"source": source} if source else {})},
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

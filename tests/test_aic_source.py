@@ -185,18 +185,20 @@ def test_each_kernel_is_its_measured_time_at_its_own_shape(host, cache, tmp_path
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "p.json").read_text())
     # AIConfigurator times each op in CUDA-graph replays, so each time carries a graph node's launch
-    # (the published table's 0.5 us); it comes off, the record's share is taken, and the step's own
-    # launch (the same node: decode is replayed as a graph) goes back on
+    # (the published table's 0.5 us); it comes off (one per record of a kernel several records make,
+    # as their launches go back on), the record's part is taken, and the step's own launch (the same
+    # node: decode is replayed as a graph) goes back on
     launch = 5e-7
 
-    def priced(t: float, share: float = 1.0) -> float:
-        return (t - launch) * share + launch
+    def priced(t: float, share: float = 1.0, records: int = 1) -> float:
+        return (t - launch * records) * share + launch
 
     layer0 = {op["module"].rsplit(".", 1)[-1]: op for op in data["ops"]
               if op["module"].startswith("model.layers.0.") and op.get("expected_s")}
     qkv = _aic_ms("h100_sxm", operations.GEMM("g", 1, 6144, 4096, common.GEMMQuantMode.fp8), True, 1, 8) * 1e-3
-    assert layer0["q_proj"]["expected_s"] == pytest.approx(priced(qkv, 4096 / 6144), rel=1e-6)
-    assert layer0["k_proj"]["expected_s"] == pytest.approx(priced(qkv, 1024 / 6144), rel=1e-6)
+    merged = [layer0[name] for name in ("q_proj", "k_proj", "v_proj")]  # split by their rooflines
+    assert [op["expected_s"] for op in merged] == pytest.approx(
+        [priced(qkv, op["time_bound_s"] / sum(o["time_bound_s"] for o in merged), 3) for op in merged], rel=1e-6)
     down = _aic_ms("h100_sxm", operations.GEMM("g", 1, 4096, 14336, common.GEMMQuantMode.fp8), True, 1, 8) * 1e-3
     assert layer0["down_proj"]["expected_s"] == pytest.approx(priced(down), rel=1e-6)
     attention = next(op for op in data["ops"] if op["name"] == "serving.attention")
@@ -208,9 +210,9 @@ def test_each_kernel_is_its_measured_time_at_its_own_shape(host, cache, tmp_path
 @needs_aic
 def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
     """Mixtral's experts under EP 2 with attention data-parallel: each GPU's gate-up and down records
-    cost AIConfigurator's MoE layer at the tokens routed into the expert group (2 GPUs x B 16), 2/3
-    and 1/3 of it (their FLOPs), under balanced routing; the database's power-law routing is slower;
-    the all-to-alls are its MoE dispatch and combine."""
+    share AIConfigurator's MoE layer at the tokens routed into the expert group (2 GPUs x B 16) with
+    the call's activation and combine, by their rooflines, under balanced routing; the database's
+    power-law routing is slower; the all-to-alls are its MoE dispatch and combine."""
     from aiconfigurator_core.sdk import common, operations
 
     from rooflinekit.stages.kernel_times import query
@@ -223,12 +225,15 @@ def test_the_moe_layer_is_shared_by_its_expert_records(host, cache, tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "p.json").read_text())
     ops = [op for op in data["ops"]
-           if op["module"].startswith("model.layers.0.") and op["name"].startswith("moe.") and op["flops"]]
+           if op["module"].startswith("model.layers.0.") and op["name"].startswith("moe.") and op["kind"] == "modelled"]
+    assert len(ops) == 4  # gate-up, activation, down, weighted combine
     op = operations.MoE("moe", 1, 4096, 14336, 2, 8, 1, 2, common.MoEQuantMode.fp8, "balanced", 1)
     layer = _aic_ms("h100_sxm", op, False, 32, 1) * 1e-3
-    launch = 5e-7  # the graph node each measured time carries comes off before the step's own goes on
-    layer -= launch
-    assert [o["expected_s"] for o in ops] == pytest.approx([layer * 2 / 3 + launch, layer / 3 + launch], rel=1e-6)
+    launch = 5e-7  # the graph node each record's kernel carries comes off before the step's own goes on
+    layer -= 4 * launch
+    roofs = sum(o["time_bound_s"] for o in ops)
+    assert [o["expected_s"] for o in ops] == pytest.approx([layer * o["time_bound_s"] / roofs + launch for o in ops],
+                                                            rel=1e-6)
     # each layer's dispatch and combine: the database's MoE dispatch over 2 ranks at this GPU's 16
     # tokens, bf16 as rooflinekit counts the activations sent
     (a2a,) = [c for c in data["comm"]["collectives"] if c["collective"] == "all_to_all"]
@@ -261,3 +266,45 @@ def test_a_bad_kernel_times_setting_is_refused_in_one_line(host, cache, tmp_path
     assert result.exit_code == 2 and "Traceback" not in result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.output
+
+
+@needs_aic
+def test_deepseek_v3s_mla_layer_is_the_databases_mla_module(host, cache, tmp_path):
+    """DeepSeek-V3 decode on H200 with block-scaled fp8: each attention layer's records (projections,
+    norms, rotary and cache write, the absorbed kernel) come to AIConfigurator's MLA module at the
+    step's batch and positions, measured whole in TensorRT-LLM; DeepSeek-V2's layer, which the module table does not measure (128 heads too, but
+    a 5,120-wide model: other weights), is asked record by record."""
+    from aiconfigurator_core.sdk import common, operations
+
+    from rooflinekit.stages import kernel_times
+    from rooflinekit_plugins.aic.table import source_file
+
+    kernel_times._RESOLVED.clear()
+    block = tmp_path / "block.toml"
+    text = source_file(hardware_db().get("H200 SXM")).read_text()
+    block.write_text(text.replace('formats = { fp8 = "fp8" }', 'formats = { fp8 = "fp8_block" }'))
+    launch = 5e-7
+
+    def layer(model: str) -> list[dict]:
+        out = tmp_path / f"{model}.json"
+        result = CliRunner().invoke(cli, ["profile", str(EXAMPLES / "configs" / f"{model}.json"), "--phase", "decode",
+                                          "-b", "4", "-s", "2048", "-H", "H200 SXM", "--dtype", "fp8", "--kernels",
+                                          "serving", "--efficiency", str(block), "-f", "json", "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        ops = json.loads(out.read_text())["ops"]
+        return [op for op in ops if op["module"].startswith("model.layers.0.self_attn") and op.get("expected_s")]
+
+    v3 = layer("deepseek-v3")
+    module = operations.MLAModule("m", 1, False, 128, common.KVCacheQuantMode.fp8, common.FMHAQuantMode.bfloat16,
+                                  common.GEMMQuantMode.fp8_block, native_num_heads=128)
+    t = _aic_ms("h200_sxm", module, False, 4, 2048) * 1e-3
+    # the module's time carries its kernels' launches (graph nodes), one per record: the layer costs it
+    assert len(v3) >= 6 and sum(op["expected_s"] for op in v3) == pytest.approx(t, rel=1e-6)
+    v2 = layer("deepseek-v2")
+    # its q_a (1,536) and kv_a (576) read one input: the merged GEMM, split by their rooflines
+    merged = [next(op for op in v2 if op["module"].endswith(name)) for name in ("q_a_proj", "kv_a_proj_with_mqa")]
+    gemm = _aic_ms("h200_sxm", operations.GEMM("g", 1, 1536 + 576, 5120, common.GEMMQuantMode.fp8_block), True, 1,
+                   4) * 1e-3
+    roofs = sum(op["time_bound_s"] for op in merged)
+    assert [op["expected_s"] for op in merged] == pytest.approx(
+        [(gemm - 2 * launch) * op["time_bound_s"] / roofs + launch for op in merged], rel=1e-6)

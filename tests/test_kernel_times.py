@@ -33,6 +33,19 @@ OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64,
 GEMM_S, ATTENTION_S, PER_POSITION_S, ALL_REDUCE_S = 1e-3, 2e-3, 1e-6, 3e-3
 EXPERTS_S, DISPATCH_S, PER_TOKEN_S = 4e-3, 1e-3, 1e-5
 MOE = str(MODELS / "experts3d.py")  # hidden 256, inter 128, 16 experts, top 2
+H800_BF16, H800_FP8, H800_HBM = 989e12, 1979e12, 3.35e12  # the datasheet's dense peaks and bandwidth
+
+
+def roof(op: dict) -> float:
+    """An op row's roofline on H800: its FLOPs at the dense peak of its format, its bytes at HBM's rate."""
+    peak = H800_FP8 if op["dtype"] == "fp8" else H800_BF16
+    return max(op["flops"] / peak, (op["bytes_read"] + op["bytes_written"]) / H800_HBM)
+
+
+def split(ops: list[dict], seconds: float, launch: float) -> list[float]:
+    """A measured kernel of `seconds` shared by `ops`, split by their rooflines, a launch each."""
+    total = sum(roof(op) for op in ops)
+    return [seconds * roof(op) / total + launch for op in ops]
 
 
 class _Database:
@@ -43,6 +56,7 @@ class _Database:
     def __init__(self, scale: float = 1.0) -> None:
         self.asked: list = []
         self.scale = scale
+        self.layer_s: float | None = None  # a whole attention layer's answer, where it gives one
 
     def seconds(self, q):
         self.asked.append(q)
@@ -56,6 +70,8 @@ class _Database:
             return EXPERTS_S * self.scale
         if q.kind == "all_to_all" and q.get("tokens") is not None:
             return (DISPATCH_S + PER_TOKEN_S * q["tokens"]) * self.scale
+        if q.kind == "attention_layer" and self.layer_s is not None:
+            return self.layer_s * self.scale
         return None
 
 
@@ -122,16 +138,14 @@ def test_each_kernel_costs_its_measured_time_and_its_launch(database):
     gemms = [op for op in ops if op["name"] == "aten.mm"]
     attention = [op for op in ops if op["name"] == "serving.attention"]
     assert gemms and len(attention) == 2  # one serving kernel per layer
-    # the engine's merged QKV and gate/up GEMMs: one kernel each, its time shared by the siblings'
-    # FLOPs (one m and k: their n); o_proj, down_proj and the head are kernels of their own
+    # the engine's merged QKV and gate/up GEMMs: one kernel each, its time split among the siblings
+    # by their rooflines; o_proj, down_proj and the head are kernels of their own
     merged = {"qkv": ("q_proj", "k_proj", "v_proj"), "gate_up": ("gate_proj", "up_proj")}
     for layer in ("layers.0.", "layers.1."):
         for names in merged.values():
             members = [op for op in gemms if op["module"].startswith(layer) and op["module"].endswith(names)]
             assert len(members) == len(names)
-            total = sum(op["flops"] for op in members)
-            for op in members:
-                assert op["expected_s"] == pytest.approx(GEMM_S * op["flops"] / total + 1e-6)
+            assert [op["expected_s"] for op in members] == pytest.approx(split(members, GEMM_S, 1e-6))
     alone = [op for op in gemms if op["module"].endswith(("o_proj", "down_proj", "lm_head"))]
     assert len(alone) == 5 and all(op["expected_s"] == pytest.approx(GEMM_S + 1e-6) for op in alone)
     asked = {q.kind: [] for q in db.asked}
@@ -166,6 +180,11 @@ def test_the_launch_a_databases_times_carry_is_taken_off_before_the_steps_own(da
     attention = [op for op in ops if op["name"] == "serving.attention"]
     assert all(op["expected_s"] == pytest.approx(ATTENTION_S + PER_POSITION_S * 32 - 0.4e-6 + 1e-6)
                for op in attention)
+    # a kernel several records make (the merged QKV: one GEMM) carries a launch per record, as each
+    # record's own goes back on
+    qkv = [op for op in ops if op["module"].startswith("layers.0.") and op["module"].endswith(("q_proj", "k_proj",
+                                                                                               "v_proj"))]
+    assert len(qkv) == 3 and [op["expected_s"] for op in qkv] == pytest.approx(split(qkv, GEMM_S - 3 * 0.4e-6, 1e-6))
 
 
 def test_a_measured_time_under_the_roofline_is_held_at_it(database):
@@ -238,25 +257,17 @@ def test_a_source_no_plugin_serves_is_refused_in_one_line(tmp_path):
 
 def test_an_moe_layer_and_its_all_to_alls_are_asked_at_their_shapes(database):
     """Experts over 2 GPUs with data-parallel attention, 8 sequences each: the layer is asked at the 16
-    tokens routed into the group, its gate-up and down records cost 2/3 and 1/3 of it (their FLOPs);
-    each dispatch and combine at this GPU's 8 tokens."""
+    tokens routed into the group, and the call's four records (gate-up, activation, down, weighted
+    combine) share it by their rooflines; each dispatch and combine at this GPU's 8 tokens."""
     db, path = database
     args = ["profile", MOE, "--phase", "decode", "-b", "8", "-s", "256", "-H", "H800", "--ep", "2",
             "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    experts = [op for op in data["ops"] if op["name"].startswith("moe.") and op["flops"]]
-    assert len(experts) == 2
-    total = sum(op["flops"] for op in experts)
-    assert [op["expected_s"] for op in experts] == pytest.approx(
-        [EXPERTS_S * op["flops"] / total + 1e-6 for op in experts])
-    assert experts[0]["flops"] == pytest.approx(2 * experts[1]["flops"])  # gate-up: twice down's columns
-    # the activation and the weighted combine run inside the fused-MoE call the database measured:
-    # each costs its launch alone (FLAT's 1 us a kernel)
-    inside = [op for op in data["ops"] if op["name"] in ("moe.act_and_mul", "moe.combine")]
-    assert sorted(op["name"] for op in inside) == ["moe.act_and_mul", "moe.combine"]
-    assert all(op["expected_s"] == pytest.approx(1e-6) for op in inside)
+    call = [op for op in data["ops"] if op["name"].startswith("moe.") and op["kind"] == "modelled"]
+    assert sorted(op["name"] for op in call) == ["moe.act_and_mul", "moe.combine", "moe.down_proj", "moe.gate_up_proj"]
+    assert [op["expected_s"] for op in call] == pytest.approx(split(call, EXPERTS_S, 1e-6))  # FLAT: 1 us a launch
     (asked,) = {q for q in db.asked if q.kind == "experts"}
     assert (asked["tokens"], asked["hidden"], asked["inter"], asked["top_k"], asked["experts"], asked["tp"],
             asked["ep"]) == (16, 256, 128, 2, 16, 1, 2)
@@ -269,8 +280,8 @@ def test_an_moe_layer_and_its_all_to_alls_are_asked_at_their_shapes(database):
 
 def test_an_moe_calls_activation_is_asked_in_its_gemms_format(database):
     """fp8 experts: the GEMM records are fp8, the activation and combine records bf16 (the
-    activations' format); all four are one fused-MoE call, asked once in the GEMMs' format, and the
-    activation and combine cost their launch alone."""
+    activations' format); all four are one fused-MoE call, asked once in the GEMMs' format and split
+    among them by their rooflines."""
     db, path = database
     args = ["profile", MOE, "--phase", "prefill", "-b", "1", "-s", "256", "-H", "H800", "--ep", "2", "--dtype", "fp8",
             "--kernels", "serving", "--efficiency", str(path), "-f", "json"]
@@ -280,9 +291,9 @@ def test_an_moe_calls_activation_is_asked_in_its_gemms_format(database):
     formats = {op["name"]: op["dtype"] for op in data["ops"] if op["name"].startswith("moe.")}
     assert formats["moe.gate_up_proj"] == "fp8" and formats["moe.act_and_mul"] == "bf16"
     assert {q.dtype for q in db.asked if q.kind == "experts"} == {"fp8"}
-    inside = [op for op in data["ops"] if op["name"] in ("moe.act_and_mul", "moe.combine")]
+    call = [op for op in data["ops"] if op["name"].startswith("moe.") and op["kind"] == "modelled"]
     # FLAT's prefill launch, 20 us a kernel (its file has no host_prefill_s: added to every kernel)
-    assert len(inside) == 2 and all(op["expected_s"] == pytest.approx(2e-5) for op in inside)
+    assert len(call) == 4 and [op["expected_s"] for op in call] == pytest.approx(split(call, EXPERTS_S, 2e-5))
 
 
 def test_two_micro_batches_are_asked_at_half_their_tokens(database):
@@ -416,3 +427,42 @@ def test_a_database_on_the_callers_own_plugin_host_serves_its_file(tmp_path):
     assert [q for q in db.asked if q.kind == "gemm"]
     assert any("fake database" in line for line in report.totals.expected_conventions)
     kernel_times._RESOLVED.clear()
+
+
+LAYER_S = 5e-3
+
+
+def test_a_layer_measured_whole_is_shared_by_its_records(database):
+    """A database that times whole attention layers (as AIConfigurator times TensorRT-LLM's MLA module):
+    the records of each self_attn layer (merged QKV, rotary and cache write, the attention kernel,
+    o_proj) share the layer's 5 ms by their rooflines, a launch each; the MLP keeps its GEMM answers. The layer is asked at one GPU's attention
+    kernel with every GPU's heads, the cache's bytes per element and the code's projection weights
+    (q 64 x 64, k and v 64 x 32, o 64 x 64: 12,288 elements); the planner's step model prices it alike."""
+    db, path = database
+    db.layer_s = LAYER_S
+    data = _profile(path, batch=2, context=300)
+    for layer in ("layers.0.self_attn", "layers.1.self_attn"):
+        members = [op for op in data["ops"] if op["module"].startswith(layer) and op.get("expected_s")]
+        names = {op["name"] for op in members}
+        assert {"aten.mm", "serving.attention"} <= names and len([op for op in members if op["name"] == "aten.mm"]) == 4
+        assert [op["expected_s"] for op in members] == pytest.approx(split(members, LAYER_S, 1e-6), rel=1e-9)
+    mlp = [op for op in data["ops"] if op["module"].endswith(("down_proj",)) and op["name"] == "aten.mm"]
+    assert len(mlp) == 2 and all(op["expected_s"] == pytest.approx(GEMM_S + 1e-6) for op in mlp)
+    layers = {q for q in db.asked if q.kind == "attention_layer"}
+    assert {(q.variant, q.dtype, q["batch"], q["q_len"], q["kv_len"], q["heads"], q["kv_heads"], q["head_dim"],
+             q["heads_total"], q["kv_itemsize"], q["weights"]) for q in layers} == \
+        {("gqa", "bf16", 2, 1, 300, 2, 1, 16, 4, 2, 64 * 64 + 2 * 64 * 32 + 64 * 64)}
+    model = _step_model(GQA, OPTIONS, Deployment("H800", tp=2, kernels="serving"), str(path))
+    assert model.expected(2, 300) == pytest.approx(data["totals"]["expected_step_s"], rel=1e-9)
+
+
+def test_a_layer_the_database_does_not_time_asks_each_records_own_kernel(database):
+    """Where the database has no answer for the whole layer, each of its records is asked as its own
+    kernel (the merged QKV GEMM, the attention kernel), as the first test prices them."""
+    db, path = database
+    ops = _profile(path)["ops"]
+    asked = {q.kind for q in db.asked}
+    assert {"attention_layer", "gemm", "attention"} <= asked
+    attention = [op for op in ops if op["name"] == "serving.attention"]
+    assert attention and all(op["expected_s"] == pytest.approx(ATTENTION_S + PER_POSITION_S * 32 + 1e-6)
+                             for op in attention)

@@ -7,7 +7,10 @@ own shape from AIConfigurator's per-op query, as its estimates ask it.
   sequence is a generation kernel over the positions attended, more is a context kernel over the new
   tokens with the rest as its prefix; the KV cache's format as the query names it, the FMHA's bf16
   (fp8 where `fmha = "fp8"`); MLA's absorbed generation kernel by batch, positions and heads (its
-  context kernel, and the projections AIConfigurator measures with it, are not answered);
+  context kernel alone is not answered);
+- DeepSeek-V3's MLA layer whole (`attention_layer`) as the database's MLA module, which TensorRT-LLM
+  runs and AIConfigurator times as one: the projections (the absorbed ones batched), norms, rotary
+  and attention kernel of one GPU's heads, in generation and in context;
 - an MoE layer's experts by tokens routed into the GPU's expert group, shapes, top-k, experts and
   split, under `routing` (balanced by default, as rooflinekit's expected distinct experts assume; the
   database's power-law distributions, such as AIConfigurator's default power_law_1.2, by name), each
@@ -17,8 +20,8 @@ own shape from AIConfigurator's per-op query, as its estimates ask it.
   dispatch (or combine) over attention-data-parallel ranks, in fp8 or bf16 by the bytes per element
   it sends.
 
-Everything else (MLA in prefill, other collectives, element-wise kernels) is not answered,
-so the fractions price it. Only answers resting on measured rows are given (measure.MEASURED).
+Everything else (MLA's prefill kernel outside DeepSeek-V3's layer, other collectives, element-wise
+kernels outside a measured layer or call) is not answered, so the fractions price it. Only answers resting on measured rows are given (measure.MEASURED).
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ KV_FORMATS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8"}
 GQA_FAMILY = ("mha", "gqa", "mqa")
 #: The largest group the custom all-reduce spans (one NVLink node).
 NODE = 8
+#: The MLA layer the database's MLA module tables measure (DeepSeek-V3): its heads, and its
+#: projections' weights in elements (q_a 7168 x 1536, kv_a 7168 x 576, q_b 1536 x 128 x 192, kv_b
+#: 512 x 128 x 256, o 128 x 128 x 7168).
+DSV3_HEADS = 128
+DSV3_MLA_WEIGHTS = 7168 * 1536 + 7168 * 576 + 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * 7168
 
 
 class AicKernels:
@@ -68,7 +76,8 @@ class AicKernels:
     def seconds(self, query) -> float | None:
         if query not in self._asked:
             handler = {"gemm": self._gemm, "attention": self._attention, "experts": self._experts,
-                       "all_reduce": self._all_reduce, "all_to_all": self._all_to_all}.get(query.kind)
+                       "all_reduce": self._all_reduce, "all_to_all": self._all_to_all,
+                       "attention_layer": self._attention_layer}.get(query.kind)
             self._asked[query] = None if handler is None else handler(query)
         return self._asked[query]
 
@@ -110,6 +119,24 @@ class AicKernels:
         op = operations.ContextAttention("attention", 1, heads, kv_heads, common.KVCacheQuantMode[kv],
                                          common.FMHAQuantMode[self.fmha], head_size=head)
         return self._evaluate(op, True, batch, q_len, prefix=max(0, kv_len - q_len))
+
+    def _attention_layer(self, q) -> float | None:
+        """A DeepSeek-V3 MLA layer whole, as the database's MLA module (its projections, norms, rotary
+        and attention kernel, measured together in TensorRT-LLM): only for the layer the module table
+        measures (128 heads, DeepSeek-V3's projection weights), in bf16 or block-scaled fp8."""
+        from aiconfigurator_core.sdk import common, operations
+
+        gemm, kv = self.formats.get(q.dtype), {1: "fp8", 2: "bfloat16"}.get(int(q.get("kv_itemsize") or 0))
+        if (q.variant != "mla" or q.get("heads_total") != DSV3_HEADS or q.get("weights") != DSV3_MLA_WEIGHTS
+                or gemm not in ("bfloat16", "fp8_block") or kv is None):
+            return None
+        batch, q_len, kv_len = max(1, round(q["batch"])), max(1, round(q["q_len"])), max(1, round(q["kv_len"]))
+        op = operations.MLAModule("mla", 1, q_len > 1, int(q["heads"]), common.KVCacheQuantMode[kv],
+                                  common.FMHAQuantMode[self.fmha], common.GEMMQuantMode[gemm],
+                                  native_num_heads=DSV3_HEADS)
+        if q_len == 1:
+            return self._evaluate(op, False, batch, kv_len)
+        return self._evaluate(op, True, batch, q_len, prefix=kv_len - q_len)
 
     def _experts(self, q) -> float | None:
         from aiconfigurator_core.sdk import common, operations

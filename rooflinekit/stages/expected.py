@@ -43,7 +43,7 @@ from rooflinekit.stages.efficiency_table import (
 )
 from rooflinekit.stages.expected_words import TWO_BATCH_WORDS
 from rooflinekit.stages.hardware import HardwareSpec
-from rooflinekit.stages.kernel_times import hold_shares, measured_time, queries_of, whole
+from rooflinekit.stages.kernel_times import answered, hold_shares, measured_time, queries_of, whole
 
 if TYPE_CHECKING:  # a type only: the capture package imports torch, which pricing a report needs not
     from rooflinekit.stages.capture.records import OpRecord
@@ -246,11 +246,10 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         peak = peaks.get(op.dtype) or peaks.setdefault(op.dtype, hw.peak(op.dtype))
         n = op.attrs.get("merged", 1)  # a sweep's compact record stands for n equal kernels
         f, b = halved(op.flops, op.bytes, op.param_bytes, half_expert_weights(op)) if two else (op.flops, op.bytes)
-        asked = None if q is None else q.halved() if two else q
+        asked = None if q is None else answered(measured, q.halved() if two else q)
         t = None if asked is None else measured_time(measured, asked, f, b, peak, bandwidth, n)
         if t is not None and asked.get("share") is not None:
-            shares.append((len(own), whole(asked), (2 if two else 1) * n * max(f / peak, b / bandwidth),
-                           asked["share"] == 0))
+            shares.append((len(own), whole(asked), (2 if two else 1) * n * max(f / peak, b / bandwidth)))
         if t is None:
             t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=two), op.dtype)
         if two:

@@ -15,11 +15,19 @@ A kernel is asked as a `KernelQuery`: its kind, its format and its dimensions.
   expert group), ``hidden``, ``inter`` (one expert's intermediate size), ``top_k``, ``experts``,
   ``tp`` and ``ep`` (how the experts are split), and ``share``: the part of the call this record is
   (a GEMM its matrix's FLOPs over the layer's; the activation and the combine 0, their work being
-  inside the call's measured time);
+  inside the call's measured time). A kernel several records share is split among them by their
+  rooflines once answered (hold_shares), so the shares say which records make the kernel;
 - a collective by its name (``all_reduce``, ``all_gather``, ...): ``message_bytes`` over
   ``group_size`` GPUs; an expert-parallel ``all_to_all`` declares its shape instead: this GPU's
   ``tokens``, ``hidden``, ``top_k``, ``experts``, ``ep``, ``itemsize`` (bytes per element sent) and
-  ``combine`` (0: the dispatch before the experts, 1: the combine after them).
+  ``combine`` (0: the dispatch before the experts, 1: the combine after them);
+- ``attention_layer``: a whole attention layer as an engine's module runs it (its projections, norms,
+  rotary and attention kernel; the serving view declares it, `variant` the architecture), by the
+  attention kernel's dimensions plus ``heads_total`` (the layer's heads on every GPU), ``kv_itemsize``
+  (the cache's bytes per element) and ``weights`` (the layer's projection weights, elements, on every
+  GPU: what names the model's layer), in its GEMMs' format; each record a ``share`` of the layer.
+  A database without the layer is asked for each record's own kernel instead (the query's
+  ``fallback``).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ class KernelQuery:
     dtype: str
     dims: tuple[tuple[str, float], ...]
     variant: str = ""
+    #: The record's own kernel, asked where the database does not answer this one (a layer's record).
+    fallback: KernelQuery | None = None
 
     def __getitem__(self, name: str) -> float:
         return dict(self.dims)[name]
@@ -60,7 +70,8 @@ class KernelQuery:
         """The kernel of one of two micro-batches: half its tokens (rounded up), as two-batch overlap
         runs it; attention halves its sequences, or one sequence's new tokens where it has one."""
         dims = dict(self.dims)
-        if self.kind == "attention":
+        fallback = None if self.fallback is None else self.fallback.halved()
+        if self.kind in ("attention", "attention_layer"):
             if dims["batch"] >= 2:
                 dims["batch"] = math.ceil(dims["batch"] / 2)
             else:
@@ -71,8 +82,8 @@ class KernelQuery:
             name = TOKEN_DIMS[self.kind]
             dims[name] = math.ceil(dims[name] / 2)
         else:
-            return self
-        return replace(self, dims=tuple(dims.items()))
+            return replace(self, fallback=fallback)
+        return replace(self, dims=tuple(dims.items()), fallback=fallback)
 
 
 @runtime_checkable
@@ -151,7 +162,28 @@ def queries_of(ops, attention_ops) -> list[KernelQuery | None]:
         for i in members:
             q = out[i]
             out[i] = query("gemm", q.dtype, m=q["m"], n=total, k=q["k"], share=q["n"] / total)
-    return _inside_in_format(out)
+    return _in_layers(ops, _inside_in_format(out))
+
+
+def _in_layers(ops, out: list[KernelQuery | None]) -> list[KernelQuery | None]:
+    """Each record of a layer its view declares whole (attrs["layer_kernel"]: its kind, variant, layer
+    and dimensions) asked as a share of the layer (its FLOPs'), in the format of the layer's GEMMs
+    (else the declared one), its own query the fallback."""
+    layers: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        declared = op.attrs.get("layer_kernel")
+        if declared:
+            layers.setdefault(declared["layer"], []).append(i)
+    for members in layers.values():
+        declared = ops[members[0]].attrs["layer_kernel"]
+        flops = sum(ops[i].flops for i in members)
+        fmt = next((out[i].dtype for i in members if out[i] is not None and out[i].kind == "gemm"), declared["dtype"])
+        dims = {k: v for k, v in declared.items() if k not in ("kind", "dtype", "variant", "layer")}
+        for i in members:
+            layer = query(declared["kind"], fmt, declared.get("variant", ""), **dims,
+                          share=ops[i].flops / flops if flops > 0 else 0.0)
+            out[i] = replace(layer, fallback=out[i])
+    return out
 
 
 def _inside_in_format(out: list[KernelQuery | None]) -> list[KernelQuery | None]:
@@ -174,46 +206,59 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
                   bandwidth: float, count: int = 1) -> float | None:
     """`count` equal kernels' time from the database (a record that is a `share` of a kernel: that
     share of the kernel's; a sweep's compact record stands for `count` kernels, its counts theirs),
-    less the launch the database's times include, held at the roofline of their FLOPs and bytes (a
-    record of share 0, whose work the answered kernel holds: 0, its kernel held whole by hold_shares);
-    None where the database has no answer."""
-    share = q.get("share")
-    if share is not None:
-        q = whole(q)
-    t = times.seconds(q)
-    if t is None or not t > 0 or not math.isfinite(t):
+    less the launch the database's times include, held at the roofline of their FLOPs and bytes; a
+    record that is a share of a kernel: its share less one launch, unheld (below 0 for share 0), the
+    kernel then split among its records and held whole by hold_shares; None where the database has
+    no answer."""
+    q = answered(times, q)
+    if q is None:
         return None
-    if share == 0:  # a record whose work the answered kernel's measured time holds (module docstring)
-        return 0.0
-    t = (t - min(t, float(getattr(times, "launch_included_s", 0.0) or 0.0))) * count * (1.0 if share is None else share)
-    return max(t, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
+    share = q.get("share")
+    t = times.seconds(whole(q))
+    launch = min(t, float(getattr(times, "launch_included_s", 0.0) or 0.0))
+    if share is not None:  # one of the records a kernel is made of: the launches its measured time
+        # carries are theirs, one each (a merged GEMM is one kernel, a module's each its own), so
+        # together they cost it whole; split among them by their rooflines (hold_shares)
+        return (t * share - launch) * count
+    return max((t - launch) * count, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
 
 
 def whole(q: KernelQuery) -> KernelQuery:
-    """The kernel a record's query is a share of: the query without its `share`."""
-    return replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"))
+    """The kernel a record's query is a share of: the query without its `share` (and its fallback)."""
+    return replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"), fallback=None)
 
 
-def hold_shares(times: list[float], shares: list[tuple[int, KernelQuery, float, bool]]) -> None:
-    """Hold each measured kernel that several records share at the roofline of all their work, in
-    place. `shares` holds (index into `times`, the kernel's query, the record's roofline time, whether
-    the record is inside the kernel at share 0). Where a kernel's records come to less than the sum
-    of their rooflines (a record of share 0 costs nothing of its own), the shortfall goes to its
-    share-0 records by their rooflines, or to every record where none is, so no measured kernel is
-    priced under the bound of the work its records count."""
-    groups: dict[tuple, list[tuple[int, float, bool]]] = {}
-    for i, q, roof, inside in shares:  # one kernel's records, its dimensions to 9 figures (a step
-        # model's come from polynomials, a few ulps apart from record to record)
+def answered(times: KernelTimes, q: KernelQuery | None) -> KernelQuery | None:
+    """The query the database answers for a record: `q`, else its fallback's answer; None where
+    neither is answered (a positive, finite time)."""
+    while q is not None:
+        t = times.seconds(whole(q))
+        if t is not None and t > 0 and math.isfinite(t):
+            return q
+        q = q.fallback
+    return None
+
+
+def hold_shares(times: list[float], shares: list[tuple[int, KernelQuery, float]]) -> None:
+    """Split each measured kernel that several records share among them by their rooflines, in place.
+    `shares` holds (index into `times`, the kernel's query, the record's roofline time); `times` holds
+    each record's share of the measured time. A kernel's records together cost its measured time, or
+    the sum of their rooflines where that is more (no measured kernel is priced under the bound of the
+    work its records count), each the part its own roofline is of theirs: every record at or above
+    its own bound, whatever the shares a declaration gave (a layer's projections and attention kernel
+    by FLOPs, an MoE call's activation at 0)."""
+    groups: dict[tuple, list[tuple[int, float]]] = {}
+    for i, q, roof in shares:  # one kernel's records, its dimensions to 9 figures (a step model's
+        # come from polynomials, a few ulps apart from record to record)
         key = (q.kind, q.dtype, q.variant, tuple((k, float(f"{v:.9g}")) for k, v in q.dims))
-        groups.setdefault(key, []).append((i, roof, inside))
+        groups.setdefault(key, []).append((i, roof))
     for members in groups.values():
-        short = sum(r for _, r, _ in members) - sum(times[i] for i, _, _ in members)
-        if short <= 1e-15 * sum(r for _, r, _ in members):
+        roofs = sum(r for _, r in members)
+        if not roofs > 0:
             continue
-        takers = [(i, r) for i, r, inside in members if inside and r > 0] or [(i, r) for i, r, _ in members if r > 0]
-        total = sum(r for _, r in takers)
-        for i, r in takers:
-            times[i] += short * r / total
+        total = max(roofs, sum(times[i] for i, _ in members))
+        for i, r in members:
+            times[i] = total * r / roofs
 
 
 #: (source, settings) -> the database a plugin serves, resolved once per process.

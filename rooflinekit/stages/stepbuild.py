@@ -111,15 +111,20 @@ def kernel_queries(captures: list[DesignCapture], design: Design, hw: HardwareSp
     if table_for(hw).kernel_times_spec is None:
         return [None] * len(captures[0].ops)
     asked = [queries_of(c.ops, c.attention_ops) for c in captures]
-    out = []
-    for found in zip(*asked, strict=True):
-        head = found[0]
-        names = [d for d, _ in head.dims] if head is not None else []
-        if any(q is None or (q.kind, q.variant, q.dtype, [d for d, _ in q.dims]) !=
-               (head.kind, head.variant, head.dtype, names) for q in found):
-            out.append(None)
-            continue
-        out.append((head.kind, head.variant, head.dtype, tuple(
-            (name, design.poly(tuple(q.dims[j][1] for q in found))) for j, name in enumerate(names))))
-    return out
+    return [_query_spec(found, design) for found in zip(*asked, strict=True)]
+
+
+def _query_spec(found: tuple, design: Design) -> tuple | None:
+    """One op's queries at the design points as a KernelGroup.query (its fallback's likewise); None
+    where a point declares none or a different kind of kernel."""
+    head = found[0]
+    names = [d for d, _ in head.dims] if head is not None else []
+    if any(q is None or (q.kind, q.variant, q.dtype, [d for d, _ in q.dims]) !=
+           (head.kind, head.variant, head.dtype, names) for q in found):
+        return None
+    fallback = None
+    if head.fallback is not None and all(q.fallback is not None for q in found):
+        fallback = _query_spec(tuple(q.fallback for q in found), design)
+    return (head.kind, head.variant, head.dtype, tuple(
+        (name, design.poly(tuple(q.dims[j][1] for q in found))) for j, name in enumerate(names)), fallback)
 

@@ -34,6 +34,7 @@ from rooflinekit.stages.expected import classify, expert_fractions, halved, runs
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import KernelQuery, hold_shares, measured_time, whole
+from rooflinekit.stages.kernel_times import answered as answered_query
 from rooflinekit.stages.linesum import first_true, max_linear_sum, two_lines
 
 #: The fractions of a kernel whose work another record's measured kernel holds: any work at no time.
@@ -41,11 +42,12 @@ INSIDE = Fractions(math.inf, math.inf)
 
 
 def query_at(spec: tuple | None, values: list[float]) -> KernelQuery | None:
-    """A group's query ((kind, variant, dtype, ((dimension, poly index), ...))) at `values`."""
+    """A group's query ((kind, variant, dtype, ((dimension, poly index), ...), the fallback's spec or
+    None)) at `values`."""
     if spec is None:
         return None
-    kind, variant, dtype, dims = spec
-    return KernelQuery(kind, dtype, tuple((name, values[i]) for name, i in dims), variant)
+    kind, variant, dtype, dims, fallback = spec
+    return KernelQuery(kind, dtype, tuple((name, values[i]) for name, i in dims), variant, query_at(fallback, values))
 
 
 @dataclass(frozen=True)
@@ -306,7 +308,7 @@ class StepModel:
                 frac = expert_fractions(frac, table, self._expert_bytes(k, values))
             out.append(frac)
         if answered:
-            self._held(out, answered, values, micro)
+            self._held(out, answered, values, measured, micro)
         return out
 
     def _asked(self, k: KernelGroup, values: list[float], micro: bool) -> tuple[KernelQuery, float, float]:
@@ -327,29 +329,31 @@ class StepModel:
         t = measured_time(measured, q, f, b, peak, bandwidth)
         if t is None:
             return None
-        if t == 0:  # inside another record's measured kernel (a fused-MoE call's activation, combine)
+        if t <= 0:  # a share of a measured kernel with none of its own yet: _held splits the kernel
             return INSIDE
-        return Fractions(min(1.0, f / (t * peak)) if f > 0 else 1.0, min(1.0, b / (t * bandwidth)) if b > 0 else 1.0)
+        # past 1 for a share of a kernel under its own roofline: _held splits the kernel by rooflines
+        return Fractions(f / (t * peak) if f > 0 else 1.0, b / (t * bandwidth) if b > 0 else 1.0)
 
-    def _held(self, out: list[Fractions], answered: list[int], values: list[float], micro: bool) -> None:
-        """The fractions of the kernels that are shares of one measured kernel held together at the
-        roofline of their work (kernel_times.hold_shares, as expected.expected_step holds them), in place."""
+    def _held(self, out: list[Fractions], answered: list[int], values: list[float], measured, micro: bool) -> None:
+        """The fractions of the kernels that are shares of one measured kernel, split by their
+        rooflines and held together at the roofline of their work (kernel_times.hold_shares, as
+        expected.expected_step splits them), in place."""
         shares, times, work = [], [], []
         for i in answered:
             k = self.kernels[i]
             q, f, b = self._asked(k, values, micro)
-            if q.get("share") is None:
+            q = answered_query(measured, q)
+            if q is None or q.get("share") is None:
                 continue
             peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
-            shares.append((len(times), whole(q), k.count * max(f / peak, b / bandwidth), q["share"] == 0))
-            times.append(k.count * _kernel_time(f, b, self.hw, out[i], k.dtype))
+            shares.append((len(times), whole(q), k.count * max(f / peak, b / bandwidth)))
+            times.append(k.count * measured_time(measured, q, f, b, peak, bandwidth))
             work.append((i, f, b, peak, bandwidth))
-        before = list(times)
         hold_shares(times, shares)
-        for (i, f, b, peak, bandwidth), t, was in zip(work, times, before, strict=True):
-            if t > was:
-                t /= self.kernels[i].count
-                out[i] = Fractions(f / (t * peak) if f > 0 else math.inf, b / (t * bandwidth) if b > 0 else math.inf)
+        for (i, f, b, peak, bandwidth), t in zip(work, times, strict=True):
+            t /= self.kernels[i].count
+            out[i] = INSIDE if not t > 0 else Fractions(f / (t * peak) if f > 0 else math.inf,
+                                                         b / (t * bandwidth) if b > 0 else math.inf)
 
     def _expert_bytes(self, k: KernelGroup, values: list[float]) -> float | None:
         """One expert's matrix bytes of an MoE GEMM kernel (expected.expert_bytes: its extras slot's

@@ -18,6 +18,10 @@ same step, restated from the capture of the code as written (`--kernels serving`
   anchors run as one kernel each by the fused view's rule (rooflinekit.stages.fusion: residual add +
   RMSNorm, activation-and-mul, rotary + cache write), each restated as one record named after the
   engine kernel it stands for (`serving.fused_add_rms_norm`, `serving.silu_and_mul`, ...).
+- **Layers for a database of measured kernels.** Each record of a priced layer's module carries
+  the layer whole (attrs["layer_kernel"]), so a database that times engines' attention modules
+  (AIConfigurator's MLA module) can price the layer as one; where it does not, each record is its
+  own kernel.
 - **Memory**: the dropped ops' storages, and values a fused kernel keeps on chip, are no longer
   allocations of the step (rooflinekit.stages.memory reads the restated capture).
 
@@ -49,6 +53,7 @@ from rooflinekit.stages.attribute import AttentionSite, attention_workload
 from rooflinekit.stages.capture import CaptureResult, OpRecord
 from rooflinekit.stages.fusion import kernel_records
 from rooflinekit.stages.hardware import HardwareSpec
+from rooflinekit.stages.kernel_times import gemm_dims
 from rooflinekit.stages.roofline import op_figures
 from rooflinekit.transforms.base import Counted, TransformContext, rebuild_ops
 
@@ -111,6 +116,7 @@ def gpu_spec(row: AttentionSite, ctx: TransformContext) -> AttentionSpec:
 
 #: Cached element sizes -> the format a database of measured kernels knows a KV cache by.
 _CACHE_FORMATS = {1: "fp8", 2: "bf16", 4: "fp32"}
+_ITEMSIZES = {name: size for size, name in _CACHE_FORMATS.items()}
 
 
 def kernel_declared(row: AttentionSite, workload: Workload, ctx: TransformContext) -> dict | None:
@@ -200,6 +206,47 @@ def _layer(row: AttentionSite, ops: list[OpRecord], params: set[int], workload: 
                        notes=list(row.notes) + [f"serving view: attention by the {row.spec.arch} serving kernel "
                                                 f"[plugin '{row.plugin}']"])
     return _Layer(dropped, records, restated, attention)
+
+
+def _inside(module: str, layer: str) -> bool:
+    """Whether `module` is `layer` or one of its submodules."""
+    return module == layer or module.startswith(layer + ".")
+
+
+def _mark_layers(ops: list[OpRecord], layers: list[tuple[AttentionSite, OpRecord]],
+                 written: list[OpRecord]) -> list[OpRecord]:
+    """Each record of an attention layer's module (the site's) whose serving kernel declares its
+    shape, marked as part of the whole layer (attrs["layer_kernel"]: kind "attention_layer", the
+    kernel's dimensions, the layer's heads on every GPU, the cache's bytes per element and the
+    projection weights the code holds there, in elements, from `written`: the capture before the
+    view), which a database of measured kernels that times engines' attention modules is asked for
+    (rooflinekit.stages.kernel_times, queries_of). Collectives are not part of it."""
+    kernels = {row.module: (row, attention.attrs["kernel"]) for row, attention in layers
+               if attention.attrs.get("kernel")}
+    if not kernels:
+        return ops
+    found: dict[str, str | None] = {}
+
+    def layer_of(module: str) -> str | None:  # the layer holding `module`, looked up once per name
+        if module not in found:
+            found[module] = next((m for m in kernels if _inside(module, m)), None) if module else None
+        return found[module]
+
+    weights = dict.fromkeys(kernels, 0)
+    for op in written:
+        dims = gemm_dims(op.name, op.shapes) if op.param_bytes > 0 and layer_of(op.module) else None
+        if dims is not None:
+            weights[layer_of(op.module)] += dims[1] * dims[2]
+    declared = {m: {**kernel, "kind": "attention_layer", "layer": m, "heads_total": row.spec.num_heads,
+                    "weights": weights[m], "kv_itemsize": _ITEMSIZES.get(kernel["dtype"], 0)}
+                for m, (row, kernel) in kernels.items()}
+    out = []
+    for op in ops:
+        layer = layer_of(op.module)
+        if layer is not None and op.kind != "collective" and not op.attrs.get("collective"):
+            op = replace(op, attrs={**op.attrs, "layer_kernel": declared[layer]})
+        out.append(op)
+    return out
 
 
 def _dead_feeders(ops: list[OpRecord], dropped: set[int], sites: list[str], params: set[int]) -> set[int]:
@@ -294,6 +341,8 @@ def serve(counted: Counted, ctx: TransformContext) -> Counted:
                     else replace(layer.row, op_indices=[at[id(layer.attention)]], kv_op_indices=[]))
     fused, index2 = _fused(_merge_siblings(out, params), params)
     rows = [_remap(r, index2) for r in rows]
+    fused = _mark_layers(fused, [(row, layers[id(row)].attention) for row in counted.attention if id(row) in layers],
+                         ops)
     notes = [ASSUMPTION]
     if unpriced:
         notes.append(f"serving view: {len(unpriced)} attention layer(s) no plugin prices a serving kernel for "
