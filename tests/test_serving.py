@@ -165,3 +165,33 @@ def test_the_cli_takes_kernels_and_prints_both_views():
     assert "kernels: serving view" in result.output and "as written" in result.output
     bad = CliRunner().invoke(cli, ["profile", str(EXAMPLES / "llama_gqa.py"), "--kernels", "fast"])
     assert bad.exit_code != 0
+
+
+def test_a_routers_top_k_runs_as_one_routing_kernel():
+    """A router's top-k and the softmax over its picks run as one kernel, as engines' fused routing
+    kernels do: it reads the T x E logits (bf16) once and writes the T x k weights (bf16) and indices
+    (int64); the top-k values live only inside it. experts3d: hidden 256, 16 experts, top 2."""
+    tokens, experts, k = 4, 16, 2
+    report = _profiled(ROOT / "tests" / "models" / "experts3d.py", Workload("decode", tokens, 64), "serving")
+    routing = [op for op in report.ops if op.name == "serving.moe_routing"]
+    assert len(routing) == 1 and routing[0].module == "moe"
+    assert not [op for op in report.ops if op.name in ("aten.topk", "aten._softmax")]
+    assert routing[0].bytes_read == tokens * experts * 2
+    assert routing[0].bytes_written == tokens * k * (2 + 8)
+
+
+@pytest.mark.hf
+def test_deepseek_v3s_grouped_top_k_runs_as_one_routing_kernel():
+    """DeepSeek-V3's router (sigmoid scores, the correction bias, top-2 of each of 8 groups, the top 4
+    groups masked in, top-8 of what is left, gather, normalisation): one routing kernel after its GEMM
+    in each MoE layer, reading the fp32 logits and the bias once."""
+    c = json.loads((CONFIGS / "deepseek-v3.json").read_text())
+    batch = 2
+    report = _profiled(CONFIGS / "deepseek-v3.json", Workload("decode", batch, 1024), "serving")
+    moe_layers = c["num_hidden_layers"] - c["first_k_dense_replace"]
+    gate = [op for op in report.ops if op.module.endswith("mlp.gate")]
+    assert len(gate) == 2 * moe_layers
+    routing = [op for op in gate if op.name == "serving.moe_routing"]
+    assert len(routing) == moe_layers
+    experts = c["n_routed_experts"]
+    assert all(op.bytes_read == (batch * experts + experts) * 4 for op in routing)

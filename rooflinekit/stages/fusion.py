@@ -159,9 +159,11 @@ def fuse(ops: list[OpRecord]) -> Fusion:
     return Fusion(kernels=kernels, op_bytes=op_bytes, kernel_of=kernel_of, unknown=unknown)
 
 
-def _group(ops: list[OpRecord]) -> tuple[list[int], list[list[int]], dict[int, float], int]:
+def _group(ops: list[OpRecord], also: frozenset[int] = frozenset(),
+           ) -> tuple[list[int], list[list[int]], dict[int, float], int]:
     """Pass 1: per op its kernel's root (-1: an anchor), the producer of each of its reads (-1:
-    none), each storage's size, and how many fusible ops were kept eager (traffic not known)."""
+    none), each storage's size, and how many fusible ops were kept eager (traffic not known).
+    `also`: positions of ops fused although their kind is an anchor's (a router's top-k)."""
     n = len(ops)
     fus = [False] * n
     unknown = 0
@@ -203,7 +205,7 @@ def _group(ops: list[OpRecord]) -> tuple[list[int], list[list[int]], dict[int, f
         is_fusible = known.get(name)
         if is_fusible is None:
             is_fusible = fusible(name)
-        if not is_fusible:
+        if not is_fusible and i not in also:
             continue
         if not (_close(read, op.bytes_read) and _close(written, op.bytes_written)):
             unknown += 1  # its per-storage traffic does not add up to its totals: kept eager
@@ -325,13 +327,15 @@ def fusion_notes(fusion: Fusion) -> list[str]:
             "not known: counts evaluated from a fit or changed by a transform), so totals.fused is an upper bound"]
 
 
-def kernel_records(ops: list[OpRecord], params: set[int], name_of) -> list[OpRecord]:
+def kernel_records(ops: list[OpRecord], params: set[int], name_of, also: frozenset[int] = frozenset(),
+                   ) -> list[OpRecord]:
     """`ops` with each fused kernel of two or more ops restated as one record (the serving view,
     rooflinekit.transforms.serving): its FLOPs, and the storages it reads from and writes to HBM at
     the bytes the fused view charges them (a value made and used inside the kernel moves nothing).
     The record stands where the kernel's last op stood, named `name_of(member ops)`; anchors and
-    single-op kernels are kept as they were. Records are not renumbered."""
-    group, producers, size, _ = _group(ops)
+    single-op kernels are kept as they were; the ops at positions in `also` fuse as the fusible
+    ones do (an engine's fused routing kernel holds a router's top-k). Records are not renumbered."""
+    group, producers, size, _ = _group(ops, also)
     members: dict[int, list[int]] = {}
     for i, g in enumerate(group):
         if g >= 0:

@@ -17,7 +17,9 @@ same step, restated from the capture of the code as written (`--kernels serving`
   gate/up, MLA's q_a/kv_a) read it once (merged QKV and gate/up GEMMs); elementwise chains between
   anchors run as one kernel each by the fused view's rule (rooflinekit.stages.fusion: residual add +
   RMSNorm, activation-and-mul, rotary + cache write), each restated as one record named after the
-  engine kernel it stands for (`serving.fused_add_rms_norm`, `serving.silu_and_mul`, ...).
+  engine kernel it stands for (`serving.fused_add_rms_norm`, `serving.silu_and_mul`, ...); a
+  router's selection (top-k, sort, gather, scatter) fuses with its scores' math into one routing
+  kernel (`serving.moe_routing`), as engines' fused routing kernels run it.
 - **Layers for a database of measured kernels.** Each record of a priced layer's module carries
   the layer whole (attrs["layer_kernel"]), so a database that times engines' attention modules
   (AIConfigurator's MLA module) can price the layer as one; where it does not, each record is its
@@ -60,7 +62,13 @@ from rooflinekit.transforms.base import Counted, TransformContext, rebuild_ops
 ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's serving kernel as its "
               "architecture plugin prices it (no mask, repeated or re-expanded K/V materialised; the cache "
               "read once per step), merged QKV and gate/up GEMMs, elementwise chains fused (residual add + "
-              "RMSNorm, activation-and-mul, rotary + cache write); docs/accounting.md, Serving view")
+              "RMSNorm, activation-and-mul, rotary + cache write), a router's top-k with its scores' math in one "
+              "routing kernel; docs/accounting.md, Serving view")
+#: A router's selection ops, which engines run inside one fused routing kernel (vLLM's topk_softmax
+#: and grouped_topk, SGLang's biased_grouped_topk, TensorRT-LLM's fused routing) with the scores'
+#: element-wise math around them.
+_SELECTION = frozenset({"aten.topk", "aten.sort", "aten.argsort", "aten.gather", "aten.scatter", "aten.scatter_",
+                        "aten.scatter_add", "aten.scatter_add_"})
 #: Engine kernel names for a fused chain, by the ops it holds (first match wins).
 _CACHE_WRITES = frozenset({"aten.index_copy_", "aten.index_copy", "aten.index_put_", "aten.index_put",
                            "aten.slice_scatter", "aten.copy_"})
@@ -69,6 +77,8 @@ _CACHE_WRITES = frozenset({"aten.index_copy_", "aten.index_copy", "aten.index_pu
 def kernel_name(kernel: list[OpRecord]) -> str:
     """The serving engine's name for a fused chain of ops (vLLM's custom ops), by what it holds."""
     names = {op.name for op in kernel}
+    if names & _SELECTION:
+        return "serving.moe_routing"
     rotary = "aten.neg" in names or "aten.cat" in names
     if rotary and names & _CACHE_WRITES:
         return "serving.rotary_embedding+reshape_and_cache"
@@ -297,9 +307,25 @@ def _merge_siblings(ops: list[OpRecord], params: set[int]) -> list[OpRecord]:
     return out
 
 
+def routing_ops(ops: list[OpRecord]) -> frozenset[int]:
+    """Positions of a router's selection ops: in a module that takes a top-k of what a projection
+    of it (or of a submodule) made, its top-k, sorts, gathers and scatters after that projection,
+    which the serving view fuses with the scores' element-wise math into one routing kernel."""
+    out: set[int] = set()
+    routers = {op.module for op in ops if op.name == "aten.topk" and op.kind == "op"}
+    for module in routers:
+        first = next((i for i, op in enumerate(ops) if is_projection(op) and _inside(op.module, module)), None)
+        if first is None:
+            continue
+        out.update(i for i in range(first + 1, len(ops)) if ops[i].module == module and ops[i].kind == "op"
+                   and ops[i].name in _SELECTION)
+    return frozenset(out)
+
+
 def _fused(ops: list[OpRecord], params: set[int]) -> tuple[list[OpRecord], dict[int, int]]:
-    """The elementwise chains fused (one record per kernel), renumbered; old index -> new."""
-    merged = kernel_records(ops, params, kernel_name)
+    """The elementwise chains fused (one record per kernel), a router's with its selection ops,
+    renumbered; old index -> new."""
+    merged = kernel_records(ops, params, kernel_name, routing_ops(ops))
     index: dict[int, int] = {}
     out = []
     for op in merged:
