@@ -32,6 +32,7 @@ GQA = str(EXAMPLES / "llama_gqa.py")
 OPTIONS = {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden": 64, "intermediate": 128, "vocab": 100}
 GEMM_S, ATTENTION_S, PER_POSITION_S, ALL_REDUCE_S = 1e-3, 2e-3, 1e-6, 3e-3
 EXPERTS_S, DISPATCH_S, PER_TOKEN_S = 4e-3, 1e-3, 1e-5
+LAYER_S = 5e-3  # a whole attention layer, where the database is told to time one
 MOE = str(MODELS / "experts3d.py")  # hidden 256, inter 128, 16 experts, top 2
 H800_BF16, H800_FP8, H800_HBM = 989e12, 1979e12, 3.35e12  # the datasheet's dense peaks and bandwidth
 
@@ -362,6 +363,39 @@ def test_a_mixed_steps_all_to_all_is_asked_at_both_steps_tokens(database):
     assert tokens == {2 + 0.5 * 64}  # this GPU's 2 decode tokens and half of the 64-token prompt's
 
 
+def test_a_mixed_steps_layer_is_no_one_measured_layer(database):
+    """A step that runs a prompt's chunk beside decode groups runs each layer at several shapes: no
+    one measured layer prices it, in `profile --mix` and the planner's mixed step alike, so its
+    records are asked as their own kernels; a decode step alone is asked as the layer. `profile
+    --mix` prices the mixed step as the same records without a layer answer do."""
+    from rooflinekit.analyses.stepfit import Shape
+    from rooflinekit.stages.stepmixed import mixed_mean
+
+    db, path = database
+
+    def mixed_step() -> float:
+        args = ["profile", GQA, "--mix", "1024:4", "--chunk", "256", "-H", "H800", "--dtype", "bf16", "--kernels",
+                "serving", "--tp", "2", "--efficiency", str(path), "-f", "json"]
+        result = CliRunner().invoke(cli, args + [a for k, v in OPTIONS.items() for a in ("-O", f"{k}={v}")])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)["totals"]["expected_step_s"]
+
+    db.layer_s = LAYER_S
+    mixed = mixed_step()
+    assert not [q for q in db.asked if q.kind == "attention_layer"]
+    db.layer_s = None
+    assert mixed_step() == pytest.approx(mixed, rel=1e-12)
+    db.layer_s = LAYER_S
+    deployment = Deployment("H800", tp=2, kernels="serving")
+    decode = _step_model(GQA, OPTIONS, deployment, str(path))
+    prefill = _step_model(GQA, OPTIONS, deployment, str(path), Shape("prefill", 1, (1,), (64, 128)))
+    db.asked.clear()
+    mixed_mean(decode, prefill, 2, 256, 257, 0.5)
+    assert not [q for q in db.asked if q.kind == "attention_layer"]
+    mixed_mean(decode, prefill, 2, 256, 257, 0.0)
+    assert [q for q in db.asked if q.kind == "attention_layer"]
+
+
 @pytest.mark.parametrize("path, options, tp, ep", [(GQA, OPTIONS, 2, 1), (MOE, {}, 1, 2)], ids=["gqa-tp2", "moe-ep2"])
 def test_the_planners_means_read_the_middle_context(database, path, options, tp, ep):
     """Under measured times the mean over a generation (the planner's TPOT, decode-only or through
@@ -385,19 +419,32 @@ def test_the_planners_means_read_the_middle_context(database, path, options, tp,
         assert any(q.kind == "all_to_all" and q.get("tokens") for q in db.asked)
 
 
-def test_sweep_points_from_the_fit_price_as_profile_does(database):
+@pytest.mark.parametrize("path, options, kernels, layer_s, ep", [
+    # hidden 64 = 4 heads x 16: q_proj and o_proj of equal counts
+    (GQA, OPTIONS, "as-written", None, 1), (GQA, OPTIONS, "serving", None, 1), (GQA, OPTIONS, "serving", LAYER_S, 1),
+    (MOE, {}, "serving", None, 2),
+], ids=["as-written", "serving", "serving-layer", "moe-ep2"])
+def test_sweep_points_from_the_fit_price_as_profile_does(database, path, options, kernels, layer_s, ep):
     """A sweep's fitted points hold compact records standing for many equal kernels: each is asked
-    once and counted as many times as it stands for."""
+    once, at the point's own shape, and counted as many times as it stands for. The kernels a
+    record declares (attention's positions, the experts' tokens, a layer's) are fitted through the
+    design points (they had been asked at the template's shape), and a merged GEMM's siblings and a
+    measured layer's records stand for the same layers as their kernel's others (a compact record
+    had merged q_proj with o_proj, of equal counts, and counted the layer twice over)."""
     import rooflinekit
 
-    db, path = database
-    result = rooflinekit.sweep(GQA, batches=[8], contexts=[256, 1024], hardware="H800", options=OPTIONS,
-                               critical=False, efficiency=str(path))
+    db, efficiency = database
+    db.layer_s = layer_s
+    result = rooflinekit.sweep(path, batches=[1, 4, 8, 16], contexts=[256, 1024], hardware="H800", options=options,
+                               critical=False, efficiency=str(efficiency), kernels=kernels, ep=ep)
+    assert result.evaluated or path == MOE  # the GQA points priced from the fit, not profiled
     for point in result.points:
-        workload = Workload("decode", point.batch, point.context, options=tuple(sorted(OPTIONS.items())))
-        again = run_profile(load_source(GQA, OPTIONS, get_host()), workload, Deployment("H800", efficiency=str(path)),
+        workload = Workload("decode", point.batch, point.context, options=tuple(sorted(options.items())))
+        again = run_profile(load_source(path, options, get_host()), workload,
+                            Deployment("H800", efficiency=str(efficiency), kernels=kernels, ep=ep),
                             options=ReportOptions(detail=False, measure=False)).report
-        assert point.expected_step_s == pytest.approx(again.totals.expected_step_s, rel=1e-9)
+        assert point.expected_step_s == pytest.approx(again.totals.expected_step_s, rel=1e-9), (point.batch,
+                                                                                                point.context)
 
 
 def test_windowed_attention_is_not_asked_as_full_attention(database):
@@ -428,8 +475,6 @@ def test_a_database_on_the_callers_own_plugin_host_serves_its_file(tmp_path):
     assert any("fake database" in line for line in report.totals.expected_conventions)
     kernel_times._RESOLVED.clear()
 
-
-LAYER_S = 5e-3
 
 
 def test_a_layer_measured_whole_is_shared_by_its_records(database):

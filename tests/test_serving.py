@@ -195,3 +195,12 @@ def test_deepseek_v3s_grouped_top_k_runs_as_one_routing_kernel():
     assert len(routing) == moe_layers
     experts = c["n_routed_experts"]
     assert all(op.bytes_read == (batch * experts + experts) * 4 for op in routing)
+
+
+def test_a_top_k_that_feeds_no_experts_is_not_a_routing_kernel():
+    """A top-k and gather over a cache (a sparse-attention indexer's selection) between projections,
+    with no MoE after it: the serving view keeps them as they are."""
+    report = _profiled(ROOT / "tests" / "models" / "topk_select.py", Workload("decode", 2, 256), "serving")
+    names = [op.name for op in report.ops]
+    assert "serving.moe_routing" not in names
+    assert "aten.topk" in names and "aten.gather" in names

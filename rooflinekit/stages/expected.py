@@ -249,7 +249,8 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
         asked = None if q is None else answered(measured, q.halved() if two else q)
         t = None if asked is None else measured_time(measured, asked, f, b, peak, bandwidth, n)
         if t is not None and asked.get("share") is not None:
-            shares.append((len(own), whole(asked), (2 if two else 1) * n * max(f / peak, b / bandwidth)))
+            # its roofline: f and b count the n kernels a compact record stands for already
+            shares.append((len(own), whole(asked), (2 if two else 1) * max(f / peak, b / bandwidth)))
         if t is None:
             t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=two), op.dtype)
         if two:

@@ -32,6 +32,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from rooflinekit.core.paths import layer_pattern
 from rooflinekit.core.plugins import PluginHost
 from rooflinekit.core.report import Report
 from rooflinekit.core.request import Deployment, Workload
@@ -51,6 +52,10 @@ from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.memory import ScaledPeak, live_allocations
 from rooflinekit.stages.place import Presentation, build_report
 from rooflinekit.stages.repeated_layers import LayerRepeats
+
+#: The attrs in which a record declares its kernel's shape to a database of measured kernels
+#: (rooflinekit.stages.kernel_times).
+DECLARED = ("kernel", "layer_kernel")
 
 #: The counts of an op that are fitted.
 OP_FIELDS = ("flops", "bytes_read", "bytes_written", "param_bytes")
@@ -187,6 +192,7 @@ class FittedCapture:
             if fit is None:
                 fit = fits[key] = self._fit_op(i, op, at_template)
             self.op_fits.append(fit)
+        self._declared = self._fit_declared(aligned)
         self._sites = self._fit_sites(designs)
         site_groups: dict[tuple, int] = {}
         self._site_groups = [site_groups.setdefault(_site_signature(site, fitted), len(site_groups))
@@ -196,13 +202,17 @@ class FittedCapture:
         self._shape_design = Design(design.batches, design.contexts)
         self.max_difference = self._verify()
         # compact records: ops of equal counts merged, attention's apart from the rest (its kernels
-        # are priced as attention); _group_of maps a template op to its merged record
+        # are priced as attention), one module of the repeated layers apart from another (a merged
+        # GEMM's siblings and a measured layer's records share a kernel by layer, so each compact
+        # record stands for the same layers as its kernel's others); _group_of maps a template op
+        # to its merged record
         in_attention = {i for site in sites for i in site.op_indices}
         groups: dict[tuple, list] = {}
         self._group_of: dict[int, int] = {}
         self._position = {id(op): k for k, op in enumerate(template.ops)}
         for op, fit in zip(template.ops, self.op_fits, strict=True):
-            key = (op.name, op.dtype, op.kind, op.counted, fit, op.attrs.get("formula_error"), op.index in in_attention)
+            key = (op.name, op.dtype, op.kind, op.counted, fit, op.attrs.get("formula_error"), op.index in in_attention,
+                   layer_pattern(op.module))
             if key in groups:
                 groups[key][1] += 1
             else:
@@ -290,18 +300,49 @@ class FittedCapture:
             ops = []
             for i, ((op, n, fit), shape) in enumerate(zip(self._groups, shapes, strict=True)):
                 f, r, w, p = fit.counts(values)
+                attrs = self._attrs_at(self._position[id(op)], op, values)
                 ops.append(OpRecord(index=i, name=op.name, module="", flops=n * f, bytes_read=n * r,
                                     bytes_written=n * w, dtype=op.dtype, counted=op.counted, kind=op.kind,
-                                    param_bytes=n * p, shapes=shape, attrs={**op.attrs, "merged": n}))
+                                    param_bytes=n * p, shapes=shape, attrs={**attrs, "merged": n}))
         else:
             shapes = self._shapes_at(batch, context)
             ops = []
-            for op, fit, shape in zip(t.ops, self.op_fits, shapes, strict=True):
+            for k, (op, fit, shape) in enumerate(zip(t.ops, self.op_fits, shapes, strict=True)):
                 f, r, w, p = fit.counts(values)
-                ops.append(replace(op, flops=f, bytes_read=r, bytes_written=w, param_bytes=p, shapes=shape))
+                ops.append(replace(op, flops=f, bytes_read=r, bytes_written=w, param_bytes=p, shapes=shape,
+                                   attrs=self._attrs_at(k, op, values)))
         return CaptureResult(ops=ops, modules=t.modules, param_storages=t.param_storages,
                              param_bytes_total=t.param_bytes_total, wall_s=0.0, notes=list(t.notes),
                              param_owners=t.param_owners)
+
+    def _fit_declared(self, aligned: list[list[OpRecord]]) -> dict[int, dict[str, dict[str, int]]]:
+        """The numeric fields a record declares for a database of measured kernels (attrs "kernel"
+        and "layer_kernel": batch, lengths, tokens, ...), a poly each through the design points, by
+        template position, so that a point of the fit asks for its kernel at its own shape."""
+        out: dict[int, dict[str, dict[str, int]]] = {}
+        for i, op in enumerate(self.template.ops):
+            for key in DECLARED:
+                given = op.attrs.get(key)
+                if not isinstance(given, dict):
+                    continue
+                polys = {}
+                for name, v in given.items():
+                    if isinstance(v, bool) or not isinstance(v, (int, float)):
+                        continue
+                    samples = tuple((d[i].attrs.get(key) or {}).get(name) for d in aligned)
+                    if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in samples):
+                        polys[name] = self.design.poly(tuple(float(x) for x in samples))
+                if polys:
+                    out.setdefault(i, {})[key] = polys
+        return out
+
+    def _attrs_at(self, i: int, op: OpRecord, values: list[float]) -> dict:
+        """Template op `i`'s attrs with its declared kernel's fields at `values` (_fit_declared)."""
+        declared = self._declared.get(i)
+        if not declared:
+            return op.attrs
+        return {**op.attrs, **{key: {**op.attrs[key], **{name: float(values[k]) for name, k in polys.items()}}
+                               for key, polys in declared.items()}}
 
     def activation_peak_at(self, batch: int, context: int) -> float | None:
         """The activation peak at (batch, context): the template's liveness, each allocation scaled

@@ -32,6 +32,7 @@ A kernel is asked as a `KernelQuery`: its kind, its format and its dimensions.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
@@ -223,6 +224,7 @@ def measured_time(times: KernelTimes, q: KernelQuery, flops: float, nbytes: floa
     return max((t - launch) * count, flops / peak if peak else 0.0, nbytes / bandwidth if bandwidth else 0.0)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def whole(q: KernelQuery) -> KernelQuery:
     """The kernel a record's query is a share of: the query without its `share` (and its fallback)."""
     return replace(q, dims=tuple((k, v) for k, v in q.dims if k != "share"), fallback=None)

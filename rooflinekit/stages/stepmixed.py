@@ -29,7 +29,9 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
     p = prefill._at(1)
     # under measured kernel times, each kernel's time is read at the middle context (as mean_expected)
     mid = (start + max(stop, start + 1) - 1) // 2 if decode.table().times() is not None else None
-    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside, mid)
+    # a layer that runs a prompt's chunk beside the decode groups is no one measured layer (as
+    # `profile --mix` prices it): its records are asked as their own kernels
+    rows, prefill_time, prefill_launch = _mixed_table(d, p, batch, start, layer_share, outside, mid, not share)
     launch = decode.table().launch_s(decode.phase)
     n = max(1, stop - start)
     total = 0.0
@@ -58,15 +60,16 @@ def mixed_mean(decode: StepModel, prefill: StepModel, batch: int, start: int, st
 
 
 def _mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float, outside: bool,
-                 mid: int | None = None) -> tuple:
+                 mid: int | None = None, layers: bool = True) -> tuple:
     """mixed_mean's per-kernel terms, which do not depend on the prompt's share or the contexts'
     count (kept on the decode model): per decode kernel (weight, FLOP time at `start` and its slope,
     byte time and slope, the merged prefill kernel's FLOP and activation-byte times, whether it
     works), and the prefill's own kernels' time and launches per unit of share. With `mid`
     (measured kernel times), the decode kernels' rates are those measured at that context and a
-    merged kernel's prompt work runs at the prompt kernel's own measured rate."""
-    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside, mid), p,
-                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside, mid))
+    merged kernel's prompt work runs at the prompt kernel's own measured rate; without `layers`, a
+    measured layer's records are asked as their own kernels (StepModel._classes)."""
+    return _kept(d, ("mixed", id(p), batch, start, layer_share, outside, mid, layers), p,
+                 lambda: _build_mixed_table(d, p, batch, start, layer_share, outside, mid, layers))
 
 
 def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
@@ -78,7 +81,7 @@ def _kept(d: StepModel, key: tuple, p: StepModel, build) -> tuple:
 
 
 def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer_share: float,
-                       outside: bool, mid: int | None = None) -> tuple:
+                       outside: bool, mid: int | None = None, layers: bool = True) -> tuple:
     v0, v1 = d._values(batch, start), d._values(batch, start + 1)
     pv = p._values(1, p.design.contexts[0])
     table = d.table()
@@ -88,11 +91,13 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
     prompt_rates = {}  # measured times: each prompt kernel's own rates (by key)
     if mid is not None:
         prompt_rates = {q.key: (frac.compute_for(q.dtype) * hw.peak(q.dtype), frac.bandwidth_for(q.dtype) *
-                                hw.memory_bandwidth) for q, frac in zip(p.kernels, p._classes(pv, table), strict=True)}
+                                hw.memory_bandwidth) for q, frac in zip(p.kernels, p._classes(pv, table, layers=layers),
+                                                                     strict=True)}
     rows = []
     rates: dict[tuple[int, str], tuple[float, float]] = {}
     # the decode kernel's class, as `profile --mix` classes a merged record
-    for k, frac in zip(d.kernels, d._classes(v0 if mid is None else d._values(batch, mid), table), strict=True):
+    for k, frac in zip(d.kernels, d._classes(v0 if mid is None else d._values(batch, mid), table, layers=layers),
+                       strict=True):
         scale = layer_share if k.in_layers else (1.0 if outside else 0.0)
         if not scale:
             continue
@@ -111,7 +116,7 @@ def _build_mixed_table(d: StepModel, p: StepModel, batch: int, start: int, layer
                      f0 > 0 or b0 > 0 or df > 0 or db > 0))
     used = {k.key for k in d.kernels}
     prefill_time = prefill_launch = 0.0
-    for q, frac in zip(p.kernels, p._classes(pv, table), strict=True):
+    for q, frac in zip(p.kernels, p._classes(pv, table, layers=layers), strict=True):
         scale = layer_share if q.in_layers else (1.0 if outside else 0.0)
         if q.key in used or not scale:
             continue

@@ -275,11 +275,14 @@ class StepModel:
     def _fractions(self, k: KernelGroup, values: list[float], table: EfficiencyTable) -> Fractions:
         return table.classes[_class(k, values, self.phase, table)]
 
-    def _classes(self, values: list[float], table: EfficiencyTable, micro: bool = False) -> list[Fractions]:
+    def _classes(self, values: list[float], table: EfficiencyTable, micro: bool = False,
+                 layers: bool = True) -> list[Fractions]:
         """Each kernel's class fractions at `values`, read on the class's curve at the kernel's size
         (with `micro`, one micro-batch's: micro_batch_size), from rules worked out once per model (a
         kernel's class depends on its values only through a product's rows, or for a modelled record
-        through whether it has FLOPs and weights)."""
+        through whether it has FLOPs and weights). Without `layers`, a record of a measured layer is
+        asked as its own kernel (a mixed step's layer runs at several shapes, as `profile --mix`
+        prices it)."""
         key = ("rules", id(table))
         rules = self._memo.get(key)
         if rules is None or rules[0] is not table:
@@ -287,13 +290,15 @@ class StepModel:
         classes, most = table.classes, table.small_gemm_max_rows
         small, large = classes["gemm_small"], classes["gemm_large"]
         measured = table.times()
-        out, answered = [], []
+        out, shared = [], []
         for k, rule in zip(self.kernels, rules[1], strict=True):
             if measured is not None and k.query is not None:
-                found = self._measured(k, values, measured, micro)
+                found = self._measured(k, values, measured, micro, layers)
                 if found is not None:
-                    answered.append(len(out))
-                    out.append(found)
+                    frac, part = found
+                    if part is not None:
+                        shared.append((len(out), *part))
+                    out.append(frac)
                     continue
             if rule.__class__ is int:
                 frac = small if values[rule] <= most else large
@@ -307,8 +312,8 @@ class StepModel:
             if table.experts is not None:
                 frac = expert_fractions(frac, table, self._expert_bytes(k, values))
             out.append(frac)
-        if answered:
-            self._held(out, answered, values, measured, micro)
+        if shared:
+            self._held(out, shared)
         return out
 
     def _asked(self, k: KernelGroup, values: list[float], micro: bool) -> tuple[KernelQuery, float, float]:
@@ -320,38 +325,42 @@ class StepModel:
             f, b = halved(f, b, values[k.params], self._half_weights(k, values))
         return q, f, b
 
-    def _measured(self, k: KernelGroup, values: list[float], measured, micro: bool) -> Fractions | None:
+    def _measured(self, k: KernelGroup, values: list[float], measured, micro: bool,
+                  layers: bool = True) -> tuple[Fractions, tuple | None] | None:
         """A kernel's measured time at `values` (with `micro`, one micro-batch's) as the fractions
         that price its FLOPs and bytes at exactly that time (expected.expected_step prices the op
-        record alike); None where the database does not answer."""
+        record alike), and for a share of a kernel several records make (its query, FLOPs, bytes,
+        time) for _held; None where the database does not answer."""
         q, f, b = self._asked(k, values, micro)
+        if not layers and q.kind == "attention_layer":
+            q = q.fallback
+        q = answered_query(measured, q)
+        if q is None:
+            return None
         peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
         t = measured_time(measured, q, f, b, peak, bandwidth)
-        if t is None:
-            return None
+        part = None if q.get("share") is None else (whole(q), f, b, t)
         if t <= 0:  # a share of a measured kernel with none of its own yet: _held splits the kernel
-            return INSIDE
+            return INSIDE, part
         # past 1 for a share of a kernel under its own roofline: _held splits the kernel by rooflines
-        return Fractions(f / (t * peak) if f > 0 else 1.0, b / (t * bandwidth) if b > 0 else 1.0)
+        return Fractions(f / (t * peak) if f > 0 else 1.0, b / (t * bandwidth) if b > 0 else 1.0), part
 
-    def _held(self, out: list[Fractions], answered: list[int], values: list[float], measured, micro: bool) -> None:
+    def _held(self, out: list[Fractions], shared: list[tuple]) -> None:
         """The fractions of the kernels that are shares of one measured kernel, split by their
         rooflines and held together at the roofline of their work (kernel_times.hold_shares, as
-        expected.expected_step splits them), in place."""
-        shares, times, work = [], [], []
-        for i in answered:
+        expected.expected_step splits them), in place. `shared`: (index, the kernel's query, FLOPs,
+        bytes, measured share) of each."""
+        shares, times = [], []
+        for n, (i, q, f, b, t) in enumerate(shared):
             k = self.kernels[i]
-            q, f, b = self._asked(k, values, micro)
-            q = answered_query(measured, q)
-            if q is None or q.get("share") is None:
-                continue
             peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
-            shares.append((len(times), whole(q), k.count * max(f / peak, b / bandwidth)))
-            times.append(k.count * measured_time(measured, q, f, b, peak, bandwidth))
-            work.append((i, f, b, peak, bandwidth))
+            shares.append((n, q, k.count * max(f / peak, b / bandwidth)))
+            times.append(k.count * t)
         hold_shares(times, shares)
-        for (i, f, b, peak, bandwidth), t in zip(work, times, strict=True):
-            t /= self.kernels[i].count
+        for (i, _, f, b, _), t in zip(shared, times, strict=True):
+            k = self.kernels[i]
+            t /= k.count
+            peak, bandwidth = self.hw.peak(k.dtype), self.hw.memory_bandwidth
             out[i] = INSIDE if not t > 0 else Fractions(f / (t * peak) if f > 0 else math.inf,
                                                          b / (t * bandwidth) if b > 0 else math.inf)
 

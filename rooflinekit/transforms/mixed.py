@@ -123,6 +123,10 @@ def _merge_ops(parts: Sequence[Counted]) -> tuple[list[OpRecord], list[dict[int,
         out.append(replace(record, index=len(out)))
     for s in range(1, len(parts)):
         flush(s, len(parts[s].capture.ops))
+    if len(parts) > 1:  # a layer of a mixed step runs at each segment's shape: no one measured layer
+        # (rooflinekit.transforms.serving, "layer_kernel") prices it, so its records keep their own kernels
+        out = [replace(op, attrs={k: v for k, v in op.attrs.items() if k != "layer_kernel"})
+               if "layer_kernel" in op.attrs else op for op in out]
     return out, index
 
 

@@ -69,6 +69,8 @@ ASSUMPTION = ("serving kernels (--kernels serving): attention by each layer's se
 #: element-wise math around them.
 _SELECTION = frozenset({"aten.topk", "aten.sort", "aten.argsort", "aten.gather", "aten.scatter", "aten.scatter_",
                         "aten.scatter_add", "aten.scatter_add_"})
+#: The records that start a MoE layer's experts (the moe plugin's module models, their dispatch).
+_EXPERTS = ("moe.", "comm.all_to_all")
 #: Engine kernel names for a fused chain, by the ops it holds (first match wins).
 _CACHE_WRITES = frozenset({"aten.index_copy_", "aten.index_copy", "aten.index_put_", "aten.index_put",
                            "aten.slice_scatter", "aten.copy_"})
@@ -308,17 +310,26 @@ def _merge_siblings(ops: list[OpRecord], params: set[int]) -> list[OpRecord]:
 
 
 def routing_ops(ops: list[OpRecord]) -> frozenset[int]:
-    """Positions of a router's selection ops: in a module that takes a top-k of what a projection
-    of it (or of a submodule) made, its top-k, sorts, gathers and scatters after that projection,
-    which the serving view fuses with the scores' element-wise math into one routing kernel."""
+    """Positions of a MoE router's selection ops, which the serving view fuses with the scores'
+    element-wise math into one routing kernel: in a module that takes a top-k after a projection of
+    its own (or of a submodule), its top-k, sorts, gathers and scatters up to the next kernel that is
+    not element-wise, where that kernel is the experts' (a module model's `moe.` record, or its
+    dispatch). A top-k that does not feed experts (a sparse-attention indexer's) stays as it is."""
     out: set[int] = set()
-    routers = {op.module for op in ops if op.name == "aten.topk" and op.kind == "op"}
-    for module in routers:
+    for module in dict.fromkeys(op.module for op in ops if op.name == "aten.topk" and op.kind == "op"):
         first = next((i for i, op in enumerate(ops) if is_projection(op) and _inside(op.module, module)), None)
         if first is None:
             continue
-        out.update(i for i in range(first + 1, len(ops)) if ops[i].module == module and ops[i].kind == "op"
-                   and ops[i].name in _SELECTION)
+        picked, end = [], None
+        for i in range(first + 1, len(ops)):
+            op = ops[i]
+            if op.kind != "op" or is_projection(op):
+                end = op
+                break
+            if op.module == module and op.name in _SELECTION:
+                picked.append(i)
+        if end is not None and end.name.startswith(_EXPERTS):
+            out.update(picked)
     return frozenset(out)
 
 
