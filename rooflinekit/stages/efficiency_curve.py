@@ -19,8 +19,10 @@ do not fall as it grows (true of the keys above):
   cheaper).
 
 The table's `[experts]` curve (key `expert_bytes`: one expert's weight matrix on the GPU, in bytes)
-gives a grouped expert GEMM's bandwidth fraction by how wide its experts are: its bytes grow with
-that size, so its envelope is the compute one (the fraction never rises faster than the size).
+gives a grouped expert GEMM's bandwidth fraction by how wide its experts are, and its `[weights]`
+curve (key `weight_bytes`: a dense GEMM's weight matrix on the GPU) a dense GEMM's by how large its
+matrix is: the bytes grow with those sizes, so their envelope is the compute one (the fraction never
+rises faster than the size).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from rooflinekit.core.units import si
 
 #: The size each class's curve is read at (a curve on any other key is refused).
 CURVE_KEYS = {"gemm_large": "rows", "gemm_small": "rows", "attention_prefill": "query_len",
-              "attention_decode": "query_len", "experts": "expert_bytes"}
+              "attention_decode": "query_len", "experts": "expert_bytes", "weights": "weight_bytes"}
+#: Keys whose sizes are bytes (written as such in words).
+BYTE_KEYS = frozenset({"expert_bytes", "weight_bytes"})
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,8 @@ def bandwidth_at(at: tuple[float, ...], values: tuple[float, ...], x: float) -> 
 
 #: What each key measures, in words.
 KEY_WORDS = {"rows": "output rows M (an expert GEMM's tokens per expert)", "query_len": "query length",
-             "expert_bytes": "one expert's weight matrix on the GPU"}
+             "expert_bytes": "one expert's weight matrix on the GPU",
+             "weight_bytes": "its weight matrix on the GPU"}
 
 
 def curve_words(curve: Curve) -> str:
@@ -134,7 +139,7 @@ def curve_words(curve: Curve) -> str:
     parts += [f"{what} {span(v)} for {d}" for what, table in (("compute", curve.compute_by_dtype),
                                                               ("bandwidth", curve.bandwidth_by_dtype))
               for d, v in table.items()]
-    ends = [si(v, "B") for v in (curve.at[0], curve.at[-1])] if curve.key == "expert_bytes" else \
+    ends = [si(v, "B") for v in (curve.at[0], curve.at[-1])] if curve.key in BYTE_KEYS else \
         [f"{v:g}" for v in (curve.at[0], curve.at[-1])]
     return (f"by {KEY_WORDS.get(curve.key, curve.key)} on a curve of {len(curve.at)} points from {ends[0]} to "
             f"{ends[1]} ({', '.join(parts)}; log-interpolated, priced at its non-decreasing envelope; a "

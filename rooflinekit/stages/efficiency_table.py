@@ -86,6 +86,8 @@ class EfficiencyTable:
     calibrated: bool = False
     #: grouped expert GEMMs' bandwidth fraction by one expert's matrix bytes (the table's `[experts]`)
     experts: Curve | None = None
+    #: dense GEMMs' bandwidth fraction by their weight matrix's bytes (the table's `[weights]`)
+    weights: Curve | None = None
     #: the table's `[kernel_times]`: a database of measured kernels by shape (rooflinekit.stages.kernel_times)
     kernel_times_spec: dict | None = None
     #: the host's time to issue one eagerly launched (prefill) kernel; 0 where the table gives none
@@ -161,11 +163,7 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
         sources.update({f"{name}.{k}": v for k, v in entry.get("sources", {}).items()})
     launch = data["launch"]
     sources.update({f"launch.{k}": v for k, v in launch.get("sources", {}).items()})
-    experts = None
-    if "experts" in data:
-        experts = parse_curve(data["experts"]["curve"], "experts")
-        if experts.bandwidth is None or experts.compute or experts.compute_by_dtype or experts.bandwidth_by_dtype:
-            raise ValueError("experts.curve gives one bandwidth list (its compute is the GEMM classes')")
+    experts, weights = (_bandwidth_curve(data, name) for name in ("experts", "weights"))
     spec = data.get("kernel_times")
     if spec is not None and not isinstance(spec, dict):
         raise ValueError("kernel_times must be a table: source = NAME and its settings")
@@ -176,9 +174,19 @@ def _parsed(data: dict, file: Path) -> EfficiencyTable:
             raise ValueError(f"launch.{k} must be seconds per kernel, 0 or more (a few microseconds), not {v!r}")
     table = EfficiencyTable(classes=classes, small_gemm_max_rows=int(data["small_gemm_max_rows"]),
                             launch_decode_s=costs["decode_s"], launch_prefill_s=costs["prefill_s"],
-                            sources=sources, path=str(file), experts=experts, kernel_times_spec=spec,
+                            sources=sources, path=str(file), experts=experts, weights=weights, kernel_times_spec=spec,
                             launch_host_prefill_s=costs["host_prefill_s"])
     return table  # its kernel-times database is resolved where it is used (with_efficiency, times())
+
+
+def _bandwidth_curve(data: dict, name: str) -> Curve | None:
+    """The table's `[experts]` or `[weights]` curve: one bandwidth list by bytes (None where absent)."""
+    if name not in data:
+        return None
+    curve = parse_curve(data[name]["curve"], name)
+    if curve.bandwidth is None or curve.compute or curve.compute_by_dtype or curve.bandwidth_by_dtype:
+        raise ValueError(f"{name}.curve gives one bandwidth list (its compute is the GEMM classes')")
+    return curve
 
 
 def with_efficiency(hw: HardwareSpec, source: str | None, host: PluginHost | None = None) -> HardwareSpec:
@@ -251,6 +259,6 @@ def _at_ones(table: EfficiencyTable) -> EfficiencyTable:
     kept = _ONES.get(id(table))
     if kept is None or kept[0] is not table:
         ones = {name: Fractions(1.0, 1.0) for name in CLASSES}
-        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None,
+        kept = _ONES[id(table)] = (table, replace(table, classes=ones, calibrated=True, experts=None, weights=None,
                                                   kernel_times_spec=None))
     return kept[1]

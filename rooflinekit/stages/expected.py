@@ -215,12 +215,42 @@ def expert_fractions(fractions: Fractions, table: EfficiencyTable, per_expert: f
     return kept[2]
 
 
+#: (id(fractions), id(curve), bytes) -> (fractions, curve, the fractions for that matrix): weight_fractions' cache
+_WEIGHTS: dict[tuple[int, int, float], tuple[Fractions, Curve, Fractions]] = {}
+
+
+def weight_fractions(fractions: Fractions, table: EfficiencyTable, weight_bytes: float | None) -> Fractions:
+    """A dense GEMM's fractions: its class's (compute by its rows) with the bandwidth fraction of the
+    table's `[weights]` curve at its weight matrix's bytes on the GPU (a small matrix leaves much of
+    the GPU idle and streams slower); `fractions` as they are where the table has no such curve or
+    the kernel reads no weights."""
+    curve = table.weights
+    if curve is None or not weight_bytes or weight_bytes <= 0:
+        return fractions
+    key = (id(fractions), id(curve), float(weight_bytes))
+    kept = _WEIGHTS.get(key)
+    if kept is None or kept[0] is not fractions or kept[1] is not curve:
+        if len(_WEIGHTS) > 50000:
+            _WEIGHTS.clear()
+        # the bytes grow with the size: the compute envelope keeps bytes / fraction from falling
+        bw = compute_at(curve.at, curve.bandwidth or (), float(weight_bytes))
+        kept = _WEIGHTS[key] = (fractions, curve, replace(fractions, bandwidth=bw, bandwidth_by_dtype={}))
+    return kept[2]
+
+
+GEMM_CLASSES = frozenset({"gemm_small", "gemm_large"})
+
+
 def op_fractions(op: OpRecord, cls: str, table: EfficiencyTable, micro: bool = False) -> Fractions:
     """One op record's fractions: its class's, read on the class's curve at its size (with `micro`,
-    one micro-batch's), a grouped expert GEMM's bandwidth by its width (expert_fractions)."""
+    one micro-batch's), a grouped expert GEMM's bandwidth by its width (expert_fractions), a dense
+    GEMM's by its weight matrix (weight_fractions)."""
     fractions, size = table.classes[cls], kernel_size(op)
     at = fractions.at(micro_batch_size(fractions.curve, size) if micro else size)
-    return expert_fractions(at, table, expert_bytes(op) if table.experts is not None else None)
+    per_expert = expert_bytes(op) if table.experts is not None or table.weights is not None else None
+    if per_expert is None and cls in GEMM_CLASSES and table.weights is not None:
+        return weight_fractions(at, table, op.param_bytes)
+    return expert_fractions(at, table, per_expert)
 
 
 def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: HardwareSpec, phase: str,
@@ -356,6 +386,10 @@ def conventions(table: EfficiencyTable, phase: str, comm_source: str, generation
         lines.append(f"grouped expert GEMMs (MoE experts): bandwidth {curve_words(table.experts)}"
                      "the GEMM class's; compute the GEMM class's by tokens per expert (the table's [experts] "
                      "curve names its source per point)")
+    if table.weights is not None and not table.calibrated:
+        lines.append(f"dense GEMMs: bandwidth {curve_words(table.weights)}the GEMM class's; compute the GEMM "
+                     "class's by rows; an expert GEMM's by the [experts] curve (the table's [weights] curve names "
+                     "its source per point)")
     lines.append(f"a matrix product with at most {table.small_gemm_max_rows} output rows is a small "
                  "(memory-bound) GEMM; fused attention and the products inside attention layers are "
                  f"{phase} attention; other ops are element-wise / copy")

@@ -30,7 +30,13 @@ from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages import collectives
 from rooflinekit.stages.efficiency_curve import micro_batch_size
 from rooflinekit.stages.efficiency_table import EfficiencyTable, Fractions, table_for
-from rooflinekit.stages.expected import classify, expert_fractions, halved, runs_two_batches
+from rooflinekit.stages.expected import (
+    classify,
+    expert_fractions,
+    halved,
+    runs_two_batches,
+    weight_fractions,
+)
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import KernelQuery, hold_shares, measured_time, whole
@@ -306,11 +312,15 @@ class StepModel:
                 frac = classes[_class(k, values, self.phase, table)]
             else:
                 frac = classes[rule]
+            gemm = frac is small or frac is large
             if frac.curve is not None:
                 size = self._size(k, values)
                 frac = frac.at(micro_batch_size(frac.curve, size) if micro else size)
-            if table.experts is not None:
-                frac = expert_fractions(frac, table, self._expert_bytes(k, values))
+            per_expert = self._expert_bytes(k, values) if table.experts or table.weights else None
+            if per_expert is None and gemm and table.weights is not None:
+                frac = weight_fractions(frac, table, values[k.params])
+            elif table.experts is not None:
+                frac = expert_fractions(frac, table, per_expert)
             out.append(frac)
         if shared:
             self._held(out, shared)
