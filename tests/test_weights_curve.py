@@ -132,3 +132,45 @@ def test_the_planners_step_model_prices_the_curve_as_profile_does():
             report = run_profile(fitter.built, replace(base, batch=batch, context=context), deployment,
                                  options=ReportOptions(detail=False, measure=False), host=host, db=db).report
             assert model.expected(batch, context) == pytest.approx(report.totals.expected_step_s, rel=1e-12)
+
+
+@pytest.mark.hf
+@pytest.mark.parametrize("kernels", ["serving", "as-written"])
+def test_sweep_points_from_the_fit_read_one_kernels_matrix(kernels):
+    """A sweep's compact record stands for n kernels (its weights summed): the curve is read at one
+    kernel's matrix, so a point from the fit equals `profile` (it had read n times the matrix: 18-24%
+    below at 8 layers)."""
+    from rooflinekit.analyses.profile import run_profile
+    from rooflinekit.analyses.sweep import Profiler
+    from rooflinekit.core.request import Deployment, Workload
+    from rooflinekit.stages.model_source import load_source
+
+    path, options = "examples/configs/llama-3.1-8b.json", {"layers": 4}
+    deployment = Deployment("MI300X", kernels=kernels)
+    workload = Workload("decode", 1, 64, options=tuple(sorted(options.items())))
+    prof = Profiler(load_source(path, options), workload, deployment)
+    prof.fit([1, 3, 8], [64, 200, 512, 1024], top_batch=4096)
+    assert prof.fits.get(1024), prof.fit_notes
+    for batch, context in ((5, 1024), (64, 1024), (16, 512)):
+        ref = run_profile(load_source(path, options), Workload("decode", batch, context,
+                                                               options=tuple(sorted(options.items()))),
+                          deployment).report.totals.expected_step_s
+        assert prof.row(batch, context).expected_step_s == pytest.approx(ref, rel=1e-9), (batch, context)
+
+
+def test_a_merged_gemm_reads_its_siblings_summed_matrix():
+    # the serving view's merged gate/up: two 117.4 MB bf16 records of one sibling group read the
+    # curve at 234.9 MB (between 201.3 MB and 236.8 MB), not each at its own 117.4 MB (between 90.2 MB
+    # and 132.9 MB)
+    def sibling(name: str) -> OpRecord:
+        return OpRecord(0, "aten.mm", f"mlp.{name}", 2.0 * 4096 * 14336, 2.0 * 4096 * 14336 + 8192, 2.0 * 14336,
+                        "bf16", True, param_bytes=2.0 * 4096 * 14336, shapes="1x4096,4096x14336",
+                        attrs={"siblings": "mlp#7"})
+    gate, up = sibling("gate_proj"), sibling("up_proj")
+    merged = 2 * 2.0 * 4096 * 14336
+    bw = 0.6174 + (0.6252 - 0.6174) * math.log(merged / 201326592) / math.log(236847104 / 201326592)
+    t = expected_step([gate, up], (), MI300X, "decode", 0.0, "none").kernels_s
+    assert t == pytest.approx(2 * gate.bytes / (bw * HBM), rel=1e-9)
+    alone = expected_step([gate], (), MI300X, "decode", 0.0, "none").kernels_s
+    own = 0.5192 + (0.5790 - 0.5192) * math.log(gate.param_bytes / 90177536) / math.log(132907008 / 90177536)
+    assert alone == pytest.approx(gate.bytes / (own * HBM), rel=1e-9)

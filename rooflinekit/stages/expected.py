@@ -241,15 +241,34 @@ def weight_fractions(fractions: Fractions, table: EfficiencyTable, weight_bytes:
 GEMM_CLASSES = frozenset({"gemm_small", "gemm_large"})
 
 
-def op_fractions(op: OpRecord, cls: str, table: EfficiencyTable, micro: bool = False) -> Fractions:
+def kernel_weights(ops: Sequence[OpRecord]) -> list[float]:
+    """Each record's weight matrix as its kernel reads it: its own (a sweep's compact record's over
+    the n kernels it stands for), or where the serving view runs sibling projections as one merged
+    GEMM (attrs["siblings"], as kernel_times.queries_of asks it), the merged GEMM's: its siblings'
+    summed."""
+    own = [op.param_bytes / op.attrs.get("merged", 1) for op in ops]
+    groups: dict[tuple, list[int]] = {}
+    for i, op in enumerate(ops):
+        group = op.attrs.get("siblings")
+        if group is not None and op.name in MATMUL_OPS and op.param_bytes > 0:
+            groups.setdefault((group, op.dtype, gemm_rows(op.name, op.shapes)), []).append(i)
+    for members in groups.values():
+        total = sum(own[i] for i in members)
+        for i in members:
+            own[i] = total
+    return own
+
+
+def op_fractions(op: OpRecord, cls: str, table: EfficiencyTable, micro: bool = False,
+                 weights: float | None = None) -> Fractions:
     """One op record's fractions: its class's, read on the class's curve at its size (with `micro`,
     one micro-batch's), a grouped expert GEMM's bandwidth by its width (expert_fractions), a dense
-    GEMM's by its weight matrix (weight_fractions)."""
+    GEMM's by the weight matrix its kernel reads (`weights`, kernel_weights; weight_fractions)."""
     fractions, size = table.classes[cls], kernel_size(op)
     at = fractions.at(micro_batch_size(fractions.curve, size) if micro else size)
     per_expert = expert_bytes(op) if table.experts is not None or table.weights is not None else None
     if per_expert is None and cls in GEMM_CLASSES and table.weights is not None:
-        return weight_fractions(at, table, op.param_bytes)
+        return weight_fractions(at, table, op.param_bytes / op.attrs.get("merged", 1) if weights is None else weights)
     return expert_fractions(at, table, per_expert)
 
 
@@ -268,7 +287,8 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
     own, counts = [], dict.fromkeys(CLASSES, 0)  # own: (kernel time, kernels) per op record
     shares: list = []  # records that are shares of one measured kernel (kernel_times.hold_shares)
     kernels = 0
-    for op, q in zip(ops, queries, strict=True):
+    weights = kernel_weights(ops) if table.weights is not None else [None] * len(ops)
+    for op, q, w in zip(ops, queries, weights, strict=True):
         if not launches(op):
             own.append((0.0, 0))
             continue
@@ -282,7 +302,7 @@ def expected_step(ops: Sequence[OpRecord], attention_ops: Iterable[int], hw: Har
             # its roofline: f and b count the n kernels a compact record stands for already
             shares.append((len(own), whole(asked), (2 if two else 1) * max(f / peak, b / bandwidth)))
         if t is None:
-            t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=two), op.dtype)
+            t = kernel_time(f, b, peak, bandwidth, op_fractions(op, cls, table, micro=two, weights=w), op.dtype)
         if two:
             t, n = 2 * t, 2 * n
         kernels += n

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from rooflinekit.core.experts import expected_distinct_experts
 from rooflinekit.stages.capture.records import OpRecord
 from rooflinekit.stages.efficiency_table import table_for
-from rooflinekit.stages.expected import MATMUL_OPS, launches, size_of
+from rooflinekit.stages.expected import MATMUL_OPS, kernel_weights, launches, size_of
 from rooflinekit.stages.fitting import Design, FitError
 from rooflinekit.stages.hardware import HardwareSpec
 from rooflinekit.stages.kernel_times import queries_of
@@ -68,6 +68,7 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         return -(len(extras) - 1), -len(extras)
 
     queries = kernel_queries(captures, design, hw)
+    weights = [kernel_weights(c.ops) for c in captures]
 
     for i, op in enumerate(first.ops):
         ops = [c.ops[i] for c in captures]
@@ -92,7 +93,7 @@ def build_step_model(phase: str, design: Design, captures: list[DesignCapture], 
         nbytes, params = counts(ops)
         group = KernelGroup(1, op.name, op.kind, op.dtype, op.index in first.attention_ops,
                             design.poly(tuple(o.flops for o in ops)), nbytes, params, rows, key, in_layers,
-                            queries[i])
+                            queries[i], design.poly(tuple(w[i] for w in weights)))
         kernels[group] += count
     base = len(design.polys)
 

@@ -75,6 +75,8 @@ class KernelGroup:
     #: what a database of measured kernels is asked (rooflinekit.stages.kernel_times): (kind, variant,
     #: dtype, ((dimension, poly index), ...)); None where the kernel declares no shape
     query: tuple | None = None
+    #: the weight matrix its kernel reads (expected.kernel_weights: a merged sibling GEMM's summed), a poly index
+    weights: int | None = None
 
     def query_at(self, values: list[float]) -> KernelQuery | None:
         """The kernel's query at `values`."""
@@ -318,7 +320,7 @@ class StepModel:
                 frac = frac.at(micro_batch_size(frac.curve, size) if micro else size)
             per_expert = self._expert_bytes(k, values) if table.experts or table.weights else None
             if per_expert is None and gemm and table.weights is not None:
-                frac = weight_fractions(frac, table, values[k.params])
+                frac = weight_fractions(frac, table, values[k.params if k.weights is None else k.weights])
             elif table.experts is not None:
                 frac = expert_fractions(frac, table, per_expert)
             out.append(frac)
