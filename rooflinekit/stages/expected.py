@@ -193,30 +193,31 @@ def expert_bytes(op: OpRecord) -> float | None:
     return op.param_bytes / touched if touched > 0 else None
 
 
-#: (id(fractions), id(curve), bytes) -> (fractions, curve, the fractions for those experts): expert_fractions' cache
-_EXPERTS: dict[tuple[int, int, float], tuple[Fractions, Curve, Fractions]] = {}
+#: (id(fractions), id(curve), bytes) -> (fractions, curve, the fractions at those bytes): on_bytes_curve's cache
+_ON_CURVE: dict[tuple[int, int, float], tuple[Fractions, Curve, Fractions]] = {}
+
+
+def on_bytes_curve(fractions: Fractions, curve: Curve | None, size: float | None) -> Fractions:
+    """`fractions` with the bandwidth fraction of a table's curve by bytes (`[experts]`, `[weights]`)
+    at `size`; as they are where there is no curve or no size. The bytes grow with the size, so the
+    curve is read at its compute envelope: bytes / fraction never falls."""
+    if curve is None or not size or size <= 0:
+        return fractions
+    key = (id(fractions), id(curve), float(size))
+    kept = _ON_CURVE.get(key)
+    if kept is None or kept[0] is not fractions or kept[1] is not curve:
+        if len(_ON_CURVE) > 50000:
+            _ON_CURVE.clear()
+        bw = compute_at(curve.at, curve.bandwidth or (), float(size))
+        kept = _ON_CURVE[key] = (fractions, curve, replace(fractions, bandwidth=bw, bandwidth_by_dtype={}))
+    return kept[2]
 
 
 def expert_fractions(fractions: Fractions, table: EfficiencyTable, per_expert: float | None) -> Fractions:
     """A grouped expert GEMM's fractions: its class's (compute by its tokens per expert) with the
     bandwidth fraction of the table's `[experts]` curve at one expert's matrix bytes (narrow experts,
     a TP shard's, stream slower); `fractions` as they are where the table has no such curve."""
-    curve = table.experts
-    if curve is None or per_expert is None:
-        return fractions
-    key = (id(fractions), id(curve), float(per_expert))
-    kept = _EXPERTS.get(key)
-    if kept is None or kept[0] is not fractions or kept[1] is not curve:
-        if len(_EXPERTS) > 50000:
-            _EXPERTS.clear()
-        # the bytes grow with the size: the compute envelope keeps bytes / fraction from falling
-        bw = compute_at(curve.at, curve.bandwidth or (), float(per_expert))
-        kept = _EXPERTS[key] = (fractions, curve, replace(fractions, bandwidth=bw, bandwidth_by_dtype={}))
-    return kept[2]
-
-
-#: (id(fractions), id(curve), bytes) -> (fractions, curve, the fractions for that matrix): weight_fractions' cache
-_WEIGHTS: dict[tuple[int, int, float], tuple[Fractions, Curve, Fractions]] = {}
+    return on_bytes_curve(fractions, table.experts, per_expert)
 
 
 def weight_fractions(fractions: Fractions, table: EfficiencyTable, weight_bytes: float | None) -> Fractions:
@@ -224,18 +225,7 @@ def weight_fractions(fractions: Fractions, table: EfficiencyTable, weight_bytes:
     table's `[weights]` curve at its weight matrix's bytes on the GPU (a small matrix leaves much of
     the GPU idle and streams slower); `fractions` as they are where the table has no such curve or
     the kernel reads no weights."""
-    curve = table.weights
-    if curve is None or not weight_bytes or weight_bytes <= 0:
-        return fractions
-    key = (id(fractions), id(curve), float(weight_bytes))
-    kept = _WEIGHTS.get(key)
-    if kept is None or kept[0] is not fractions or kept[1] is not curve:
-        if len(_WEIGHTS) > 50000:
-            _WEIGHTS.clear()
-        # the bytes grow with the size: the compute envelope keeps bytes / fraction from falling
-        bw = compute_at(curve.at, curve.bandwidth or (), float(weight_bytes))
-        kept = _WEIGHTS[key] = (fractions, curve, replace(fractions, bandwidth=bw, bandwidth_by_dtype={}))
-    return kept[2]
+    return on_bytes_curve(fractions, table.weights, weight_bytes)
 
 
 GEMM_CLASSES = frozenset({"gemm_small", "gemm_large"})
